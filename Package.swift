@@ -1,0 +1,41 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Soulacy Mobile: a self-hosted gateway that runs agents and delivers their results to phones.
+// C libraries come from Debian (see scripts/install-deps); nothing is fetched from outside the toolchain.
+let package = Package(
+    name: "soulacy",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "soulacy", targets: ["soulacy"]),
+        .library(name: "ChannelAPI", targets: ["ChannelAPI"]),
+    ],
+    targets: [
+        // MARK: C libraries from the system
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CYAML", path: "Sources/CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
+        .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        // Non-variadic entry points for C functions Swift cannot call (MHD_start_daemon, curl_easy_setopt).
+        .target(name: "CShims", dependencies: ["CMicroHTTPD", "CCurl"], path: "Sources/CShims"),
+
+        // MARK: Thin Swift wrappers over the C libraries
+        .target(name: "SQLite", dependencies: ["CSQLite"], path: "Sources/SQLite"),
+        .target(name: "YAML", dependencies: ["CYAML"], path: "Sources/YAML"),
+        .target(name: "Crypto", dependencies: ["COpenSSL"], path: "Sources/Crypto"),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Identity"], path: "Sources/HTTPServer"),
+
+        // MARK: The product
+        .target(name: "Identity", path: "Sources/Identity"),
+        .target(name: "ChannelAPI", path: "Sources/ChannelAPI"),
+        .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "SQLite", "HTTPServer", "Crypto"], path: "Sources/Channels/Mobile"),
+        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
+        .executableTarget(name: "soulacy", dependencies: ["Gateway"], path: "Sources/Host/CLI"),
+
+        // MARK: Tests
+        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "HTTPServer", "Mobile", "ChannelAPI"], path: "Tests/GatewayTestSupport"),
+        .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Mobile", "ChannelAPI", "GatewayTestSupport", "SQLite"], path: "Tests/GatewayTests"),
+    ]
+)

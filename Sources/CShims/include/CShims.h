@@ -1,0 +1,44 @@
+// Fixed-arity entry points for variadic C functions, which Swift cannot call directly.
+#ifndef SOULACY_CSHIMS_H
+#define SOULACY_CSHIMS_H
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <microhttpd.h>
+#include <curl/curl.h>
+
+struct soulacy_mhd_options {
+    unsigned int thread_pool_size;
+    unsigned int connection_limit;
+    unsigned int connection_timeout_seconds;
+    size_t connection_memory_limit;
+    const struct sockaddr *bind_address;     /* NULL: any address on `port` */
+    const char *https_key_pem;               /* NULL: plain HTTP */
+    const char *https_cert_pem;
+};
+
+struct MHD_Daemon *soulacy_mhd_start(unsigned int flags, uint16_t port,
+                                     MHD_AccessHandlerCallback handler, void *handler_cls,
+                                     MHD_RequestCompletedCallback completed, void *completed_cls,
+                                     const struct soulacy_mhd_options *options);
+
+/* The client's address as text ("127.0.0.1", "::1"); writes an empty string when unknown. */
+void soulacy_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t length);
+
+/* The port the daemon is bound to (useful when started on port 0). */
+uint16_t soulacy_mhd_bound_port(struct MHD_Daemon *daemon);
+
+CURLcode soulacy_curl_setopt_long(CURL *handle, CURLoption option, long value);
+CURLcode soulacy_curl_setopt_ptr(CURL *handle, CURLoption option, const void *value);
+CURLcode soulacy_curl_setopt_off(CURL *handle, CURLoption option, curl_off_t value);
+CURLcode soulacy_curl_getinfo_long(CURL *handle, CURLINFO info, long *value);
+CURLMcode soulacy_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long value);
+CURLSHcode soulacy_curl_share_setopt_long(CURLSH *handle, CURLSHoption option, long value);
+
+#include <spawn.h>
+/* pipe2(O_CLOEXEC) and posix_spawn_file_actions_addchdir_np are GNU extensions the Swift Glibc module hides. */
+int soulacy_pipe_cloexec(int fds[2]);
+int soulacy_spawn_add_chdir(posix_spawn_file_actions_t *actions, const char *path);
+
+#endif

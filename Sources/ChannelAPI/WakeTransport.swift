@@ -1,0 +1,126 @@
+import Foundation
+
+/// The phone a wake-up goes to, as its registration describes it.
+public struct WakeTarget: Sendable, Equatable {
+    public enum Platform: String, Sendable, Codable { case ios, android }
+    public enum Environment: String, Sendable, Codable { case production, development }
+
+    public var deviceID: String
+    public var platform: Platform
+    public var pushToken: String
+    public var environment: Environment
+    public var bundleID: String
+
+    public init(deviceID: String, platform: Platform, pushToken: String, environment: Environment, bundleID: String) {
+        self.deviceID = deviceID
+        self.platform = platform
+        self.pushToken = pushToken
+        self.environment = environment
+        self.bundleID = bundleID
+    }
+}
+
+/// A discreet wake-up: generic text and identifiers only, never an agent's output.
+public struct WakeSignal: Sendable, Equatable, Codable {
+    /// Open set of categories: new ones break no caller.
+    public struct Category: RawRepresentable, Sendable, Hashable, Codable {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public static let delivery = Category(rawValue: "SOULACY_DELIVERY")
+        public static let approval = Category(rawValue: "SOULACY_APPROVAL")
+        public static let trigger = Category(rawValue: "SOULACY_TRIGGER")
+        public static let command = Category(rawValue: "SOULACY_COMMAND")
+    }
+
+    public enum Kind: String, Sendable, Codable {
+        /// Shown to the person.
+        case alert
+        /// Wakes the app silently.
+        case background
+        /// Updates a Live Activity.
+        case liveActivity
+    }
+
+    public enum Priority: Int, Sendable, Codable {
+        case low = 5
+        case high = 10
+    }
+
+    public var kind: Kind
+    public var category: Category
+    public var title: String
+    public var body: String
+    public var deepLink: String
+    public var threadID: String
+    public var timeSensitive: Bool
+    /// Present only for inbox deliveries.
+    public var deliveryID: String?
+    /// Feature keys that ride along (call_id, agent_id, session_id, tool …); strings only.
+    public var extra: [String: String]
+    public var priority: Priority
+    /// After this the service may drop the wake-up; nil lets the service decide.
+    public var expiresAt: Date?
+    /// Wake-ups with the same key replace each other on the phone.
+    public var collapseID: String?
+
+    public init(kind: Kind = .alert, category: Category, title: String, body: String, deepLink: String, threadID: String,
+                timeSensitive: Bool = false, deliveryID: String? = nil, extra: [String: String] = [:],
+                priority: Priority = .high, expiresAt: Date? = nil, collapseID: String? = nil) {
+        self.kind = kind
+        self.category = category
+        self.title = title
+        self.body = body
+        self.deepLink = deepLink
+        self.threadID = threadID
+        self.timeSensitive = timeSensitive
+        self.deliveryID = deliveryID
+        self.extra = extra
+        self.priority = priority
+        self.expiresAt = expiresAt
+        self.collapseID = collapseID
+    }
+
+    /// The wake-up for a new inbox line: the same generic words whatever the agent said.
+    public static func delivery(id: String, agentID: String) -> WakeSignal {
+        WakeSignal(category: .delivery, title: "Soulacy", body: "An agent result is ready to review.",
+                   deepLink: "soulacy://delivery/\(id)", threadID: "agent-\(agentID)", deliveryID: id)
+    }
+}
+
+/// What a push service said about one wake-up. Expected remote results are values, not errors.
+public enum WakeOutcome: Sendable, Equatable {
+    /// The service accepted it; never send it again.
+    case delivered
+    /// Try again later, after at least this long when the service said so.
+    case retry(after: Duration?, reason: String)
+    /// The service says this token is dead: clear it until the app registers a fresh one.
+    case tokenRejected(reason: String)
+    /// It will never go through as it is; record and stop.
+    case failed(reason: String)
+}
+
+/// A push service plugin (APNs, FCM, a relay, …) that wakes phones.
+public protocol WakeTransport: Sendable {
+    /// Shown in logs and stored with each outcome.
+    var name: String { get }
+    /// Whether this transport can reach the target at all (platform, token kind).
+    func canWake(_ target: WakeTarget) -> Bool
+    func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome
+}
+
+/// Transports in order of preference; the first that can wake a target is its transport.
+public struct WakeTransportRegistry: Sendable {
+    public private(set) var transports: [any WakeTransport] = []
+
+    public init(_ transports: [any WakeTransport] = []) {
+        self.transports = transports
+    }
+
+    public mutating func register(_ transport: any WakeTransport) {
+        transports.append(transport)
+    }
+
+    public func transport(for target: WakeTarget) -> (any WakeTransport)? {
+        transports.first { $0.canWake(target) }
+    }
+}

@@ -1,0 +1,102 @@
+import ChannelAPI
+import Crypto
+import HTTPServer
+
+/// A device registration that passed every rule of POST /api/v1/mobile/devices.
+public struct DeviceRegistration: Sendable, Equatable {
+    public static let maximumIDLength = 128
+    public static let maximumNameLength = 200
+    public static let maximumAndroidTokenLength = 4096
+    public static let maximumLiveStartTokenBytes = 1024
+
+    public var id: String
+    public var name: String
+    public var platform: WakeTarget.Platform
+    public var bundleID: String
+    public var pushToken: String?
+    public var pushEnvironment: WakeTarget.Environment?
+    public var notificationsEnabled: Bool
+    public var liveStartToken: String?
+
+    /// Validates a registration body; each refusal names the field and the rule.
+    public init(json body: JSONObject) throws(APIError) {
+        let id = try body.string("id", maxLength: Self.maximumIDLength)
+        guard !id.isEmpty else { throw APIError.invalidField("id", "must not be empty") }
+        guard id.unicodeScalars.allSatisfy(Self.isIDCharacter) else {
+            throw APIError.invalidField("id", "may contain only letters, digits and . _ : - (an installation id such as a UUID)")
+        }
+        self.id = id
+
+        let name = try body.optionalString("name", maxLength: Self.maximumNameLength) ?? ""
+        guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw APIError.invalidField("name", "must not contain control characters")
+        }
+        self.name = name
+
+        switch try body.optionalString("platform") {
+        case nil, "ios": platform = .ios
+        case "android": platform = .android
+        case let other?: throw APIError.invalidField("platform", "must be \"ios\" or \"android\", got \"\(other)\"")
+        }
+
+        notificationsEnabled = try body.optionalBool("notifications_enabled") ?? true
+
+        switch platform {
+        case .ios:
+            let bundle = try body.optionalString("bundle_id") ?? Device.iosBundleID
+            guard bundle == Device.iosBundleID else {
+                throw APIError.invalidField("bundle_id", "must be \(Device.iosBundleID) for iOS, got \"\(bundle)\"")
+            }
+            bundleID = bundle
+            if let token = try body.optionalString("push_token") {
+                guard token.utf8.count == 64, Hex.decode(token) != nil else {
+                    throw APIError.invalidField("push_token", "an iOS push token is 32 bytes written as 64 hex characters")
+                }
+                pushToken = token
+            } else {
+                pushToken = nil
+            }
+            switch try body.optionalString("push_environment") {
+            case nil, "production": pushEnvironment = .production
+            case "development": pushEnvironment = .development
+            case let other?: throw APIError.invalidField("push_environment", "must be \"production\" or \"development\", got \"\(other)\"")
+            }
+            if let token = try body.optionalString("live_start_token") {
+                guard !token.isEmpty, token.utf8.count % 2 == 0, token.utf8.count <= Self.maximumLiveStartTokenBytes * 2, Hex.decode(token) != nil else {
+                    throw APIError.invalidField("live_start_token", "must be the push-to-start token as hex, at most \(Self.maximumLiveStartTokenBytes) bytes")
+                }
+                liveStartToken = token
+            } else {
+                liveStartToken = nil
+            }
+        case .android:
+            let bundle = try body.optionalString("bundle_id") ?? Device.androidBundleID
+            guard bundle == Device.androidBundleID else {
+                throw APIError.invalidField("bundle_id", "must be omitted or \(Device.androidBundleID) for Android, got \"\(bundle)\"")
+            }
+            bundleID = bundle
+            if let token = try body.optionalString("push_token") {
+                guard !token.isEmpty else { throw APIError.invalidField("push_token", "must not be empty; omit it or send null when there is none") }
+                guard token.count <= Self.maximumAndroidTokenLength else {
+                    throw APIError.invalidField("push_token", "must be at most \(Self.maximumAndroidTokenLength) characters, got \(token.count)")
+                }
+                guard !token.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.properties.generalCategory == .control }) else {
+                    throw APIError.invalidField("push_token", "must not contain whitespace")
+                }
+                pushToken = token
+            } else {
+                pushToken = nil
+            }
+            // Android has no APNs environment and no Live Activities: these fields are ignored, whatever they hold.
+            pushEnvironment = nil
+            liveStartToken = nil
+        }
+    }
+
+    private static func isIDCharacter(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar {
+        case "a"..."z", "A"..."Z", "0"..."9", ".", "_", ":", "-": return true
+        default: return false
+        }
+    }
+}

@@ -1,0 +1,164 @@
+import ChannelAPI
+import Foundation
+import HTTPServer
+import Identity
+
+/// The phone-facing routes under /api/v1/mobile and the channel test route.
+public struct MobileAPI: Sendable {
+    public static let defaultPageSize = 100
+    public static let maximumPageSize = 200
+
+    let store: MobileStore
+    let channel: MobileChannel
+
+    public init(store: MobileStore, channel: MobileChannel) {
+        self.store = store
+        self.channel = channel
+    }
+
+    public var routes: [Route] {
+        [
+            Route(.POST, "/api/v1/mobile/devices", access: .role(.viewer), summary: "Register or update this phone", handler: registerDevice),
+            Route(.GET, "/api/v1/mobile/devices", access: .role(.viewer), summary: "The caller's registered phones", handler: listDevices),
+            Route(.DELETE, "/api/v1/mobile/devices/:id", access: .role(.viewer), summary: "Remove one of the caller's phones", handler: deleteDevice),
+            Route(.GET, "/api/v1/mobile/deliveries", access: .role(.viewer), summary: "The caller's inbox, newest first", handler: listDeliveries),
+            Route(.GET, "/api/v1/mobile/deliveries/:id", access: .role(.viewer), summary: "One inbox line with its full content", handler: getDelivery),
+            Route(.POST, "/api/v1/mobile/deliveries/:id/read", access: .role(.viewer), summary: "Mark a line read on one phone", handler: markRead),
+            Route(.POST, "/api/v1/channels/mobile/test", access: .role(.admin), summary: "Send a test line through the mobile channel", handler: sendTest),
+        ]
+    }
+
+    @Sendable func registerDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let registration = try DeviceRegistration(json: JSONObject(body: request.body))
+        let created: Bool
+        do {
+            created = try store.register(registration, subject: caller.subject)
+        } catch DeviceOwnershipError.ownedByAnotherSubject {
+            throw APIError(status: 403, code: "device_owned_by_another_user", message: "id: this installation is registered to another person", field: "id")
+        }
+        return .json(.object(["registered": .bool(true), "device_id": .string(registration.id)]), status: created ? 201 : 200)
+    }
+
+    @Sendable func listDevices(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let devices = try store.devices(subject: caller.subject).map(Self.json)
+        return .json(.object(["devices": .array(devices)]))
+    }
+
+    @Sendable func deleteDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        guard try store.deleteDevice(id: request.parameter("id"), subject: caller.subject) else {
+            throw APIError.notFound("no device \(request.parameter("id")) is registered to you")
+        }
+        return .noContent
+    }
+
+    /// The phone named by `device_id`, which must be the caller's.
+    private func ownDevice(_ id: String?, caller: Principal, field: String = "device_id") throws -> String? {
+        guard let id else { return nil }
+        guard let device = try store.device(id: id), device.subject == caller.subject else {
+            throw APIError(status: 404, code: "unknown_device", message: "\(field): no device \(id) is registered to you", field: field)
+        }
+        return device.id
+    }
+
+    @Sendable func listDeliveries(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let deviceID = try ownDevice(request.query["device_id"], caller: caller)
+        var limit = Self.defaultPageSize
+        if let text = request.query["limit"] {
+            guard let n = Int(text), (1...Self.maximumPageSize).contains(n) else {
+                throw APIError.invalidField("limit", "must be a whole number from 1 to \(Self.maximumPageSize)")
+            }
+            limit = n
+        }
+        var cursor: Int64?
+        if let text = request.query["cursor"] {
+            guard let n = Int64(text), n > 0 else { throw APIError.invalidField("cursor", "is not a cursor this gateway returned") }
+            cursor = n
+        }
+        let page = try store.deliveries(subject: caller.subject, deviceID: deviceID, before: cursor, limit: limit)
+        var body: [String: JSONValue] = [
+            "deliveries": .array(page.items.map(Self.json)),
+            "unread_count": .number(Double(page.unreadCount)),
+            "next_cursor": .null,
+        ]
+        if page.hasMore, let last = page.items.last { body["next_cursor"] = .string(String(last.seq)) }
+        return .json(.object(body))
+    }
+
+    @Sendable func getDelivery(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let deviceID = try ownDevice(request.query["device_id"], caller: caller)
+        guard let delivery = try store.delivery(id: request.parameter("id"), subject: caller.subject, deviceID: deviceID) else {
+            throw APIError.notFound("no delivery \(request.parameter("id")) in your inbox")
+        }
+        return .json(Self.json(delivery))
+    }
+
+    @Sendable func markRead(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body, allowEmpty: true)
+        guard let deviceID = try ownDevice(try body.optionalString("device_id") ?? request.query["device_id"], caller: caller) else {
+            throw APIError.missingField("device_id")
+        }
+        guard try store.markRead(deliveryID: request.parameter("id"), deviceID: deviceID, subject: caller.subject) else {
+            throw APIError.notFound("no delivery \(request.parameter("id")) for device \(deviceID)")
+        }
+        return .json(.object(["read": .bool(true)]))
+    }
+
+    @Sendable func sendTest(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let body = try JSONObject(body: request.body, allowEmpty: true)
+        let to = try body.optionalString("to") ?? "all"
+        do {
+            try channel.validate(destination: to)
+        } catch {
+            throw APIError.invalidField("to", error.description)
+        }
+        let output = Output(agentID: "mobile-test", agentName: "Soulacy", sessionID: "test-" + UUID().uuidString.lowercased(),
+                            title: try body.optionalString("title", maxLength: 200) ?? "Test from Soulacy",
+                            parts: [try body.optionalString("body", maxLength: 4000) ?? "The mobile channel works."],
+                            metadata: ["trigger": "test"])
+        let receipt = try await channel.deliver(output, to: to)
+        return .json(.object([
+            "delivered": .bool(true), "delivery_id": .string(receipt.deliveryID),
+            "destination": .string(to), "recipients": .number(Double(receipt.recipientCount)),
+        ]), status: 201)
+    }
+
+    // MARK: JSON shapes
+
+    static func json(_ delivery: Delivery) -> JSONValue {
+        .object([
+            "id": .string(delivery.id),
+            "destination": .string(delivery.destination.description),
+            "agent_id": .string(delivery.agentID),
+            "agent_name": .string(delivery.agentName),
+            "session_id": .string(delivery.sessionID),
+            "title": .string(delivery.title),
+            "body": .string(delivery.body),
+            "parts": .array(delivery.parts.map(JSONValue.string)),
+            "metadata": .object(delivery.metadata.mapValues(JSONValue.string)),
+            "created_at": .timestamp(delivery.createdAt),
+            "read": .bool(delivery.readAt != nil),
+            "read_at": delivery.readAt.map(JSONValue.timestamp) ?? .null,
+        ])
+    }
+
+    static func json(_ device: Device) -> JSONValue {
+        .object([
+            "id": .string(device.id),
+            "name": .string(device.name),
+            "platform": .string(device.platform.rawValue),
+            "bundle_id": .string(device.bundleID),
+            "push_environment": device.pushEnvironment.map { .string($0.rawValue) } ?? .null,
+            "has_push_token": .bool(device.pushToken != nil),
+            "notifications_enabled": .bool(device.notificationsEnabled),
+            "live_activities": .bool(device.liveStartToken != nil),
+            "created_at": .timestamp(device.createdAt),
+            "updated_at": .timestamp(device.updatedAt),
+        ])
+    }
+}

@@ -1,0 +1,259 @@
+import ChannelAPI
+import Crypto
+import Foundation
+import HTTPServer
+import SQLite
+
+/// A stored inbox line.
+public struct Delivery: Sendable, Equatable {
+    public var seq: Int64
+    public var id: String
+    public var destination: Destination
+    public var agentID: String
+    public var agentName: String
+    public var sessionID: String
+    public var title: String
+    public var body: String
+    public var parts: [String]
+    public var metadata: [String: String]
+    public var createdAt: Date
+    /// For the device (or person) the list was read for.
+    public var readAt: Date?
+}
+
+public enum DeviceOwnershipError: Error, Equatable {
+    case ownedByAnotherSubject
+}
+
+/// The mobile channel's tables in SQLite: devices, deliveries, their recipients and read receipts.
+public final class MobileStore: Sendable {
+    /// The System agent's id: its lines are kept but never shown to phones.
+    public static let systemAgentID = "system"
+
+    public static let migrations: [Migration] = [
+        Migration("mobile.1-inbox", """
+            CREATE TABLE mobile_devices (
+                id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                name TEXT NOT NULL,
+                platform TEXT NOT NULL CHECK (platform IN ('ios', 'android')),
+                bundle_id TEXT NOT NULL,
+                push_token TEXT,
+                push_environment TEXT,
+                notifications_enabled INTEGER NOT NULL,
+                live_start_token TEXT,
+                created_at INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL
+            );
+            CREATE INDEX mobile_devices_by_subject ON mobile_devices (subject);
+            CREATE TABLE mobile_deliveries (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL UNIQUE,
+                destination TEXT NOT NULL,
+                destination_kind TEXT NOT NULL CHECK (destination_kind IN ('all', 'user', 'device')),
+                destination_value TEXT NOT NULL,
+                agent_id TEXT NOT NULL,
+                agent_name TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                title TEXT NOT NULL,
+                body TEXT NOT NULL,
+                parts TEXT NOT NULL,
+                metadata TEXT NOT NULL,
+                created_at INTEGER NOT NULL
+            );
+            CREATE INDEX mobile_deliveries_by_destination ON mobile_deliveries (destination_kind, destination_value, seq);
+            CREATE TABLE mobile_delivery_recipients (
+                delivery_id TEXT NOT NULL REFERENCES mobile_deliveries (id) ON DELETE CASCADE,
+                device_id TEXT NOT NULL,
+                PRIMARY KEY (delivery_id, device_id)
+            );
+            CREATE TABLE mobile_receipts (
+                delivery_id TEXT NOT NULL REFERENCES mobile_deliveries (id) ON DELETE CASCADE,
+                device_id TEXT NOT NULL,
+                read_at INTEGER NOT NULL,
+                PRIMARY KEY (delivery_id, device_id)
+            );
+            CREATE INDEX mobile_receipts_by_device ON mobile_receipts (device_id);
+            """),
+    ]
+
+    public let database: DatabasePool
+    let clock: any WallClock
+
+    public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
+        self.database = database
+        self.clock = clock
+        try database.migrate(Self.migrations)
+    }
+
+    static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+    static func date(_ millis: Int64?) -> Date? { millis.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
+
+    // MARK: Devices
+
+    /// Stores a registration; returns true when the device is new. A device id owned by someone else is refused.
+    @discardableResult
+    public func register(_ registration: DeviceRegistration, subject: String) throws -> Bool {
+        let now = Self.millis(clock.now())
+        return try database.transaction { db in
+            let existing = try db.query("SELECT subject FROM mobile_devices WHERE id = ?", registration.id)
+            if let owner = existing.first?.string("subject"), owner != subject {
+                throw DeviceOwnershipError.ownedByAnotherSubject
+            }
+            try db.run("""
+                INSERT INTO mobile_devices (id, subject, name, platform, bundle_id, push_token, push_environment,
+                                            notifications_enabled, live_start_token, created_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (id) DO UPDATE SET
+                    name = excluded.name, platform = excluded.platform, bundle_id = excluded.bundle_id,
+                    push_token = excluded.push_token, push_environment = excluded.push_environment,
+                    notifications_enabled = excluded.notifications_enabled, live_start_token = excluded.live_start_token,
+                    updated_at = excluded.updated_at
+                """, registration.id, subject, registration.name, registration.platform.rawValue, registration.bundleID,
+                registration.pushToken, registration.pushEnvironment?.rawValue, registration.notificationsEnabled,
+                registration.liveStartToken, now, now)
+            return existing.isEmpty
+        }
+    }
+
+    private static func device(_ row: Row) -> Device {
+        Device(id: row.string("id") ?? "", subject: row.string("subject") ?? "", name: row.string("name") ?? "",
+               platform: WakeTarget.Platform(rawValue: row.string("platform") ?? "") ?? .ios,
+               bundleID: row.string("bundle_id") ?? "", pushToken: row.string("push_token"),
+               pushEnvironment: row.string("push_environment").flatMap(WakeTarget.Environment.init(rawValue:)),
+               notificationsEnabled: row.bool("notifications_enabled") ?? true, liveStartToken: row.string("live_start_token"),
+               createdAt: date(row.int("created_at")) ?? Date(timeIntervalSince1970: 0),
+               updatedAt: date(row.int("updated_at")) ?? Date(timeIntervalSince1970: 0))
+    }
+
+    public func device(id: String) throws -> Device? {
+        try database.read { db in try db.query("SELECT * FROM mobile_devices WHERE id = ?", id).first.map(Self.device) }
+    }
+
+    public func devices(subject: String) throws -> [Device] {
+        try database.read { db in try db.query("SELECT * FROM mobile_devices WHERE subject = ? ORDER BY created_at, id", subject).map(Self.device) }
+    }
+
+    public func allDevices() throws -> [Device] {
+        try database.read { db in try db.query("SELECT * FROM mobile_devices ORDER BY created_at, id").map(Self.device) }
+    }
+
+    /// Removes a device; false when it does not exist or is someone else's.
+    public func deleteDevice(id: String, subject: String) throws -> Bool {
+        try database.transaction { db in
+            try db.run("DELETE FROM mobile_devices WHERE id = ? AND subject = ?", id, subject) > 0
+        }
+    }
+
+    // MARK: Deliveries
+
+    /// Devices a destination addresses now.
+    func recipients(of destination: Destination, in db: Connection) throws -> [String] {
+        let rows: [Row]
+        switch destination {
+        case .all: rows = try db.query("SELECT id FROM mobile_devices ORDER BY id")
+        case .user(let subject): rows = try db.query("SELECT id FROM mobile_devices WHERE subject = ? ORDER BY id", subject)
+        case .device(let id): rows = try db.query("SELECT id FROM mobile_devices WHERE id = ?", id)
+        }
+        return rows.compactMap { $0.string("id") }
+    }
+
+    static func newDeliveryID() -> String { "dlv_" + Hex.encode(SecureBytes.random(count: 12)) }
+
+    /// Writes a delivery and its recipients in one transaction (committed with fsync); returns its id and recipients.
+    public func insertDelivery(_ output: Output, destination: Destination) throws -> (id: String, recipients: [String]) {
+        let id = Self.newDeliveryID()
+        let parts = String(decoding: try JSONEncoder().encode(output.parts), as: UTF8.self)
+        let metadata = String(decoding: try JSONCoding.encoder.encode(output.metadata), as: UTF8.self)
+        let now = Self.millis(clock.now())
+        let (kind, value): (String, String) = switch destination {
+        case .all: ("all", "")
+        case .user(let s): ("user", s)
+        case .device(let d): ("device", d)
+        }
+        return try database.transaction { db in
+            try db.run("""
+                INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, agent_id, agent_name,
+                                               session_id, title, body, parts, metadata, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, id, destination.description, kind, value, output.agentID, output.agentName, output.sessionID,
+                output.title, output.body, parts, metadata, now)
+            let recipients = try recipients(of: destination, in: db)
+            for device in recipients {
+                try db.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", id, device)
+            }
+            return (id, recipients)
+        }
+    }
+
+    /// A page of what `subject` may see, newest first. With `deviceID`, only that phone's lines and its read state.
+    public func deliveries(subject: String, deviceID: String?, before cursor: Int64?, limit: Int) throws -> (items: [Delivery], unreadCount: Int, hasMore: Bool) {
+        try database.read { db in
+            let (visible, visibleArgs) = Self.visibility(subject: subject, deviceID: deviceID)
+            let readColumn: String
+            let readArgs: [any SQLiteBindable]
+            if let deviceID {
+                readColumn = "(SELECT read_at FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id = ?)"
+                readArgs = [deviceID]
+            } else {
+                readColumn = "(SELECT MIN(read_at) FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id IN (SELECT id FROM mobile_devices WHERE subject = ?))"
+                readArgs = [subject]
+            }
+            let rows = try db.query("""
+                SELECT d.*, \(readColumn) AS read_at FROM mobile_deliveries d
+                WHERE \(visible) AND d.seq < ?
+                ORDER BY d.seq DESC LIMIT ?
+                """, arguments: readArgs + visibleArgs + [cursor ?? Int64.max, limit + 1])
+            let unread = try db.query("""
+                SELECT COUNT(*) AS n FROM mobile_deliveries d WHERE \(visible) AND \(readColumn) IS NULL
+                """, arguments: visibleArgs + readArgs).first?.int("n") ?? 0
+            let items = rows.prefix(limit).map(Self.delivery)
+            return (Array(items), Int(unread), rows.count > limit)
+        }
+    }
+
+    /// One line, if `subject` may see it.
+    public func delivery(id: String, subject: String, deviceID: String?) throws -> Delivery? {
+        try database.read { db in
+            let (visible, visibleArgs) = Self.visibility(subject: subject, deviceID: deviceID)
+            let readColumn = deviceID == nil
+                ? "(SELECT MIN(read_at) FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id IN (SELECT id FROM mobile_devices WHERE subject = ?))"
+                : "(SELECT read_at FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id = ?)"
+            return try db.query("SELECT d.*, \(readColumn) AS read_at FROM mobile_deliveries d WHERE d.id = ? AND \(visible)",
+                                arguments: [deviceID ?? subject, id] + visibleArgs).first.map(Self.delivery)
+        }
+    }
+
+    // The one place that says who sees a line; the System agent is filtered here, at the boundary.
+    private static func visibility(subject: String, deviceID: String?) -> (String, [any SQLiteBindable]) {
+        let base = "d.agent_id <> '\(systemAgentID)' AND "
+        if let deviceID {
+            return (base + "(d.destination_kind = 'all' OR (d.destination_kind = 'user' AND d.destination_value = ?) OR (d.destination_kind = 'device' AND d.destination_value = ?))",
+                    [subject, deviceID])
+        }
+        return (base + "(d.destination_kind = 'all' OR (d.destination_kind = 'user' AND d.destination_value = ?) OR (d.destination_kind = 'device' AND d.destination_value IN (SELECT id FROM mobile_devices WHERE subject = ?)))",
+                [subject, subject])
+    }
+
+    private static func delivery(_ row: Row) -> Delivery {
+        let parts = (try? JSONDecoder().decode([String].self, from: Data((row.string("parts") ?? "[]").utf8))) ?? []
+        let metadata = (try? JSONDecoder().decode([String: String].self, from: Data((row.string("metadata") ?? "{}").utf8))) ?? [:]
+        return Delivery(seq: row.int("seq") ?? 0, id: row.string("id") ?? "",
+                        destination: (try? Destination(parsing: row.string("destination") ?? "all")) ?? .all,
+                        agentID: row.string("agent_id") ?? "", agentName: row.string("agent_name") ?? "",
+                        sessionID: row.string("session_id") ?? "", title: row.string("title") ?? "", body: row.string("body") ?? "",
+                        parts: parts, metadata: metadata, createdAt: date(row.int("created_at")) ?? Date(timeIntervalSince1970: 0),
+                        readAt: date(row.int("read_at")))
+    }
+
+    /// Records that `deviceID` read the line (the first read time is kept). False if the line is not visible to it.
+    public func markRead(deliveryID: String, deviceID: String, subject: String) throws -> Bool {
+        guard try delivery(id: deliveryID, subject: subject, deviceID: deviceID) != nil else { return false }
+        let now = Self.millis(clock.now())
+        try database.transaction { db in
+            try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", deliveryID, deviceID, now)
+        }
+        return true
+    }
+}
+

@@ -1,0 +1,52 @@
+internal import COpenSSL
+
+/// SHA-256 and HMAC-SHA256 through OpenSSL's EVP interface.
+public enum SHA256 {
+    public static func hash<Bytes: Sequence>(_ data: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
+        let input = Array(data)
+        var output = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        input.withUnsafeBytes { inBuf in
+            _ = EVP_Digest(inBuf.baseAddress, inBuf.count, &output, &length, EVP_sha256(), nil)
+        }
+        return output
+    }
+
+    public static func hash(_ string: String) -> [UInt8] { hash(Array(string.utf8)) }
+}
+
+public enum HMACSHA256 {
+    public static func authenticate(_ message: [UInt8], key: [UInt8]) -> [UInt8] {
+        var output = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        key.withUnsafeBytes { k in
+            message.withUnsafeBytes { m in
+                _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), m.baseAddress?.assumingMemoryBound(to: UInt8.self), m.count, &output, &length)
+            }
+        }
+        return output
+    }
+}
+
+/// Secure randomness and comparisons that take the same time whatever the bytes.
+public enum SecureBytes {
+    public static func random(count: Int) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        guard RAND_bytes(&bytes, Int32(count)) == 1 else {
+            fatalError("OpenSSL RAND_bytes failed: the system has no entropy source")
+        }
+        return bytes
+    }
+
+    /// Compares in constant time for equal lengths; different lengths are unequal (length is not secret).
+    public static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        if a.isEmpty { return true }
+        return a.withUnsafeBytes { x in b.withUnsafeBytes { y in CRYPTO_memcmp(x.baseAddress, y.baseAddress, a.count) == 0 } }
+    }
+
+    public static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        // Hashing first makes the comparison independent of where the strings differ and of their length.
+        constantTimeEqual(SHA256.hash(a), SHA256.hash(b))
+    }
+}

@@ -1,0 +1,133 @@
+import Foundation
+import Identity
+
+public enum HTTPMethod: String, Sendable, CaseIterable {
+    case GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS
+}
+
+/// One request as the handlers see it: the body is complete and within the server's limit.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    public var path: String
+    public var query: [String: String]
+    /// Header names are lower-cased.
+    public var headers: [String: String]
+    public var body: [UInt8]
+    public var remoteAddress: String
+    /// Values of the route pattern's `:name` segments.
+    public var pathParameters: [String: String] = [:]
+    /// Set by the router when the route needs a credential.
+    public var principal: Principal?
+
+    public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:], body: [UInt8] = [], remoteAddress: String = "") {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.remoteAddress = remoteAddress
+    }
+
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// The authenticated caller; routes with `Access.role` always have one.
+    public func caller() throws(APIError) -> Principal {
+        guard let principal else { throw APIError.unauthorized("an API key is required (Authorization: Bearer <key>)") }
+        return principal
+    }
+
+    public func parameter(_ name: String) -> String { pathParameters[name] ?? "" }
+}
+
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    public var headers: [(String, String)]
+    public var body: [UInt8]
+
+    public init(status: Int, headers: [(String, String)] = [], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    public static func json<T: Encodable>(_ value: T, status: Int = 200) -> HTTPResponse {
+        do {
+            let data = try JSONCoding.encoder.encode(value)
+            return HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: Array(data))
+        } catch {
+            return APIError.internal("could not encode the response").response
+        }
+    }
+
+    public static func json(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: Array(value.serialized().utf8))
+    }
+
+    public static let noContent = HTTPResponse(status: 204)
+
+    public func header(_ name: String) -> String? {
+        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+    }
+}
+
+/// A refusal as every route reports it: `{"error": {"code", "message", "field"?}}` with an HTTP status.
+public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let status: Int
+    public let code: String
+    public let message: String
+    public let field: String?
+    public var extraHeaders: [String: String] = [:]
+
+    public init(status: Int, code: String, message: String, field: String? = nil) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+    }
+
+    public var description: String { "\(status) \(code): \(message)" }
+
+    public var response: HTTPResponse {
+        var error: [String: JSONValue] = ["code": .string(code), "message": .string(message)]
+        if let field { error["field"] = .string(field) }
+        var response = HTTPResponse.json(.object(["error": .object(error)]), status: status)
+        for (name, value) in extraHeaders.sorted(by: { $0.key < $1.key }) { response.headers.append((name, value)) }
+        return response
+    }
+
+    public static func invalidField(_ field: String, _ message: String) -> APIError {
+        APIError(status: 400, code: "invalid_field", message: "\(field): \(message)", field: field)
+    }
+    public static func missingField(_ field: String) -> APIError {
+        APIError(status: 400, code: "missing_field", message: "\(field) is required", field: field)
+    }
+    public static func badRequest(_ message: String, code: String = "bad_request") -> APIError {
+        APIError(status: 400, code: code, message: message)
+    }
+    public static func unauthorized(_ message: String) -> APIError {
+        APIError(status: 401, code: "unauthorized", message: message)
+    }
+    public static func forbidden(_ message: String) -> APIError {
+        APIError(status: 403, code: "forbidden", message: message)
+    }
+    public static func notFound(_ message: String) -> APIError {
+        APIError(status: 404, code: "not_found", message: message)
+    }
+    public static func conflict(_ message: String, code: String = "conflict") -> APIError {
+        APIError(status: 409, code: code, message: message)
+    }
+    public static func `internal`(_ message: String) -> APIError {
+        APIError(status: 500, code: "internal_error", message: message)
+    }
+    public static func unavailable(_ message: String, code: String = "unavailable") -> APIError {
+        APIError(status: 503, code: code, message: message)
+    }
+}
+
+public enum JSONCoding {
+    public static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+}

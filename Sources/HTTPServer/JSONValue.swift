@@ -1,0 +1,153 @@
+import Foundation
+
+/// A JSON document as a value: lets handlers tell a missing field from null, and a bool from a number.
+public enum JSONValue: Sendable, Equatable, Codable {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() { self = .null }
+        else if let b = try? container.decode(Bool.self) { self = .bool(b) }
+        else if let d = try? container.decode(Double.self) { self = .number(d) }
+        else if let s = try? container.decode(String.self) { self = .string(s) }
+        else if let a = try? container.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try container.decode([String: JSONValue].self)) }
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let b): try container.encode(b)
+        case .number(let d):
+            if d.rounded() == d, abs(d) < 9.0e15 { try container.encode(Int64(d)) } else { try container.encode(d) }
+        case .string(let s): try container.encode(s)
+        case .array(let a): try container.encode(a)
+        case .object(let o): try container.encode(o)
+        }
+    }
+
+    /// Parses a request body. Errors name what is wrong in a way a client can fix.
+    public static func parse(_ bytes: [UInt8]) throws(APIError) -> JSONValue {
+        guard !bytes.isEmpty else { throw APIError.badRequest("the request body is empty; send a JSON object", code: "invalid_json") }
+        do {
+            return try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+        } catch {
+            throw APIError.badRequest("the request body is not valid JSON", code: "invalid_json")
+        }
+    }
+
+    public func serialized() -> String {
+        (try? JSONCoding.encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
+    }
+
+    public var typeName: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "a boolean"
+        case .number: return "a number"
+        case .string: return "a string"
+        case .array: return "an array"
+        case .object: return "an object"
+        }
+    }
+
+    public var stringValue: String? { if case .string(let s) = self { return s } else { return nil } }
+    public var objectValue: [String: JSONValue]? { if case .object(let o) = self { return o } else { return nil } }
+    public var arrayValue: [JSONValue]? { if case .array(let a) = self { return a } else { return nil } }
+    public var boolValue: Bool? { if case .bool(let b) = self { return b } else { return nil } }
+    public var numberValue: Double? { if case .number(let d) = self { return d } else { return nil } }
+
+    public subscript(key: String) -> JSONValue? { objectValue?[key] }
+}
+
+/// A JSON object read field by field; each accessor throws an `APIError` naming the field.
+public struct JSONObject: Sendable {
+    public let fields: [String: JSONValue]
+    /// Prefix for nested field names in errors ("card.components[2]").
+    public let path: String
+
+    public init(_ fields: [String: JSONValue], path: String = "") {
+        self.fields = fields
+        self.path = path
+    }
+
+    /// The body must be a JSON object; an empty body counts as `{}` when `allowEmpty`.
+    public init(body: [UInt8], allowEmpty: Bool = false) throws(APIError) {
+        if allowEmpty && body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
+            self.init([:])
+            return
+        }
+        let value = try JSONValue.parse(body)
+        guard case .object(let fields) = value else {
+            throw APIError.badRequest("the request body must be a JSON object, got \(value.typeName)", code: "invalid_json")
+        }
+        self.init(fields)
+    }
+
+    public func name(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
+
+    /// Present and not null.
+    public func has(_ key: String) -> Bool {
+        if let v = fields[key], v != .null { return true }
+        return false
+    }
+
+    public func optionalString(_ key: String, maxLength: Int? = nil) throws(APIError) -> String? {
+        guard let value = fields[key], value != .null else { return nil }
+        guard case .string(let s) = value else { throw APIError.invalidField(name(key), "must be a string, got \(value.typeName)") }
+        if let maxLength, s.count > maxLength {
+            throw APIError.invalidField(name(key), "must be at most \(maxLength) characters, got \(s.count)")
+        }
+        return s
+    }
+
+    public func string(_ key: String, maxLength: Int? = nil) throws(APIError) -> String {
+        guard let s = try optionalString(key, maxLength: maxLength) else { throw APIError.missingField(name(key)) }
+        return s
+    }
+
+    public func optionalBool(_ key: String) throws(APIError) -> Bool? {
+        guard let value = fields[key], value != .null else { return nil }
+        guard case .bool(let b) = value else { throw APIError.invalidField(name(key), "must be true or false, got \(value.typeName)") }
+        return b
+    }
+
+    public func optionalNumber(_ key: String) throws(APIError) -> Double? {
+        guard let value = fields[key], value != .null else { return nil }
+        guard case .number(let d) = value, d.isFinite else { throw APIError.invalidField(name(key), "must be a number, got \(value.typeName)") }
+        return d
+    }
+
+    public func optionalInteger(_ key: String, in range: ClosedRange<Int>) throws(APIError) -> Int? {
+        guard let d = try optionalNumber(key) else { return nil }
+        guard d.rounded() == d, d >= Double(range.lowerBound), d <= Double(range.upperBound) else {
+            throw APIError.invalidField(name(key), "must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return Int(d)
+    }
+
+    public func optionalObject(_ key: String) throws(APIError) -> JSONObject? {
+        guard let value = fields[key], value != .null else { return nil }
+        guard case .object(let o) = value else { throw APIError.invalidField(name(key), "must be an object, got \(value.typeName)") }
+        return JSONObject(o, path: name(key))
+    }
+
+    public func optionalArray(_ key: String) throws(APIError) -> [JSONValue]? {
+        guard let value = fields[key], value != .null else { return nil }
+        guard case .array(let a) = value else { throw APIError.invalidField(name(key), "must be an array, got \(value.typeName)") }
+        return a
+    }
+}
+
+extension JSONValue {
+    /// A timestamp as every route writes it: ISO 8601 in UTC with milliseconds.
+    public static func timestamp(_ date: Date) -> JSONValue {
+        .string(date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted)))
+    }
+}

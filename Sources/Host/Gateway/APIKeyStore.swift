@@ -1,0 +1,109 @@
+import Crypto
+import Foundation
+import Identity
+import SQLite
+
+public struct APIKey: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        /// Created on first start for the owner.
+        case bootstrap
+        /// Created by an admin through /admin/api-keys.
+        case manual
+        /// Minted by redeeming a pairing code (a phone or a watch).
+        case managed
+    }
+
+    public var id: String
+    public var name: String
+    public var subject: String
+    public var role: Role
+    public var kind: Kind
+    public var createdAt: Date
+    public var lastUsedAt: Date?
+    public var revokedAt: Date?
+}
+
+/// A freshly minted key: the secret exists only in this value and in what the caller shows once.
+public struct MintedKey: Sendable {
+    public let key: APIKey
+    public let token: String
+}
+
+/// API keys at rest: only the SHA-256 of each token is stored. Tokens carry 256 random bits,
+/// so a plain hash is enough and lookup by hash needs no comparison of secrets at all.
+public final class APIKeyStore: Sendable {
+    public static let tokenPrefix = "sk_"
+
+    public static let migrations: [Migration] = [
+        Migration("auth.1-api-keys", """
+            CREATE TABLE api_keys (
+                id TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                role TEXT NOT NULL CHECK (role IN ('admin', 'operator', 'viewer')),
+                kind TEXT NOT NULL,
+                token_sha256 BLOB NOT NULL UNIQUE,
+                created_at INTEGER NOT NULL,
+                last_used_at INTEGER,
+                revoked_at INTEGER
+            );
+            CREATE INDEX api_keys_by_subject ON api_keys (subject);
+            """),
+    ]
+
+    let database: DatabasePool
+
+    public init(database: DatabasePool) throws {
+        self.database = database
+        try database.migrate(Self.migrations)
+    }
+
+    private static func millis(_ d: Date) -> Int64 { Int64(d.timeIntervalSince1970 * 1000) }
+
+    public func mint(name: String, subject: String, role: Role, kind: APIKey.Kind) throws -> MintedKey {
+        let id = "key_" + Hex.encode(SecureBytes.random(count: 8))
+        let token = Self.tokenPrefix + Base64URL.encode(SecureBytes.random(count: 32))
+        let now = Date()
+        try database.transaction { db in
+            try db.run("INSERT INTO api_keys (id, name, subject, role, kind, token_sha256, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       id, name, subject, role.rawValue, kind.rawValue, SHA256.hash(token), Self.millis(now))
+        }
+        return MintedKey(key: APIKey(id: id, name: name, subject: subject, role: role, kind: kind, createdAt: now), token: token)
+    }
+
+    /// The principal for a presented token, or nil when it is unknown or revoked.
+    public func authenticate(_ token: String) -> Principal? {
+        guard token.hasPrefix(Self.tokenPrefix), token.utf8.count < 200 else { return nil }
+        let hash = SHA256.hash(token)
+        guard let row = try? database.read({ db in
+            try db.query("SELECT id, subject, role FROM api_keys WHERE token_sha256 = ? AND revoked_at IS NULL", hash).first
+        }), let id = row.string("id"), let subject = row.string("subject"), let role = row.string("role").flatMap(Role.init(rawValue:)) else {
+            return nil
+        }
+        return Principal(keyID: id, subject: subject, role: role)
+    }
+
+    public var isEmpty: Bool {
+        ((try? database.read { db in try db.query("SELECT COUNT(*) AS n FROM api_keys").first?.int("n") }) ?? 0) == 0
+    }
+
+    private static func key(_ row: Row) -> APIKey {
+        APIKey(id: row.string("id") ?? "", name: row.string("name") ?? "", subject: row.string("subject") ?? "",
+               role: row.string("role").flatMap(Role.init(rawValue:)) ?? .viewer,
+               kind: row.string("kind").flatMap(APIKey.Kind.init(rawValue:)) ?? .manual,
+               createdAt: Date(timeIntervalSince1970: Double(row.int("created_at") ?? 0) / 1000),
+               lastUsedAt: row.int("last_used_at").map { Date(timeIntervalSince1970: Double($0) / 1000) },
+               revokedAt: row.int("revoked_at").map { Date(timeIntervalSince1970: Double($0) / 1000) })
+    }
+
+    public func list() throws -> [APIKey] {
+        try database.read { db in try db.query("SELECT * FROM api_keys ORDER BY created_at, id").map(Self.key) }
+    }
+
+    /// Revokes a key at once: its next request is refused. False when there is no such active key.
+    public func revoke(id: String) throws -> Bool {
+        try database.transaction { db in
+            try db.run("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", Self.millis(Date()), id) > 0
+        }
+    }
+}

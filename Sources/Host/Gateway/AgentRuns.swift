@@ -1,0 +1,147 @@
+import ChannelAPI
+import Crypto
+import Foundation
+
+public enum RunStartError: Error, Sendable, Equatable, CustomStringConvertible {
+    case unknownAgent(String)
+    case alreadyRunning(agentID: String, runID: String)
+
+    public var description: String {
+        switch self {
+        case .unknownAgent(let id): return "no agent '\(id)' in SOUL.yaml"
+        case let .alreadyRunning(agentID, runID): return "agent '\(agentID)' is already running (run \(runID)); its runs never overlap"
+        }
+    }
+}
+
+/// Where a run's reply goes.
+public struct RunDestination: Sendable, Equatable {
+    public var channel: String
+    public var to: String
+    public var template: String?
+    public var botName: String?
+
+    public init(channel: String, to: String, template: String? = nil, botName: String? = nil) {
+        self.channel = channel
+        self.to = to
+        self.template = template
+        self.botName = botName
+    }
+}
+
+public struct StartedRun: Sendable, Equatable {
+    public let runID: String
+    public let sessionID: String
+    public let agentID: String
+}
+
+/// Starts agent runs, keeps one run per agent at a time, and hands each reply to its channel.
+public actor AgentRuns {
+    public typealias RunnerFactory = @Sendable (AgentConfig) -> any AgentRunner
+
+    let config: SoulConfig
+    let channels: ChannelRegistry
+    let store: RunStore
+    let makeRunner: RunnerFactory
+    let clock: any WallClock
+    let log: GatewayLog
+    private var running: [String: (runID: String, task: Task<RunRecord, Never>)] = [:]
+
+    public init(config: SoulConfig, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: GatewayLog, makeRunner: @escaping RunnerFactory) {
+        self.config = config
+        self.channels = channels
+        self.store = store
+        self.clock = clock
+        self.log = log
+        self.makeRunner = makeRunner
+    }
+
+    public func isRunning(_ agentID: String) -> Bool { running[agentID] != nil }
+
+    /// Starts a run in the background; refuses when the agent is already running.
+    @discardableResult
+    public func start(agentID: String, input: String, trigger: String, destination: RunDestination?, timeout: Duration? = nil) throws(RunStartError) -> StartedRun {
+        guard let agent = config.agent(id: agentID) else { throw .unknownAgent(agentID) }
+        if let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
+        let runID = "run_" + Hex.encode(SecureBytes.random(count: 10))
+        let sessionID = "ses_" + Hex.encode(SecureBytes.random(count: 10))
+        let record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
+        let request = RunRequest(agentID: agentID, runID: runID, sessionID: sessionID, input: input, trigger: trigger,
+                                 timeout: timeout ?? agent.runner.timeout)
+        let task = Task { await self.execute(agent: agent, record: record, request: request, destination: destination) }
+        running[agentID] = (runID, task)
+        return StartedRun(runID: runID, sessionID: sessionID, agentID: agentID)
+    }
+
+    /// Waits for a run started here; nil when it is not (or no longer) running.
+    public func wait(runID: String) async -> RunRecord? {
+        guard let entry = running.values.first(where: { $0.runID == runID }) else { return nil }
+        return await entry.task.value
+    }
+
+    /// Waits for every run in flight (used on shutdown and in tests).
+    public func waitForAll() async {
+        for entry in running.values { _ = await entry.task.value }
+    }
+
+    private func finished(_ agentID: String, runID: String) {
+        if running[agentID]?.runID == runID { running[agentID] = nil }
+    }
+
+    private func execute(agent: AgentConfig, record: RunRecord, request: RunRequest, destination: RunDestination?) async -> RunRecord {
+        var record = record
+        defer { finished(agent.id, runID: record.id) }
+        do { try store.begin(record) } catch { log.error("run \(record.id): could not record its start: \(error)") }
+        log.info("run \(record.id) of agent \(agent.id) started (\(request.trigger))")
+        do {
+            let result = try await makeRunner(agent).run(request)
+            record.status = .succeeded
+            let reply = result.reply.trimmingCharacters(in: .whitespacesAndNewlines)
+            if reply.isEmpty {
+                log.info("run \(record.id) finished with no output; nothing to deliver")
+            } else if let destination {
+                record.deliveryID = try await deliver(reply: reply, agent: agent, record: record, destination: destination)
+            }
+        } catch let error as RunError {
+            record.status = .failed
+            record.error = error.description
+            log.warning("run \(record.id) of agent \(agent.id) failed: \(error)")
+            await notifyFailure(agent: agent, record: record, error: error)
+        } catch {
+            // The reply existed but no channel took it: the run failed to deliver.
+            record.status = .failed
+            record.error = "delivery failed: \(error)"
+            log.error("run \(record.id) of agent \(agent.id): \(record.error!)")
+        }
+        record.finishedAt = clock.now()
+        do {
+            try store.finish(id: record.id, status: record.status, error: record.error, deliveryID: record.deliveryID, at: record.finishedAt!)
+        } catch {
+            log.error("run \(record.id): could not record its end: \(error)")
+        }
+        return record
+    }
+
+    private func deliver(reply: String, agent: AgentConfig, record: RunRecord, destination: RunDestination) async throws -> String {
+        let text = destination.template.map { $0.replacingOccurrences(of: "{reply}", with: reply) } ?? reply
+        let name = destination.botName ?? agent.name
+        let output = Output(agentID: agent.id, agentName: name, sessionID: record.sessionID, parts: [text],
+                            metadata: ["trigger": record.trigger, "run_id": record.id])
+        let receipt = try await channels.channel(named: destination.channel).deliver(output, to: destination.to)
+        log.info("run \(record.id) delivered as \(receipt.deliveryID) to \(destination.channel) \(destination.to) (\(receipt.recipientCount) devices)")
+        return receipt.deliveryID
+    }
+
+    private func notifyFailure(agent: AgentConfig, record: RunRecord, error: RunError) async {
+        guard let notice = agent.notifyOnFailure else { return }
+        var text = "\(agent.name) did not finish its \(record.trigger) run."
+        if notice.includeError { text += "\n\n\(error.description)" }
+        let output = Output(agentID: agent.id, agentName: agent.name, sessionID: record.sessionID, title: "\(agent.name) failed",
+                            parts: [text], metadata: ["trigger": record.trigger, "run_id": record.id, "failure": "true"])
+        do {
+            _ = try await channels.channel(named: notice.channel).deliver(output, to: notice.to)
+        } catch {
+            log.error("run \(record.id): the failure notice could not be delivered: \(error)")
+        }
+    }
+}

@@ -1,0 +1,160 @@
+import Foundation
+
+public struct CronError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
+}
+
+/// A five-field cron expression (minute hour day-of-month month day-of-week) or an @macro.
+///
+/// Fields take `*`, numbers, names (JAN–DEC, SUN–SAT), ranges `a-b`, steps `*/n` and `a-b/n`, and lists.
+/// As in Vixie cron, when both day fields are restricted a day matching either one fires.
+public struct CronSchedule: Sendable, Equatable, CustomStringConvertible {
+    public let expression: String
+    let minutes: UInt64
+    let hours: UInt64
+    let daysOfMonth: UInt64
+    let months: UInt64
+    let daysOfWeek: UInt64
+    let dayOfMonthRestricted: Bool
+    let dayOfWeekRestricted: Bool
+
+    public var description: String { expression }
+
+    private static let macros: [String: String] = [
+        "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+        "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *",
+    ]
+    private static let monthNames = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+    private static let dayNames = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
+
+    public init(_ text: String) throws(CronError) {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        expression = trimmed
+        var source = trimmed
+        if trimmed.hasPrefix("@") {
+            guard let expanded = Self.macros[trimmed.lowercased()] else {
+                throw CronError(message: "unknown cron macro '\(trimmed)'; use one of \(Self.macros.keys.sorted().joined(separator: ", ")) or five fields")
+            }
+            source = expanded
+        }
+        let fields = source.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+        guard fields.count == 5 else {
+            throw CronError(message: "cron needs five fields (minute hour day-of-month month day-of-week), got \(fields.count) in '\(trimmed)'")
+        }
+        minutes = try Self.field(fields[0], name: "minute", range: 0...59, names: [])
+        hours = try Self.field(fields[1], name: "hour", range: 0...23, names: [])
+        daysOfMonth = try Self.field(fields[2], name: "day-of-month", range: 1...31, names: [])
+        months = try Self.field(fields[3], name: "month", range: 1...12, names: Self.monthNames, firstNameValue: 1)
+        var dow = try Self.field(fields[4], name: "day-of-week", range: 0...7, names: Self.dayNames)
+        if dow & (1 << 7) != 0 { dow = (dow | 1) & ~(1 << 7) }  // 7 is Sunday too
+        daysOfWeek = dow
+        dayOfMonthRestricted = !fields[2].hasPrefix("*")
+        dayOfWeekRestricted = !fields[4].hasPrefix("*")
+    }
+
+    private static func field(_ text: String, name: String, range: ClosedRange<Int>, names: [String], firstNameValue: Int = 0) throws(CronError) -> UInt64 {
+        func value(_ token: Substring) throws(CronError) -> Int {
+            if let n = Int(token) {
+                guard range.contains(n) else { throw CronError(message: "\(name) value \(n) is outside \(range.lowerBound)-\(range.upperBound)") }
+                return n
+            }
+            if let index = names.firstIndex(of: token.uppercased()) { return index + firstNameValue }
+            let hint = names.isEmpty ? "a number \(range.lowerBound)-\(range.upperBound)" : "a number \(range.lowerBound)-\(range.upperBound) or a name (\(names.joined(separator: ", ")))"
+            throw CronError(message: "\(name) field: '\(token)' is not \(hint)")
+        }
+        var bits: UInt64 = 0
+        for item in text.split(separator: ",", omittingEmptySubsequences: false) {
+            guard !item.isEmpty else { throw CronError(message: "\(name) field '\(text)' has an empty list item") }
+            let pieces = item.split(separator: "/", omittingEmptySubsequences: false)
+            guard pieces.count <= 2 else { throw CronError(message: "\(name) field: '\(item)' has more than one step") }
+            var step = 1
+            if pieces.count == 2 {
+                guard let s = Int(pieces[1]), s > 0 else { throw CronError(message: "\(name) field: step in '\(item)' must be a positive number") }
+                step = s
+            }
+            let span = pieces[0]
+            var low: Int
+            var high: Int
+            if span == "*" {
+                low = range.lowerBound
+                high = range.upperBound
+                if name == "day-of-week" { high = 6 }
+            } else if let dash = span.firstIndex(of: "-") {
+                low = try value(span[..<dash])
+                high = try value(span[span.index(after: dash)...])
+                guard low <= high else { throw CronError(message: "\(name) field: range '\(span)' runs backwards") }
+            } else {
+                low = try value(span)
+                // `a/n` means from a to the end of the field, stepping n.
+                high = pieces.count == 2 ? range.upperBound : low
+            }
+            for v in stride(from: low, through: high, by: step) { bits |= 1 << UInt64(v) }
+        }
+        return bits
+    }
+
+    private func has(_ set: UInt64, _ value: Int) -> Bool { set & (1 << UInt64(value)) != 0 }
+
+    private func dayMatches(day: Int, weekday: Int) -> Bool {
+        let domOK = has(daysOfMonth, day)
+        let dowOK = has(daysOfWeek, weekday)
+        if dayOfMonthRestricted && dayOfWeekRestricted { return domOK || dowOK }
+        return domOK && dowOK
+    }
+
+    /// The first fire strictly after `date` in `timeZone`.
+    ///
+    /// Daylight saving: a local time skipped by a spring-forward fires once at the moment of the change;
+    /// a local time repeated by a fall-back fires once, at its first occurrence.
+    public func nextFire(after date: Date, in timeZone: TimeZone) -> Date? {
+        var utc = Calendar(identifier: .gregorian)
+        utc.timeZone = TimeZone(identifier: "UTC")!
+        // Work on "naive" local wall-clock time, expressed as seconds in a UTC calendar.
+        let naiveNow = Int(floor(date.timeIntervalSince1970)) + timeZone.secondsFromGMT(for: date)
+        var candidate = (naiveNow / 60 + 1) * 60
+        let limit = naiveNow + 5 * 366 * 86400
+        while candidate < limit {
+            let c = utc.dateComponents([.year, .month, .day, .hour, .minute, .weekday], from: Date(timeIntervalSince1970: Double(candidate)))
+            let dayStart = candidate - c.hour! * 3600 - c.minute! * 60
+            guard has(months, c.month!) else {
+                // Jump to the first day of the next month.
+                var next = DateComponents(year: c.year, month: c.month! + 1, day: 1)
+                next.timeZone = utc.timeZone
+                candidate = Int(utc.date(from: next)!.timeIntervalSince1970)
+                continue
+            }
+            guard dayMatches(day: c.day!, weekday: c.weekday! - 1) else {
+                candidate = dayStart + 86400
+                continue
+            }
+            guard has(hours, c.hour!) else {
+                candidate = dayStart + (c.hour! + 1) * 3600
+                continue
+            }
+            guard has(minutes, c.minute!) else {
+                candidate += 60
+                continue
+            }
+            if let instant = Self.instant(forNaive: candidate, in: timeZone), instant > date {
+                return instant
+            }
+            candidate += 60
+        }
+        return nil
+    }
+
+    /// The earliest real instant showing naive local time `naive`; for a time skipped by DST, the change itself.
+    static func instant(forNaive naive: Int, in timeZone: TimeZone) -> Date? {
+        let before = timeZone.secondsFromGMT(for: Date(timeIntervalSince1970: Double(naive - 86400)))
+        let after = timeZone.secondsFromGMT(for: Date(timeIntervalSince1970: Double(naive + 86400)))
+        let offsets = Set([before, after, timeZone.secondsFromGMT(for: Date(timeIntervalSince1970: Double(naive)))])
+        let valid = offsets
+            .map { Date(timeIntervalSince1970: Double(naive - $0)) }
+            .filter { timeZone.secondsFromGMT(for: $0) == naive - Int($0.timeIntervalSince1970) }
+            .sorted()
+        if let first = valid.first { return first }
+        // In a spring-forward gap: fire when the clocks change.
+        return timeZone.nextDaylightSavingTimeTransition(after: Date(timeIntervalSince1970: Double(naive - max(before, after) - 1)))
+    }
+}

@@ -1,0 +1,156 @@
+import ChannelAPI
+import Foundation
+import Glibc
+import HTTPServer
+import Identity
+import Mobile
+import SQLite
+
+public struct GatewayOptions: Sendable {
+    public var configPath: String
+    public var dataDirectory: String
+    public var host: String
+    public var port: UInt16
+    public var clock: any WallClock
+    public var log: GatewayLog
+    public var maximumBodyBytes: Int
+    public var durability: Durability
+
+    public init(configPath: String, dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8080,
+                clock: any WallClock = SystemWallClock(), log: GatewayLog = GatewayLog(), maximumBodyBytes: Int = 1 << 20,
+                durability: Durability = .full) {
+        self.configPath = configPath
+        self.dataDirectory = dataDirectory
+        self.host = host
+        self.port = port
+        self.clock = clock
+        self.log = log
+        self.maximumBodyBytes = maximumBodyBytes
+        self.durability = durability
+    }
+}
+
+public enum GatewayStartError: Error, CustomStringConvertible {
+    case config(ConfigErrors)
+    case dataDirectory(String)
+    case storage(String)
+    case listen(String)
+
+    public var description: String {
+        switch self {
+        case .config(let errors): return errors.description
+        case .dataDirectory(let message), .storage(let message), .listen(let message): return message
+        }
+    }
+}
+
+/// One running gateway: storage, channels, runs, schedules and the HTTP API, wired together.
+public final class Gateway: Sendable {
+    /// Channel names SOUL.yaml may use without a running gateway (for `soulacy check`).
+    public static let destinationValidators: [String: DestinationValidator] = [
+        "mobile": { text throws(DestinationError) in _ = try Destination(parsing: text) },
+    ]
+
+    public let options: GatewayOptions
+    public let database: DatabasePool
+    public let mobileStore: MobileStore
+    public let keys: APIKeyStore
+    public let runStore: RunStore
+    public let runs: AgentRuns
+    public let config: SoulConfig
+    public let channels: ChannelRegistry
+    let scheduler: Scheduler
+    let server: HTTPServer
+    public let router: Router
+    private let schedulerTask = LockedTask()
+
+    public init(options: GatewayOptions) throws(GatewayStartError) {
+        self.options = options
+        signal(SIGPIPE, SIG_IGN)
+        let log = options.log
+        let config: SoulConfig
+        do {
+            config = try SoulConfigLoader.load(path: options.configPath, destinations: Self.destinationValidators)
+        } catch {
+            throw .config(error)
+        }
+        self.config = config
+        do {
+            try FileManager.default.createDirectory(atPath: options.dataDirectory, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw .dataDirectory("cannot create the data directory \(options.dataDirectory): \(error.localizedDescription)")
+        }
+        do {
+            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability)
+            mobileStore = try MobileStore(database: database, clock: options.clock)
+            keys = try APIKeyStore(database: database)
+            runStore = try RunStore(database: database)
+            let interrupted = try runStore.markInterrupted(at: options.clock.now())
+            if interrupted > 0 { log.warning("\(interrupted) run(s) were interrupted by the last stop") }
+        } catch {
+            throw .storage("cannot open the database in \(options.dataDirectory): \(error)")
+        }
+        let mobile = MobileChannel(store: mobileStore)
+        channels = ChannelRegistry([mobile])
+        let apiURL = "http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(options.port)"
+        runs = AgentRuns(config: config, channels: channels, store: runStore, clock: options.clock, log: log) { agent in
+            CommandRunner(config: agent.runner, gatewayEnvironment: ["SOULACY_API_URL": apiURL])
+        }
+        scheduler = Scheduler(config: config, runs: runs, store: runStore, clock: options.clock, log: log)
+
+        let keys = self.keys
+        var router = Router(authenticator: { token in keys.authenticate(token) })
+        router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
+        router.add(GatewayAPI(config: config, runs: runs, runStore: runStore, keys: keys, scheduler: scheduler, clock: options.clock).routes)
+        router.add(MobileAPI(store: mobileStore, channel: mobile).routes)
+        self.router = router
+        let routerCopy = router
+        server = HTTPServer(configuration: HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes)) { request in
+            await routerCopy.handle(request)
+        }
+    }
+
+    /// Storage failures become a clear status; the details go to the log, not to the caller.
+    static func respond(to error: any Error, request: HTTPRequest, log: GatewayLog) -> HTTPResponse {
+        if let sqlite = error as? SQLiteError {
+            log.error("\(request.method) \(request.path): \(sqlite)")
+            if sqlite.isDiskFull { return APIError(status: 507, code: "storage_full", message: "the gateway's disk is full; nothing was stored").response }
+            if sqlite.isReadOnly { return APIError.unavailable("the gateway's database is read-only; nothing was stored", code: "storage_read_only").response }
+            if sqlite.isBusy { return APIError.unavailable("the database is busy; try again", code: "storage_busy").response }
+        } else {
+            log.error("\(request.method) \(request.path): \(error)")
+        }
+        return APIError.internal("the gateway could not complete the request").response
+    }
+
+    /// The port the API listens on (the chosen one for port 0).
+    public var port: UInt16 { server.port }
+
+    /// Creates the owner's admin key on first start; returns its token once, or nil when keys exist.
+    public func bootstrapAdminKey() throws -> String? {
+        guard keys.isEmpty else { return nil }
+        return try keys.mint(name: "Owner (first start)", subject: Principal.ownerSubject, role: .admin, kind: .bootstrap).token
+    }
+
+    public func start() throws(GatewayStartError) {
+        do { try server.start() } catch { throw .listen(error.description) }
+        let scheduler = self.scheduler
+        schedulerTask.set(Task { await scheduler.run() })
+        options.log.info("soulacy \(GatewayVersion.current) listening on \(options.host):\(port) with \(config.agents.count) agent(s)")
+    }
+
+    /// Stops schedules, drains the API, and lets runs in flight finish.
+    public func stop() async {
+        schedulerTask.cancel()
+        await server.stop()
+        await runs.waitForAll()
+    }
+}
+
+final class LockedTask: @unchecked Sendable {
+    private let lock = NSLock()
+    private var task: Task<Void, Never>?
+    func set(_ t: Task<Void, Never>) { lock.withLock { task = t } }
+    func cancel() { lock.withLock { task?.cancel(); task = nil } }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import SQLite
+
+public struct RunRecord: Sendable, Equatable {
+    public enum Status: String, Sendable {
+        case running, succeeded, failed, interrupted
+    }
+    public var id: String
+    public var agentID: String
+    public var sessionID: String
+    public var trigger: String
+    public var status: Status
+    public var startedAt: Date
+    public var finishedAt: Date?
+    public var error: String?
+    public var deliveryID: String?
+}
+
+/// Runs and schedule bookkeeping in SQLite, so a restart knows what was running and when each schedule last fired.
+public final class RunStore: Sendable {
+    public static let migrations: [Migration] = [
+        Migration("runs.1", """
+            CREATE TABLE runs (
+                id TEXT PRIMARY KEY,
+                agent_id TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                trigger TEXT NOT NULL,
+                status TEXT NOT NULL,
+                started_at INTEGER NOT NULL,
+                finished_at INTEGER,
+                error TEXT,
+                delivery_id TEXT
+            );
+            CREATE INDEX runs_by_agent ON runs (agent_id, started_at);
+            CREATE TABLE schedule_state (
+                agent_id TEXT PRIMARY KEY,
+                last_fire_at INTEGER NOT NULL
+            );
+            """),
+    ]
+
+    let database: DatabasePool
+
+    public init(database: DatabasePool) throws {
+        self.database = database
+        try database.migrate(Self.migrations)
+    }
+
+    private static func ms(_ d: Date) -> Int64 { Int64(d.timeIntervalSince1970 * 1000) }
+    private static func date(_ v: Int64?) -> Date? { v.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
+
+    public func begin(_ run: RunRecord) throws {
+        try database.transaction { db in
+            try db.run("INSERT INTO runs (id, agent_id, session_id, trigger, status, started_at) VALUES (?, ?, ?, ?, 'running', ?)",
+                       run.id, run.agentID, run.sessionID, run.trigger, Self.ms(run.startedAt))
+        }
+    }
+
+    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, at date: Date) throws {
+        try database.transaction { db in
+            try db.run("UPDATE runs SET status = ?, finished_at = ?, error = ?, delivery_id = ? WHERE id = ?",
+                       status.rawValue, Self.ms(date), error, deliveryID, id)
+        }
+    }
+
+    /// Runs the last process left as running cannot finish any more.
+    public func markInterrupted(at date: Date) throws -> Int {
+        try database.transaction { db in
+            try db.run("UPDATE runs SET status = 'interrupted', finished_at = ?, error = 'the gateway stopped during the run' WHERE status = 'running'", Self.ms(date))
+        }
+    }
+
+    public func run(id: String) throws -> RunRecord? {
+        try database.read { db in
+            try db.query("SELECT * FROM runs WHERE id = ?", id).first.map { row in
+                RunRecord(id: row.string("id") ?? "", agentID: row.string("agent_id") ?? "", sessionID: row.string("session_id") ?? "",
+                          trigger: row.string("trigger") ?? "", status: RunRecord.Status(rawValue: row.string("status") ?? "") ?? .failed,
+                          startedAt: Self.date(row.int("started_at")) ?? Date(timeIntervalSince1970: 0),
+                          finishedAt: Self.date(row.int("finished_at")), error: row.string("error"), deliveryID: row.string("delivery_id"))
+            }
+        }
+    }
+
+    public func lastFire(agentID: String) throws -> Date? {
+        try database.read { db in Self.date(try db.query("SELECT last_fire_at FROM schedule_state WHERE agent_id = ?", agentID).first?.int("last_fire_at")) }
+    }
+
+    public func recordFire(agentID: String, at date: Date) throws {
+        try database.transaction { db in
+            try db.run("INSERT INTO schedule_state (agent_id, last_fire_at) VALUES (?, ?) ON CONFLICT (agent_id) DO UPDATE SET last_fire_at = excluded.last_fire_at",
+                       agentID, Self.ms(date))
+        }
+    }
+}

@@ -1,0 +1,164 @@
+internal import CSQLite
+import Foundation
+
+// SQLite's SQLITE_TRANSIENT: tells sqlite3_bind_* to copy the bytes before the call returns.
+private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// How hard each commit is pushed to disk.
+public enum Durability: String, Sendable {
+    /// fsync on every commit (synchronous=FULL): a commit that returned survives power loss.
+    case full
+    /// WAL with synchronous=NORMAL: survives a crash of the process, may lose the last commits on power loss.
+    case normal
+}
+
+/// One SQLite connection. Not thread-safe by itself: `DatabasePool` hands it to one thread at a time.
+public final class Connection {
+    private var handle: OpaquePointer?
+    private var statements: [String: OpaquePointer] = [:]
+    public let path: String
+
+    public init(path: String, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 5000, durability: Durability = .full) throws(SQLiteError) {
+        self.path = path
+        var db: OpaquePointer?
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(db)
+            throw SQLiteError(code: rc, message: "\(message): \(path)")
+        }
+        handle = db
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, busyTimeoutMilliseconds)
+        if !readOnly {
+            try execute("PRAGMA journal_mode=WAL")
+            try execute("PRAGMA synchronous=\(durability == .full ? "FULL" : "NORMAL")")
+        }
+        try execute("PRAGMA foreign_keys=ON")
+    }
+
+    deinit {
+        for statement in statements.values { sqlite3_finalize(statement) }
+        sqlite3_close_v2(handle)
+    }
+
+    private func error(_ code: Int32, sql: String?) -> SQLiteError {
+        SQLiteError(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+    }
+
+    /// Runs one or more statements that take no arguments and return nothing useful.
+    public func execute(_ sql: String) throws(SQLiteError) {
+        var message: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &message)
+        if rc != SQLITE_OK {
+            let text = message.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            sqlite3_free(message)
+            throw SQLiteError(code: rc, message: text, sql: sql)
+        }
+    }
+
+    // Prepared statements are cached by their SQL text, so each is compiled once per connection.
+    private func prepared(_ sql: String) throws(SQLiteError) -> OpaquePointer {
+        if let cached = statements[sql] {
+            sqlite3_reset(cached)
+            sqlite3_clear_bindings(cached)
+            return cached
+        }
+        var statement: OpaquePointer?
+        let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard rc == SQLITE_OK, let statement else { throw error(rc, sql: sql) }
+        statements[sql] = statement
+        return statement
+    }
+
+    private func bind(_ arguments: [any SQLiteBindable], to statement: OpaquePointer, sql: String) throws(SQLiteError) {
+        guard Int(sqlite3_bind_parameter_count(statement)) == arguments.count else {
+            throw SQLiteError(code: SQLITE_RANGE, message: "expected \(sqlite3_bind_parameter_count(statement)) arguments, got \(arguments.count)", sql: sql)
+        }
+        for (offset, argument) in arguments.enumerated() {
+            let index = Int32(offset + 1)
+            let rc: Int32
+            switch argument.sqliteValue {
+            case .null: rc = sqlite3_bind_null(statement, index)
+            case .integer(let v): rc = sqlite3_bind_int64(statement, index, v)
+            case .real(let v): rc = sqlite3_bind_double(statement, index, v)
+            case .text(let v): rc = sqlite3_bind_text(statement, index, v, -1, transient)
+            case .blob(let v):
+                rc = v.withUnsafeBytes { sqlite3_bind_blob(statement, index, $0.baseAddress, Int32($0.count), transient) }
+            }
+            guard rc == SQLITE_OK else { throw error(rc, sql: sql) }
+        }
+    }
+
+    private func readRow(_ statement: OpaquePointer, columns: [String]) -> Row {
+        var values: [SQLiteValue] = []
+        values.reserveCapacity(columns.count)
+        for i in 0..<Int32(columns.count) {
+            switch sqlite3_column_type(statement, i) {
+            case SQLITE_INTEGER: values.append(.integer(sqlite3_column_int64(statement, i)))
+            case SQLITE_FLOAT: values.append(.real(sqlite3_column_double(statement, i)))
+            case SQLITE_TEXT: values.append(.text(String(cString: sqlite3_column_text(statement, i))))
+            case SQLITE_BLOB:
+                let count = Int(sqlite3_column_bytes(statement, i))
+                if count == 0 { values.append(.blob([])) } else {
+                    let pointer = sqlite3_column_blob(statement, i)!.assumingMemoryBound(to: UInt8.self)
+                    values.append(.blob(Array(UnsafeBufferPointer(start: pointer, count: count))))
+                }
+            default: values.append(.null)
+            }
+        }
+        return Row(columns: columns, values: values)
+    }
+
+    /// Runs a statement and returns every row it produces.
+    @discardableResult
+    public func query(_ sql: String, _ arguments: any SQLiteBindable...) throws(SQLiteError) -> [Row] {
+        try query(sql, arguments: arguments)
+    }
+
+    @discardableResult
+    public func query(_ sql: String, arguments: [any SQLiteBindable]) throws(SQLiteError) -> [Row] {
+        let statement = try prepared(sql)
+        defer { sqlite3_reset(statement) }
+        try bind(arguments, to: statement, sql: sql)
+        let count = sqlite3_column_count(statement)
+        let columns = (0..<count).map { String(cString: sqlite3_column_name(statement, $0)) }
+        var rows: [Row] = []
+        while true {
+            let rc = sqlite3_step(statement)
+            if rc == SQLITE_ROW { rows.append(readRow(statement, columns: columns)); continue }
+            if rc == SQLITE_DONE { break }
+            throw error(rc, sql: sql)
+        }
+        return rows
+    }
+
+    /// Runs a statement for its effect; returns the number of rows it changed.
+    @discardableResult
+    public func run(_ sql: String, _ arguments: any SQLiteBindable...) throws(SQLiteError) -> Int {
+        try query(sql, arguments: arguments)
+        return Int(sqlite3_changes(handle))
+    }
+
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    @discardableResult
+    /// Runs `body` inside BEGIN IMMEDIATE … COMMIT; any thrown error rolls the whole transaction back.
+    public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let value = try body(self)
+            try execute("COMMIT")
+            return value
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// `PRAGMA integrity_check`: "ok" when the file is sound.
+    public func integrityCheck() throws(SQLiteError) -> String {
+        try query("PRAGMA integrity_check").compactMap { $0.string("integrity_check") }.joined(separator: "\n")
+    }
+}

@@ -1,0 +1,76 @@
+import Foundation
+import Synchronization
+
+/// A database file shared by threads: one writer connection and a few readers (WAL lets them run at once).
+public final class DatabasePool: Sendable {
+    public let path: String
+    private let writer: GuardedConnection
+    private let readers: [GuardedConnection]
+    private let nextReader = Atomic<Int>(0)
+
+    public init(path: String, readerCount: Int = 4, durability: Durability = .full) throws(SQLiteError) {
+        self.path = path
+        writer = GuardedConnection(try Connection(path: path, durability: durability))
+        var readers: [GuardedConnection] = []
+        for _ in 0..<max(1, readerCount) {
+            readers.append(GuardedConnection(try Connection(path: path, durability: durability)))
+        }
+        self.readers = readers
+    }
+
+    @discardableResult
+    /// Serialised access to the writer; wrap several statements in `transaction` to commit them as one.
+    public func write<T>(_ body: (Connection) throws -> T) throws -> T {
+        try writer.with(body)
+    }
+
+    @discardableResult
+    /// Runs `body` in one IMMEDIATE transaction on the writer: all of it commits, or none.
+    public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
+        try writer.with { try $0.transaction(body) }
+    }
+
+    /// A reader connection; reads see the last committed state.
+    public func read<T>(_ body: (Connection) throws -> T) throws -> T {
+        let index = nextReader.add(1, ordering: .relaxed).oldValue % readers.count
+        return try readers[index].with(body)
+    }
+
+    /// Applies the migrations not yet recorded in `schema_migrations`, each in its own transaction.
+    public func migrate(_ migrations: [Migration]) throws {
+        try transaction { db in
+            try db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
+        }
+        for migration in migrations {
+            try transaction { db in
+                let applied = try db.query("SELECT 1 FROM schema_migrations WHERE id = ?", migration.id)
+                guard applied.isEmpty else { return }
+                try db.execute(migration.sql)
+                try db.run("INSERT INTO schema_migrations (id, applied_at) VALUES (?, ?)", migration.id, Int64(Date().timeIntervalSince1970 * 1000))
+            }
+        }
+    }
+}
+
+/// A schema change, identified by a stable id. Once shipped, a migration's SQL never changes; add a new one.
+public struct Migration: Sendable {
+    public let id: String
+    public let sql: String
+    public init(_ id: String, _ sql: String) {
+        self.id = id
+        self.sql = sql
+    }
+}
+
+/// A connection used by one thread at a time.
+final class GuardedConnection: @unchecked Sendable {
+    private let lock = NSLock()
+    private let connection: Connection
+    init(_ connection: Connection) { self.connection = connection }
+
+    func with<T>(_ body: (Connection) throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(connection)
+    }
+}

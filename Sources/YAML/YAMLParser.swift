@@ -1,0 +1,118 @@
+internal import CYAML
+
+/// A syntax error libyaml reported, with its position.
+public struct YAMLSyntaxError: Error, Sendable, CustomStringConvertible {
+    public let message: String
+    public let mark: Mark
+    public var description: String { "\(mark): \(message)" }
+}
+
+/// Parses YAML text with libyaml's event API into `YAMLNode` trees.
+public enum YAMLParser {
+    /// Parses the first document (an empty file yields nil). Aliases are expanded; duplicate keys are an error.
+    public static func parse(_ text: String) throws(YAMLSyntaxError) -> YAMLNode? {
+        var parser = yaml_parser_t()
+        guard yaml_parser_initialize(&parser) == 1 else {
+            throw YAMLSyntaxError(message: "libyaml could not start", mark: Mark(line: 1, column: 1))
+        }
+        defer { yaml_parser_delete(&parser) }
+        let bytes = Array(text.utf8)
+        return try bytes.withUnsafeBufferPointer { buffer throws(YAMLSyntaxError) -> YAMLNode? in
+            yaml_parser_set_input_string(&parser, buffer.baseAddress, buffer.count)
+            var builder = TreeBuilder()
+            while true {
+                var event = yaml_event_t()
+                guard yaml_parser_parse(&parser, &event) == 1 else {
+                    let problem = parser.problem.map { String(cString: $0) } ?? "invalid YAML"
+                    let context = parser.context.map { String(cString: $0) + ": " } ?? ""
+                    throw YAMLSyntaxError(message: context + problem, mark: Mark(line: Int(parser.problem_mark.line) + 1, column: Int(parser.problem_mark.column) + 1))
+                }
+                defer { yaml_event_delete(&event) }
+                if try builder.consume(&event) { break }
+            }
+            return builder.document
+        }
+    }
+}
+
+private struct TreeBuilder {
+    enum Open {
+        case mapping(Mark, anchor: String?, pairs: [(key: YAMLNode, value: YAMLNode)], pendingKey: YAMLNode?)
+        case sequence(Mark, anchor: String?, items: [YAMLNode])
+    }
+    var stack: [Open] = []
+    var anchors: [String: YAMLNode] = [:]
+    var document: YAMLNode?
+    var documentsSeen = 0
+
+    static func mark(_ m: yaml_mark_t) -> Mark { Mark(line: Int(m.line) + 1, column: Int(m.column) + 1) }
+    static func string(_ p: UnsafeMutablePointer<yaml_char_t>?) -> String? {
+        p.map { String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self)) }
+    }
+
+    /// Returns true when the stream (or the first document) has ended.
+    mutating func consume(_ event: inout yaml_event_t) throws(YAMLSyntaxError) -> Bool {
+        let mark = Self.mark(event.start_mark)
+        switch event.type {
+        case YAML_STREAM_END_EVENT:
+            return true
+        case YAML_DOCUMENT_START_EVENT:
+            documentsSeen += 1
+            if documentsSeen > 1 {
+                throw YAMLSyntaxError(message: "only one YAML document is allowed in this file", mark: mark)
+            }
+        case YAML_SCALAR_EVENT:
+            let s = event.data.scalar
+            let style = s.style
+            let quoted = style == YAML_SINGLE_QUOTED_SCALAR_STYLE || style == YAML_DOUBLE_QUOTED_SCALAR_STYLE
+                || style == YAML_LITERAL_SCALAR_STYLE || style == YAML_FOLDED_SCALAR_STYLE
+            let value = s.value.map { String(decoding: UnsafeBufferPointer(start: $0, count: s.length), as: UTF8.self) } ?? ""
+            let node = YAMLNode.scalar(.init(value: value, isQuoted: quoted, tag: Self.string(s.tag), mark: mark))
+            if let anchor = Self.string(s.anchor) { anchors[anchor] = node }
+            try add(node)
+        case YAML_ALIAS_EVENT:
+            let name = Self.string(event.data.alias.anchor) ?? ""
+            guard let node = anchors[name] else {
+                throw YAMLSyntaxError(message: "unknown alias *\(name)", mark: mark)
+            }
+            try add(node)
+        case YAML_SEQUENCE_START_EVENT:
+            stack.append(.sequence(mark, anchor: Self.string(event.data.sequence_start.anchor), items: []))
+        case YAML_MAPPING_START_EVENT:
+            stack.append(.mapping(mark, anchor: Self.string(event.data.mapping_start.anchor), pairs: [], pendingKey: nil))
+        case YAML_SEQUENCE_END_EVENT, YAML_MAPPING_END_EVENT:
+            guard let open = stack.popLast() else { break }
+            let node: YAMLNode
+            let anchor: String?
+            switch open {
+            case let .sequence(m, a, items): node = .sequence(items, m); anchor = a
+            case let .mapping(m, a, pairs, _): node = .mapping(pairs, m); anchor = a
+            }
+            if let anchor { anchors[anchor] = node }
+            try add(node)
+        default:
+            break
+        }
+        return false
+    }
+
+    mutating func add(_ node: YAMLNode) throws(YAMLSyntaxError) {
+        guard let top = stack.popLast() else {
+            document = node
+            return
+        }
+        switch top {
+        case let .sequence(m, a, items):
+            stack.append(.sequence(m, anchor: a, items: items + [node]))
+        case let .mapping(m, a, pairs, pendingKey):
+            if let key = pendingKey {
+                stack.append(.mapping(m, anchor: a, pairs: pairs + [(key: key, value: node)], pendingKey: nil))
+            } else {
+                if let text = node.scalarValue, pairs.contains(where: { $0.key.scalarValue == text }) {
+                    throw YAMLSyntaxError(message: "duplicate key '\(text)'", mark: node.mark)
+                }
+                stack.append(.mapping(m, anchor: a, pairs: pairs, pendingKey: node))
+            }
+        }
+    }
+}
