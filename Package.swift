@@ -9,6 +9,7 @@ let package = Package(
     products: [
         .executable(name: "soulacy", targets: ["soulacy"]),
         .library(name: "ChannelAPI", targets: ["ChannelAPI"]),
+        .library(name: "ChannelTesting", targets: ["ChannelTesting"]),
     ],
     targets: [
         // MARK: C libraries from the system
@@ -29,13 +30,15 @@ let package = Package(
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
         .target(name: "ChannelAPI", path: "Sources/ChannelAPI"),
+        // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
+        .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
         .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "SQLite", "HTTPServer", "Crypto"], path: "Sources/Channels/Mobile"),
         .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway"], path: "Sources/Host/CLI"),
 
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "HTTPServer", "Mobile", "ChannelAPI"], path: "Tests/GatewayTestSupport"),
+        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Mobile", "ChannelAPI", "GatewayTestSupport", "SQLite"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

@@ -5,6 +5,7 @@ import HTTPServer
 import Identity
 import Mobile
 import SQLite
+import Synchronization
 
 public struct GatewayOptions: Sendable {
     public var configPath: String
@@ -63,6 +64,7 @@ public final class Gateway: Sendable {
     let server: HTTPServer
     public let router: Router
     private let schedulerTask = LockedTask()
+    private let boundPort = BoundPort()
 
     public init(options: GatewayOptions) throws(GatewayStartError) {
         self.options = options
@@ -93,9 +95,11 @@ public final class Gateway: Sendable {
         }
         let mobile = MobileChannel(store: mobileStore)
         channels = ChannelRegistry([mobile])
-        let apiURL = "http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(options.port)"
+        let boundPort = self.boundPort
+        let hostForURL = options.host.contains(":") ? "[\(options.host)]" : options.host
         runs = AgentRuns(config: config, channels: channels, store: runStore, clock: options.clock, log: log) { agent in
-            CommandRunner(config: agent.runner, gatewayEnvironment: ["SOULACY_API_URL": apiURL])
+            // Agents call back into the gateway (mobile.invoke, approvals) at this address.
+            CommandRunner(config: agent.runner, gatewayEnvironment: ["SOULACY_API_URL": "http://\(hostForURL):\(boundPort.value.load(ordering: .relaxed))"])
         }
         scheduler = Scheduler(config: config, runs: runs, store: runStore, clock: options.clock, log: log)
 
@@ -135,6 +139,7 @@ public final class Gateway: Sendable {
 
     public func start() throws(GatewayStartError) {
         do { try server.start() } catch { throw .listen(error.description) }
+        boundPort.value.store(server.port, ordering: .relaxed)
         let scheduler = self.scheduler
         schedulerTask.set(Task { await scheduler.run() })
         options.log.info("soulacy \(GatewayVersion.current) listening on \(options.host):\(port) with \(config.agents.count) agent(s)")
@@ -153,4 +158,9 @@ final class LockedTask: @unchecked Sendable {
     private var task: Task<Void, Never>?
     func set(_ t: Task<Void, Never>) { lock.withLock { task = t } }
     func cancel() { lock.withLock { task?.cancel(); task = nil } }
+}
+
+/// The API's port once bound, read by runners that need the gateway's address.
+final class BoundPort: Sendable {
+    let value = Atomic<UInt16>(0)
 }

@@ -1,0 +1,165 @@
+import ChannelAPI
+import ChannelTesting
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Gateway
+import HTTPServer
+
+/// A real gateway for tests: real SQLite file in a temp directory, real libmicrohttpd on a loopback port.
+public final class TestGateway: Sendable {
+    public static let defaultConfig = """
+        agents:
+          - id: echo
+            name: Echo
+            runner:
+              command: ["/bin/cat"]
+              timeout: 10s
+        """
+
+    public let directory: String
+    public let gateway: Gateway
+    public let adminKey: String
+    public let baseURL: String
+
+    /// Starts a gateway on a fresh (or the given) data directory; the config text is written to SOUL.yaml there.
+    public static func start(config: String = defaultConfig, directory: String? = nil, clock: any WallClock = SystemWallClock(),
+                             maximumBodyBytes: Int = 1 << 20) async throws -> TestGateway {
+        let dir = directory ?? makeTemporaryDirectory()
+        let configPath = dir + "/SOUL.yaml"
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+        let gateway = try Gateway(options: GatewayOptions(configPath: configPath, dataDirectory: dir + "/data", host: "127.0.0.1", port: 0,
+                                                          clock: clock, log: GatewayLog(minimum: .warning), maximumBodyBytes: maximumBodyBytes))
+        let bootstrap = try gateway.bootstrapAdminKey()
+        try gateway.start()
+        let keyFile = dir + "/admin.key"
+        let key: String
+        if let bootstrap {
+            key = bootstrap
+            try key.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        } else {
+            key = try String(contentsOfFile: keyFile, encoding: .utf8)
+        }
+        return TestGateway(directory: dir, gateway: gateway, adminKey: key, baseURL: "http://127.0.0.1:\(gateway.port)")
+    }
+
+    init(directory: String, gateway: Gateway, adminKey: String, baseURL: String) {
+        self.directory = directory
+        self.gateway = gateway
+        self.adminKey = adminKey
+        self.baseURL = baseURL
+    }
+
+    public static func makeTemporaryDirectory() -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("soulacy-test-\(UUID().uuidString)").path
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    public func stop() async {
+        await gateway.stop()
+    }
+
+    /// Sends a request; `key` nil sends no Authorization header, the default sends the admin key.
+    public func request(_ method: String, _ path: String, json: JSONValue? = nil, body: [UInt8]? = nil,
+                        key: String?? = .some(nil), headers: [String: String] = [:]) async throws -> TestResponse {
+        var request = URLRequest(url: URL(string: baseURL + path)!)
+        request.httpMethod = method
+        let token: String? = switch key {
+        case .none: nil
+        case .some(.none): adminKey
+        case .some(.some(let k)): k
+        }
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let json {
+            request.httpBody = Data(json.serialized().utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        } else if let body {
+            request.httpBody = Data(body)
+        }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await TestHTTP.session.data(for: request)
+        let http = response as! HTTPURLResponse
+        var headerMap: [String: String] = [:]
+        for (name, value) in http.allHeaderFields { headerMap[String(describing: name).lowercased()] = String(describing: value) }
+        return TestResponse(status: http.statusCode, headers: headerMap, body: Array(data))
+    }
+
+    /// Mints a key through the admin API and returns its token.
+    public func mintKey(subject: String, role: String, name: String = "test key") async throws -> String {
+        let response = try await request("POST", "/admin/api-keys", json: .object(["name": .string(name), "subject": .string(subject), "role": .string(role)]))
+        guard response.status == 201, let token = response.json["key"]?.stringValue else {
+            throw TestFailure("could not mint a key: \(response.status) \(response.text)")
+        }
+        return token
+    }
+
+    /// Registers an iOS device for the key's subject.
+    @discardableResult
+    public func registerDevice(id: String, key: String?, platform: String = "ios", token: String? = nil) async throws -> TestResponse {
+        var body: [String: JSONValue] = ["id": .string(id), "name": .string("Phone \(id)"), "platform": .string(platform)]
+        if let token { body["push_token"] = .string(token) }
+        return try await request("POST", "/api/v1/mobile/devices", json: .object(body), key: .some(key))
+    }
+
+    /// Runs an agent through the API and waits for the run to finish; returns the run's JSON.
+    public func runAgent(_ id: String, input: String, to: String? = nil, key: String? = nil) async throws -> JSONValue {
+        var body: [String: JSONValue] = ["input": .string(input)]
+        if let to { body["to"] = .string(to) }
+        let started = try await request("POST", "/api/v1/agents/\(id)/run", json: .object(body), key: .some(key))
+        guard started.status == 202, let runID = started.json["run_id"]?.stringValue else {
+            throw TestFailure("run did not start: \(started.status) \(started.text)")
+        }
+        return try await request("GET", "/api/v1/runs/\(runID)?wait=true").json
+    }
+}
+
+public struct TestResponse: Sendable {
+    public let status: Int
+    public let headers: [String: String]
+    public let body: [UInt8]
+    public var text: String { String(decoding: body, as: UTF8.self) }
+    public var json: JSONValue { (try? JSONValue.parse(body)) ?? .null }
+    /// The `error.code` of a JSON error body.
+    public var errorCode: String? { json["error"]?["code"]?.stringValue }
+    public var errorField: String? { json["error"]?["field"]?.stringValue }
+    public var errorMessage: String? { json["error"]?["message"]?.stringValue }
+}
+
+public struct TestFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+enum TestHTTP {
+    static let session: URLSession = {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = 30
+        return URLSession(configuration: configuration)
+    }()
+}
+
+/// Polls `condition` until it holds or `timeout` passes.
+public func eventually(timeout: Duration = .seconds(10), _ condition: @Sendable () async throws -> Bool) async rethrows -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    return try await condition()
+}
+
+/// Starts a gateway, runs `body` with it, and stops it afterwards whatever happened.
+public func withTestGateway<T>(config: String = TestGateway.defaultConfig, directory: String? = nil, clock: any WallClock = SystemWallClock(),
+                               maximumBodyBytes: Int = 1 << 20, _ body: (TestGateway) async throws -> T) async throws -> T {
+    let gateway = try await TestGateway.start(config: config, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes)
+    do {
+        let result = try await body(gateway)
+        await gateway.stop()
+        return result
+    } catch {
+        await gateway.stop()
+        throw error
+    }
+}

@@ -1,0 +1,177 @@
+import Foundation
+import GatewayTestSupport
+import HTTPServer
+import Testing
+
+/// POST /api/v1/mobile/devices: every rule of the seed's "Android (FCM)" section and the registration facts.
+@Suite("Device registration", .serialized)
+struct DeviceRegistrationTests {
+    static let iosToken = String(repeating: "0a1b", count: 16)
+
+    func register(_ gateway: TestGateway, _ body: [String: JSONValue], key: String? = nil) async throws -> TestResponse {
+        try await gateway.request("POST", "/api/v1/mobile/devices", json: .object(body), key: .some(key))
+    }
+
+    func device(_ gateway: TestGateway, _ id: String, key: String? = nil) async throws -> JSONValue? {
+        let list = try await gateway.request("GET", "/api/v1/mobile/devices", key: .some(key))
+        return list.json["devices"]?.arrayValue?.first { $0["id"]?.stringValue == id }
+    }
+
+    @Test("platform defaults to ios; a new device is 201, the same id again updates it with 200")
+    func platformDefaultAndUpdate() async throws {
+        try await withTestGateway { gw in
+            let first = try await register(gw, ["id": "inst-1", "name": "iPhone", "push_token": .string(Self.iosToken)])
+            #expect(first.status == 201)
+            #expect(first.json == .object(["registered": true, "device_id": "inst-1"]))
+            #expect(try await device(gw, "inst-1")?["platform"] == "ios")
+            #expect(try await device(gw, "inst-1")?["bundle_id"] == "dev.soulacy.ios")
+            #expect(try await device(gw, "inst-1")?["push_environment"] == "production")
+
+            let again = try await register(gw, ["id": "inst-1", "name": "Renamed", "push_environment": "development", "notifications_enabled": false])
+            #expect(again.status == 200)
+            let updated = try #require(try await device(gw, "inst-1"))
+            #expect(updated["name"] == "Renamed")
+            #expect(updated["push_environment"] == "development")
+            #expect(updated["notifications_enabled"] == false)
+            #expect(updated["has_push_token"] == false)
+            let list = try await gw.request("GET", "/api/v1/mobile/devices")
+            #expect(list.json["devices"]?.arrayValue?.count == 1)
+        }
+    }
+
+    @Test("any platform other than ios or android is refused, naming platform")
+    func unknownPlatform() async throws {
+        try await withTestGateway { gw in
+            for value: JSONValue in ["windows", "IOS", "", 3, true] {
+                let response = try await register(gw, ["id": "x", "platform": value])
+                #expect(response.status == 400)
+                #expect(response.errorField == "platform")
+            }
+        }
+    }
+
+    @Test("Android: bundle_id omitted or exactly dev.soulacy.android")
+    func androidBundle() async throws {
+        try await withTestGateway { gw in
+            #expect(try await register(gw, ["id": "a1", "platform": "android"]).status == 201)
+            #expect(try await device(gw, "a1")?["bundle_id"] == "dev.soulacy.android")
+            #expect(try await register(gw, ["id": "a2", "platform": "android", "bundle_id": "dev.soulacy.android"]).status == 201)
+            for bad: JSONValue in ["dev.soulacy.ios", "dev.soulacy.android2", "", "com.example"] {
+                let response = try await register(gw, ["id": "a3", "platform": "android", "bundle_id": bad])
+                #expect(response.status == 400)
+                #expect(response.errorField == "bundle_id")
+            }
+        }
+    }
+
+    @Test("iOS: another bundle id is refused")
+    func iosBundle() async throws {
+        try await withTestGateway { gw in
+            let response = try await register(gw, ["id": "i1", "bundle_id": "dev.soulacy.android"])
+            #expect(response.status == 400)
+            #expect(response.errorField == "bundle_id")
+        }
+    }
+
+    @Test("Android push_token: up to 4096 characters, no whitespace, stored exactly")
+    func androidToken() async throws {
+        try await withTestGateway { gw in
+            let exact = String(repeating: "aZ:_-", count: 819) + "Q"  // 4096 characters, mixed case and punctuation
+            #expect(exact.count == 4096)
+            #expect(try await register(gw, ["id": "a1", "platform": "android", "push_token": .string(exact)]).status == 201)
+            let stored = try gw.gateway.mobileStore.device(id: "a1")?.pushToken
+            #expect(stored == exact)
+
+            let tooLong = try await register(gw, ["id": "a2", "platform": "android", "push_token": .string(exact + "x")])
+            #expect(tooLong.status == 400)
+            #expect(tooLong.errorField == "push_token")
+            for bad in ["abc def", "abc\tdef", "abc\n", " abc", "", "a\u{00A0}b"] {
+                let response = try await register(gw, ["id": "a3", "platform": "android", "push_token": .string(bad)])
+                #expect(response.status == 400, "token \(bad.debugDescription)")
+                #expect(response.errorField == "push_token")
+            }
+            let wrongType = try await register(gw, ["id": "a3", "platform": "android", "push_token": 12])
+            #expect(wrongType.errorField == "push_token")
+        }
+    }
+
+    @Test("Android: push_environment and live_start_token are ignored, whatever they hold")
+    func androidIgnoredFields() async throws {
+        try await withTestGateway { gw in
+            let response = try await register(gw, ["id": "a1", "platform": "android", "push_environment": "nonsense", "live_start_token": "zz not hex"])
+            #expect(response.status == 201)
+            let stored = try #require(try gw.gateway.mobileStore.device(id: "a1"))
+            #expect(stored.pushEnvironment == nil)
+            #expect(stored.liveStartToken == nil)
+        }
+    }
+
+    @Test("iOS push_token is 32 bytes of hex; push_environment is production or development")
+    func iosTokenAndEnvironment() async throws {
+        try await withTestGateway { gw in
+            for bad in ["abc", String(repeating: "g", count: 64), String(repeating: "ab", count: 33), ""] {
+                let response = try await register(gw, ["id": "i1", "push_token": .string(bad)])
+                #expect(response.status == 400)
+                #expect(response.errorField == "push_token")
+            }
+            let env = try await register(gw, ["id": "i1", "push_environment": "sandbox"])
+            #expect(env.errorField == "push_environment")
+            let live = try await register(gw, ["id": "i1", "live_start_token": "not-hex"])
+            #expect(live.errorField == "live_start_token")
+            #expect(try await register(gw, ["id": "i1", "live_start_token": .string(String(repeating: "ab", count: 40))]).status == 201)
+            #expect(try await device(gw, "i1")?["live_activities"] == true)
+        }
+    }
+
+    @Test("id is required, at most 128 characters of a safe alphabet; name at most 200")
+    func idAndName() async throws {
+        try await withTestGateway { gw in
+            let missing = try await register(gw, ["name": "x"])
+            #expect(missing.status == 400)
+            #expect(missing.errorCode == "missing_field")
+            #expect(missing.errorField == "id")
+            #expect(try await register(gw, ["id": .string(String(repeating: "a", count: 128))]).status == 201)
+            for bad: JSONValue in [.string(String(repeating: "a", count: 129)), "", "has space", "slash/id", 42] {
+                #expect(try await register(gw, ["id": bad]).errorField == "id")
+            }
+            #expect(try await register(gw, ["id": "n1", "name": .string(String(repeating: "n", count: 200))]).status == 201)
+            #expect(try await register(gw, ["id": "n2", "name": .string(String(repeating: "n", count: 201))]).errorField == "name")
+            #expect(try await register(gw, ["id": "n3", "notifications_enabled": "yes"]).errorField == "notifications_enabled")
+        }
+    }
+
+    @Test("a device id registered to another person is refused with 403 and stays theirs")
+    func ownedByAnother() async throws {
+        try await withTestGateway { gw in
+            let priya = try await gw.mintKey(subject: "priya", role: "viewer")
+            #expect(try await register(gw, ["id": "shared", "name": "Owner's phone"]).status == 201)
+            let stolen = try await register(gw, ["id": "shared", "name": "Priya's"], key: priya)
+            #expect(stolen.status == 403)
+            #expect(stolen.errorField == "id")
+            #expect(try gw.gateway.mobileStore.device(id: "shared")?.subject == "owner")
+            #expect(try gw.gateway.mobileStore.device(id: "shared")?.name == "Owner's phone")
+        }
+    }
+
+    @Test("a refused registration changes nothing already stored")
+    func refusalKeepsStoredDevice() async throws {
+        try await withTestGateway { gw in
+            #expect(try await register(gw, ["id": "keep", "push_token": .string(Self.iosToken)]).status == 201)
+            #expect(try await register(gw, ["id": "keep", "platform": "android", "push_token": "bad token"]).status == 400)
+            let stored = try #require(try gw.gateway.mobileStore.device(id: "keep"))
+            #expect(stored.platform == .ios)
+            #expect(stored.pushToken == Self.iosToken)
+        }
+    }
+
+    @Test("DELETE removes the caller's device; someone else's is 404")
+    func deleteDevice() async throws {
+        try await withTestGateway { gw in
+            let priya = try await gw.mintKey(subject: "priya", role: "viewer")
+            #expect(try await register(gw, ["id": "mine"]).status == 201)
+            #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/mine", key: .some(priya)).status == 404)
+            #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/mine").status == 204)
+            #expect(try gw.gateway.mobileStore.device(id: "mine") == nil)
+        }
+    }
+}

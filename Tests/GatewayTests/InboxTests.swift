@@ -1,0 +1,155 @@
+import ChannelAPI
+import Foundation
+import GatewayTestSupport
+import HTTPServer
+import Testing
+
+/// The durable inbox: who sees what, read receipts per device, pagination, the System agent.
+@Suite("Mobile inbox", .serialized)
+struct InboxTests {
+    func ids(_ response: TestResponse) -> [String] {
+        response.json["deliveries"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? []
+    }
+
+    @Test("each destination kind reaches exactly the right people and devices")
+    func destinations() async throws {
+        try await withTestGateway { gw in
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            try await gw.registerDevice(id: "owner-phone", key: nil)
+            try await gw.registerDevice(id: "owner-ipad", key: nil)
+            try await gw.registerDevice(id: "priya-phone", key: priya)
+
+            let toAll = try await gw.runAgent("echo", input: "for everyone", to: "all")
+            let toPriya = try await gw.runAgent("echo", input: "for priya", to: "user:priya")
+            let toIpad = try await gw.runAgent("echo", input: "for the ipad", to: "device:owner-ipad")
+            let all = try #require(toAll["delivery_id"]?.stringValue)
+            let forPriya = try #require(toPriya["delivery_id"]?.stringValue)
+            let forIpad = try #require(toIpad["delivery_id"]?.stringValue)
+
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries")) == [forIpad, all])
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=owner-phone")) == [all])
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=owner-ipad")) == [forIpad, all])
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(priya))) == [forPriya, all])
+            // Another person's device cannot be named, and another person's line cannot be fetched.
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=owner-ipad", key: .some(priya)).status == 404)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries/\(forIpad)", key: .some(priya)).status == 404)
+            let fetched = try await gw.request("GET", "/api/v1/mobile/deliveries/\(forPriya)", key: .some(priya))
+            #expect(fetched.json["body"] == "for priya")
+            #expect(fetched.json["title"] == "Result from Echo")
+
+            // Recipients were resolved and stored in the same transaction as the line.
+            let recipients = try gw.gateway.database.read { db in
+                try db.query("SELECT delivery_id, device_id FROM mobile_delivery_recipients ORDER BY delivery_id, device_id")
+                    .map { "\($0.string("delivery_id")!)>\($0.string("device_id")!)" }
+            }
+            #expect(Set(recipients) == Set(["\(all)>owner-ipad", "\(all)>owner-phone", "\(all)>priya-phone", "\(forPriya)>priya-phone", "\(forIpad)>owner-ipad"]))
+        }
+    }
+
+    @Test("read receipts are per device: reading on one does not mark another")
+    func readReceipts() async throws {
+        try await withTestGateway { gw in
+            try await gw.registerDevice(id: "phone", key: nil)
+            try await gw.registerDevice(id: "watch-ish", key: nil)
+            let run = try await gw.runAgent("echo", input: "read me", to: "all")
+            let id = try #require(run["delivery_id"]?.stringValue)
+
+            let phoneBefore = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone")
+            #expect(phoneBefore.json["unread_count"] == 1)
+            let read = try await gw.request("POST", "/api/v1/mobile/deliveries/\(id)/read", json: ["device_id": "phone"])
+            #expect(read.status == 200)
+            #expect(read.json == ["read": true])
+
+            let phone = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone")
+            #expect(phone.json["unread_count"] == 0)
+            #expect(phone.json["deliveries"]?.arrayValue?.first?["read"] == true)
+            let other = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=watch-ish")
+            #expect(other.json["unread_count"] == 1)
+            #expect(other.json["deliveries"]?.arrayValue?.first?["read"] == false)
+
+            // Reading twice keeps the first time; a device that is not the caller's is refused.
+            let firstReadAt = phone.json["deliveries"]?.arrayValue?.first?["read_at"]
+            #expect(try await gw.request("POST", "/api/v1/mobile/deliveries/\(id)/read", json: ["device_id": "phone"]).status == 200)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone").json["deliveries"]?.arrayValue?.first?["read_at"] == firstReadAt)
+            let missing = try await gw.request("POST", "/api/v1/mobile/deliveries/\(id)/read", json: [:])
+            #expect(missing.status == 400)
+            #expect(missing.errorField == "device_id")
+            #expect(try await gw.request("POST", "/api/v1/mobile/deliveries/dlv_nope/read", json: ["device_id": "phone"]).status == 404)
+        }
+    }
+
+    @Test("the System agent's lines are stored but never returned")
+    func systemAgentFiltered() async throws {
+        try await withTestGateway { gw in
+            try await gw.registerDevice(id: "phone", key: nil)
+            let channel = try gw.gateway.channels.channel(named: "mobile")
+            let hidden = try await channel.deliver(Output(agentID: "system", agentName: "System", sessionID: "s", parts: ["internal"]), to: "all")
+            let shown = try await channel.deliver(Output(agentID: "echo", agentName: "Echo", sessionID: "s", parts: ["visible"]), to: "all")
+            let list = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone")
+            #expect(ids(list) == [shown.deliveryID])
+            #expect(list.json["unread_count"] == 1)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries/\(hidden.deliveryID)").status == 404)
+            #expect(!list.text.contains("internal"))
+            let agents = try await gw.request("GET", "/api/v1/agents")
+            #expect(!agents.text.contains("\"system\""))
+        }
+    }
+
+    @Test("pages go newest first and the cursor walks every line exactly once")
+    func pagination() async throws {
+        try await withTestGateway { gw in
+            let channel = try gw.gateway.channels.channel(named: "mobile")
+            var sent: [String] = []
+            for i in 0..<7 {
+                sent.append(try await channel.deliver(Output(agentID: "echo", agentName: "Echo", sessionID: "s", parts: ["n\(i)"]), to: "all").deliveryID)
+            }
+            var seen: [String] = []
+            var cursor: String?
+            repeat {
+                let path = "/api/v1/mobile/deliveries?limit=3" + (cursor.map { "&cursor=\($0)" } ?? "")
+                let page = try await gw.request("GET", path)
+                #expect(page.status == 200)
+                seen += ids(page)
+                cursor = page.json["next_cursor"]?.stringValue
+            } while cursor != nil
+            #expect(seen == sent.reversed())
+            for bad in ["limit=0", "limit=201", "limit=abc", "cursor=-4", "cursor=x"] {
+                let response = try await gw.request("GET", "/api/v1/mobile/deliveries?\(bad)")
+                #expect(response.status == 400)
+                #expect(response.errorField == String(bad.prefix { $0 != "=" }))
+            }
+        }
+    }
+
+    @Test("the channel test endpoint defaults to all and validates its destination")
+    func channelTest() async throws {
+        try await withTestGateway { gw in
+            let priya = try await gw.mintKey(subject: "priya", role: "viewer")
+            try await gw.registerDevice(id: "owner-phone", key: nil)
+            try await gw.registerDevice(id: "priya-phone", key: priya)
+            let sent = try await gw.request("POST", "/api/v1/channels/mobile/test")
+            #expect(sent.status == 201)
+            #expect(sent.json["destination"] == "all")
+            #expect(sent.json["recipients"] == 2)
+            let id = try #require(sent.json["delivery_id"]?.stringValue)
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(priya))).contains(id))
+            for bad in ["everyone", "user:", "device", "team:x", "user:a b"] {
+                let response = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["to": .string(bad)])
+                #expect(response.status == 400)
+                #expect(response.errorField == "to")
+            }
+        }
+    }
+
+    @Test("a credential sees only its own subject's deliveries, whatever its role")
+    func credentialScope() async throws {
+        try await withTestGateway { gw in
+            let priya = try await gw.mintKey(subject: "priya", role: "viewer")
+            let sam = try await gw.mintKey(subject: "sam", role: "admin")
+            _ = try await gw.runAgent("echo", input: "priya only", to: "user:priya")
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(priya))).count == 1)
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(sam))).isEmpty)
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries")).isEmpty)
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import ChannelTesting
+import Foundation
+import GatewayTestSupport
+import HTTPServer
+import Testing
+
+/// SOUL.yaml schedules fire on the (controlled) clock and their output lands in the durable inbox.
+@Suite("Scheduled delivery", .serialized)
+struct ScheduleDeliveryTests {
+    static func config(cron: String = "0 8 * * *", command: String = "[\"/bin/echo\", \"scheduled hello\"]", to: String = "all", extra: String = "") -> String {
+        """
+        agents:
+          - id: brief
+            name: Brief
+            runner:
+              command: \(command)
+              timeout: 30s
+            schedule:
+              cron: "\(cron)"
+              timezone: Europe/Berlin
+        \(extra)
+              output:
+                channel: mobile
+                to: \(to)
+                template: "Brief: {reply}"
+        """
+    }
+
+    static func date(_ iso: String) -> Date { try! Date(iso, strategy: .iso8601) }
+
+    func inbox(_ gw: TestGateway, device: String = "phone") async throws -> [JSONValue] {
+        try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=\(device)").json["deliveries"]?.arrayValue ?? []
+    }
+
+    @Test("a cron fire at 08:00 Berlin runs the agent and stores its templated output for every device")
+    func fires() async throws {
+        // 06:59:30 UTC is 07:59:30 in Berlin (CET) on 10 March 2026.
+        let clock = ManualClock(Self.date("2026-03-10T06:59:30Z"))
+        try await withTestGateway(config: Self.config(), clock: clock) { (gw) async throws in
+            try await gw.registerDevice(id: "phone", key: nil)
+            #expect(await eventually { clock.sleeperCount >= 1 })
+            #expect(try await inbox(gw).isEmpty)
+            clock.advance(to: Self.date("2026-03-10T07:00:00Z"))
+            #expect(try await eventually { try await inbox(gw).count == 1 })
+            let line = try #require(try await inbox(gw).first)
+            #expect(line["body"] == "Brief: scheduled hello")
+            #expect(line["agent_id"] == "brief")
+            #expect(line["metadata"]?["trigger"] == "cron")
+            // Nothing more until the next day's 08:00.
+            clock.advance(to: Self.date("2026-03-10T12:00:00Z"))
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(try await inbox(gw).count == 1)
+            clock.advance(to: Self.date("2026-03-11T07:00:00Z"))
+            #expect(try await eventually { try await inbox(gw).count == 2 })
+        }
+    }
+
+    @Test("a fire while the previous run is still going is skipped: runs never overlap")
+    func noOverlap() async throws {
+        let clock = ManualClock(Self.date("2026-03-10T06:59:30Z"))
+        let slow = "[\"/bin/sh\", \"-c\", \"sleep 1.5; echo slow done\"]"
+        try await withTestGateway(config: Self.config(cron: "* * * * *", command: slow), clock: clock) { (gw) async throws in
+            try await gw.registerDevice(id: "phone", key: nil)
+            #expect(await eventually { clock.sleeperCount >= 1 })
+            clock.advance(to: Self.date("2026-03-10T07:00:00Z"))
+            #expect(await eventually { await gw.gateway.runs.isRunning("brief") })
+            #expect(await eventually { clock.sleeperCount >= 1 })
+            clock.advance(to: Self.date("2026-03-10T07:01:00Z"))  // fires while the first run sleeps
+            #expect(await eventually(timeout: .seconds(10)) { await !gw.gateway.runs.isRunning("brief") })
+            let runs = try gw.gateway.database.read { db in try db.query("SELECT COUNT(*) AS n FROM runs WHERE agent_id = 'brief'").first?.int("n") }
+            #expect(runs == 1)
+            #expect(try await inbox(gw).count == 1)
+        }
+    }
+
+    @Test("run_missed_on_startup replays one fire missed while the gateway was down, within the window")
+    func missedOnStartup() async throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        let config = Self.config(extra: "      run_missed_on_startup: true\n      missed_startup_window: 6h")
+        // First start on the 10th at 06:00 UTC records the baseline; the gateway is then down over 08:00 Berlin.
+        try await withTestGateway(config: config, directory: directory, clock: ManualClock(Self.date("2026-03-10T06:00:00Z"))) { (gw) async throws in
+            try await gw.registerDevice(id: "phone", key: nil)
+            #expect(await eventually { (try? gw.gateway.runStore.lastFire(agentID: "brief")) != nil })
+        }
+        try await withTestGateway(config: config, directory: directory, clock: ManualClock(Self.date("2026-03-10T09:00:00Z"))) { (gw) async throws in
+            #expect(try await eventually { try await inbox(gw).count == 1 })
+            #expect(try await inbox(gw).first?["metadata"]?["trigger"] == "cron-missed")
+        }
+        // Restarting again does not replay the same fire a second time.
+        try await withTestGateway(config: config, directory: directory, clock: ManualClock(Self.date("2026-03-10T09:30:00Z"))) { (gw) async throws in
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await inbox(gw).count == 1)
+        }
+        // Down past the window: nothing is replayed.
+        try await withTestGateway(config: config, directory: directory, clock: ManualClock(Self.date("2026-03-11T20:00:00Z"))) { (gw) async throws in
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await inbox(gw).count == 1)
+        }
+    }
+
+    @Test("a failing run sends its failure notice without the error text unless include_error is set")
+    func failureNotice() async throws {
+        let config = """
+            agents:
+              - id: broken
+                name: Broken
+                runner:
+                  command: ["/bin/sh", "-c", "echo secret-stderr-detail >&2; exit 3"]
+                notify_on_failure:
+                  channel: mobile
+                  to: all
+            """
+        try await withTestGateway(config: config) { (gw) async throws in
+            try await gw.registerDevice(id: "phone", key: nil)
+            let run = try await gw.runAgent("broken", input: "")
+            #expect(run["status"] == "failed")
+            #expect(run["error"]?.stringValue?.contains("status 3") == true)
+            let lines = try await inbox(gw)
+            #expect(lines.count == 1)
+            #expect(lines.first?["title"] == "Broken failed")
+            #expect(lines.first?["body"]?.stringValue?.contains("secret-stderr-detail") == false)
+        }
+    }
+}
