@@ -13,7 +13,7 @@ struct InboxTests {
 
     @Test("each destination kind reaches exactly the right people and devices")
     func destinations() async throws {
-        try await withTestGateway { gw in
+        try await withTestGateway { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "operator")
             try await gw.registerDevice(id: "owner-phone", key: nil)
             try await gw.registerDevice(id: "owner-ipad", key: nil)
@@ -48,7 +48,7 @@ struct InboxTests {
 
     @Test("read receipts are per device: reading on one does not mark another")
     func readReceipts() async throws {
-        try await withTestGateway { gw in
+        try await withTestGateway { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             try await gw.registerDevice(id: "watch-ish", key: nil)
             let run = try await gw.runAgent("echo", input: "read me", to: "all")
@@ -80,7 +80,7 @@ struct InboxTests {
 
     @Test("the System agent's lines are stored but never returned")
     func systemAgentFiltered() async throws {
-        try await withTestGateway { gw in
+        try await withTestGateway { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             let channel = try gw.gateway.channels.channel(named: "mobile")
             let hidden = try await channel.deliver(Output(agentID: "system", agentName: "System", sessionID: "s", parts: ["internal"]), to: "all")
@@ -97,7 +97,7 @@ struct InboxTests {
 
     @Test("pages go newest first and the cursor walks every line exactly once")
     func pagination() async throws {
-        try await withTestGateway { gw in
+        try await withTestGateway { (gw) async throws in
             let channel = try gw.gateway.channels.channel(named: "mobile")
             var sent: [String] = []
             for i in 0..<7 {
@@ -123,7 +123,7 @@ struct InboxTests {
 
     @Test("the channel test endpoint defaults to all and validates its destination")
     func channelTest() async throws {
-        try await withTestGateway { gw in
+        try await withTestGateway { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "viewer")
             try await gw.registerDevice(id: "owner-phone", key: nil)
             try await gw.registerDevice(id: "priya-phone", key: priya)
@@ -143,7 +143,7 @@ struct InboxTests {
 
     @Test("a credential sees only its own subject's deliveries, whatever its role")
     func credentialScope() async throws {
-        try await withTestGateway { gw in
+        try await withTestGateway { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "viewer")
             let sam = try await gw.mintKey(subject: "sam", role: "admin")
             _ = try await gw.runAgent("echo", input: "priya only", to: "user:priya")

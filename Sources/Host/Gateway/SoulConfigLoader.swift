@@ -126,13 +126,15 @@ public struct SoulConfigLoader {
         var agents: [AgentConfig] = []
         var seen: [String: Mark] = [:]
         for item in items {
-            guard let agent = parseAgent(item) else { continue }
-            if let first = seen[agent.id] {
-                fail(item, "agent id '\(agent.id)' is already used at line \(first.line)")
-                continue
+            // Duplicates are reported even when the first agent has errors of its own.
+            if let id = item.mappingEntries?.first(where: { $0.key == "id" })?.value.scalarValue {
+                if let first = seen[id] {
+                    fail(item, "agent id '\(id)' is already used at line \(first.line)")
+                    continue
+                }
+                seen[id] = item.mark
             }
-            seen[agent.id] = item.mark
-            agents.append(agent)
+            if let agent = parseAgent(item) { agents.append(agent) }
         }
         return SoulConfig(agents: agents)
     }

@@ -1,0 +1,39 @@
+import Foundation
+import Glibc
+
+/// Sends raw bytes to a loopback port and reads the reply until the server closes or `timeout` passes.
+/// For what a well-behaved client library would never send: chunked oversize bodies, huge headers, garbage.
+public enum RawHTTP {
+    public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5) -> String {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return "" }
+        defer { close(fd) }
+        var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { return "" }
+        var offset = 0
+        while offset < request.count {
+            let n = request[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n <= 0 { break }
+            offset += n
+        }
+        shutdown(fd, Int32(SHUT_WR))
+        var reply: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n <= 0 { break }
+            reply.append(contentsOf: buffer[0..<n])
+        }
+        return String(decoding: reply, as: UTF8.self)
+    }
+
+    public static func exchange(port: UInt16, _ text: String) -> String { exchange(port: port, Array(text.utf8)) }
+}
