@@ -10,6 +10,15 @@ public struct RunRequest: Sendable {
     public var input: String
     public var trigger: String
     public var timeout: Duration
+
+    public init(agentID: String, runID: String, sessionID: String, input: String, trigger: String, timeout: Duration) {
+        self.agentID = agentID
+        self.runID = runID
+        self.sessionID = sessionID
+        self.input = input
+        self.trigger = trigger
+        self.timeout = timeout
+    }
 }
 
 public struct RunResult: Sendable, Equatable {

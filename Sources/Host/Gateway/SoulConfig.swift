@@ -28,6 +28,13 @@ public struct CommandRunnerConfig: Sendable {
     public var environment: [String: String]
     public var timeout: Duration
     public var workingDirectory: String?
+
+    public init(argv: [String], environment: [String: String] = [:], timeout: Duration = .seconds(300), workingDirectory: String? = nil) {
+        self.argv = argv
+        self.environment = environment
+        self.timeout = timeout
+        self.workingDirectory = workingDirectory
+    }
 }
 
 public struct ScheduleConfig: Sendable {

@@ -1,0 +1,55 @@
+import Foundation
+import Gateway
+import Testing
+
+/// The built-in runner: argv and env from SOUL.yaml, input on stdin, reply on stdout, timeouts enforced.
+@Suite("Command runner")
+struct CommandRunnerTests {
+    func runner(_ argv: [String], env: [String: String] = [:]) -> CommandRunner {
+        CommandRunner(config: CommandRunnerConfig(argv: argv, environment: env, timeout: .seconds(10), workingDirectory: nil))
+    }
+
+    func request(input: String = "", timeout: Duration = .seconds(10)) -> RunRequest {
+        RunRequest(agentID: "a", runID: "r", sessionID: "s", input: input, trigger: "test", timeout: timeout)
+    }
+
+    @Test("the trigger's input arrives on stdin and stdout is the reply")
+    func stdinStdout() async throws {
+        let result = try await runner(["/bin/sh", "-c", "tr a-z A-Z"]).run(request(input: "hello"))
+        #expect(result.reply == "HELLO")
+    }
+
+    @Test("the environment is clean: configured variables and run facts, none of the gateway's secrets")
+    func cleanEnvironment() async throws {
+        setenv("SOULACY_MOBILE_PUSH_RELAY_TOKEN", "leak-me-not", 1)
+        defer { unsetenv("SOULACY_MOBILE_PUSH_RELAY_TOKEN") }
+        let result = try await runner(["/usr/bin/env"], env: ["STYLE": "short"]).run(request())
+        #expect(result.reply.contains("STYLE=short"))
+        #expect(result.reply.contains("SOULACY_AGENT_ID=a"))
+        #expect(result.reply.contains("SOULACY_RUN_ID=r"))
+        #expect(!result.reply.contains("leak-me-not"))
+    }
+
+    @Test("a run past its timeout is stopped with its whole process group")
+    func timeout() async throws {
+        let started = ContinuousClock.now
+        await #expect(throws: RunError.timedOut(after: .seconds(1))) {
+            _ = try await runner(["/bin/sh", "-c", "sleep 30 & sleep 30"]).run(request(timeout: .seconds(1)))
+        }
+        #expect(ContinuousClock.now - started < .seconds(6))
+    }
+
+    @Test("a non-zero exit and a missing program are failures with a reason")
+    func failures() async throws {
+        await #expect(throws: RunError.exited(status: 4, stderr: "bad thing")) {
+            _ = try await runner(["/bin/sh", "-c", "echo bad thing >&2; exit 4"]).run(request())
+        }
+        do {
+            _ = try await runner(["/no/such/program"]).run(request())
+            Issue.record("expected a spawn failure")
+        } catch {
+            guard case .spawnFailed(let program, _) = error else { Issue.record("got \(error)"); return }
+            #expect(program == "/no/such/program")
+        }
+    }
+}

@@ -1,0 +1,76 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HTTPServer
+import Identity
+import Testing
+
+@Suite("HTTP server on libmicrohttpd")
+struct HTTPServerTests {
+    func get(_ port: UInt16, _ path: String, method: String = "GET", body: Data? = nil) async throws -> (Int, String, HTTPURLResponse) {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        request.httpMethod = method
+        request.httpBody = body
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let http = response as! HTTPURLResponse
+        return (http.statusCode, String(decoding: data, as: UTF8.self), http)
+    }
+
+    @Test("slow handlers do not block others: connections are suspended while handlers run")
+    func concurrency() async throws {
+        var router = Router()
+        router.add(.GET, "/slow", access: .open) { _ in
+            try await Task.sleep(for: .milliseconds(300))
+            return .json(["slow": true])
+        }
+        router.add(.POST, "/echo/:name", access: .open) { request in
+            .json(["name": .string(request.parameter("name")), "q": .string(request.query["q"] ?? ""), "bytes": .number(Double(request.body.count))])
+        }
+        let frozen = router
+        let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2)) { await frozen.handle($0) }
+        try server.start()
+        let port = server.port
+        #expect(port > 0)
+
+        let started = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<20 { group.addTask { try await get(port, "/slow").0 } }
+            for try await status in group { #expect(status == 200) }
+        }
+        // Twenty 300 ms handlers on two MHD threads finish together, not one after another.
+        #expect(ContinuousClock.now - started < .seconds(3))
+
+        let (status, text, _) = try await get(port, "/echo/bob?q=a%20b", method: "POST", body: Data(repeating: 7, count: 1000))
+        #expect(status == 200)
+        #expect(text == #"{"bytes":1000,"name":"bob","q":"a b"}"#)
+        let head = try await get(port, "/slow", method: "HEAD")
+        #expect(head.0 == 200 && head.1.isEmpty)
+        await server.stop()
+    }
+
+    @Test("stop drains handlers in flight before closing")
+    func gracefulStop() async throws {
+        var router = Router()
+        router.add(.GET, "/slow", access: .open) { _ in
+            try await Task.sleep(for: .milliseconds(400))
+            return .json(["done": true])
+        }
+        let frozen = router
+        let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0)) { await frozen.handle($0) }
+        try server.start()
+        let port = server.port
+        let pending = Task { try await get(port, "/slow") }
+        try await Task.sleep(for: .milliseconds(100))
+        await server.stop()
+        let (status, text, _) = try await pending.value
+        #expect(status == 200)
+        #expect(text == #"{"done":true}"#)
+    }
+
+    @Test("refuses to start on a bad address, with a message naming it")
+    func badAddress() {
+        let server = HTTPServer(configuration: HTTPServerConfiguration(host: "not-an-ip", port: 0)) { _ in .noContent }
+        #expect(throws: HTTPServerError.self) { try server.start() }
+    }
+}

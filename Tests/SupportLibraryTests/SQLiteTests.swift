@@ -1,0 +1,87 @@
+import Foundation
+import SQLite
+import Testing
+
+@Suite("SQLite wrapper")
+struct SQLiteTests {
+    func pool() throws -> DatabasePool {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("sqlite-\(UUID().uuidString).db").path
+        return try DatabasePool(path: path)
+    }
+
+    @Test("WAL, full fsync and foreign keys are on")
+    func pragmas() throws {
+        let db = try pool()
+        #expect(try db.read { try $0.query("PRAGMA journal_mode").first?.string("journal_mode") } == "wal")
+        #expect(try db.write { try $0.query("PRAGMA synchronous").first?.int("synchronous") } == 2)
+        #expect(try db.read { try $0.query("PRAGMA foreign_keys").first?.int("foreign_keys") } == 1)
+    }
+
+    @Test("a transaction that throws leaves nothing behind")
+    func rollback() throws {
+        let db = try pool()
+        try db.write { try $0.execute("CREATE TABLE t (v TEXT NOT NULL UNIQUE)") }
+        struct Boom: Error {}
+        #expect(throws: Boom.self) {
+            try db.transaction { c in
+                try c.run("INSERT INTO t (v) VALUES (?)", "a")
+                throw Boom()
+            }
+        }
+        #expect(try db.read { try $0.query("SELECT COUNT(*) AS n FROM t").first?.int("n") } == 0)
+        // A constraint failure mid-transaction rolls back the earlier insert as well.
+        #expect(throws: SQLiteError.self) {
+            try db.transaction { c in
+                try c.run("INSERT INTO t (v) VALUES (?)", "b")
+                try c.run("INSERT INTO t (v) VALUES (?)", "b")
+            }
+        }
+        #expect(try db.read { try $0.query("SELECT COUNT(*) AS n FROM t").first?.int("n") } == 0)
+    }
+
+    @Test("values round-trip and errors carry code, message and SQL but no arguments")
+    func valuesAndErrors() throws {
+        let db = try pool()
+        try db.write { try $0.execute("CREATE TABLE v (i INTEGER, r REAL, t TEXT, b BLOB, n TEXT)") }
+        try db.write { try $0.run("INSERT INTO v VALUES (?, ?, ?, ?, ?)", Int64.max, 1.5, "héllo", [UInt8]([0, 1, 255]), Optional<String>.none) }
+        let row = try #require(try db.read { try $0.query("SELECT * FROM v").first })
+        #expect(row.int("i") == Int64.max)
+        #expect(row["r"] == .real(1.5))
+        #expect(row.string("t") == "héllo")
+        #expect(row.blob("b") == [0, 1, 255])
+        #expect(row["n"] == .null)
+        do {
+            try db.write { try $0.run("INSERT INTO missing VALUES (?)", "secret-argument") }
+            Issue.record("expected an error")
+        } catch let error as SQLiteError {
+            #expect(error.message.contains("no such table"))
+            #expect(error.sql?.contains("INSERT INTO missing") == true)
+            #expect(!error.description.contains("secret-argument"))
+        }
+    }
+
+    @Test("migrations apply once, in order, and are recorded")
+    func migrations() throws {
+        let db = try pool()
+        let steps = [Migration("a.1", "CREATE TABLE a (x)"), Migration("a.2", "ALTER TABLE a ADD COLUMN y")]
+        try db.migrate(steps)
+        try db.migrate(steps)
+        #expect(try db.read { try $0.query("SELECT id FROM schema_migrations ORDER BY id").compactMap { $0.string("id") } } == ["a.1", "a.2"])
+        let broken = [Migration("b.1", "CREATE TABLE b (x)"), Migration("b.2", "THIS IS NOT SQL")]
+        #expect(throws: SQLiteError.self) { try db.migrate(broken) }
+        #expect(try db.read { try $0.query("SELECT id FROM schema_migrations WHERE id LIKE 'b.%'").count } == 1)
+    }
+
+    @Test("readers see committed writes while the writer is busy elsewhere")
+    func concurrentReaders() async throws {
+        let db = try pool()
+        try db.write { try $0.execute("CREATE TABLE c (n INTEGER)") }
+        await withTaskGroup(of: Void.self) { group in
+            for i in 0..<50 {
+                group.addTask { _ = try? db.transaction { try $0.run("INSERT INTO c VALUES (?)", i) } }
+                group.addTask { _ = try? db.read { try $0.query("SELECT COUNT(*) FROM c") } }
+            }
+        }
+        #expect(try db.read { try $0.query("SELECT COUNT(*) AS n FROM c").first?.int("n") } == 50)
+    }
+}
