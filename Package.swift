@@ -25,6 +25,7 @@ let package = Package(
         .target(name: "SQLite", dependencies: ["CSQLite"], path: "Sources/SQLite"),
         .target(name: "YAML", dependencies: ["CYAML"], path: "Sources/YAML"),
         .target(name: "Crypto", dependencies: ["COpenSSL"], path: "Sources/Crypto"),
+        .target(name: "HTTPClient", dependencies: ["CCurl", "CShims"], path: "Sources/HTTPClient"),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Identity"], path: "Sources/HTTPServer"),
 
         // MARK: The product
@@ -33,12 +34,13 @@ let package = Package(
         // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
         .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "SQLite", "HTTPServer", "Crypto"], path: "Sources/Channels/Mobile"),
-        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
+        .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/APNs"),
+        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway"], path: "Sources/Host/CLI"),
 
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
+        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "APNs", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

@@ -59,3 +59,24 @@ int soulacy_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
 int soulacy_spawn_add_chdir(posix_spawn_file_actions_t *actions, const char *path) {
     return posix_spawn_file_actions_addchdir_np(actions, path);
 }
+
+CURLcode soulacy_curl_set_callbacks(CURL *h, soulacy_curl_data_fn body, soulacy_curl_data_fn header, void *userdata) {
+    CURLcode rc = curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_WRITEDATA, userdata);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_HEADERDATA, userdata);
+    return rc;
+}
+
+int soulacy_curl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result) {
+    int left = 0;
+    CURLMsg *msg;
+    while ((msg = curl_multi_info_read(multi, &left)) != NULL) {
+        if (msg->msg == CURLMSG_DONE) {
+            *easy = msg->easy_handle;
+            *result = msg->data.result;
+            return 1;
+        }
+    }
+    return 0;
+}

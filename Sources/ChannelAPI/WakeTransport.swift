@@ -62,6 +62,8 @@ public struct WakeSignal: Sendable, Equatable, Codable {
     public var expiresAt: Date?
     /// Wake-ups with the same key replace each other on the phone.
     public var collapseID: String?
+    /// Stable across retries of the same wake-up (APNs apns-id), so a resend after a crash can be recognised.
+    public var wakeID: UUID?
 
     public init(kind: Kind = .alert, category: Category, title: String, body: String, deepLink: String, threadID: String,
                 timeSensitive: Bool = false, deliveryID: String? = nil, extra: [String: String] = [:],

@@ -6,6 +6,7 @@ import FoundationNetworking
 #endif
 import Gateway
 import HTTPServer
+import Mobile
 
 /// A real gateway for tests: real SQLite file in a temp directory, real libmicrohttpd on a loopback port.
 public final class TestGateway: Sendable {
@@ -25,12 +26,14 @@ public final class TestGateway: Sendable {
 
     /// Starts a gateway on a fresh (or the given) data directory; the config text is written to SOUL.yaml there.
     public static func start(config: String = defaultConfig, directory: String? = nil, clock: any WallClock = SystemWallClock(),
-                             maximumBodyBytes: Int = 1 << 20) async throws -> TestGateway {
+                             maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:],
+                             transports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy()) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
         let configPath = dir + "/SOUL.yaml"
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
         let gateway = try Gateway(options: GatewayOptions(configPath: configPath, dataDirectory: dir + "/data", host: "127.0.0.1", port: 0,
-                                                          clock: clock, log: GatewayLog(minimum: .warning), maximumBodyBytes: maximumBodyBytes))
+                                                          clock: clock, log: Log(minimum: .warning), maximumBodyBytes: maximumBodyBytes,
+                                                          environment: environment, extraTransports: transports, retryPolicy: retryPolicy))
         let bootstrap = try gateway.bootstrapAdminKey()
         try gateway.start()
         let keyFile = dir + "/admin.key"
@@ -152,8 +155,10 @@ public func eventually(timeout: Duration = .seconds(10), _ condition: @Sendable 
 
 /// Starts a gateway, runs `body` with it, and stops it afterwards whatever happened.
 public func withTestGateway<T>(config: String = TestGateway.defaultConfig, directory: String? = nil, clock: any WallClock = SystemWallClock(),
-                               maximumBodyBytes: Int = 1 << 20, _ body: (TestGateway) async throws -> T) async throws -> T {
-    let gateway = try await TestGateway.start(config: config, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes)
+                               maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:], transports: [any WakeTransport] = [],
+                               retryPolicy: RetryPolicy = RetryPolicy(), _ body: (TestGateway) async throws -> T) async throws -> T {
+    let gateway = try await TestGateway.start(config: config, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
+                                              environment: environment, transports: transports, retryPolicy: retryPolicy)
     do {
         let result = try await body(gateway)
         await gateway.stop()

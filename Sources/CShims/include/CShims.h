@@ -36,6 +36,12 @@ CURLcode soulacy_curl_getinfo_long(CURL *handle, CURLINFO info, long *value);
 CURLMcode soulacy_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long value);
 CURLSHcode soulacy_curl_share_setopt_long(CURLSH *handle, CURLSHoption option, long value);
 
+typedef size_t (*soulacy_curl_data_fn)(char *data, size_t size, size_t count, void *userdata);
+/* Installs the body and header callbacks with one user-data pointer. */
+CURLcode soulacy_curl_set_callbacks(CURL *handle, soulacy_curl_data_fn body, soulacy_curl_data_fn header, void *userdata);
+/* The next finished transfer of a multi handle: returns 1 and fills easy/result, or 0 when there is none. */
+int soulacy_curl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result);
+
 #include <spawn.h>
 /* pipe2(O_CLOEXEC) and posix_spawn_file_actions_addchdir_np are GNU extensions the Swift Glibc module hides. */
 int soulacy_pipe_cloexec(int fds[2]);

@@ -5,9 +5,12 @@ import Foundation
 public struct MobileChannel: Channel {
     public let name = "mobile"
     public let store: MobileStore
+    /// Told about new outbox rows so wake-ups leave at once instead of at the next poll.
+    public let dispatcher: PushDispatcher?
 
-    public init(store: MobileStore) {
+    public init(store: MobileStore, dispatcher: PushDispatcher? = nil) {
         self.store = store
+        self.dispatcher = dispatcher
     }
 
     public func validate(destination: String) throws(DestinationError) {
@@ -17,6 +20,7 @@ public struct MobileChannel: Channel {
     public func deliver(_ output: Output, to destination: String) async throws -> DeliveryReceipt {
         let parsed = try Destination(parsing: destination)
         let stored = try store.insertDelivery(output, destination: parsed)
+        if stored.wakeUps > 0 { dispatcher?.poke() }
         return DeliveryReceipt(channel: name, deliveryID: stored.id, recipientCount: stored.recipients.count)
     }
 }

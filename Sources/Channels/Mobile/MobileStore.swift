@@ -78,12 +78,14 @@ public final class MobileStore: Sendable {
     ]
 
     public let database: DatabasePool
+    public let outbox: PushOutbox
     let clock: any WallClock
 
     public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
         self.database = database
         self.clock = clock
-        try database.migrate(Self.migrations)
+        outbox = PushOutbox(database: database)
+        try database.migrate(Self.migrations + PushOutbox.migrations)
     }
 
     static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
@@ -148,20 +150,22 @@ public final class MobileStore: Sendable {
     // MARK: Deliveries
 
     /// Devices a destination addresses now.
-    func recipients(of destination: Destination, in db: Connection) throws -> [String] {
+    func recipients(of destination: Destination, in db: Connection) throws -> [(id: String, wakeable: Bool)] {
+        let columns = "SELECT id, notifications_enabled = 1 AND push_token IS NOT NULL AS wakeable FROM mobile_devices"
         let rows: [Row]
         switch destination {
-        case .all: rows = try db.query("SELECT id FROM mobile_devices ORDER BY id")
-        case .user(let subject): rows = try db.query("SELECT id FROM mobile_devices WHERE subject = ? ORDER BY id", subject)
-        case .device(let id): rows = try db.query("SELECT id FROM mobile_devices WHERE id = ?", id)
+        case .all: rows = try db.query("\(columns) ORDER BY id")
+        case .user(let subject): rows = try db.query("\(columns) WHERE subject = ? ORDER BY id", subject)
+        case .device(let id): rows = try db.query("\(columns) WHERE id = ?", id)
         }
-        return rows.compactMap { $0.string("id") }
+        return rows.compactMap { row in row.string("id").map { ($0, row.bool("wakeable") ?? false) } }
     }
 
     static func newDeliveryID() -> String { "dlv_" + Hex.encode(SecureBytes.random(count: 12)) }
 
-    /// Writes a delivery and its recipients in one transaction (committed with fsync); returns its id and recipients.
-    public func insertDelivery(_ output: Output, destination: Destination) throws -> (id: String, recipients: [String]) {
+    /// Writes a delivery, its recipients and one outbox wake-up per device that takes pushes, in one transaction
+    /// (committed with fsync). Returns its id, its recipients and how many wake-ups were queued.
+    public func insertDelivery(_ output: Output, destination: Destination) throws -> (id: String, recipients: [String], wakeUps: Int) {
         let id = Self.newDeliveryID()
         let parts = String(decoding: try JSONEncoder().encode(output.parts), as: UTF8.self)
         let metadata = String(decoding: try JSONCoding.encoder.encode(output.metadata), as: UTF8.self)
@@ -180,9 +184,15 @@ public final class MobileStore: Sendable {
                 output.title, output.body, parts, metadata, now)
             let recipients = try recipients(of: destination, in: db)
             for device in recipients {
-                try db.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", id, device)
+                try db.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", id, device.id)
             }
-            return (id, recipients)
+            // Devices with notifications off or no token still get the line; they just get no wake-up.
+            let wakeable = recipients.filter { $0.wakeable }.map(\.id)
+            if output.agentID != Self.systemAgentID {
+                try PushOutbox.enqueue(.delivery(id: id, agentID: output.agentID), deliveryID: id, deviceIDs: wakeable,
+                                       now: clock.now(), in: db)
+            }
+            return (id, recipients.map(\.id), output.agentID == Self.systemAgentID ? 0 : wakeable.count)
         }
     }
 

@@ -44,10 +44,10 @@ public actor AgentRuns {
     let store: RunStore
     let makeRunner: RunnerFactory
     let clock: any WallClock
-    let log: GatewayLog
+    let log: Log
     private var running: [String: (runID: String, task: Task<RunRecord, Never>)] = [:]
 
-    public init(config: SoulConfig, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: GatewayLog, makeRunner: @escaping RunnerFactory) {
+    public init(config: SoulConfig, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: Log, makeRunner: @escaping RunnerFactory) {
         self.config = config
         self.channels = channels
         self.store = store

@@ -1,3 +1,4 @@
+import APNs
 import ChannelAPI
 import Foundation
 import Glibc
@@ -13,13 +14,22 @@ public struct GatewayOptions: Sendable {
     public var host: String
     public var port: UInt16
     public var clock: any WallClock
-    public var log: GatewayLog
+    public var log: Log
     public var maximumBodyBytes: Int
     public var durability: Durability
+    /// Where SOULACY_MOBILE_* settings are read from (the process environment by default).
+    public var environment: [String: String]
+    /// Transports added by code (plugins, tests), tried before the ones the environment configures.
+    public var extraTransports: [any WakeTransport]
+    public var retryPolicy: RetryPolicy
 
     public init(configPath: String, dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8080,
-                clock: any WallClock = SystemWallClock(), log: GatewayLog = GatewayLog(), maximumBodyBytes: Int = 1 << 20,
-                durability: Durability = .full) {
+                clock: any WallClock = SystemWallClock(), log: Log = Log(), maximumBodyBytes: Int = 1 << 20,
+                durability: Durability = .full, environment: [String: String] = ProcessInfo.processInfo.environment,
+                extraTransports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy()) {
+        self.environment = environment
+        self.extraTransports = extraTransports
+        self.retryPolicy = retryPolicy
         self.configPath = configPath
         self.dataDirectory = dataDirectory
         self.host = host
@@ -36,11 +46,12 @@ public enum GatewayStartError: Error, CustomStringConvertible {
     case dataDirectory(String)
     case storage(String)
     case listen(String)
+    case transport(String)
 
     public var description: String {
         switch self {
         case .config(let errors): return errors.description
-        case .dataDirectory(let message), .storage(let message), .listen(let message): return message
+        case .dataDirectory(let message), .storage(let message), .listen(let message), .transport(let message): return message
         }
     }
 }
@@ -60,10 +71,12 @@ public final class Gateway: Sendable {
     public let runs: AgentRuns
     public let config: SoulConfig
     public let channels: ChannelRegistry
+    public let dispatcher: PushDispatcher
     let scheduler: Scheduler
     let server: HTTPServer
     public let router: Router
     private let schedulerTask = LockedTask()
+    private let dispatcherTask = LockedTask()
     private let boundPort = BoundPort()
 
     public init(options: GatewayOptions) throws(GatewayStartError) {
@@ -93,7 +106,9 @@ public final class Gateway: Sendable {
         } catch {
             throw .storage("cannot open the database in \(options.dataDirectory): \(error)")
         }
-        let mobile = MobileChannel(store: mobileStore)
+        let transports = try Self.wakeTransports(options: options, log: log)
+        dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log)
+        let mobile = MobileChannel(store: mobileStore, dispatcher: dispatcher)
         channels = ChannelRegistry([mobile])
         let boundPort = self.boundPort
         let hostForURL = options.host.contains(":") ? "[\(options.host)]" : options.host
@@ -115,8 +130,25 @@ public final class Gateway: Sendable {
         }
     }
 
+    /// The wake-up transports in order of preference; the choice is logged once at start.
+    static func wakeTransports(options: GatewayOptions, log: Log) throws(GatewayStartError) -> WakeTransportRegistry {
+        var registry = WakeTransportRegistry(options.extraTransports)
+        do {
+            if let apns = try APNsConfiguration.fromEnvironment(options.environment) {
+                registry.register(try APNsTransport(configuration: apns, clock: options.clock))
+                log.info("push: iOS devices are woken directly through APNs (team \(apns.teamID), key \(apns.keyID))")
+            }
+        } catch {
+            throw .transport(error.description)
+        }
+        if registry.transports.isEmpty {
+            log.info("push: no push service configured; every delivery still lands in the inbox")
+        }
+        return registry
+    }
+
     /// Storage failures become a clear status; the details go to the log, not to the caller.
-    static func respond(to error: any Error, request: HTTPRequest, log: GatewayLog) -> HTTPResponse {
+    static func respond(to error: any Error, request: HTTPRequest, log: Log) -> HTTPResponse {
         if let sqlite = error as? SQLiteError {
             log.error("\(request.method) \(request.path): \(sqlite)")
             if sqlite.isDiskFull { return APIError(status: 507, code: "storage_full", message: "the gateway's disk is full; nothing was stored").response }
@@ -142,6 +174,8 @@ public final class Gateway: Sendable {
         boundPort.value.store(server.port, ordering: .relaxed)
         let scheduler = self.scheduler
         schedulerTask.set(Task { await scheduler.run() })
+        let dispatcher = self.dispatcher
+        dispatcherTask.set(Task { await dispatcher.run() })
         options.log.info("soulacy \(GatewayVersion.current) listening on \(options.host):\(port) with \(config.agents.count) agent(s)")
     }
 
@@ -150,6 +184,9 @@ public final class Gateway: Sendable {
         schedulerTask.cancel()
         await server.stop()
         await runs.waitForAll()
+        // Wake-ups in flight settle before the process goes; the rest wait in the outbox.
+        dispatcher.poke()
+        await dispatcherTask.cancelAndWait()
     }
 }
 
@@ -158,6 +195,14 @@ final class LockedTask: @unchecked Sendable {
     private var task: Task<Void, Never>?
     func set(_ t: Task<Void, Never>) { lock.withLock { task = t } }
     func cancel() { lock.withLock { task?.cancel(); task = nil } }
+    func cancelAndWait() async {
+        let running = lock.withLock { () -> Task<Void, Never>? in
+            defer { task = nil }
+            task?.cancel()
+            return task
+        }
+        await running?.value
+    }
 }
 
 /// The API's port once bound, read by runners that need the gateway's address.

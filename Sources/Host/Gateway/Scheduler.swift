@@ -10,9 +10,9 @@ public struct Scheduler: Sendable {
     let runs: AgentRuns
     let store: RunStore
     let clock: any WallClock
-    let log: GatewayLog
+    let log: Log
 
-    public init(config: SoulConfig, runs: AgentRuns, store: RunStore, clock: any WallClock, log: GatewayLog) {
+    public init(config: SoulConfig, runs: AgentRuns, store: RunStore, clock: any WallClock, log: Log) {
         agents = config.agents.filter { $0.trigger == .cron && $0.schedule != nil }
         self.runs = runs
         self.store = store

@@ -1,7 +1,7 @@
 import Foundation
 
-/// Plain line logs on stderr. Callers pass no secrets: keys, codes, tokens and agent output stay out of logs.
-public struct GatewayLog: Sendable {
+/// Plain line logs on stderr, handed by the host to every plugin. Callers pass no secrets: keys, codes, tokens and agent output stay out of logs.
+public struct Log: Sendable {
     public enum Level: String, Sendable, Comparable {
         case debug, info, warning, error
         private var rank: Int { [.debug: 0, .info: 1, .warning: 2, .error: 3][self]! }

@@ -1,0 +1,81 @@
+import ChannelAPI
+import Foundation
+
+/// The JSON body and headers of one APNs request, built from a wake-up's generic fields only.
+public struct APNsRequest: Sendable, Equatable {
+    public static let maximumPayloadBytes = 4096
+    public static let liveActivityTopicSuffix = ".push-type.liveactivity"
+
+    public var pushType: String
+    public var topic: String
+    public var priority: Int
+    public var expiration: Int
+    public var collapseID: String?
+    public var apnsID: String?
+    public var body: [UInt8]
+
+    public init(signal: WakeSignal, bundleID: String, now: Date) throws(APNsPayloadError) {
+        var aps: [String: Any] = [:]
+        switch signal.kind {
+        case .alert:
+            pushType = "alert"
+            topic = bundleID
+            aps["alert"] = ["title": signal.title, "body": signal.body]
+            aps["sound"] = "default"
+            aps["category"] = signal.category.rawValue
+            aps["thread-id"] = signal.threadID
+            aps["interruption-level"] = signal.timeSensitive ? "time-sensitive" : "active"
+            aps["mutable-content"] = 1
+            priority = signal.priority.rawValue
+        case .background:
+            pushType = "background"
+            topic = bundleID
+            aps["content-available"] = 1
+            // Apple requires priority 5 for background pushes.
+            priority = 5
+        case .liveActivity:
+            pushType = "liveactivity"
+            topic = bundleID + Self.liveActivityTopicSuffix
+            priority = signal.priority.rawValue
+        }
+        var root: [String: Any] = ["aps": aps, "category": signal.category.rawValue, "deep_link": signal.deepLink, "thread_id": signal.threadID]
+        if let id = signal.deliveryID { root["delivery_id"] = id }
+        for (key, value) in signal.extra where root[key] == nil && key != "apns_payload" { root[key] = value }
+        if signal.kind == .liveActivity, let payload = signal.extra["apns_payload"], let data = payload.data(using: .utf8),
+           let object = try? JSONSerialization.jsonObject(with: data) {
+            // A Live Activity's body is the exact content-state document the phone draws from.
+            root = (object as? [String: Any]) ?? root
+        }
+        guard let data = try? JSONSerialization.data(withJSONObject: root, options: [.sortedKeys, .withoutEscapingSlashes]) else {
+            throw .notEncodable
+        }
+        guard data.count <= Self.maximumPayloadBytes else { throw .tooLarge(data.count) }
+        body = Array(data)
+        let expiresAt = signal.expiresAt ?? now.addingTimeInterval(24 * 3600)
+        expiration = Int(expiresAt.timeIntervalSince1970)
+        collapseID = signal.collapseID.map { String($0.utf8.prefix(64))! }
+        apnsID = signal.wakeID.map { $0.uuidString.lowercased() }
+    }
+
+    /// Header list in the order APNs documents them.
+    public func headers(providerToken: String) -> [(String, String)] {
+        var headers = [("authorization", "bearer \(providerToken)"), ("apns-push-type", pushType), ("apns-topic", topic),
+                       ("apns-priority", String(priority)), ("apns-expiration", String(expiration))]
+        if let collapseID { headers.append(("apns-collapse-id", collapseID)) }
+        if let apnsID { headers.append(("apns-id", apnsID)) }
+        headers.append(("content-type", "application/json"))
+        return headers
+    }
+}
+
+public enum APNsPayloadError: Error, Sendable, Equatable, CustomStringConvertible {
+    case tooLarge(Int)
+    case notEncodable
+
+    public var description: String {
+        switch self {
+        case .tooLarge(let n): return "the APNs payload is \(n) bytes; the limit is \(APNsRequest.maximumPayloadBytes)"
+        case .notEncodable: return "the APNs payload could not be encoded as JSON"
+        }
+    }
+}

@@ -1,0 +1,186 @@
+import ChannelAPI
+import Foundation
+import Glibc
+import SQLite
+
+/// One wake-up waiting in (or done with) the durable push outbox.
+public struct OutboxEntry: Sendable, Equatable {
+    public enum State: String, Sendable {
+        case pending, sent, failed, skipped
+    }
+    public var id: Int64
+    public var wakeID: UUID
+    public var deliveryID: String?
+    public var deviceID: String
+    public var signal: WakeSignal
+    public var state: State
+    public var attempts: Int
+    public var nextAttemptAt: Date
+    public var expiresAt: Date
+    public var transport: String?
+    public var outcome: String?
+}
+
+/// The push outbox in SQLite: rows are written with the inbox line, claimed with a lease, settled once.
+public struct PushOutbox: Sendable {
+    public static let migrations: [Migration] = [
+        Migration("mobile.2-push-outbox", """
+            CREATE TABLE mobile_push_outbox (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                wake_id TEXT NOT NULL UNIQUE,
+                delivery_id TEXT,
+                device_id TEXT NOT NULL,
+                signal TEXT NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'failed', 'skipped')),
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                lease_owner TEXT,
+                lease_until INTEGER,
+                transport TEXT,
+                outcome TEXT,
+                created_at INTEGER NOT NULL,
+                finished_at INTEGER
+            );
+            CREATE INDEX mobile_push_outbox_due ON mobile_push_outbox (state, next_attempt_at);
+            CREATE INDEX mobile_push_outbox_by_delivery ON mobile_push_outbox (delivery_id);
+            """),
+    ]
+
+    /// How long a wake-up stays worth sending; after that it is recorded as expired.
+    public static let defaultLifetime: TimeInterval = 24 * 3600
+
+    let database: DatabasePool
+
+    static func ms(_ d: Date) -> Int64 { Int64((d.timeIntervalSince1970 * 1000).rounded()) }
+    static func date(_ v: Int64?) -> Date { Date(timeIntervalSince1970: Double(v ?? 0) / 1000) }
+
+    /// Adds one wake-up per device, inside the caller's transaction (the one that writes the inbox line).
+    static func enqueue(_ signal: WakeSignal, deliveryID: String?, deviceIDs: [String], now: Date, in db: Connection) throws {
+        let expires = signal.expiresAt ?? now.addingTimeInterval(defaultLifetime)
+        for device in deviceIDs {
+            var s = signal
+            s.wakeID = UUID()
+            let json = String(decoding: try JSONEncoder().encode(s), as: UTF8.self)
+            try db.run("""
+                INSERT INTO mobile_push_outbox (wake_id, delivery_id, device_id, signal, next_attempt_at, expires_at, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """, s.wakeID!.uuidString.lowercased(), deliveryID, device, json, ms(now), ms(expires), ms(now))
+        }
+    }
+
+    private static func entry(_ row: Row) -> OutboxEntry? {
+        guard let json = row.string("signal"), let signal = try? JSONDecoder().decode(WakeSignal.self, from: Data(json.utf8)),
+              let wake = row.string("wake_id").flatMap(UUID.init(uuidString:)) else { return nil }
+        return OutboxEntry(id: row.int("id") ?? 0, wakeID: wake, deliveryID: row.string("delivery_id"), deviceID: row.string("device_id") ?? "",
+                           signal: signal, state: OutboxEntry.State(rawValue: row.string("state") ?? "") ?? .pending,
+                           attempts: Int(row.int("attempts") ?? 0), nextAttemptAt: date(row.int("next_attempt_at")),
+                           expiresAt: date(row.int("expires_at")), transport: row.string("transport"), outcome: row.string("outcome"))
+    }
+
+    /// Leases up to `limit` due rows to `owner`. Another process sharing the file cannot claim them until the lease ends.
+    public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) throws -> [OutboxEntry] {
+        try database.transaction { db in
+            try db.query("""
+                UPDATE mobile_push_outbox SET lease_owner = ?, lease_until = ?
+                WHERE id IN (SELECT id FROM mobile_push_outbox
+                             WHERE state = 'pending' AND next_attempt_at <= ? AND (lease_until IS NULL OR lease_until < ?)
+                             ORDER BY next_attempt_at, id LIMIT ?)
+                RETURNING *
+                """, owner, Self.ms(now.addingTimeInterval(lease)), Self.ms(now), Self.ms(now), limit)
+        }.compactMap(Self.entry).sorted { $0.id < $1.id }
+    }
+
+    /// When the next pending row becomes due, if any.
+    public func nextDue() throws -> Date? {
+        try database.read { db in
+            try db.query("SELECT MIN(next_attempt_at) AS t FROM mobile_push_outbox WHERE state = 'pending'").first?.int("t").map { Self.date($0) }
+        }
+    }
+
+    /// Settles a claimed row. Only the lease holder may; a row whose lease was taken over is left alone.
+    @discardableResult
+    public func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) throws -> Bool {
+        try database.transaction { db in
+            try db.run("""
+                UPDATE mobile_push_outbox SET state = ?, transport = ?, outcome = ?, attempts = attempts + ?, finished_at = ?,
+                                              lease_owner = NULL, lease_until = NULL
+                WHERE id = ? AND lease_owner = ? AND state = 'pending'
+                """, state.rawValue, transport, outcome, state == .skipped ? 0 : 1, Self.ms(now), id, owner) > 0
+        }
+    }
+
+    /// Puts a claimed row back for a later attempt.
+    @discardableResult
+    public func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) throws -> Bool {
+        try database.transaction { db in
+            try db.run("""
+                UPDATE mobile_push_outbox SET next_attempt_at = ?, transport = ?, outcome = ?, attempts = attempts + 1,
+                                              lease_owner = NULL, lease_until = NULL
+                WHERE id = ? AND lease_owner = ? AND state = 'pending'
+                """, Self.ms(next), transport, outcome, id, owner) > 0
+        }
+    }
+
+    /// The service said the token is dead: settle the row and clear the device's token, unless the app has
+    /// registered a different one meanwhile.
+    public func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) throws {
+        try database.transaction { db in
+            try db.run("""
+                UPDATE mobile_push_outbox SET state = 'failed', transport = ?, outcome = ?, attempts = attempts + 1, finished_at = ?,
+                                              lease_owner = NULL, lease_until = NULL
+                WHERE id = ? AND lease_owner = ?
+                """, transport, outcome, Self.ms(now), id, owner)
+            try db.run("UPDATE mobile_devices SET push_token = NULL WHERE id = ? AND push_token = ?", deviceID, token)
+        }
+    }
+
+    /// Frees leases held by processes on this host that no longer exist (after a crash or kill -9).
+    public func releaseAbandonedLeases(ownOwner: String) throws -> Int {
+        let host = ownOwner.split(separator: "|").first.map(String.init) ?? ""
+        let owners = try database.read { db in
+            try db.query("SELECT DISTINCT lease_owner FROM mobile_push_outbox WHERE state = 'pending' AND lease_owner IS NOT NULL")
+                .compactMap { $0.string("lease_owner") }
+        }
+        var released = 0
+        for owner in owners where owner != ownOwner {
+            let parts = owner.split(separator: "|")
+            guard parts.count == 3, String(parts[0]) == host, let pid = Int32(parts[1]) else { continue }
+            let alive = kill(pid, 0) == 0 || errno == EPERM
+            if !alive || pid == getpid() {
+                released += try database.transaction { db in
+                    try db.run("UPDATE mobile_push_outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = 'pending'", owner)
+                }
+            }
+        }
+        return released
+    }
+
+    public func entries(deliveryID: String? = nil) throws -> [OutboxEntry] {
+        try database.read { db in
+            if let deliveryID {
+                return try db.query("SELECT * FROM mobile_push_outbox WHERE delivery_id = ? ORDER BY id", deliveryID).compactMap(Self.entry)
+            }
+            return try db.query("SELECT * FROM mobile_push_outbox ORDER BY id").compactMap(Self.entry)
+        }
+    }
+
+    /// Rows per state.
+    public func counts() throws -> [OutboxEntry.State: Int] {
+        try database.read { db in
+            var result: [OutboxEntry.State: Int] = [:]
+            for row in try db.query("SELECT state, COUNT(*) AS n FROM mobile_push_outbox GROUP BY state") {
+                if let s = row.string("state").flatMap(OutboxEntry.State.init(rawValue:)) { result[s] = Int(row.int("n") ?? 0) }
+            }
+            return result
+        }
+    }
+
+    /// A lease owner name that says which process holds it: host|pid|instance.
+    public static func ownerName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        gethostname(&buffer, buffer.count)
+        let host = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        return "\(host)|\(getpid())|\(UUID().uuidString.prefix(8))"
+    }
+}

@@ -1,0 +1,32 @@
+import Foundation
+import Glibc
+
+public enum SecretFileError: Error, Sendable, Equatable, CustomStringConvertible {
+    case unreadable(path: String, variable: String, reason: String)
+    case tooOpen(path: String, variable: String, mode: String)
+
+    public var description: String {
+        switch self {
+        case let .unreadable(path, variable, reason): return "\(variable): cannot read \(path): \(reason)"
+        case let .tooOpen(path, variable, mode):
+            return "\(variable): \(path) is readable by group or others (mode \(mode)); make it readable by the service account only, for example chmod 600 \(path)"
+        }
+    }
+}
+
+/// Reads a secret file (an APNs .p8, a service-account JSON) after checking that only its owner can read it.
+public enum SecretFile {
+    public static func read(_ path: String, variable: String) throws(SecretFileError) -> String {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw (.unreadable(path: path, variable: variable, reason: String(cString: strerror(errno))))
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            throw (.tooOpen(path: path, variable: variable, mode: String(info.st_mode & 0o777, radix: 8)))
+        }
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
+            throw (.unreadable(path: path, variable: variable, reason: "permission denied or not UTF-8 text"))
+        }
+        return text
+    }
+}

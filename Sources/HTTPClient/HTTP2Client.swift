@@ -1,0 +1,222 @@
+internal import CCurl
+internal import CShims
+import Foundation
+import Synchronization
+
+/// One outgoing request.
+public struct ClientRequest: Sendable {
+    public var method: String
+    public var url: String
+    public var headers: [(String, String)]
+    public var body: [UInt8]
+    public var timeout: Duration
+
+    public init(method: String = "POST", url: String, headers: [(String, String)] = [], body: [UInt8] = [], timeout: Duration = .seconds(15)) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.timeout = timeout
+    }
+}
+
+public struct ClientResponse: Sendable {
+    public let status: Int
+    /// Header names lower-cased.
+    public let headers: [String: String]
+    public let body: [UInt8]
+    /// "2" for HTTP/2.
+    public let httpVersion: String
+}
+
+/// A request that never got an HTTP answer (connection refused, TLS failure, timeout).
+public struct ClientTransportError: Error, Sendable, CustomStringConvertible {
+    public let code: Int32
+    public let description: String
+}
+
+public struct HTTP2ClientConfiguration: Sendable {
+    /// PEM bundle trusted instead of the system store (a test stand-in's self-signed certificate).
+    public var caFile: String?
+    /// Most requests open at once; the rest queue. All share one multiplexed connection per host.
+    public var maximumConcurrentStreams: Int
+    public var connectTimeout: Duration
+
+    public init(caFile: String? = nil, maximumConcurrentStreams: Int = 256, connectTimeout: Duration = .seconds(10)) {
+        self.caFile = caFile
+        self.maximumConcurrentStreams = maximumConcurrentStreams
+        self.connectTimeout = connectTimeout
+    }
+}
+
+/// An HTTP/2 client on libcurl's multi interface: one thread drives one multi handle, and every request to
+/// a host rides the same TLS connection as a separate stream (what APNs asks of providers).
+public final class HTTP2Client: Sendable {
+    private let engine: CurlEngine
+
+    public init(configuration: HTTP2ClientConfiguration = HTTP2ClientConfiguration()) {
+        engine = CurlEngine(configuration: configuration)
+    }
+
+    deinit { engine.shutdown() }
+
+    public func send(_ request: ClientRequest) async throws(ClientTransportError) -> ClientResponse {
+        let result: Result<ClientResponse, ClientTransportError> = await withCheckedContinuation { continuation in
+            engine.submit(Transfer(request: request, continuation: continuation))
+        }
+        return try result.get()
+    }
+
+    /// How many connections libcurl opened so far (one per host when multiplexing works).
+    public var connectionsOpened: Int { engine.connectionsOpened.load(ordering: .relaxed) }
+}
+
+/// One request in flight, owned by the engine thread once submitted.
+final class Transfer: @unchecked Sendable {
+    let request: ClientRequest
+    let continuation: CheckedContinuation<Result<ClientResponse, ClientTransportError>, Never>
+    var status = 0
+    var headers: [String: String] = [:]
+    var body: [UInt8] = []
+    var headerList: UnsafeMutablePointer<curl_slist>?
+    var easy: UnsafeMutableRawPointer?
+
+    init(request: ClientRequest, continuation: CheckedContinuation<Result<ClientResponse, ClientTransportError>, Never>) {
+        self.request = request
+        self.continuation = continuation
+    }
+}
+
+private let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
+
+final class CurlEngine: @unchecked Sendable {
+    let configuration: HTTP2ClientConfiguration
+    // The multi handle is touched only by the engine thread; other threads go through `queue` and wakeup.
+    private let multi: UnsafeMutableRawPointer
+    private let queue = Mutex<(pending: [Transfer], stopping: Bool)>(([], false))
+    private var active: [UnsafeMutableRawPointer: Transfer] = [:]
+    private let finished = DispatchSemaphore(value: 0)
+    let connectionsOpened = Atomic<Int>(0)
+
+    init(configuration: HTTP2ClientConfiguration) {
+        _ = globalInit
+        self.configuration = configuration
+        multi = curl_multi_init()
+        soulacy_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
+        soulacy_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 1)
+        soulacy_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.maximumConcurrentStreams)
+        let thread = Thread { [self] in run() }
+        thread.name = "soulacy-http2"
+        thread.start()
+    }
+
+    func submit(_ transfer: Transfer) {
+        let accepted = queue.withLock { state -> Bool in
+            guard !state.stopping else { return false }
+            state.pending.append(transfer)
+            return true
+        }
+        if accepted {
+            curl_multi_wakeup(multi)
+        } else {
+            transfer.continuation.resume(returning: .failure(ClientTransportError(code: -1, description: "the HTTP client is shut down")))
+        }
+    }
+
+    func shutdown() {
+        queue.withLock { $0.stopping = true }
+        curl_multi_wakeup(multi)
+        finished.wait()
+    }
+
+    private func run() {
+        var running: Int32 = 0
+        while true {
+            let (incoming, stopping) = queue.withLock { state -> ([Transfer], Bool) in
+                defer { state.pending.removeAll() }
+                return (state.pending, state.stopping)
+            }
+            for transfer in incoming { start(transfer) }
+            if stopping { break }
+            curl_multi_perform(multi, &running)
+            var easy: UnsafeMutableRawPointer?
+            var code = CURLE_OK
+            while soulacy_curl_multi_next_done(multi, &easy, &code) == 1, let handle = easy {
+                complete(handle, code: code)
+            }
+            curl_multi_poll(multi, nil, 0, 1000, nil)
+        }
+        for (handle, _) in active { complete(handle, code: CURLE_ABORTED_BY_CALLBACK) }
+        curl_multi_cleanup(multi)
+        finished.signal()
+    }
+
+    private func start(_ transfer: Transfer) {
+        guard let easy = curl_easy_init() else {
+            transfer.continuation.resume(returning: .failure(ClientTransportError(code: -1, description: "curl_easy_init failed")))
+            return
+        }
+        let r = transfer.request
+        soulacy_curl_setopt_ptr(easy, CURLOPT_URL, r.url)
+        soulacy_curl_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS)
+        soulacy_curl_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
+        soulacy_curl_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        soulacy_curl_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(r.timeout.components.seconds * 1000 + r.timeout.components.attoseconds / 1_000_000_000_000_000))
+        soulacy_curl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.connectTimeout.components.seconds * 1000))
+        soulacy_curl_setopt_ptr(easy, CURLOPT_CUSTOMREQUEST, r.method)
+        if let ca = configuration.caFile { soulacy_curl_setopt_ptr(easy, CURLOPT_CAINFO, ca) }
+        if r.method != "GET" || !r.body.isEmpty {
+            soulacy_curl_setopt_long(easy, CURLOPT_POST, 1)
+            soulacy_curl_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(r.body.count))
+            r.body.withUnsafeBytes { _ = soulacy_curl_setopt_ptr(easy, CURLOPT_COPYPOSTFIELDS, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)) }
+        }
+        var list: UnsafeMutablePointer<curl_slist>?
+        for (name, value) in r.headers { list = curl_slist_append(list, "\(name): \(value)") }
+        // curl adds "Expect: 100-continue" to larger POSTs; HTTP/2 services do not want it.
+        list = curl_slist_append(list, "Expect:")
+        transfer.headerList = list
+        soulacy_curl_setopt_ptr(easy, CURLOPT_HTTPHEADER, list)
+        let context = Unmanaged.passUnretained(transfer).toOpaque()
+        soulacy_curl_set_callbacks(easy, { data, size, count, user in
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            let n = size * count
+            if let data { data.withMemoryRebound(to: UInt8.self, capacity: n) { transfer.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: n)) } }
+            return n
+        }, { data, size, count, user in
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            let n = size * count
+            guard let data else { return n }
+            let line = String(decoding: UnsafeRawBufferPointer(start: data, count: n), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            if line.hasPrefix("HTTP/") {
+                transfer.headers = [:]
+            } else if let colon = line.firstIndex(of: ":") {
+                transfer.headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            }
+            return n
+        }, context)
+        transfer.easy = easy
+        active[easy] = transfer
+        curl_multi_add_handle(multi, easy)
+    }
+
+    private func complete(_ easy: UnsafeMutableRawPointer, code: CURLcode) {
+        guard let transfer = active.removeValue(forKey: easy) else { return }
+        var status = 0
+        soulacy_curl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+        var version = 0
+        soulacy_curl_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
+        var connects = 0
+        soulacy_curl_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &connects)
+        if connects > 0 { connectionsOpened.add(connects, ordering: .relaxed) }
+        curl_multi_remove_handle(multi, easy)
+        curl_easy_cleanup(easy)
+        curl_slist_free_all(transfer.headerList)
+        if code == CURLE_OK {
+            let versionText = version == CURL_HTTP_VERSION_2_0 ? "2" : (version == CURL_HTTP_VERSION_1_1 ? "1.1" : "\(version)")
+            transfer.continuation.resume(returning: .success(ClientResponse(status: status, headers: transfer.headers, body: transfer.body, httpVersion: versionText)))
+        } else {
+            let message = String(cString: curl_easy_strerror(code))
+            transfer.continuation.resume(returning: .failure(ClientTransportError(code: Int32(code.rawValue), description: message)))
+        }
+    }
+}

@@ -1,0 +1,159 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Glibc
+import HTTPServer
+
+/// A free loopback TCP port (bound once and released).
+public func freePort() -> UInt16 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+    return UInt16(bigEndian: address.sin_port)
+}
+
+/// Runs a program to completion and returns its exit status and output.
+@discardableResult
+public func runProgram(_ path: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    if let environment { process.environment = environment }
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+public enum RepositoryPaths {
+    public static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardized.path
+    public static let standIns = root + "/Tests/StandIns"
+    public static let soulacyBinary = root + "/.build/debug/soulacy"
+}
+
+/// A stand-in service run as a Python process (hypercorn, HTTP/2 over TLS) with a plain-HTTP control port.
+public class StandInProcess: @unchecked Sendable {
+    public let tlsPort: UInt16
+    public let controlPort: UInt16
+    public let directory: String
+    let script: String
+    let arguments: [String]
+    private var process: Process?
+    private let lock = NSLock()
+
+    init(script: String, directory: String, arguments: [String]) {
+        self.script = script
+        self.directory = directory
+        self.arguments = arguments
+        tlsPort = freePort()
+        controlPort = freePort()
+    }
+
+    /// The stand-in's self-signed certificate, to trust it.
+    public var caFile: String { directory + "/standin-cert.pem" }
+    public var baseURL: String { "https://127.0.0.1:\(tlsPort)" }
+
+    public func start() async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "\(RepositoryPaths.standIns)/\(script)", "--tls-port", String(tlsPort), "--control-port", String(controlPort),
+                             "--cert-dir", directory] + arguments
+        var env = ProcessInfo.processInfo.environment
+        env["PYTHONPATH"] = RepositoryPaths.standIns
+        env["PYTHONUNBUFFERED"] = "1"
+        process.environment = env
+        let log = FileHandle(forWritingAtPath: directory + "/standin.log") ?? {
+            _ = FileManager.default.createFile(atPath: directory + "/standin.log", contents: nil)
+            return FileHandle(forWritingAtPath: directory + "/standin.log")!
+        }()
+        log.seekToEndOfFile()
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        lock.withLock { self.process = process }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            if (try? await control("GET", "/control/health"))?["ok"] == true { return }
+            guard process.isRunning else { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let output = (try? String(contentsOfFile: directory + "/standin.log", encoding: .utf8)) ?? ""
+        throw TestFailure("the stand-in \(script) did not start:\n\(output)")
+    }
+
+    /// Stops the service (connections drop, its port refuses); recorded requests are lost with it.
+    public func stop() {
+        let process = lock.withLock { () -> Process? in defer { self.process = nil }; return self.process }
+        guard let process, process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    deinit { stop() }
+
+    @discardableResult
+    public func control(_ method: String, _ path: String, json: JSONValue? = nil) async throws -> JSONValue {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(controlPort)\(path)")!)
+        request.httpMethod = method
+        request.timeoutInterval = 5
+        if let json { request.httpBody = Data(json.serialized().utf8) }
+        let (data, _) = try await URLSession.shared.data(for: request)
+        return try JSONValue.parse(Array(data))
+    }
+
+    /// Every request the service received, in order.
+    public func requests() async throws -> [JSONValue] {
+        try await control("GET", "/control/requests")["requests"]?.arrayValue ?? []
+    }
+
+    /// The next requests get these answers ({"status", "reason", "retry_after"?}); then 200 again.
+    public func script(_ responses: [JSONValue]) async throws {
+        try await control("POST", "/control/script", json: ["responses": .array(responses)])
+    }
+
+    public func delay(milliseconds: Int) async throws {
+        try await control("POST", "/control/delay", json: ["ms": .number(Double(milliseconds))])
+    }
+}
+
+/// The APNs stand-in: verifies the ES256 provider token with the key's public half, checks Apple's headers
+/// and the 4 KB limit, and answers with Apple's reasons.
+public final class APNsStandIn: StandInProcess, @unchecked Sendable {
+    public static let teamID = "TEAM123456"
+    public static let keyID = "KEY1234567"
+    public let keyFile: String
+
+    public static func start() async throws -> APNsStandIn {
+        let directory = TestGateway.makeTemporaryDirectory()
+        let keyFile = directory + "/AuthKey.p8"
+        try runProgram("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", keyFile])
+        chmod(keyFile, 0o600)
+        try runProgram("/usr/bin/openssl", ["pkey", "-in", keyFile, "-pubout", "-out", directory + "/AuthKey.pub"])
+        let standIn = APNsStandIn(directory: directory, keyFile: keyFile)
+        try await standIn.start()
+        return standIn
+    }
+
+    init(directory: String, keyFile: String) {
+        self.keyFile = keyFile
+        super.init(script: "apns_standin.py", directory: directory,
+                   arguments: ["--public-key", directory + "/AuthKey.pub", "--team-id", Self.teamID, "--key-id", Self.keyID])
+    }
+
+    /// The SOULACY_MOBILE_APNS_* settings that point a gateway at this stand-in.
+    public var environment: [String: String] {
+        ["SOULACY_MOBILE_APNS_TEAM_ID": Self.teamID, "SOULACY_MOBILE_APNS_KEY_ID": Self.keyID,
+         "SOULACY_MOBILE_APNS_PRIVATE_KEY_FILE": keyFile, "SOULACY_MOBILE_APNS_PRODUCTION_URL": baseURL,
+         "SOULACY_MOBILE_APNS_SANDBOX_URL": baseURL, "SOULACY_MOBILE_APNS_CA_FILE": caFile]
+    }
+}
