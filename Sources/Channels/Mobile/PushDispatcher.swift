@@ -26,9 +26,9 @@ public struct RetryPolicy: Sendable {
 /// Sends the outbox's wake-ups through each device's transport, durably: rows survive restarts, retries
 /// back off, an acknowledged wake-up is never sent again, and a token the service rejects is cleared.
 public actor PushDispatcher {
-    public let store: MobileStore
-    public let transports: WakeTransportRegistry
-    public let owner: String
+    public nonisolated let store: MobileStore
+    public nonisolated let transports: WakeTransportRegistry
+    public nonisolated let owner: String
     let clock: any WallClock
     let policy: RetryPolicy
     let log: Log
