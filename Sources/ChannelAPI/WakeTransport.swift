@@ -84,8 +84,9 @@ public struct WakeSignal: Sendable, Equatable, Codable {
 
     /// The wake-up for a new inbox line: the same generic words whatever the agent said.
     public static func delivery(id: String, agentID: String) -> WakeSignal {
+        // The delivery id collapses repeats: a wake-up resent after a crash replaces the first on the phone.
         WakeSignal(category: .delivery, title: "Soulacy", body: "An agent result is ready to review.",
-                   deepLink: "soulacy://delivery/\(id)", threadID: "agent-\(agentID)", deliveryID: id)
+                   deepLink: "soulacy://delivery/\(id)", threadID: "agent-\(agentID)", deliveryID: id, collapseID: id)
     }
 }
 

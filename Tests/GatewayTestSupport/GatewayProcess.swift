@@ -1,0 +1,70 @@
+import Foundation
+import Glibc
+
+/// The real `soulacy serve` binary as a child process, for restarts and kill -9.
+public final class GatewayProcess: @unchecked Sendable {
+    public let dataDirectory: String
+    public let configPath: String
+    public let port: UInt16
+    public let environment: [String: String]
+    private var process: Process?
+    private let logPath: String
+
+    public init(directory: String, config: String = TestGateway.defaultConfig, environment: [String: String] = [:]) throws {
+        dataDirectory = directory + "/data"
+        configPath = directory + "/SOUL.yaml"
+        logPath = directory + "/gateway.log"
+        port = freePort()
+        self.environment = environment
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+    }
+
+    public var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    /// Starts the binary and waits for /health; returns the admin key when this start printed one.
+    @discardableResult
+    public func start() async throws -> String? {
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        let log = FileHandle(forWritingAtPath: logPath)!
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: RepositoryPaths.soulacyBinary)
+        process.arguments = ["serve", "--config", configPath, "--data", dataDirectory, "--listen", "127.0.0.1:\(port)"]
+        var env = ["PATH": "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]
+        env.merge(environment) { $1 }
+        process.environment = env
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        self.process = process
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            if output.contains("is listening on") { break }
+            guard process.isRunning else { throw TestFailure("soulacy exited: \(output)") }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        guard let line = output.split(separator: "\n").last(where: { $0.contains("SOULACY_ADMIN_KEY=") }) else { return nil }
+        return String(line.split(separator: "=", maxSplits: 1).last ?? "")
+    }
+
+    public var output: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    public var pid: Int32 { process?.processIdentifier ?? 0 }
+
+    /// kill -9: no shutdown code runs.
+    public func kill9() {
+        guard let process, process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    /// SIGTERM and wait: the graceful path.
+    public func terminate() {
+        guard let process, process.isRunning else { return }
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    deinit { kill9() }
+}

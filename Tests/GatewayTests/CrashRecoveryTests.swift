@@ -1,0 +1,123 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import GatewayTestSupport
+import HTTPServer
+import SQLite
+import Testing
+
+/// kill -9 of the real gateway process in the middle of a burst of deliveries.
+@Suite("Crash recovery", .serialized)
+struct CrashRecoveryTests {
+    static let secret = "CRASH-TEST-PRIVATE-OUTPUT"
+
+    func call(_ gateway: GatewayProcess, _ method: String, _ path: String, key: String, json: JSONValue? = nil) async throws -> (Int, JSONValue) {
+        var request = URLRequest(url: URL(string: gateway.baseURL + path)!)
+        request.httpMethod = method
+        request.timeoutInterval = 10
+        request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
+        if let json { request.httpBody = Data(json.serialized().utf8) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as! HTTPURLResponse).statusCode, (try? JSONValue.parse(Array(data))) ?? .null)
+    }
+
+    @Test("after kill -9 mid-burst every acknowledged delivery is in the inbox and every wake-up is sent, none twice once recorded")
+    func killMidBurst() async throws {
+        let standIn = try await APNsStandIn.start()
+        defer { standIn.stop() }
+        try await standIn.delay(milliseconds: 15)  // keep pushes in flight when the kill lands
+        let directory = TestGateway.makeTemporaryDirectory()
+        let gateway = try GatewayProcess(directory: directory, environment: standIn.environment)
+        let key = try #require(try await gateway.start())
+        let tokens = (0..<3).map { String(repeating: String(format: "%02x", $0 + 1), count: 32) }
+        for (i, token) in tokens.enumerated() {
+            let (status, _) = try await call(gateway, "POST", "/api/v1/mobile/devices", key: key,
+                                             json: ["id": .string("phone-\(i)"), "push_token": .string(token)])
+            #expect(status == 201)
+        }
+
+        // Eight clients post deliveries as fast as they can; the process is killed after 60 acknowledgements.
+        let acknowledged = Acknowledged()
+        let burst = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for worker in 0..<8 {
+                    group.addTask {
+                        for n in 0..<1000 {
+                            guard let (status, body) = try? await call(gateway, "POST", "/api/v1/channels/mobile/test", key: key,
+                                                                       json: ["body": .string("\(Self.secret) \(worker)-\(n)")]) else { return }
+                            if status == 201, let id = body["delivery_id"]?.stringValue { acknowledged.add(id) }
+                        }
+                    }
+                }
+            }
+        }
+        #expect(await eventually(timeout: .seconds(30)) { acknowledged.count >= 60 })
+        gateway.kill9()
+        await burst.value
+        let acked = acknowledged.ids
+        #expect(acked.count >= 60)
+
+        // What the dead process had recorded as sent: these must never go out again.
+        let database = directory + "/data/soulacy.db"
+        let before = try Connection(path: database, readOnly: true)
+        let sentBefore = Set(try before.query("SELECT wake_id FROM mobile_push_outbox WHERE state = 'sent'").compactMap { $0.string("wake_id") })
+        let inFlightAtKill = Set(try before.query("SELECT wake_id FROM mobile_push_outbox WHERE state = 'pending' AND lease_owner IS NOT NULL")
+            .compactMap { $0.string("wake_id") })
+        #expect(try before.integrityCheck() == "ok")
+
+        _ = try await gateway.start()
+        let pool = try DatabasePool(path: database, readerCount: 1)
+        #expect(await eventually(timeout: .seconds(60)) {
+            (try? pool.read { try $0.query("SELECT COUNT(*) AS n FROM mobile_push_outbox WHERE state = 'pending'").first?.int("n") }) == 0
+        })
+        let after = try Connection(path: database, readOnly: true)
+
+        // 1. Every acknowledged delivery is in the inbox, whole.
+        var inbox: Set<String> = []
+        var cursor: String? = nil
+        repeat {
+            let (_, page) = try await call(gateway, "GET", "/api/v1/mobile/deliveries?device_id=phone-0&limit=200" + (cursor.map { "&cursor=\($0)" } ?? ""), key: key)
+            for line in page["deliveries"]?.arrayValue ?? [] {
+                if let id = line["id"]?.stringValue { inbox.insert(id) }
+                #expect(line["body"]?.stringValue?.hasPrefix(Self.secret) == true)
+            }
+            cursor = page["next_cursor"]?.stringValue
+        } while cursor != nil
+        #expect(acked.isSubset(of: inbox), "lost: \(acked.subtracting(inbox))")
+
+        // 2. Every wake-up of every stored delivery was sent; one per device.
+        let rows = try after.query("SELECT wake_id, delivery_id, state FROM mobile_push_outbox")
+        #expect(rows.count == inbox.count * 3)
+        #expect(rows.allSatisfy { $0.string("state") == "sent" })
+        let received = try await standIn.requests().filter { $0["status"] == 200 }
+        var timesSent: [String: Int] = [:]
+        for request in received { if let id = request["headers"]?["apns-id"]?.stringValue { timesSent[id, default: 0] += 1 } }
+        for row in rows {
+            let wake = row.string("wake_id") ?? ""
+            #expect((timesSent[wake] ?? 0) >= 1, "wake-up \(wake) never arrived")
+            // 3. One that was acknowledged and recorded before the kill was not sent again.
+            if sentBefore.contains(wake) { #expect(timesSent[wake] == 1, "wake-up \(wake) was resent after it was recorded") }
+        }
+        // Only a wake-up in flight at the instant of the kill can arrive twice: the service may have taken it
+        // while the answer died with the process. Those carry the delivery as apns-collapse-id, so the phone shows one.
+        let duplicated = Set(timesSent.filter { $0.value > 1 }.keys)
+        #expect(duplicated.isSubset(of: inFlightAtKill), "resent without having been in flight: \(duplicated.subtracting(inFlightAtKill))")
+        #expect(timesSent.values.allSatisfy { $0 <= 2 })
+        let collapse = received.compactMap { $0["headers"]?["apns-collapse-id"]?.stringValue }
+        #expect(collapse.count == received.count && Set(collapse).isSubset(of: inbox))
+
+        // 4. Nothing the agent said reached the push service; the database is sound.
+        #expect(!received.map { $0.serialized() }.joined().contains(Self.secret))
+        #expect(try after.integrityCheck() == "ok")
+        gateway.terminate()
+    }
+}
+
+final class Acknowledged: @unchecked Sendable {
+    private let lock = NSLock()
+    private var set: Set<String> = []
+    func add(_ id: String) { lock.withLock { _ = set.insert(id) } }
+    var count: Int { lock.withLock { set.count } }
+    var ids: Set<String> { lock.withLock { set } }
+}
