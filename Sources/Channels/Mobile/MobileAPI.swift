@@ -94,7 +94,15 @@ public struct MobileAPI: Sendable {
         guard let delivery = try store.delivery(id: request.parameter("id"), subject: caller.subject, deviceID: deviceID) else {
             throw APIError.notFound("no delivery \(request.parameter("id")) in your inbox")
         }
-        return .json(Self.json(delivery))
+        // How each of the caller's phones was woken for this line (never other people's).
+        let own = Set(try store.devices(subject: caller.subject).map(\.id))
+        let wakeUps = try store.outbox.entries(deliveryID: delivery.id).filter { own.contains($0.deviceID) }.map { entry -> JSONValue in
+            .object(["device_id": .string(entry.deviceID), "state": .string(entry.state.rawValue), "attempts": .number(Double(entry.attempts)),
+                     "transport": entry.transport.map(JSONValue.string) ?? .null, "outcome": entry.outcome.map(JSONValue.string) ?? .null])
+        }
+        guard case .object(var body) = Self.json(delivery) else { throw APIError.internal("delivery encoding") }
+        body["wake_ups"] = .array(wakeUps)
+        return .json(.object(body))
     }
 
     @Sendable func markRead(_ request: HTTPRequest) async throws -> HTTPResponse {
