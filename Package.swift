@@ -35,12 +35,13 @@ let package = Package(
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
         .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "SQLite", "HTTPServer", "Crypto"], path: "Sources/Channels/Mobile"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/APNs"),
-        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
+        .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
+        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway"], path: "Sources/Host/CLI"),
 
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
+        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "APNs", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "APNs", "FCM", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

@@ -145,6 +145,8 @@ final class RequestState: @unchecked Sendable {
     var phase: Phase = .receiving
     var body: [UInt8] = []
     var bodyTooLarge = false
+    /// Counted in `inFlight` from the handler's start until MHD has finished sending the answer.
+    var counted = false
 }
 
 private func queue(_ response: HTTPResponse, on connection: OpaquePointer?) -> MHD_Result {
@@ -223,6 +225,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
             remoteAddress: buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
         state.body = []
         state.lock.withLock { _ in state.phase = .running }
+        state.counted = true
         core.inFlight.add(1, ordering: .relaxed)
         MHD_suspend_connection(connection)
         let connectionAddress = UInt(bitPattern: connection)
@@ -230,7 +233,6 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
             let response = await core.handler(request)
             state.lock.withLock { _ in state.phase = .answered(response) }
             MHD_resume_connection(OpaquePointer(bitPattern: connectionAddress))
-            core.inFlight.subtract(1, ordering: .releasing)
         }
         return MHD_Result.YES
     }
@@ -242,8 +244,13 @@ private func tooLarge(_ limit: Int) -> HTTPResponse {
     return response
 }
 
-private let requestCompleted: MHD_RequestCompletedCallback = { _, _, conCls, _ in
+private let requestCompleted: MHD_RequestCompletedCallback = { cls, _, conCls, _ in
     guard let conCls, let existing = conCls.pointee else { return }
-    Unmanaged<RequestState>.fromOpaque(existing).release()
+    let state = Unmanaged<RequestState>.fromOpaque(existing)
+    // The answer has been sent (or the client went away): only now may a graceful stop close the daemon.
+    if state.takeUnretainedValue().counted, let cls {
+        Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().inFlight.subtract(1, ordering: .releasing)
+    }
+    state.release()
     conCls.pointee = nil
 }

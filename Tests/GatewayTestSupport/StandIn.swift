@@ -157,3 +157,42 @@ public final class APNsStandIn: StandInProcess, @unchecked Sendable {
          "SOULACY_MOBILE_APNS_SANDBOX_URL": baseURL, "SOULACY_MOBILE_APNS_CA_FILE": caFile]
     }
 }
+
+/// The FCM stand-in: Google's token endpoint (verifies the RS256 assertion with the service account's public key)
+/// and the HTTP v1 send API (checks the bearer token and each message's shape).
+public final class FCMStandIn: StandInProcess, @unchecked Sendable {
+    public static let project = "soulacy-test"
+    public static let clientEmail = "gateway@soulacy-test.iam.gserviceaccount.com"
+    public let credentialsFile: String
+
+    public static func start() async throws -> FCMStandIn {
+        let directory = TestGateway.makeTemporaryDirectory()
+        let keyFile = directory + "/sa-key.pem"
+        try runProgram("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", keyFile])
+        try runProgram("/usr/bin/openssl", ["pkey", "-in", keyFile, "-pubout", "-out", directory + "/sa-key.pub"])
+        let standIn = FCMStandIn(directory: directory)
+        let account: [String: JSONValue] = [
+            "type": "service_account", "project_id": .string(project), "private_key_id": "0123456789abcdef",
+            "private_key": .string(try String(contentsOfFile: keyFile, encoding: .utf8)), "client_email": .string(clientEmail),
+            "client_id": "1", "token_uri": .string("https://127.0.0.1:\(standIn.tlsPort)/token"),
+        ]
+        try JSONValue.object(account).serialized().write(toFile: standIn.credentialsFile, atomically: true, encoding: .utf8)
+        chmod(standIn.credentialsFile, 0o600)
+        try await standIn.start()
+        return standIn
+    }
+
+    init(directory: String) {
+        credentialsFile = directory + "/service-account.json"
+        super.init(script: "fcm_standin.py", directory: directory,
+                   arguments: ["--public-key", directory + "/sa-key.pub", "--client-email", Self.clientEmail, "--project", Self.project])
+    }
+
+    public var environment: [String: String] {
+        ["SOULACY_MOBILE_FCM_CREDENTIALS_FILE": credentialsFile, "SOULACY_MOBILE_FCM_URL": baseURL, "SOULACY_MOBILE_FCM_CA_FILE": caFile]
+    }
+
+    public func tokenRequests() async throws -> [JSONValue] {
+        try await control("GET", "/control/tokens")["requests"]?.arrayValue ?? []
+    }
+}

@@ -51,8 +51,10 @@ struct HTTPServerTests {
 
     @Test("stop drains handlers in flight before closing")
     func gracefulStop() async throws {
+        let started = StartFlag()
         var router = Router()
         router.add(.GET, "/slow", access: .open) { _ in
+            started.set()
             try await Task.sleep(for: .milliseconds(400))
             return .json(["done": true])
         }
@@ -61,7 +63,7 @@ struct HTTPServerTests {
         try server.start()
         let port = server.port
         let pending = Task { try await get(port, "/slow") }
-        try await Task.sleep(for: .milliseconds(100))
+        while !started.isSet { try await Task.sleep(for: .milliseconds(5)) }
         await server.stop()
         let (status, text, _) = try await pending.value
         #expect(status == 200)
@@ -73,4 +75,11 @@ struct HTTPServerTests {
         let server = HTTPServer(configuration: HTTPServerConfiguration(host: "not-an-ip", port: 0)) { _ in .noContent }
         #expect(throws: HTTPServerError.self) { try server.start() }
     }
+}
+
+final class StartFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    func set() { lock.withLock { value = true } }
+    var isSet: Bool { lock.withLock { value } }
 }

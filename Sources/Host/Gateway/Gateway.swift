@@ -1,4 +1,5 @@
 import APNs
+import FCM
 import ChannelAPI
 import Foundation
 import Glibc
@@ -138,8 +139,16 @@ public final class Gateway: Sendable {
                 registry.register(try APNsTransport(configuration: apns, clock: options.clock))
                 log.info("push: iOS devices are woken directly through APNs (team \(apns.teamID), key \(apns.keyID))")
             }
-        } catch {
+            if let fcm = try FCMConfiguration.fromEnvironment(options.environment) {
+                registry.register(try FCMTransport(configuration: fcm, clock: options.clock, log: log))
+                log.info("push: Android devices are woken through FCM (project \(fcm.projectID))")
+            }
+        } catch let error as APNsConfigurationError {
             throw .transport(error.description)
+        } catch let error as FCMConfigurationError {
+            throw .transport(error.description)
+        } catch {
+            throw .transport("\(error)")
         }
         if registry.transports.isEmpty {
             log.info("push: no push service configured; every delivery still lands in the inbox")
