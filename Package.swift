@@ -18,6 +18,7 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CQRencode", path: "Sources/CQRencode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
         // Non-variadic entry points for C functions Swift cannot call (MHD_start_daemon, curl_easy_setopt).
         .target(name: "CShims", dependencies: ["CMicroHTTPD", "CCurl"], path: "Sources/CShims"),
 
@@ -37,7 +38,7 @@ let package = Package(
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
         .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
-        .executableTarget(name: "soulacy", dependencies: ["Gateway"], path: "Sources/Host/CLI"),
+        .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "CQRencode"], path: "Sources/Host/CLI"),
 
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),

@@ -33,7 +33,7 @@ public struct MobileAPI: Sendable {
         let registration = try DeviceRegistration(json: JSONObject(body: request.body))
         let created: Bool
         do {
-            created = try store.register(registration, subject: caller.subject)
+            created = try store.register(registration, subject: caller.subject, keyID: caller.keyID)
         } catch DeviceOwnershipError.ownedByAnotherSubject {
             throw APIError(status: 403, code: "device_owned_by_another_user", message: "id: this installation is registered to another person", field: "id")
         }

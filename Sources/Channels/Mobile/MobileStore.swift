@@ -75,6 +75,8 @@ public final class MobileStore: Sendable {
             );
             CREATE INDEX mobile_receipts_by_device ON mobile_receipts (device_id);
             """),
+        // Which API key registered a device, so revoking that key unpairs the phone.
+        Migration("mobile.3-device-key", "ALTER TABLE mobile_devices ADD COLUMN registered_by_key TEXT"),
     ]
 
     public let database: DatabasePool
@@ -95,7 +97,7 @@ public final class MobileStore: Sendable {
 
     /// Stores a registration; returns true when the device is new. A device id owned by someone else is refused.
     @discardableResult
-    public func register(_ registration: DeviceRegistration, subject: String) throws -> Bool {
+    public func register(_ registration: DeviceRegistration, subject: String, keyID: String? = nil) throws -> Bool {
         let now = Self.millis(clock.now())
         return try database.transaction { db in
             let existing = try db.query("SELECT subject FROM mobile_devices WHERE id = ?", registration.id)
@@ -104,16 +106,16 @@ public final class MobileStore: Sendable {
             }
             try db.run("""
                 INSERT INTO mobile_devices (id, subject, name, platform, bundle_id, push_token, push_environment,
-                                            notifications_enabled, live_start_token, created_at, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                            notifications_enabled, live_start_token, created_at, updated_at, registered_by_key)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (id) DO UPDATE SET
                     name = excluded.name, platform = excluded.platform, bundle_id = excluded.bundle_id,
                     push_token = excluded.push_token, push_environment = excluded.push_environment,
                     notifications_enabled = excluded.notifications_enabled, live_start_token = excluded.live_start_token,
-                    updated_at = excluded.updated_at
+                    updated_at = excluded.updated_at, registered_by_key = excluded.registered_by_key
                 """, registration.id, subject, registration.name, registration.platform.rawValue, registration.bundleID,
                 registration.pushToken, registration.pushEnvironment?.rawValue, registration.notificationsEnabled,
-                registration.liveStartToken, now, now)
+                registration.liveStartToken, now, now, keyID)
             return existing.isEmpty
         }
     }
@@ -144,6 +146,14 @@ public final class MobileStore: Sendable {
     public func deleteDevice(id: String, subject: String) throws -> Bool {
         try database.transaction { db in
             try db.run("DELETE FROM mobile_devices WHERE id = ? AND subject = ?", id, subject) > 0
+        }
+    }
+
+    /// Unpairs the phones a revoked key registered: they get no more wake-ups and drop out of `all`.
+    @discardableResult
+    public func removeDevices(registeredByKey keyID: String) throws -> Int {
+        try database.transaction { db in
+            try db.run("DELETE FROM mobile_devices WHERE registered_by_key = ?", keyID)
         }
     }
 
@@ -267,3 +277,27 @@ public final class MobileStore: Sendable {
     }
 }
 
+
+extension MobileStore {
+    /// Queues a wake-up for every phone of `subject` that takes pushes (approvals, device commands).
+    /// Returns how many were queued.
+    @discardableResult
+    public func queueWakeUps(_ signal: WakeSignal, subject: String) throws -> Int {
+        try database.transaction { db in
+            let devices = try db.query("SELECT id FROM mobile_devices WHERE subject = ? AND notifications_enabled = 1 AND push_token IS NOT NULL ORDER BY id", subject)
+                .compactMap { $0.string("id") }
+            try PushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: devices, now: clock.now(), in: db)
+            return devices.count
+        }
+    }
+
+    /// Queues a wake-up for one device, if it takes pushes.
+    @discardableResult
+    public func queueWakeUp(_ signal: WakeSignal, deviceID: String) throws -> Bool {
+        try database.transaction { db in
+            guard try !db.query("SELECT 1 FROM mobile_devices WHERE id = ? AND notifications_enabled = 1 AND push_token IS NOT NULL", deviceID).isEmpty else { return false }
+            try PushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: [deviceID], now: clock.now(), in: db)
+            return true
+        }
+    }
+}

@@ -2,6 +2,8 @@ import Dispatch
 import Foundation
 import Gateway
 import Glibc
+import Identity
+import SQLite
 
 /// `soulacy serve | check | version`.
 @main
@@ -10,6 +12,8 @@ struct SoulacyCommand {
         usage:
           soulacy serve --config FILE --data DIR [--listen ADDR:PORT]   run the gateway (default listen 127.0.0.1:8080)
           soulacy check FILE                                            validate a SOUL.yaml; errors as file:line:col: message
+          soulacy pair [--data DIR] [--name NAME --role operator|viewer] [--url URL]
+                                                                        print a pairing code, link and QR code (default data .soulacy)
           soulacy version
         """
 
@@ -20,6 +24,7 @@ struct SoulacyCommand {
         switch command {
         case "serve": await serve(arguments)
         case "check": check(arguments)
+        case "pair": pair(arguments)
         case "version", "--version": print("soulacy \(GatewayVersion.current)")
         case "help", "--help", "-h": print(usage)
         default: fail("unknown command '\(command)'\n\(usage)", code: 64)
@@ -66,13 +71,18 @@ struct SoulacyCommand {
         let gateway: Gateway
         do {
             gateway = try Gateway(options: GatewayOptions(configPath: config, dataDirectory: data, host: host, port: port))
-            if let token = try gateway.bootstrapAdminKey() {
+            let token = try gateway.bootstrapAdminKey()
+            if let token {
                 print("""
                     First start: created the owner's admin API key. It is shown this once; store it now.
                       SOULACY_ADMIN_KEY=\(token)
                     """)
             }
             try gateway.start()
+            if token != nil {
+                let offer = try gateway.ownerPairingOffer()
+                printOffer(offer, url: PairingLink.url(offer: offer, gateway: gateway.pairingGatewayURL), qr: false)
+            }
         } catch {
             fail("soulacy: \(error)")
         }
@@ -82,6 +92,40 @@ struct SoulacyCommand {
         await waitForTermination()
         FileHandle.standardError.write(Data("soulacy: stopping; letting requests and runs finish\n".utf8))
         await gateway.stop()
+    }
+
+    static func printOffer(_ offer: PairingOffer, url: String, qr: Bool) {
+        let minutes = Int(HouseholdStore.codeLifetime / 60)
+        print("""
+            Pairing code for \(offer.name) (\(offer.role.rawValue)), valid \(minutes) minutes, one device:
+              \(offer.code)
+              \(url)
+            """)
+        if qr, let code = TerminalQRCode.render(url) { print(code) }
+        fflush(nil)
+    }
+
+    static func pair(_ arguments: [String]) {
+        let opts = options(arguments, allowed: ["data", "name", "role", "url"])
+        let data = opts["data"] ?? ".soulacy"
+        do {
+            try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let database = try DatabasePool(path: data + "/soulacy.db", readerCount: 1)
+            let household = try HouseholdStore(database: database, keys: try APIKeyStore(database: database))
+            let offer: PairingOffer
+            if let name = opts["name"] {
+                let roleText = opts["role"] ?? "viewer"
+                guard let role = Role(rawValue: roleText), role != .admin else { fail("--role must be operator or viewer", code: 64) }
+                offer = try household.createOffer(subject: try household.subject(forName: name), name: name, role: role, createdBy: nil)
+            } else {
+                guard opts["role"] == nil else { fail("--role goes with --name (your own phone gets your role)", code: 64) }
+                offer = try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil)
+            }
+            let gateway = opts["url"] ?? ProcessInfo.processInfo.environment["SOULACY_PUBLIC_URL"] ?? "http://127.0.0.1:8080"
+            printOffer(offer, url: PairingLink.url(offer: offer, gateway: gateway), qr: true)
+        } catch {
+            fail("soulacy pair: \(error)")
+        }
     }
 
     static func waitForTermination() async {

@@ -61,13 +61,16 @@ public final class APIKeyStore: Sendable {
     private static func millis(_ d: Date) -> Int64 { Int64(d.timeIntervalSince1970 * 1000) }
 
     public func mint(name: String, subject: String, role: Role, kind: APIKey.Kind) throws -> MintedKey {
+        try database.transaction { db in try mint(name: name, subject: subject, role: role, kind: kind, in: db) }
+    }
+
+    /// Mints inside the caller's transaction (pairing redeems a code and mints its key as one step).
+    func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, in db: Connection) throws -> MintedKey {
         let id = "key_" + Hex.encode(SecureBytes.random(count: 8))
         let token = Self.tokenPrefix + Base64URL.encode(SecureBytes.random(count: 32))
         let now = Date()
-        try database.transaction { db in
-            try db.run("INSERT INTO api_keys (id, name, subject, role, kind, token_sha256, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       id, name, subject, role.rawValue, kind.rawValue, SHA256.hash(token), Self.millis(now))
-        }
+        try db.run("INSERT INTO api_keys (id, name, subject, role, kind, token_sha256, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   id, name, subject, role.rawValue, kind.rawValue, SHA256.hash(token), Self.millis(now))
         return MintedKey(key: APIKey(id: id, name: name, subject: subject, role: role, kind: kind, createdAt: now), token: token)
     }
 
@@ -80,7 +83,8 @@ public final class APIKeyStore: Sendable {
         }), let id = row.string("id"), let subject = row.string("subject"), let role = row.string("role").flatMap(Role.init(rawValue:)) else {
             return nil
         }
-        return Principal(keyID: id, subject: subject, role: role)
+        // Keys minted before identities existed carry no subject: they are the owner's.
+        return Principal(keyID: id, subject: subject.isEmpty ? Principal.ownerSubject : subject, role: role)
     }
 
     public var isEmpty: Bool {

@@ -46,6 +46,9 @@ public actor AgentRuns {
     let clock: any WallClock
     let log: Log
     private var running: [String: (runID: String, task: Task<RunRecord, Never>)] = [:]
+    /// Runs that just finished, so a caller that starts and then waits never misses a fast run.
+    private var recent: [String: RunRecord] = [:]
+    private var recentOrder: [String] = []
 
     public init(config: SoulConfig, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: Log, makeRunner: @escaping RunnerFactory) {
         self.config = config
@@ -60,14 +63,16 @@ public actor AgentRuns {
 
     /// Starts a run in the background; refuses when the agent is already running.
     @discardableResult
-    public func start(agentID: String, input: String, trigger: String, destination: RunDestination?, timeout: Duration? = nil) throws(RunStartError) -> StartedRun {
+    public func start(agentID: String, input: String, trigger: String, destination: RunDestination?, timeout: Duration? = nil,
+                      subject: String = "owner") throws(RunStartError) -> StartedRun {
         guard let agent = config.agent(id: agentID) else { throw .unknownAgent(agentID) }
         if let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
         let runID = "run_" + Hex.encode(SecureBytes.random(count: 10))
         let sessionID = "ses_" + Hex.encode(SecureBytes.random(count: 10))
         let record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
-        let request = RunRequest(agentID: agentID, runID: runID, sessionID: sessionID, input: input, trigger: trigger,
+        var request = RunRequest(agentID: agentID, runID: runID, sessionID: sessionID, input: input, trigger: trigger,
                                  timeout: timeout ?? agent.runner.timeout)
+        request.subject = subject
         let task = Task { await self.execute(agent: agent, record: record, request: request, destination: destination) }
         running[agentID] = (runID, task)
         return StartedRun(runID: runID, sessionID: sessionID, agentID: agentID)
@@ -75,6 +80,7 @@ public actor AgentRuns {
 
     /// Waits for a run started here; nil when it is not (or no longer) running.
     public func wait(runID: String) async -> RunRecord? {
+        if let done = recent[runID] { return done }
         guard let entry = running.values.first(where: { $0.runID == runID }) else { return nil }
         return await entry.task.value
     }
@@ -84,19 +90,23 @@ public actor AgentRuns {
         for entry in running.values { _ = await entry.task.value }
     }
 
-    private func finished(_ agentID: String, runID: String) {
-        if running[agentID]?.runID == runID { running[agentID] = nil }
+    private func finished(_ record: RunRecord) {
+        if running[record.agentID]?.runID == record.id { running[record.agentID] = nil }
+        recent[record.id] = record
+        recentOrder.append(record.id)
+        if recentOrder.count > 256 { recent[recentOrder.removeFirst()] = nil }
     }
 
     private func execute(agent: AgentConfig, record: RunRecord, request: RunRequest, destination: RunDestination?) async -> RunRecord {
         var record = record
-        defer { finished(agent.id, runID: record.id) }
+        defer { finished(record) }
         do { try store.begin(record) } catch { log.error("run \(record.id): could not record its start: \(error)") }
         log.info("run \(record.id) of agent \(agent.id) started (\(request.trigger))")
         do {
             let result = try await makeRunner(agent).run(request)
             record.status = .succeeded
             let reply = result.reply.trimmingCharacters(in: .whitespacesAndNewlines)
+            record.reply = reply
             if reply.isEmpty {
                 log.info("run \(record.id) finished with no output; nothing to deliver")
             } else if let destination {

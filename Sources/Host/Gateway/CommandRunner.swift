@@ -10,6 +10,8 @@ public struct RunRequest: Sendable {
     public var input: String
     public var trigger: String
     public var timeout: Duration
+    /// Whose run this is: approvals it asks for and device commands it sends belong to this person.
+    public var subject: String = "owner"
 
     public init(agentID: String, runID: String, sessionID: String, input: String, trigger: String, timeout: Duration) {
         self.agentID = agentID

@@ -23,11 +23,18 @@ public struct GatewayOptions: Sendable {
     /// Transports added by code (plugins, tests), tried before the ones the environment configures.
     public var extraTransports: [any WakeTransport]
     public var retryPolicy: RetryPolicy
+    /// How long an approval waits for an answer before the run sees a denial.
+    public var approvalTimeout: TimeInterval
+    /// The address pairing links point phones at; defaults to the listen address.
+    public var publicURL: String?
 
     public init(configPath: String, dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8080,
                 clock: any WallClock = SystemWallClock(), log: Log = Log(), maximumBodyBytes: Int = 1 << 20,
                 durability: Durability = .full, environment: [String: String] = ProcessInfo.processInfo.environment,
-                extraTransports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy()) {
+                extraTransports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy(),
+                approvalTimeout: TimeInterval = 600, publicURL: String? = nil) {
+        self.approvalTimeout = approvalTimeout
+        self.publicURL = publicURL ?? environment["SOULACY_PUBLIC_URL"]
         self.environment = environment
         self.extraTransports = extraTransports
         self.retryPolicy = retryPolicy
@@ -70,6 +77,9 @@ public final class Gateway: Sendable {
     public let keys: APIKeyStore
     public let runStore: RunStore
     public let runs: AgentRuns
+    public let household: HouseholdStore
+    public let approvals: ApprovalsBroker
+    public let memory: MemoryFactStore
     public let config: SoulConfig
     public let channels: ChannelRegistry
     public let dispatcher: PushDispatcher
@@ -102,6 +112,8 @@ public final class Gateway: Sendable {
             mobileStore = try MobileStore(database: database, clock: options.clock)
             keys = try APIKeyStore(database: database)
             runStore = try RunStore(database: database)
+            household = try HouseholdStore(database: database, keys: keys)
+            memory = try MemoryFactStore(database: database)
             let interrupted = try runStore.markInterrupted(at: options.clock.now())
             if interrupted > 0 { log.warning("\(interrupted) run(s) were interrupted by the last stop") }
         } catch {
@@ -110,6 +122,12 @@ public final class Gateway: Sendable {
         let transports = try Self.wakeTransports(options: options, log: log)
         dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log)
         let mobile = MobileChannel(store: mobileStore, dispatcher: dispatcher)
+        do {
+            approvals = try ApprovalsBroker(database: database, mobile: mobileStore, dispatcher: dispatcher, clock: options.clock,
+                                            defaultTimeout: options.approvalTimeout)
+        } catch {
+            throw .storage("cannot open the approvals table: \(error)")
+        }
         channels = ChannelRegistry([mobile])
         let boundPort = self.boundPort
         let hostForURL = options.host.contains(":") ? "[\(options.host)]" : options.host
@@ -122,8 +140,14 @@ public final class Gateway: Sendable {
         let keys = self.keys
         var router = Router(authenticator: { token in keys.authenticate(token) })
         router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
-        router.add(GatewayAPI(config: config, runs: runs, runStore: runStore, keys: keys, scheduler: scheduler, clock: options.clock).routes)
+        router.add(GatewayAPI(config: config, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile).routes)
+        let port = boundPort
+        let publicURL = options.publicURL
+        router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
+                                gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" }).routes)
+        router.add(ApprovalsAPI(broker: approvals, config: config).routes)
+        router.add(AssistantAPI(memory: memory, runs: runs, config: config).routes)
         self.router = router
         let routerCopy = router
         server = HTTPServer(configuration: HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes)) { request in
@@ -171,6 +195,15 @@ public final class Gateway: Sendable {
 
     /// The port the API listens on (the chosen one for port 0).
     public var port: UInt16 { server.port }
+
+    /// A pairing code for the owner's own phone (printed at start and by `soulacy pair`).
+    public func ownerPairingOffer() throws -> PairingOffer {
+        try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil)
+    }
+
+    public var pairingGatewayURL: String {
+        options.publicURL ?? "http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(port)"
+    }
 
     /// Creates the owner's admin key on first start; returns its token once, or nil when keys exist.
     public func bootstrapAdminKey() throws -> String? {

@@ -11,6 +11,7 @@ struct GatewayAPI: Sendable {
     let runs: AgentRuns
     let runStore: RunStore
     let keys: APIKeyStore
+    let mobile: MobileStore
     let scheduler: Scheduler
     let clock: any WallClock
 
@@ -68,7 +69,7 @@ struct GatewayAPI: Sendable {
             destination = RunDestination(channel: "mobile", to: to)
         }
         let started: StartedRun
-        switch await startRun(agentID: agentID, input: input, destination: destination) {
+        switch await startRun(agentID: agentID, input: input, destination: destination, subject: caller.subject) {
         case .success(let run): started = run
         case .failure(let error):
             throw APIError.conflict(error.description, code: "already_running")
@@ -77,9 +78,9 @@ struct GatewayAPI: Sendable {
                               "agent_id": .string(agentID)]), status: 202)
     }
 
-    private func startRun(agentID: String, input: String, destination: RunDestination) async -> Result<StartedRun, RunStartError> {
+    private func startRun(agentID: String, input: String, destination: RunDestination, subject: String) async -> Result<StartedRun, RunStartError> {
         do {
-            return .success(try await runs.start(agentID: agentID, input: input, trigger: "api", destination: destination))
+            return .success(try await runs.start(agentID: agentID, input: input, trigger: "api", destination: destination, subject: subject))
         } catch {
             return .failure(error)
         }
@@ -129,7 +130,10 @@ struct GatewayAPI: Sendable {
     }
 
     @Sendable func revokeKey(_ request: HTTPRequest) async throws -> HTTPResponse {
-        guard try keys.revoke(id: request.parameter("id")) else { throw APIError.notFound("no active key \(request.parameter("id"))") }
+        let id = request.parameter("id")
+        guard try keys.revoke(id: id) else { throw APIError.notFound("no active key \(id)") }
+        // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
+        try mobile.removeDevices(registeredByKey: id)
         return .noContent
     }
 }

@@ -14,6 +14,8 @@ public struct RunRecord: Sendable, Equatable {
     public var finishedAt: Date?
     public var error: String?
     public var deliveryID: String?
+    /// The reply itself, kept in memory for the caller waiting on the run (chat); never stored here.
+    public var reply: String? = nil
 }
 
 /// Runs and schedule bookkeeping in SQLite, so a restart knows what was running and when each schedule last fired.

@@ -1,0 +1,181 @@
+import ChannelAPI
+import Crypto
+import Foundation
+import Mobile
+import SQLite
+
+/// A tool call waiting for a person's yes or no.
+public struct Approval: Sendable, Equatable {
+    public enum State: String, Sendable {
+        case pending, approved, denied, expired
+    }
+    public var callID: String
+    public var subject: String
+    public var agentID: String
+    public var agentName: String
+    public var sessionID: String
+    public var tool: String
+    /// The tool call's arguments as JSON text; fetched from the API, never pushed.
+    public var arguments: String
+    public var state: State
+    public var decidedBy: String?
+    public var decidedAt: Date?
+    public var createdAt: Date
+    public var expiresAt: Date
+}
+
+public enum ApprovalError: Error, Sendable, Equatable, CustomStringConvertible {
+    case notFound(String)
+    case duplicateCall(String)
+
+    public var description: String {
+        switch self {
+        case .notFound(let id): return "no approval \(id) for you"
+        case .duplicateCall(let id): return "call_id \(id) was already asked about by another person or run"
+        }
+    }
+}
+
+/// The one place approvals are decided, shared by the web API, phones, the watch and the lock screen.
+/// A decision is a conditional update in SQLite, so of any number of racing answers exactly one wins and
+/// every other surface is told the decision already taken. The tool runs at most once.
+public actor ApprovalsBroker {
+    public static let migrations: [Migration] = [
+        Migration("approvals.1", """
+            CREATE TABLE approvals (
+                call_id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                agent_id TEXT NOT NULL,
+                agent_name TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                arguments TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'expired')),
+                decided_by TEXT,
+                decided_at INTEGER,
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL
+            );
+            CREATE INDEX approvals_by_subject ON approvals (subject, state, created_at);
+            """),
+    ]
+
+    nonisolated let database: DatabasePool
+    nonisolated let mobile: MobileStore
+    nonisolated let dispatcher: PushDispatcher?
+    nonisolated let clock: any WallClock
+    nonisolated let defaultTimeout: TimeInterval
+    private var waiters: [String: [CheckedContinuation<Approval.State, Never>]] = [:]
+
+    public init(database: DatabasePool, mobile: MobileStore, dispatcher: PushDispatcher?, clock: any WallClock, defaultTimeout: TimeInterval = 600) throws {
+        self.database = database
+        self.mobile = mobile
+        self.dispatcher = dispatcher
+        self.clock = clock
+        self.defaultTimeout = defaultTimeout
+        try database.migrate(Self.migrations)
+    }
+
+    static func ms(_ d: Date) -> Int64 { Int64(d.timeIntervalSince1970 * 1000) }
+    static func date(_ v: Int64?) -> Date? { v.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
+
+    static func approval(_ row: Row) -> Approval {
+        Approval(callID: row.string("call_id") ?? "", subject: row.string("subject") ?? "", agentID: row.string("agent_id") ?? "",
+                 agentName: row.string("agent_name") ?? "", sessionID: row.string("session_id") ?? "", tool: row.string("tool") ?? "",
+                 arguments: row.string("arguments") ?? "{}", state: Approval.State(rawValue: row.string("state") ?? "") ?? .pending,
+                 decidedBy: row.string("decided_by"), decidedAt: date(row.int("decided_at")),
+                 createdAt: date(row.int("created_at")) ?? Date(timeIntervalSince1970: 0), expiresAt: date(row.int("expires_at")) ?? Date(timeIntervalSince1970: 0))
+    }
+
+    /// The wake-up every phone of the person gets: the agent's and the tool's names, and the ids to fetch the rest.
+    static func signal(for approval: Approval) -> WakeSignal {
+        WakeSignal(category: .approval, title: "Approval needed", body: "\(approval.agentName) wants to use \(approval.tool)",
+                   deepLink: "soulacy://approval/\(approval.callID)", threadID: "approval-\(approval.agentID)", timeSensitive: true,
+                   extra: ["call_id": approval.callID, "agent_id": approval.agentID, "session_id": approval.sessionID, "tool": approval.tool],
+                   priority: .high, expiresAt: approval.expiresAt, collapseID: approval.callID)
+    }
+
+    /// Records a request and wakes the person's phones. Asking again with the same call id returns the first request.
+    public nonisolated func open(callID: String?, subject: String, agentID: String, agentName: String, sessionID: String, tool: String,
+                                 arguments: String, timeout: TimeInterval?) throws -> Approval {
+        let now = clock.now()
+        let id = callID ?? "call_" + Hex.encode(SecureBytes.random(count: 10))
+        let expires = now.addingTimeInterval(timeout ?? defaultTimeout)
+        let (approval, created): (Approval, Bool) = try database.transaction { db in
+            if let existing = try db.query("SELECT * FROM approvals WHERE call_id = ?", id).first.map(Self.approval) {
+                guard existing.subject == subject else { throw ApprovalError.duplicateCall(id) }
+                return (existing, false)
+            }
+            try db.run("""
+                INSERT INTO approvals (call_id, subject, agent_id, agent_name, session_id, tool, arguments, state, created_at, expires_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
+                """, id, subject, agentID, agentName, sessionID, tool, arguments, Self.ms(now), Self.ms(expires))
+            return (Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName, sessionID: sessionID, tool: tool,
+                             arguments: arguments, state: .pending, createdAt: now, expiresAt: expires), true)
+        }
+        if created, try mobile.queueWakeUps(Self.signal(for: approval), subject: subject) > 0 { dispatcher?.poke() }
+        return approval
+    }
+
+    /// Waits for the decision; an approval nobody answers in time expires, which the run must treat as a denial.
+    public func wait(callID: String) async -> Approval.State {
+        guard let current = try? approval(callID: callID) else { return .expired }
+        if current.state != .pending { return current.state }
+        let remaining = current.expiresAt.timeIntervalSince(clock.now())
+        if remaining <= 0 { return (try? expire(callID)) ?? .expired }
+        let timer = Task { [clock] in
+            try? await clock.sleep(until: current.expiresAt)
+            if !Task.isCancelled { self.expireAndWake(callID) }
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { continuation in
+            waiters[callID, default: []].append(continuation)
+        }
+    }
+
+    private func expireAndWake(_ callID: String) {
+        let state = (try? expire(callID)) ?? .expired
+        wake(callID, state)
+    }
+
+    private func wake(_ callID: String, _ state: Approval.State) {
+        for waiter in waiters.removeValue(forKey: callID) ?? [] { waiter.resume(returning: state) }
+    }
+
+    /// Marks a pending approval expired (if it still is) and returns its final state.
+    nonisolated func expire(_ callID: String) throws -> Approval.State {
+        try database.transaction { db in
+            try db.run("UPDATE approvals SET state = 'expired', decided_at = ? WHERE call_id = ? AND state = 'pending'", Self.ms(clock.now()), callID)
+            return try db.query("SELECT state FROM approvals WHERE call_id = ?", callID).first?.string("state").flatMap(Approval.State.init(rawValue:)) ?? .expired
+        }
+    }
+
+    public nonisolated func approval(callID: String) throws -> Approval? {
+        try database.read { db in try db.query("SELECT * FROM approvals WHERE call_id = ?", callID).first.map(Self.approval) }
+    }
+
+    /// The person's approvals, newest first; only pending ones unless `all`.
+    public nonisolated func approvals(subject: String, all: Bool) throws -> [Approval] {
+        try database.read { db in
+            try db.query("SELECT * FROM approvals WHERE subject = ? \(all ? "" : "AND state = 'pending' AND expires_at > ?") ORDER BY created_at DESC LIMIT 200",
+                         arguments: all ? [subject] : [subject, Self.ms(clock.now())]).map(Self.approval)
+        }
+    }
+
+    /// Decides once. Returns the approval as decided and whether this call was the one that decided it.
+    public func decide(callID: String, subject: String, approve: Bool, by keyID: String) throws -> (approval: Approval, decidedNow: Bool) {
+        let now = clock.now()
+        let decided = try database.transaction { db -> Bool in
+            try db.run("""
+                UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?
+                WHERE call_id = ? AND subject = ? AND state = 'pending' AND expires_at > ?
+                """, approve ? "approved" : "denied", keyID, Self.ms(now), callID, subject, Self.ms(now)) == 1
+        }
+        if !decided, let row = try approval(callID: callID), row.subject == subject, row.state == .pending {
+            _ = try expire(callID)  // it ran out of time before this answer
+        }
+        guard let result = try approval(callID: callID), result.subject == subject else { throw ApprovalError.notFound(callID) }
+        if result.state != .pending { wake(callID, result.state) }
+        return (result, decided)
+    }
+}

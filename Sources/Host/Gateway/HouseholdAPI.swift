@@ -1,0 +1,279 @@
+import Foundation
+import HTTPServer
+import Identity
+import Mobile
+
+/// Pairing phones and watches, the household's members, and what each role may do.
+struct HouseholdAPI: Sendable {
+    let household: HouseholdStore
+    let keys: APIKeyStore
+    let mobile: MobileStore
+    let limiter: PairingRateLimiter
+    /// The address a pairing link sends the phone to.
+    let gatewayURL: @Sendable () -> String
+
+    static func scopes(for role: Role) -> [String] {
+        var scopes = ["agents:read", "inbox:read", "approvals:read", "chat", "devices:register"]
+        if role >= .operator { scopes += ["agents:write", "approvals:write", "memory:write", "triggers:fire"] }
+        if role >= .admin { scopes += ["admin"] }
+        return scopes
+    }
+
+    var routes: [Route] {
+        var routes: [Route] = []
+        for prefix in ["/api/v1", ""] {
+            // The watch and Shortcuts call the short paths; the app calls /api/v1.
+            routes.append(Route(.POST, "\(prefix)/pairing/tokens", access: .role(.viewer), summary: "Create a pairing code (for yourself, or as admin for someone)", handler: createCode))
+            routes.append(Route(.POST, "\(prefix)/pairing/redeem", access: .open, summary: "Redeem a pairing code for a managed key", handler: redeem))
+        }
+        routes.append(Route(.GET, "/api/v1/pairing/members", access: .role(.admin), summary: "Everyone with a paired phone", handler: members))
+        return routes
+    }
+
+    @Sendable func createCode(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body, allowEmpty: true)
+        let offer: PairingOffer
+        if body.has("name") || body.has("role") {
+            guard caller.role == .admin else {
+                throw APIError.forbidden("only an admin may pair a phone for someone else; send no body to pair your own")
+            }
+            let name = try body.string("name", maxLength: 80).trimmingCharacters(in: .whitespaces)
+            guard !name.isEmpty else { throw APIError.invalidField("name", "must not be empty") }
+            let roleText = try body.optionalString("role") ?? Role.viewer.rawValue
+            guard let role = Role(rawValue: roleText), role != .admin else {
+                throw APIError.invalidField("role", "must be \"operator\" or \"viewer\", got \"\(roleText)\"")
+            }
+            let subject = try household.subject(forName: name)
+            offer = try household.createOffer(subject: subject, name: name, role: role, createdBy: caller.keyID)
+        } else {
+            let name = try household.displayName(subject: caller.subject) ?? caller.subject
+            offer = try household.createOffer(subject: caller.subject, name: name, role: caller.role, createdBy: caller.keyID)
+        }
+        return .json([
+            "code": .string(offer.code), "expires_at": .timestamp(offer.expiresAt), "subject": .string(offer.subject),
+            "role": .string(offer.role.rawValue), "pair_url": .string(PairingLink.url(offer: offer, gateway: gatewayURL())),
+        ], status: 201)
+    }
+
+    @Sendable func redeem(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let address = request.remoteAddress
+        if let wait = limiter.retryAfter(address: address) {
+            var error = APIError(status: 429, code: "too_many_attempts", message: "too many wrong pairing codes; try again in \(wait) s")
+            error.extraHeaders["Retry-After"] = String(wait)
+            throw error
+        }
+        let body = try JSONObject(body: request.body)
+        let code = try body.string("code", maxLength: 64)
+        let deviceName = try body.optionalString("name", maxLength: 200) ?? "Paired device"
+        do {
+            let minted = try household.redeem(code: code, deviceName: deviceName)
+            return .json([
+                "paired": true, "token": .string(minted.token), "key_id": .string(minted.key.id), "subject": .string(minted.key.subject),
+                "role": .string(minted.key.role.rawValue), "scopes": .array(Self.scopes(for: minted.key.role).map(JSONValue.string)),
+            ], status: 201)
+        } catch let error as PairingError {
+            limiter.recordFailure(address: address)
+            switch error {
+            case .unknownCode: throw APIError(status: 404, code: "pairing_code_unknown", message: "code: \(error)", field: "code")
+            case .expired: throw APIError(status: 410, code: "pairing_code_expired", message: "code: \(error)", field: "code")
+            case .alreadyUsed: throw APIError(status: 409, code: "pairing_code_used", message: "code: \(error)", field: "code")
+            }
+        }
+    }
+
+    @Sendable func members(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let paired = try keys.list().filter { $0.kind == .managed && $0.revokedAt == nil }
+        let bySubject = Dictionary(grouping: paired, by: \.subject)
+        var members: [JSONValue] = []
+        for subject in bySubject.keys.sorted() {
+            let keys = bySubject[subject] ?? []
+            let devices = try mobile.devices(subject: subject)
+            members.append([
+                "subject": .string(subject), "name": .string(try household.displayName(subject: subject) ?? subject),
+                "role": .string((keys.map(\.role).max() ?? .viewer).rawValue),
+                "keys": .array(keys.map { ["id": .string($0.id), "name": .string($0.name), "role": .string($0.role.rawValue), "created_at": .timestamp($0.createdAt)] }),
+                "devices": .array(devices.map { ["id": .string($0.id), "name": .string($0.name), "platform": .string($0.platform.rawValue)] }),
+            ])
+        }
+        return .json(["members": .array(members)])
+    }
+}
+
+/// Approvals over HTTP: runs ask, people answer from any surface; the broker keeps it to one decision.
+struct ApprovalsAPI: Sendable {
+    let broker: ApprovalsBroker
+    let config: SoulConfig
+
+    var routes: [Route] {
+        var routes = [
+            Route(.POST, "/api/v1/approvals", access: .role(.operator), summary: "Ask for approval of a tool call and wait for the decision", handler: ask),
+            Route(.GET, "/api/v1/approvals/:id", access: .role(.viewer), summary: "One approval with its arguments", handler: get),
+        ]
+        for prefix in ["/api/v1", ""] {
+            routes.append(Route(.GET, "\(prefix)/approvals", access: .role(.viewer), summary: "Your pending approvals", handler: list))
+            routes.append(Route(.POST, "\(prefix)/approvals/:id/approve", access: .role(.operator), summary: "Approve (idempotent)", handler: approve))
+            routes.append(Route(.POST, "\(prefix)/approvals/:id/deny", access: .role(.operator), summary: "Deny (idempotent)", handler: deny))
+        }
+        return routes
+    }
+
+    static func json(_ a: Approval, withArguments: Bool = true) -> JSONValue {
+        var object: [String: JSONValue] = [
+            "call_id": .string(a.callID), "agent_id": .string(a.agentID), "agent_name": .string(a.agentName),
+            "session_id": .string(a.sessionID), "tool": .string(a.tool), "state": .string(a.state.rawValue),
+            "created_at": .timestamp(a.createdAt), "expires_at": .timestamp(a.expiresAt),
+            "decided_at": a.decidedAt.map(JSONValue.timestamp) ?? .null,
+        ]
+        if withArguments { object["arguments"] = (try? JSONValue.parse(Array(a.arguments.utf8))) ?? .string(a.arguments) }
+        return .object(object)
+    }
+
+    @Sendable func ask(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let agentID = try body.string("agent_id", maxLength: 64)
+        guard let agent = config.agent(id: agentID) else { throw APIError.invalidField("agent_id", "no agent '\(agentID)' in SOUL.yaml") }
+        let tool = try body.string("tool", maxLength: 200)
+        guard !tool.isEmpty else { throw APIError.invalidField("tool", "must not be empty") }
+        let callID = try body.optionalString("call_id", maxLength: 128)
+        let sessionID = try body.optionalString("session_id", maxLength: 128) ?? ""
+        let arguments = body.fields["arguments"].map { $0.serialized() } ?? "{}"
+        guard arguments.utf8.count <= 64 * 1024 else { throw APIError.invalidField("arguments", "must be at most 64 KiB of JSON") }
+        let timeout = try body.optionalInteger("timeout_seconds", in: 1...3600).map(TimeInterval.init)
+        let wait = try body.optionalBool("wait") ?? true
+        let approval: Approval
+        do {
+            approval = try broker.open(callID: callID, subject: caller.subject, agentID: agentID, agentName: agent.name, sessionID: sessionID,
+                                       tool: tool, arguments: arguments, timeout: timeout)
+        } catch let error as ApprovalError {
+            throw APIError.conflict(error.description, code: "call_id_taken")
+        }
+        guard wait else { return .json(Self.json(approval), status: 201) }
+        let state = await broker.wait(callID: approval.callID)
+        // Expired counts as denied for the run: nothing runs without a yes.
+        return .json(["call_id": .string(approval.callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
+    }
+
+    @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let all = request.query["state"] == "all"
+        return .json(["approvals": .array(try broker.approvals(subject: caller.subject, all: all).map { Self.json($0) })])
+    }
+
+    @Sendable func get(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        guard let approval = try broker.approval(callID: request.parameter("id")), approval.subject == caller.subject else {
+            throw APIError.notFound("no approval \(request.parameter("id")) for you")
+        }
+        return .json(Self.json(approval))
+    }
+
+    @Sendable func approve(_ request: HTTPRequest) async throws -> HTTPResponse { try await decide(request, approve: true) }
+    @Sendable func deny(_ request: HTTPRequest) async throws -> HTTPResponse { try await decide(request, approve: false) }
+
+    func decide(_ request: HTTPRequest, approve: Bool) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        do {
+            let (approval, decidedNow) = try await broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
+            guard case .object(var body) = Self.json(approval, withArguments: false) else { throw APIError.internal("approval encoding") }
+            body["already_decided"] = .bool(!decidedNow)
+            if !decidedNow {
+                body["message"] = .string(approval.state == .expired ? "this approval expired before it was answered"
+                                                                      : "this approval was already \(approval.state.rawValue); nothing ran twice")
+            }
+            return .json(.object(body))
+        } catch let error as ApprovalError {
+            throw APIError.notFound(error.description)
+        }
+    }
+}
+
+/// Remember-a-fact and chat, the Siri/Shortcuts and watch surface.
+struct AssistantAPI: Sendable {
+    let memory: MemoryFactStore
+    let runs: AgentRuns
+    let config: SoulConfig
+
+    var routes: [Route] {
+        [
+            Route(.POST, "/api/v1/memory/facts", access: .role(.operator), summary: "Remember a fact (yours only)", handler: addFact),
+            Route(.GET, "/api/v1/memory/facts", access: .role(.viewer), summary: "Your remembered facts", handler: listFacts),
+            Route(.DELETE, "/api/v1/memory/facts/:id", access: .role(.operator), summary: "Forget one of your facts", handler: deleteFact),
+            Route(.POST, "/api/v1/chat", access: .role(.viewer), summary: "Ask an agent and get its reply", handler: chat),
+            Route(.POST, "/chat", access: .role(.viewer), summary: "Ask an agent (watch voice mode)", handler: chat),
+            Route(.GET, "/agents", access: .role(.viewer), summary: "Agents (watch)", handler: agents),
+        ]
+    }
+
+    @Sendable func addFact(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let text = try body.string("text", maxLength: MemoryFactStore.maximumLength).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty else { throw APIError.invalidField("text", "must not be empty") }
+        let fact = try memory.add(text, subject: caller.subject, source: try body.optionalString("source", maxLength: 40) ?? "api")
+        return .json(["id": .string(fact.id), "text": .string(fact.text), "created_at": .timestamp(fact.createdAt)], status: 201)
+    }
+
+    @Sendable func listFacts(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let facts = try memory.facts(subject: caller.subject).map { fact -> JSONValue in
+            ["id": .string(fact.id), "text": .string(fact.text), "source": .string(fact.source), "created_at": .timestamp(fact.createdAt)]
+        }
+        return .json(["facts": .array(facts)])
+    }
+
+    @Sendable func deleteFact(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        guard try memory.delete(id: request.parameter("id"), subject: caller.subject) else { throw APIError.notFound("no fact \(request.parameter("id")) of yours") }
+        return .noContent
+    }
+
+    @Sendable func chat(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let text = try body.string("text", maxLength: 100_000)
+        let visible = config.agents.filter { !SoulConfigLoader.reservedAgentIDs.contains($0.id) }
+        let agentID: String
+        if let id = try body.optionalString("agent_id") {
+            agentID = id
+        } else if visible.count == 1 {
+            agentID = visible[0].id
+        } else {
+            throw APIError.missingField("agent_id")
+        }
+        guard visible.contains(where: { $0.id == agentID }) else { throw APIError.invalidField("agent_id", "no agent '\(agentID)'") }
+        let started: StartedRun
+        do {
+            started = try await runs.start(agentID: agentID, input: text, trigger: "chat", destination: nil, subject: caller.subject)
+        } catch {
+            throw APIError.conflict(error.description, code: "already_running")
+        }
+        guard let record = await runs.wait(runID: started.runID) else { throw APIError.internal("the run vanished") }
+        guard record.status == .succeeded else {
+            throw APIError(status: 502, code: "agent_failed", message: "the agent did not answer: \(record.error ?? "unknown error")")
+        }
+        return .json(["agent_id": .string(agentID), "run_id": .string(record.id), "session_id": .string(record.sessionID), "reply": .string(record.reply ?? "")])
+    }
+
+    @Sendable func agents(_ request: HTTPRequest) async throws -> HTTPResponse {
+        .json(["agents": .array(config.agents.filter { !SoulConfigLoader.reservedAgentIDs.contains($0.id) }.map {
+            ["id": .string($0.id), "name": .string($0.name)]
+        })])
+    }
+}
+
+/// The soulacy:// link a pairing QR code carries.
+public enum PairingLink {
+    public static func url(offer: PairingOffer, gateway: String, lanAddress: String? = nil, fingerprint: String? = nil) -> String {
+        var components = URLComponents()
+        components.scheme = "soulacy"
+        components.host = "pair"
+        var items = [URLQueryItem(name: "v", value: "1"), URLQueryItem(name: "code", value: offer.code),
+                     URLQueryItem(name: "gateway", value: gateway), URLQueryItem(name: "name", value: offer.name)]
+        if let lanAddress { items.append(URLQueryItem(name: "lan", value: lanAddress)) }
+        if let fingerprint { items.append(URLQueryItem(name: "fp", value: fingerprint)) }
+        components.queryItems = items
+        return components.string ?? "soulacy://pair?v=1&code=\(offer.code)"
+    }
+}

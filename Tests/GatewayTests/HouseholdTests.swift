@@ -1,0 +1,196 @@
+import Foundation
+import Gateway
+import GatewayTestSupport
+import HTTPServer
+import Identity
+import Testing
+
+/// Households: pairing codes, subjects from names, roles everywhere, members, revocation, the watch surface.
+@Suite("Household and pairing", .serialized)
+struct HouseholdTests {
+    func pair(_ gw: TestGateway, as key: String? = nil, name: String? = nil, role: String? = nil) async throws -> (code: String, json: JSONValue) {
+        var body: [String: JSONValue] = [:]
+        if let name { body["name"] = .string(name) }
+        if let role { body["role"] = .string(role) }
+        let response = try await gw.request("POST", "/api/v1/pairing/tokens", json: body.isEmpty ? nil : .object(body), key: .some(key))
+        guard response.status == 201, let code = response.json["code"]?.stringValue else { throw TestFailure("pairing failed: \(response.status) \(response.text)") }
+        return (code, response.json)
+    }
+
+    func redeem(_ gw: TestGateway, _ code: String, name: String = "Phone") async throws -> TestResponse {
+        try await gw.request("POST", "/api/v1/pairing/redeem", json: ["code": .string(code), "name": .string(name)], key: .none)
+    }
+
+    @Test("no body pairs a phone as the caller; the code works once and its key carries the caller's subject and role")
+    func pairAsCaller() async throws {
+        try await withTestGateway { (gw) async throws in
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            let (code, offer) = try await pair(gw, as: priya)
+            #expect(offer["subject"] == "priya" && offer["role"] == "operator")
+            #expect(offer["pair_url"]?.stringValue?.hasPrefix("soulacy://pair?v=1&code=\(code)") == true)
+            #expect(code.count == 14 && code.split(separator: "-").count == 3)
+            let redeemed = try await redeem(gw, code.lowercased().replacingOccurrences(of: "-", with: " "))  // forgiving of case and separators
+            #expect(redeemed.status == 201)
+            #expect(redeemed.json["paired"] == true && redeemed.json["subject"] == "priya" && redeemed.json["role"] == "operator")
+            #expect(redeemed.json["scopes"]?.arrayValue?.contains("approvals:write") == true)
+            let token = try #require(redeemed.json["token"]?.stringValue)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(token)).status == 200)
+            let again = try await redeem(gw, code)
+            #expect(again.status == 409 && again.errorCode == "pairing_code_used")
+            #expect(try await redeem(gw, "AAAA-BBBB-CCCC").status == 404)
+            // Codes are stored only as hashes.
+            let raw = try Data(contentsOf: URL(fileURLWithPath: gw.gateway.database.path)) + ((try? Data(contentsOf: URL(fileURLWithPath: gw.gateway.database.path + "-wal"))) ?? Data())
+            #expect(raw.range(of: Data(code.utf8)) == nil)
+        }
+    }
+
+    @Test("a code expires after two minutes")
+    func expiry() async throws {
+        try await withTestGateway { (gw) async throws in
+            let offer = try gw.gateway.household.createOffer(subject: "owner", name: "Owner", role: .admin, createdBy: nil, now: Date().addingTimeInterval(-121))
+            let response = try await redeem(gw, offer.code)
+            #expect(response.status == 410 && response.errorCode == "pairing_code_expired")
+        }
+    }
+
+    @Test("an admin pairs a phone for someone else: the subject is a slug of the name, predictable for collisions and any script")
+    func pairForSomeoneElse() async throws {
+        try await withTestGateway { (gw) async throws in
+            let (code, offer) = try await pair(gw, name: "Priya", role: "operator")
+            #expect(offer["subject"] == "priya")
+            let redeemed = try await redeem(gw, code)
+            #expect(redeemed.json["subject"] == "priya" && redeemed.json["role"] == "operator")
+            // The same person again (a second phone): the same subject.
+            #expect(try await pair(gw, name: " priya ", role: "viewer").json["subject"] == "priya")
+            // A different person whose name gives the same slug gets the next free one.
+            #expect(try await pair(gw, name: "Príya", role: "viewer").json["subject"] == "priya-2")
+            #expect(try await pair(gw, name: "Дмитрий", role: "viewer").json["subject"] == "dmitrij")
+            #expect(try await pair(gw, name: "王小明", role: "viewer").json["subject"] == "wang-xiao-ming")
+            let emoji = try await pair(gw, name: "🌻", role: "viewer").json["subject"]?.stringValue ?? ""
+            #expect(emoji.hasPrefix("member-") && emoji.count == 13)
+            #expect(try await pair(gw, name: "🌻", role: "viewer").json["subject"]?.stringValue == emoji)
+            #expect(try await pair(gw, name: "Owner", role: "viewer").json["subject"] == "owner-2")
+
+            let viewer = try await gw.mintKey(subject: "sam", role: "operator")
+            let refused = try await gw.request("POST", "/api/v1/pairing/tokens", json: ["name": "Eve", "role": "viewer"], key: .some(viewer))
+            #expect(refused.status == 403)
+            let adminForOthers = try await gw.request("POST", "/api/v1/pairing/tokens", json: ["name": "Eve", "role": "admin"])
+            #expect(adminForOthers.status == 400 && adminForOthers.errorField == "role")
+        }
+    }
+
+    @Test("wrong codes are rate-limited per address; then even the right code waits")
+    func bruteForce() async throws {
+        try await withTestGateway { (gw) async throws in
+            let (code, _) = try await pair(gw)
+            for _ in 0..<5 { #expect(try await redeem(gw, "ZZZZ-ZZZZ-ZZZZ").status == 404) }
+            let limited = try await redeem(gw, "ZZZZ-ZZZZ-ZZZZ")
+            #expect(limited.status == 429 && limited.errorCode == "too_many_attempts")
+            #expect(Int(limited.headers["retry-after"] ?? "") ?? 0 > 0)
+            #expect(try await redeem(gw, code).status == 429)
+        }
+    }
+
+    @Test("members lists everyone with a paired phone (admin only); revoking a key unpairs that phone at once")
+    func membersAndRevocation() async throws {
+        try await withTestGateway { (gw) async throws in
+            let (code, _) = try await pair(gw, name: "Priya", role: "viewer")
+            let redeemed = try await redeem(gw, code, name: "Priya's iPhone")
+            let token = try #require(redeemed.json["token"]?.stringValue)
+            let keyID = try #require(redeemed.json["key_id"]?.stringValue)
+            try await gw.registerDevice(id: "priya-phone", key: token, token: String(repeating: "ab", count: 32))
+
+            let members = try await gw.request("GET", "/api/v1/pairing/members")
+            let priya = try #require(members.json["members"]?.arrayValue?.first { $0["subject"] == "priya" })
+            #expect(priya["name"] == "Priya" && priya["role"] == "viewer")
+            #expect(priya["keys"]?.arrayValue?.first?["name"] == "Priya's iPhone")
+            #expect(priya["devices"]?.arrayValue?.first?["id"] == "priya-phone")
+            #expect(try await gw.request("GET", "/api/v1/pairing/members", key: .some(token)).status == 403)
+
+            #expect(try await gw.request("DELETE", "/admin/api-keys/\(keyID)").status == 204)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(token)).status == 401)
+            #expect(try gw.gateway.mobileStore.device(id: "priya-phone") == nil)
+            #expect(try await gw.request("GET", "/api/v1/pairing/members").json["members"]?.arrayValue?.contains { $0["subject"] == "priya" } == false)
+        }
+    }
+
+    @Test("roles: a viewer reads and chats but cannot approve, run, fire or remember; an operator can")
+    func roles() async throws {
+        try await withTestGateway { (gw) async throws in
+            let viewer = try await gw.mintKey(subject: "vee", role: "viewer")
+            let op = try await gw.mintKey(subject: "vee", role: "operator")
+            let asked = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "send_email", "wait": false], key: .some(op))
+            let callID = try #require(asked.json["call_id"]?.stringValue)
+            #expect(try await gw.request("GET", "/approvals", key: .some(viewer)).json["approvals"]?.arrayValue?.count == 1)
+            #expect(try await gw.request("POST", "/approvals/\(callID)/approve", key: .some(viewer)).status == 403)
+            #expect(try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "likes tea"], key: .some(viewer)).status == 403)
+            #expect(try await gw.request("POST", "/api/v1/agents/echo/run", json: [:], key: .some(viewer)).status == 403)
+            #expect(try await gw.request("POST", "/chat", json: ["text": "hello"], key: .some(viewer)).json["reply"] == "hello")
+            #expect(try await gw.request("POST", "/approvals/\(callID)/approve", key: .some(op)).json["state"] == "approved")
+            #expect(try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "likes tea"], key: .some(op)).status == 201)
+        }
+    }
+
+    @Test("one person can never read or act on another's approvals, memory or inbox — not even an admin")
+    func isolation() async throws {
+        try await withTestGateway { (gw) async throws in
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            let asked = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "pay", "arguments": ["amount": 40], "wait": false], key: .some(priya))
+            let callID = try #require(asked.json["call_id"]?.stringValue)
+            _ = try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "priya's secret"], key: .some(priya))
+            _ = try await gw.runAgent("echo", input: "for priya", to: "user:priya")
+
+            // The owner (admin) sees none of it and cannot decide it.
+            #expect(try await gw.request("GET", "/approvals").json["approvals"]?.arrayValue?.isEmpty == true)
+            #expect(try await gw.request("GET", "/api/v1/approvals/\(callID)").status == 404)
+            #expect(try await gw.request("POST", "/approvals/\(callID)/approve").status == 404)
+            #expect(try await gw.request("POST", "/api/v1/approvals/\(callID)/deny").status == 404)
+            #expect(try await gw.request("GET", "/api/v1/memory/facts").json["facts"]?.arrayValue?.isEmpty == true)
+            let facts = try await gw.request("GET", "/api/v1/memory/facts", key: .some(priya)).json["facts"]?.arrayValue ?? []
+            #expect(try await gw.request("DELETE", "/api/v1/memory/facts/\(facts.first?["id"]?.stringValue ?? "")").status == 404)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries").json["deliveries"]?.arrayValue?.isEmpty == true)
+            // Priya's own view is intact.
+            #expect(try await gw.request("GET", "/api/v1/approvals/\(callID)", key: .some(priya)).json["arguments"]?["amount"] == 40)
+            #expect(facts.count == 1)
+        }
+    }
+
+    @Test("the watch pairs through the phone and uses the short paths with its own key")
+    func watchSurface() async throws {
+        try await withTestGateway { (gw) async throws in
+            let phone = try await gw.mintKey(subject: "priya", role: "operator")
+            let offer = try await gw.request("POST", "/pairing/tokens", key: .some(phone))
+            #expect(offer.status == 201)
+            let watch = try await gw.request("POST", "/pairing/redeem", json: ["code": offer.json["code"]!, "name": "Priya's Watch"], key: .none)
+            let watchKey = try #require(watch.json["token"]?.stringValue)
+            #expect(watch.json["key_id"]?.stringValue != nil && watch.json["subject"] == "priya")
+
+            let agents = try await gw.request("GET", "/agents", key: .some(watchKey))
+            #expect(agents.json["agents"]?.arrayValue?.map { $0["id"] } == ["echo"])
+            let asked = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "lights", "wait": false], key: .some(phone))
+            let callID = try #require(asked.json["call_id"]?.stringValue)
+            #expect(try await gw.request("GET", "/approvals", key: .some(watchKey)).json["approvals"]?.arrayValue?.first?["call_id"]?.stringValue == callID)
+            #expect(try await gw.request("POST", "/approvals/\(callID)/deny", key: .some(watchKey)).json["state"] == "denied")
+            let chat = try await gw.request("POST", "/chat", json: ["agent_id": "echo", "text": "voice note"], key: .some(watchKey))
+            #expect(chat.json["reply"] == "voice note")
+            // The watch is its own key: revoking it leaves the phone paired.
+            #expect(try await gw.request("DELETE", "/admin/api-keys/\(watch.json["key_id"]!.stringValue!)").status == 204)
+            #expect(try await gw.request("GET", "/approvals", key: .some(watchKey)).status == 401)
+            #expect(try await gw.request("GET", "/approvals", key: .some(phone)).status == 200)
+        }
+    }
+
+    @Test("soulacy pair prints a code, a soulacy:// link and a QR code; the code pairs")
+    func pairCommand() async throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        try await withTestGateway(directory: directory) { (gw) async throws in
+            let (status, output) = try runProgram(RepositoryPaths.soulacyBinary, ["pair", "--data", directory + "/data", "--name", "Priya", "--role", "viewer"])
+            #expect(status == 0)
+            let code = try #require(output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.count == 14 && $0.filter { $0 == "-" }.count == 2 })
+            #expect(output.contains("soulacy://pair?v=1&code=\(code)"))
+            #expect(output.contains("█"))
+            let redeemed = try await redeem(gw, code)
+            #expect(redeemed.status == 201 && redeemed.json["subject"] == "priya" && redeemed.json["role"] == "viewer")
+        }
+    }
+}
