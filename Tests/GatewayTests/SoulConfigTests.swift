@@ -87,10 +87,50 @@ struct SoulConfigTests {
         #expect(errors("").first == "SOUL.yaml:1:1: the file is empty; it needs an 'agents' list")
         #expect(errors("agents:\n  - id: system\n    runner: {command: [x]}\n").first?.contains("reserved") == true)
         #expect(errors("agents:\n  - id: a\n    trigger: cron\n    runner: {command: [x]}\n").first?.hasPrefix("SOUL.yaml:3:14: trigger cron needs a 'schedule'") == true)
-        #expect(errors("agents:\n  - id: a\n    trigger: webhook\n    runner: {command: [x]}\n").first?.contains("not supported by this gateway yet") == true)
+        #expect(errors("agents:\n  - id: a\n    trigger: oneshot\n    runner: {command: [x]}\n").first?.contains("not supported by this gateway yet") == true)
         #expect(errors("agents:\n  - {id: a, id: b, runner: {command: [x]}}\n").first?.contains("duplicate key 'id'") == true)
         #expect(errors("agents:\n  - id: a\n    runner: {command: [x]}\n    schedule: {cron: '@daily', output: {channel: mobile, to: all, template: 'no slot'}}\n")
             .first?.contains("template must contain {reply}") == true)
+    }
+
+    @Test("location and webhook blocks are validated with positions")
+    func triggerBlocks() {
+        let text = """
+            agents:
+              - id: loc
+                runner: {command: [x]}
+                trigger: location
+                location:
+                  latitude: 95
+                  longitude: 13.4
+                  radius_m: 50
+                  on: arrive
+                  cooldown: soon
+              - id: hook
+                runner: {command: [x]}
+                trigger: webhook
+                webhook: {secret: short}
+              - id: hook2
+                runner: {command: [x]}
+                webhook: {secret_env: SOULACY_TEST_UNSET_VARIABLE}
+              - id: mixed
+                runner: {command: [x]}
+                trigger: webhook
+                webhook: {secret: "a-long-enough-secret"}
+                location: {latitude: 1, longitude: 1, radius_m: 100, on: enter}
+            """
+        let found = errors(text)
+        let expected = [
+            "SOUL.yaml:6:17: latitude must be from -90 to 90, got 95",
+            "SOUL.yaml:8:17: radius_m must be from 100 to 5,000, got 50",
+            "SOUL.yaml:9:11: on must be enter or exit, got 'arrive'",
+            "SOUL.yaml:10:17: cooldown 'soon' is not a duration",
+            "SOUL.yaml:14:23: the webhook secret must be at least 16 characters",
+            "SOUL.yaml:17:27: environment variable SOULACY_TEST_UNSET_VARIABLE is not set",
+            "SOUL.yaml:22:15: a 'location' block needs trigger: location",
+        ]
+        for prefix in expected { #expect(found.contains { $0.hasPrefix(prefix) }, "missing \(prefix) in \(found)") }
+        #expect(found.count == expected.count, "\(found)")
     }
 
     @Test("soulacy check prints file:line:col: message and exits 1; a valid file exits 0")

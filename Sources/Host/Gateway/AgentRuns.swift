@@ -1,6 +1,8 @@
 import ChannelAPI
 import Crypto
 import Foundation
+import Identity
+import Synchronization
 
 public enum RunStartError: Error, Sendable, Equatable, CustomStringConvertible {
     case unknownAgent(String)
@@ -20,12 +22,37 @@ public struct RunDestination: Sendable, Equatable {
     public var to: String
     public var template: String?
     public var botName: String?
+    /// Added to the delivery's metadata (location.event, location.name, …).
+    public var metadata: [String: String]
 
-    public init(channel: String, to: String, template: String? = nil, botName: String? = nil) {
+    public init(channel: String, to: String, template: String? = nil, botName: String? = nil, metadata: [String: String] = [:]) {
         self.channel = channel
         self.to = to
         self.template = template
         self.botName = botName
+        self.metadata = metadata
+    }
+}
+
+/// Credentials that live as long as a run: the command calls the gateway (approvals, mobile.invoke) as its run,
+/// with the run's subject and operator rights, and the credential dies with the run.
+public final class RunCredentials: Sendable {
+    public static let prefix = "srun_"
+    private let active = Mutex<[String: Principal]>([:])
+
+    public init() {}
+
+    func issue(runID: String, subject: String) -> String {
+        let token = Self.prefix + Base64URL.encode(SecureBytes.random(count: 32))
+        active.withLock { $0[token] = Principal(keyID: "run:\(runID)", subject: subject, role: .operator) }
+        return token
+    }
+
+    func revoke(_ token: String) { active.withLock { _ = $0.removeValue(forKey: token) } }
+
+    public func principal(for token: String) -> Principal? {
+        guard token.hasPrefix(Self.prefix) else { return nil }
+        return active.withLock { $0[token] }
     }
 }
 
@@ -45,12 +72,15 @@ public actor AgentRuns {
     let makeRunner: RunnerFactory
     let clock: any WallClock
     let log: Log
+    public nonisolated let credentials: RunCredentials
     private var running: [String: (runID: String, task: Task<RunRecord, Never>)] = [:]
     /// Runs that just finished, so a caller that starts and then waits never misses a fast run.
     private var recent: [String: RunRecord] = [:]
     private var recentOrder: [String] = []
 
-    public init(config: SoulConfig, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: Log, makeRunner: @escaping RunnerFactory) {
+    public init(config: SoulConfig, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: Log,
+                credentials: RunCredentials = RunCredentials(), makeRunner: @escaping RunnerFactory) {
+        self.credentials = credentials
         self.config = config
         self.channels = channels
         self.store = store
@@ -73,7 +103,14 @@ public actor AgentRuns {
         var request = RunRequest(agentID: agentID, runID: runID, sessionID: sessionID, input: input, trigger: trigger,
                                  timeout: timeout ?? agent.runner.timeout)
         request.subject = subject
-        let task = Task { await self.execute(agent: agent, record: record, request: request, destination: destination) }
+        let credential = credentials.issue(runID: runID, subject: subject)
+        request.environment["SOULACY_RUN_TOKEN"] = credential
+        let credentials = self.credentials
+        let task = Task {
+            let finished = await self.execute(agent: agent, record: record, request: request, destination: destination)
+            credentials.revoke(credential)
+            return finished
+        }
         running[agentID] = (runID, task)
         return StartedRun(runID: runID, sessionID: sessionID, agentID: agentID)
     }
@@ -135,8 +172,10 @@ public actor AgentRuns {
     private func deliver(reply: String, agent: AgentConfig, record: RunRecord, destination: RunDestination) async throws -> String {
         let text = destination.template.map { $0.replacingOccurrences(of: "{reply}", with: reply) } ?? reply
         let name = destination.botName ?? agent.name
-        let output = Output(agentID: agent.id, agentName: name, sessionID: record.sessionID, parts: [text],
-                            metadata: ["trigger": record.trigger, "run_id": record.id])
+        var metadata = destination.metadata
+        metadata["trigger"] = record.trigger
+        metadata["run_id"] = record.id
+        let output = Output(agentID: agent.id, agentName: name, sessionID: record.sessionID, parts: [text], metadata: metadata)
         let receipt = try await channels.channel(named: destination.channel).deliver(output, to: destination.to)
         log.info("run \(record.id) delivered as \(receipt.deliveryID) to \(destination.channel) \(destination.to) (\(receipt.recipientCount) devices)")
         return receipt.deliveryID

@@ -12,6 +12,8 @@ public struct RunRequest: Sendable {
     public var timeout: Duration
     /// Whose run this is: approvals it asks for and device commands it sends belong to this person.
     public var subject: String = "owner"
+    /// Variables for this run only (its credential for calling back into the gateway).
+    public var environment: [String: String] = [:]
 
     public init(agentID: String, runID: String, sessionID: String, input: String, trigger: String, timeout: Duration) {
         self.agentID = agentID
@@ -77,6 +79,7 @@ public struct CommandRunner: AgentRunner {
         env["SOULACY_RUN_ID"] = request.runID
         env["SOULACY_SESSION_ID"] = request.sessionID
         env["SOULACY_TRIGGER"] = request.trigger
+        env.merge(request.environment) { $1 }
         env.merge(config.environment) { $1 }
         return env.map { "\($0.key)=\($0.value)" }.sorted()
     }

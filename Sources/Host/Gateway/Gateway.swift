@@ -138,7 +138,8 @@ public final class Gateway: Sendable {
         scheduler = Scheduler(config: config, runs: runs, store: runStore, clock: options.clock, log: log)
 
         let keys = self.keys
-        var router = Router(authenticator: { token in keys.authenticate(token) })
+        let credentials = runs.credentials
+        var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
         router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
         router.add(GatewayAPI(config: config, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile).routes)
@@ -148,6 +149,11 @@ public final class Gateway: Sendable {
                                 gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" }).routes)
         router.add(ApprovalsAPI(broker: approvals, config: config).routes)
         router.add(AssistantAPI(memory: memory, runs: runs, config: config).routes)
+        do {
+            router.add(TriggersAPI(config: config, runs: runs, mobile: mobileStore, cooldowns: try TriggerCooldowns(database: database), clock: options.clock).routes)
+        } catch {
+            throw .storage("cannot open the trigger table: \(error)")
+        }
         self.router = router
         let routerCopy = router
         server = HTTPServer(configuration: HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes)) { request in

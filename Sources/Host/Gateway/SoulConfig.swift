@@ -14,13 +14,41 @@ public struct AgentConfig: Sendable {
     public var runner: CommandRunnerConfig
     public var trigger: Trigger
     public var schedule: ScheduleConfig?
+    public var location: LocationTrigger?
+    public var webhook: WebhookTrigger?
     public var notifyOnFailure: FailureNotice?
 
     public enum Trigger: String, Sendable {
         case cron
-        /// Runs only when asked (API, another agent).
+        /// Runs only when asked (API, chat, another agent).
         case manual
+        /// A paired phone reports crossing a region.
+        case location
+        /// An HTTP POST with the agent's secret.
+        case webhook
     }
+}
+
+/// `trigger: location`: a region the phones monitor.
+public struct LocationTrigger: Sendable {
+    public enum Event: String, Sendable { case enter, exit }
+    public static let radiusRange = 100.0...5000.0
+
+    public var name: String
+    public var latitude: Double
+    public var longitude: Double
+    public var radiusMeters: Double
+    public var on: Event
+    /// Installation ids allowed to fire it; empty means any paired phone.
+    public var devices: [String]
+    public var cooldown: Duration
+}
+
+/// `trigger: webhook`: POST /hooks/<agent-id> with the secret runs the agent with the body as input.
+public struct WebhookTrigger: Sendable {
+    /// SHA-256 of the secret; the secret itself is not kept after loading.
+    public var secretSHA256: [UInt8]
+    public var output: OutputConfig?
 }
 
 public struct CommandRunnerConfig: Sendable {

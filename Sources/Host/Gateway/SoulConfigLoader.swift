@@ -1,4 +1,5 @@
 import ChannelAPI
+import Crypto
 import Foundation
 import YAML
 
@@ -13,21 +14,25 @@ public struct SoulConfigLoader {
     let file: String
     /// Channel names SOUL.yaml may use, each with its destination check.
     let destinations: [String: DestinationValidator]
+    /// Where `secret_env` names are looked up.
+    let environment: [String: String]
     private var errors: [ConfigError] = []
 
-    public init(file: String, destinations: [String: DestinationValidator]) {
+    public init(file: String, destinations: [String: DestinationValidator], environment: [String: String] = ProcessInfo.processInfo.environment) {
         self.file = file
         self.destinations = destinations
+        self.environment = environment
     }
 
-    public static func load(path: String, destinations: [String: DestinationValidator]) throws(ConfigErrors) -> SoulConfig {
+    public static func load(path: String, destinations: [String: DestinationValidator],
+                            environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigErrors) -> SoulConfig {
         let text: String
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
             throw ConfigErrors(errors: [ConfigError(file: path, line: 1, column: 1, message: "cannot read the file: \(error.localizedDescription)")])
         }
-        var loader = SoulConfigLoader(file: path, destinations: destinations)
+        var loader = SoulConfigLoader(file: path, destinations: destinations, environment: environment)
         return try loader.load(text: text)
     }
 
@@ -146,7 +151,7 @@ public struct SoulConfigLoader {
     }
 
     private mutating func parseAgent(_ node: YAMLNode) -> AgentConfig? {
-        guard let fields = mapping(node, "an agent", allowed: ["id", "name", "description", "runner", "trigger", "schedule", "notify_on_failure"], required: ["id", "runner"]) else { return nil }
+        guard let fields = mapping(node, "an agent", allowed: ["id", "name", "description", "runner", "trigger", "schedule", "location", "webhook", "notify_on_failure"], required: ["id", "runner"]) else { return nil }
         let errorCount = errors.count
         let id = string(fields["id"], "id") ?? ""
         if let idNode = fields["id"], !id.isEmpty || idNode.scalarValue != nil {
@@ -159,28 +164,97 @@ public struct SoulConfigLoader {
         let name = string(fields["name"], "name") ?? id
         let description = string(fields["description"], "description")
         let runner = fields["runner"].flatMap { parseRunner($0) }
-        var trigger: AgentConfig.Trigger = fields["schedule"] == nil ? .manual : .cron
+        var trigger: AgentConfig.Trigger = fields["schedule"] != nil ? .cron : fields["location"] != nil ? .location : fields["webhook"] != nil ? .webhook : .manual
         if let triggerNode = fields["trigger"], let text = string(triggerNode, "trigger") {
             if let t = AgentConfig.Trigger(rawValue: text) {
                 trigger = t
             } else {
-                let later = ["channel", "oneshot", "webhook", "internal", "location"]
+                let later = ["channel", "oneshot", "internal"]
                 fail(triggerNode, later.contains(text)
-                     ? "trigger '\(text)' is not supported by this gateway yet; use cron or manual"
-                     : "trigger must be one of cron, manual; got '\(text)'")
+                     ? "trigger '\(text)' is not supported by this gateway yet; use cron, location, webhook or manual"
+                     : "trigger must be one of cron, location, webhook, manual; got '\(text)'")
             }
         }
-        let schedule = fields["schedule"].flatMap { parseSchedule($0) }
-        if trigger == .cron, fields["schedule"] == nil {
-            fail(fields["trigger"] ?? node, "trigger cron needs a 'schedule' block with cron and output")
+        // Each trigger has its block, and a block belongs to its trigger only.
+        let blocks: [(AgentConfig.Trigger, String)] = [(.cron, "schedule"), (.location, "location"), (.webhook, "webhook")]
+        for (kind, key) in blocks {
+            if trigger == kind, fields[key] == nil {
+                fail(fields["trigger"] ?? node, "trigger \(kind.rawValue) needs a '\(key)' block")
+            } else if trigger != kind, let block = fields[key] {
+                fail(block, "a '\(key)' block needs trigger: \(kind.rawValue) (this agent's trigger is \(trigger.rawValue))")
+            }
         }
-        if trigger == .manual, let s = fields["schedule"], fields["trigger"] != nil {
-            fail(s, "a schedule needs trigger: cron (or no trigger line)")
-        }
+        let schedule = trigger == .cron ? fields["schedule"].flatMap { parseSchedule($0) } : nil
+        let location = trigger == .location ? fields["location"].flatMap { parseLocation($0) } : nil
+        let webhook = trigger == .webhook ? fields["webhook"].flatMap { parseWebhook($0) } : nil
         let notice = fields["notify_on_failure"].flatMap { parseFailureNotice($0) }
         guard errors.count == errorCount, let runner else { return nil }
         return AgentConfig(id: id, name: name, description: description, runner: runner, trigger: trigger,
-                           schedule: schedule, notifyOnFailure: notice)
+                           schedule: schedule, location: location, webhook: webhook, notifyOnFailure: notice)
+    }
+
+    private mutating func number(_ node: YAMLNode?, _ what: String, range: ClosedRange<Double>) -> Double? {
+        guard let node else { return nil }
+        guard case .scalar(let s) = node, !s.isQuoted, let value = Double(s.value), value.isFinite else {
+            fail(node, "\(what) must be a number")
+            return nil
+        }
+        guard range.contains(value) else {
+            fail(node, "\(what) must be from \(range.lowerBound.formatted()) to \(range.upperBound.formatted()), got \(s.value)")
+            return nil
+        }
+        return value
+    }
+
+    private mutating func parseLocation(_ node: YAMLNode) -> LocationTrigger? {
+        guard let fields = mapping(node, "location", allowed: ["name", "latitude", "longitude", "radius_m", "on", "device", "cooldown"],
+                                   required: ["latitude", "longitude", "radius_m", "on"]) else { return nil }
+        let name = string(fields["name"], "name") ?? "Region"
+        let latitude = number(fields["latitude"], "latitude", range: -90...90)
+        let longitude = number(fields["longitude"], "longitude", range: -180...180)
+        let radius = number(fields["radius_m"], "radius_m", range: LocationTrigger.radiusRange)
+        var event: LocationTrigger.Event?
+        if let onNode = fields["on"], let text = string(onNode, "on") {
+            event = LocationTrigger.Event(rawValue: text)
+            if event == nil { fail(onNode, "on must be enter or exit, got '\(text)'") }
+        }
+        var devices: [String] = []
+        if let deviceNode = fields["device"] {
+            switch deviceNode {
+            case .sequence(let items, _):
+                devices = items.compactMap { string($0, "each device") }
+            default:
+                if !deviceNode.isNull, let one = string(deviceNode, "device"), !one.isEmpty { devices = [one] }
+            }
+        }
+        let cooldown = duration(fields["cooldown"], "cooldown", range: .seconds(0) ... .seconds(7 * 86400)) ?? .seconds(30 * 60)
+        guard let latitude, let longitude, let radius, let event else { return nil }
+        return LocationTrigger(name: name, latitude: latitude, longitude: longitude, radiusMeters: radius, on: event, devices: devices, cooldown: cooldown)
+    }
+
+    private mutating func parseWebhook(_ node: YAMLNode) -> WebhookTrigger? {
+        guard let fields = mapping(node, "webhook", allowed: ["secret", "secret_env", "output"]) else { return nil }
+        var secret: String?
+        switch (fields["secret"], fields["secret_env"]) {
+        case (nil, nil):
+            fail(node, "webhook needs secret_env (the name of an environment variable holding the secret) or secret")
+        case (.some, .some(let envNode)):
+            fail(envNode, "give either secret or secret_env, not both")
+        case (.some(let secretNode), nil):
+            secret = string(secretNode, "secret")
+        case (nil, .some(let envNode)):
+            if let name = string(envNode, "secret_env") {
+                secret = environment[name]
+                if secret == nil { fail(envNode, "environment variable \(name) is not set") }
+            }
+        }
+        if let s = secret, s.utf8.count < 16 {
+            fail(fields["secret"] ?? fields["secret_env"] ?? node, "the webhook secret must be at least 16 characters")
+            secret = nil
+        }
+        let output = fields["output"].flatMap { parseOutput($0) }
+        guard let secret else { return nil }
+        return WebhookTrigger(secretSHA256: SHA256.hash(secret), output: output)
     }
 
     private mutating func parseRunner(_ node: YAMLNode) -> CommandRunnerConfig? {

@@ -1,0 +1,161 @@
+import ChannelAPI
+import Crypto
+import Foundation
+import HTTPServer
+import Identity
+import Mobile
+import SQLite
+
+/// When each location trigger last fired for each device, so cooldowns survive restarts and concurrent fires
+/// start one run (the check and the claim are one transaction).
+public final class TriggerCooldowns: Sendable {
+    public static let migrations: [Migration] = [
+        Migration("triggers.1", """
+            CREATE TABLE trigger_fires (
+                agent_id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                fired_at INTEGER NOT NULL,
+                PRIMARY KEY (agent_id, device_id)
+            );
+            """),
+    ]
+    let database: DatabasePool
+
+    public init(database: DatabasePool) throws {
+        self.database = database
+        try database.migrate(Self.migrations)
+    }
+
+    /// Claims a fire: nil when allowed (and recorded), else the seconds left of the cooldown.
+    func claim(agentID: String, deviceID: String, cooldown: Duration, now: Date) throws -> Int? {
+        let nowMS = Int64(now.timeIntervalSince1970 * 1000)
+        let cooldownMS = cooldown.components.seconds * 1000
+        return try database.transaction { db in
+            if let last = try db.query("SELECT fired_at FROM trigger_fires WHERE agent_id = ? AND device_id = ?", agentID, deviceID).first?.int("fired_at"),
+               nowMS - last < cooldownMS {
+                return Int((cooldownMS - (nowMS - last) + 999) / 1000)
+            }
+            try db.run("INSERT INTO trigger_fires (agent_id, device_id, fired_at) VALUES (?, ?, ?) ON CONFLICT (agent_id, device_id) DO UPDATE SET fired_at = excluded.fired_at",
+                       agentID, deviceID, nowMS)
+            return nil
+        }
+    }
+
+    /// Gives a claimed fire back (the run could not start).
+    func release(agentID: String, deviceID: String) throws {
+        try database.transaction { db in try db.run("DELETE FROM trigger_fires WHERE agent_id = ? AND device_id = ?", agentID, deviceID) }
+    }
+}
+
+/// Location triggers for phones and webhook triggers for anything that can POST.
+struct TriggersAPI: Sendable {
+    static let maximumRegions = 20
+
+    let config: SoulConfig
+    let runs: AgentRuns
+    let mobile: MobileStore
+    let cooldowns: TriggerCooldowns
+    let clock: any WallClock
+
+    var routes: [Route] {
+        [
+            Route(.GET, "/api/v1/mobile/triggers", access: .role(.viewer), summary: "Location triggers this phone should monitor", handler: list),
+            Route(.POST, "/api/v1/mobile/triggers/:id/fire", access: .role(.operator), summary: "Report a region crossing", handler: fire),
+            Route(.POST, "/hooks/:id", access: .open, summary: "Run a webhook agent (its secret in X-Soulacy-Secret)", handler: webhook),
+        ]
+    }
+
+    private func ownDevice(_ id: String?, caller: Principal) throws -> Device {
+        guard let id, !id.isEmpty else { throw APIError.missingField("device_id") }
+        guard let device = try mobile.device(id: id), device.subject == caller.subject else {
+            throw APIError(status: 404, code: "unknown_device", message: "device_id: no device \(id) is registered to you", field: "device_id")
+        }
+        return device
+    }
+
+    static func allows(_ trigger: LocationTrigger, device: String) -> Bool {
+        trigger.devices.isEmpty || trigger.devices.contains(device)
+    }
+
+    @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let device = try ownDevice(request.query["device_id"], caller: caller)
+        let triggers = config.agents.compactMap { agent -> JSONValue? in
+            guard let location = agent.location, Self.allows(location, device: device.id) else { return nil }
+            return [
+                "agent_id": .string(agent.id), "agent_name": .string(agent.name), "name": .string(location.name),
+                "latitude": .number(location.latitude), "longitude": .number(location.longitude), "radius_m": .number(location.radiusMeters),
+                "on": .string(location.on.rawValue), "device": .string(location.devices.joined(separator: ",")),
+                "cooldown": .string(DurationText.format(location.cooldown)),
+            ]
+        }
+        return .json(["triggers": .array(Array(triggers.prefix(Self.maximumRegions))), "max_regions": .number(Double(Self.maximumRegions))])
+    }
+
+    @Sendable func fire(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let agentID = request.parameter("id")
+        guard let agent = config.agent(id: agentID), let location = agent.location else {
+            throw APIError.notFound("no location trigger '\(agentID)'")
+        }
+        let body = try JSONObject(body: request.body)
+        let eventText = try body.optionalString("event")
+        let device = try ownDevice(try body.optionalString("device_id", maxLength: 128), caller: caller)
+        guard let eventText else { throw APIError.missingField("event") }
+        guard let event = LocationTrigger.Event(rawValue: eventText) else { throw APIError.invalidField("event", "must be \"enter\" or \"exit\", got \"\(eventText)\"") }
+        let latitude = try body.optionalNumber("latitude")
+        let longitude = try body.optionalNumber("longitude")
+        if let latitude, !(-90...90).contains(latitude) { throw APIError.invalidField("latitude", "must be from -90 to 90") }
+        if let longitude, !(-180...180).contains(longitude) { throw APIError.invalidField("longitude", "must be from -180 to 180") }
+        let accuracy = try body.optionalNumber("accuracy_m")
+        let region = try body.optionalString("region_name", maxLength: 200) ?? location.name
+
+        guard event == location.on else {
+            return .json(["ok": true, "ignored": true, "reason": .string("event \(event.rawValue) does not match this trigger's on: \(location.on.rawValue)")], status: 202)
+        }
+        guard Self.allows(location, device: device.id) else {
+            throw APIError(status: 403, code: "device_not_allowed", message: "device_id: \(device.id) is not one of the devices this trigger allows", field: "device_id")
+        }
+        if await runs.isRunning(agentID) {
+            throw APIError.conflict("agent '\(agentID)' is already running; its runs never overlap", code: "already_running")
+        }
+        if let wait = try cooldowns.claim(agentID: agentID, deviceID: device.id, cooldown: location.cooldown, now: clock.now()) {
+            return .json(["ok": true, "ignored": true, "reason": "cooldown", "retry_after": .number(Double(wait))], status: 202)
+        }
+        var input: [String: JSONValue] = ["event": .string(event.rawValue), "region_name": .string(region), "device_id": .string(device.id)]
+        if let latitude { input["latitude"] = .number(latitude) }
+        if let longitude { input["longitude"] = .number(longitude) }
+        if let accuracy { input["accuracy_m"] = .number(accuracy) }
+        let destination = RunDestination(channel: "mobile", to: "device:\(device.id)",
+                                         metadata: ["location.event": event.rawValue, "location.name": location.name])
+        do {
+            let started = try await runs.start(agentID: agentID, input: JSONValue.object(input).serialized(), trigger: "location",
+                                               destination: destination, subject: caller.subject)
+            return .json(["ok": true, "run_id": .string(started.runID), "session_id": .string(started.sessionID), "agent_id": .string(agentID)], status: 202)
+        } catch {
+            try? cooldowns.release(agentID: agentID, deviceID: device.id)
+            throw APIError.conflict(error.description, code: "already_running")
+        }
+    }
+
+    @Sendable func webhook(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let agentID = request.parameter("id")
+        // The same refusal for an unknown hook and a wrong secret: a caller learns nothing by guessing ids.
+        let presented = request.header("x-soulacy-secret")
+            ?? request.header("authorization").flatMap { $0.lowercased().hasPrefix("bearer ") ? String($0.dropFirst(7)) : nil } ?? ""
+        let expected = config.agent(id: agentID)?.webhook?.secretSHA256 ?? SHA256.hash("no hook: \(agentID)")
+        guard SecureBytes.constantTimeEqual(SHA256.hash(presented), expected), let agent = config.agent(id: agentID), let hook = agent.webhook else {
+            var error = APIError.unauthorized("the webhook secret is wrong or the hook does not exist")
+            error.extraHeaders["WWW-Authenticate"] = "Bearer"
+            throw error
+        }
+        let input = String(decoding: request.body, as: UTF8.self)
+        let destination = hook.output.map { RunDestination(channel: $0.channel, to: $0.to, template: $0.template, botName: $0.botName, metadata: ["trigger": "webhook"]) }
+        do {
+            let started = try await runs.start(agentID: agent.id, input: input, trigger: "webhook", destination: destination)
+            return .json(["ok": true, "run_id": .string(started.runID), "session_id": .string(started.sessionID), "agent_id": .string(agent.id)], status: 202)
+        } catch {
+            throw APIError.conflict(error.description, code: "already_running")
+        }
+    }
+}

@@ -1,0 +1,113 @@
+import ChannelAPI
+import ChannelTesting
+import Foundation
+import GatewayTestSupport
+import HTTPServer
+import Testing
+
+/// One broker for every surface: lock-screen wake-ups, idempotent decisions, races, expiry, runs that ask.
+@Suite("Approvals", .serialized)
+struct ApprovalsTests {
+    @Test("every phone of the same person gets a time-sensitive SOULACY_APPROVAL wake-up with names and ids only")
+    func lockScreenWakeUps() async throws {
+        let recorder = RecordingTransport()
+        try await withTestGateway(transports: [recorder]) { (gw) async throws in
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            try await gw.registerDevice(id: "owner-phone", key: nil, token: String(repeating: "01", count: 32))
+            try await gw.registerDevice(id: "owner-ipad", key: nil, token: String(repeating: "02", count: 32))
+            try await gw.registerDevice(id: "priya-phone", key: priya, token: String(repeating: "03", count: 32))
+            let asked = try await gw.request("POST", "/api/v1/approvals", json: [
+                "agent_id": "echo", "tool": "send_email", "session_id": "ses_1", "call_id": "call_42",
+                "arguments": ["to": "bank@example.com", "body": "TOP-SECRET-ARGUMENT"], "wait": false,
+            ])
+            #expect(asked.status == 201)
+            #expect(await eventually { recorder.sent.count == 2 })
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(Set(recorder.sent.map(\.target.deviceID)) == ["owner-phone", "owner-ipad"])
+            let signal = try #require(recorder.sent.first?.signal)
+            #expect(signal.category == .approval && signal.timeSensitive)
+            #expect(signal.deepLink == "soulacy://approval/call_42")
+            #expect(signal.extra == ["call_id": "call_42", "agent_id": "echo", "session_id": "ses_1", "tool": "send_email"])
+            #expect(signal.body == "Echo wants to use send_email")
+            #expect(!String(decoding: try JSONEncoder().encode(signal), as: UTF8.self).contains("TOP-SECRET-ARGUMENT"))
+            // The arguments come from the authenticated API.
+            #expect(try await gw.request("GET", "/api/v1/approvals/call_42").json["arguments"]?["body"] == "TOP-SECRET-ARGUMENT")
+        }
+    }
+
+    @Test("concurrent approve and deny from several clients resolve to exactly one decision, reported to all")
+    func races() async throws {
+        try await withTestGateway { (gw) async throws in
+            let phone = try await gw.mintKey(subject: "owner", role: "operator", name: "phone")
+            let watch = try await gw.mintKey(subject: "owner", role: "operator", name: "watch")
+            let clients = [gw.adminKey, phone, watch]
+            for round in 0..<5 {
+                let callID = "call_race_\(round)"
+                async let waiting = gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "unlock", "call_id": .string(callID)])
+                #expect(await eventually { (try? gw.gateway.approvals.approval(callID: callID)) != nil })
+                let answers = try await withThrowingTaskGroup(of: TestResponse.self) { group in
+                    for i in 0..<24 {
+                        let key = clients[i % clients.count]
+                        let verb = i % 2 == 0 ? "approve" : "deny"
+                        let path = i % 3 == 0 ? "/approvals/\(callID)/\(verb)" : "/api/v1/approvals/\(callID)/\(verb)"
+                        group.addTask { try await gw.request("POST", path, key: .some(key)) }
+                    }
+                    var all: [TestResponse] = []
+                    for try await response in group { all.append(response) }
+                    return all
+                }
+                #expect(answers.allSatisfy { $0.status == 200 })
+                let deciders = answers.filter { $0.json["already_decided"] == false }
+                #expect(deciders.count == 1)
+                let decided = try #require(deciders.first?.json["state"]?.stringValue)
+                #expect(answers.allSatisfy { $0.json["state"]?.stringValue == decided })
+                #expect(answers.filter { $0.json["already_decided"] == true }.allSatisfy { $0.json["message"]?.stringValue?.contains("already \(decided)") == true })
+                let asker = try await waiting
+                #expect(asker.json["state"]?.stringValue == decided)
+                #expect(asker.json["approved"] == .bool(decided == "approved"))
+            }
+        }
+    }
+
+    @Test("an unanswered approval expires and the run sees a denial; a late answer is told so")
+    func expiry() async throws {
+        try await withTestGateway { (gw) async throws in
+            let started = ContinuousClock.now
+            let asked = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "call_id": "call_exp", "timeout_seconds": 1])
+            #expect(asked.json["state"] == "expired" && asked.json["approved"] == false)
+            #expect(ContinuousClock.now - started >= .milliseconds(900))
+            let late = try await gw.request("POST", "/approvals/call_exp/approve")
+            #expect(late.json["state"] == "expired" && late.json["already_decided"] == true)
+            #expect(late.json["message"]?.stringValue?.contains("expired") == true)
+        }
+    }
+
+    @Test("a running command asks with its run credential, waits, and runs its tool only after a yes — once")
+    func runAsksOverHTTP() async throws {
+        let marker = TestGateway.makeTemporaryDirectory() + "/tool-ran"
+        let config = """
+            agents:
+              - id: careful
+                name: Careful
+                runner:
+                  command: ["/bin/sh", "-c", "answer=$(curl -s -X POST -H \\"Authorization: Bearer $SOULACY_RUN_TOKEN\\" -d '{\\"agent_id\\":\\"careful\\",\\"tool\\":\\"delete_files\\",\\"call_id\\":\\"call_run\\",\\"session_id\\":\\"'$SOULACY_SESSION_ID'\\"}' $SOULACY_API_URL/api/v1/approvals); case $answer in *'\\"approved\\":true'*) echo ran >> \(marker); echo done;; *) echo refused;; esac"]
+                  timeout: 30s
+            """
+        try await withTestGateway(config: config) { (gw) async throws in
+            let run = try await gw.request("POST", "/api/v1/agents/careful/run", json: [:])
+            let runID = try #require(run.json["run_id"]?.stringValue)
+            #expect(await eventually { (try? gw.gateway.approvals.approval(callID: "call_run")) != nil })
+            let pending = try await gw.request("GET", "/approvals")
+            #expect(pending.json["approvals"]?.arrayValue?.first?["session_id"] == run.json["session_id"])
+            #expect(!FileManager.default.fileExists(atPath: marker))
+            async let first = gw.request("POST", "/approvals/call_run/approve")
+            async let second = gw.request("POST", "/approvals/call_run/approve")
+            _ = try await (first, second)
+            let finished = try await gw.request("GET", "/api/v1/runs/\(runID)?wait=true")
+            #expect(finished.json["status"] == "succeeded")
+            #expect(try String(contentsOfFile: marker, encoding: .utf8) == "ran\n")
+            // The credential died with the run.
+            #expect(try await gw.request("GET", "/approvals", key: .some("srun_whatever")).status == 401)
+        }
+    }
+}
