@@ -10,6 +10,7 @@ let package = Package(
         .executable(name: "soulacy", targets: ["soulacy"]),
         .library(name: "ChannelAPI", targets: ["ChannelAPI"]),
         .library(name: "ChannelTesting", targets: ["ChannelTesting"]),
+        .library(name: "HTTPClient", targets: ["HTTPClient"]),
     ],
     targets: [
         // MARK: C libraries from the system
@@ -37,12 +38,18 @@ let package = Package(
         .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "SQLite", "HTTPServer", "Crypto"], path: "Sources/Channels/Mobile"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
-        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
+        .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/Relay"),
+        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "CQRencode"], path: "Sources/Host/CLI"),
 
+        // MARK: Example: a transport added from outside the core, with its own tests
+        .target(name: "UnifiedPushTransport", dependencies: ["ChannelAPI", "HTTPClient"], path: "examples/UnifiedPushTransport/Sources"),
+        .testTarget(name: "UnifiedPushTransportTests", dependencies: ["UnifiedPushTransport", "ChannelTesting", "ChannelAPI", "HTTPServer"],
+                    path: "examples/UnifiedPushTransport/Tests"),
+
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
+        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "APNs", "FCM", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

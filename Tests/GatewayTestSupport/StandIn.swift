@@ -196,3 +196,22 @@ public final class FCMStandIn: StandInProcess, @unchecked Sendable {
         try await control("GET", "/control/tokens")["requests"]?.arrayValue ?? []
     }
 }
+
+/// The push-relay stand-in: checks the bearer token and the /v1/push and /v1/live bodies.
+public final class RelayStandIn: StandInProcess, @unchecked Sendable {
+    public static let token = "relay-test-token-0123456789"
+
+    public static func start() async throws -> RelayStandIn {
+        let standIn = RelayStandIn(directory: TestGateway.makeTemporaryDirectory())
+        try await standIn.start()
+        return standIn
+    }
+
+    init(directory: String) {
+        super.init(script: "relay_standin.py", directory: directory, arguments: ["--token", Self.token])
+    }
+
+    public var environment: [String: String] {
+        ["SOULACY_MOBILE_PUSH_RELAY_URL": baseURL, "SOULACY_MOBILE_PUSH_RELAY_TOKEN": Self.token, "SOULACY_MOBILE_PUSH_RELAY_CA_FILE": caFile]
+    }
+}

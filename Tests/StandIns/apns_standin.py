@@ -103,7 +103,9 @@ class APNs:
                 uuid.UUID(apns_id)
             except ValueError:
                 return 400, "BadMessageId"
-        if not re.fullmatch(r"[0-9a-fA-F]{64}", token or ""):
+        # Device tokens are 32 bytes; ActivityKit's push-to-start and update tokens are longer.
+        pattern = r"(?:[0-9a-fA-F]{2}){32,512}" if push_type == "liveactivity" else r"[0-9a-fA-F]{64}"
+        if not re.fullmatch(pattern, token or ""):
             return 400, "BadDeviceToken"
         if not body:
             return 400, "PayloadEmpty"

@@ -1,4 +1,5 @@
 import ChannelAPI
+import Crypto
 import Foundation
 import HTTPServer
 import Identity
@@ -10,10 +11,12 @@ public struct MobileAPI: Sendable {
 
     let store: MobileStore
     let channel: MobileChannel
+    let liveActivities: LiveActivityPublisher?
 
-    public init(store: MobileStore, channel: MobileChannel) {
+    public init(store: MobileStore, channel: MobileChannel, liveActivities: LiveActivityPublisher? = nil) {
         self.store = store
         self.channel = channel
+        self.liveActivities = liveActivities
     }
 
     public var routes: [Route] {
@@ -25,6 +28,7 @@ public struct MobileAPI: Sendable {
             Route(.GET, "/api/v1/mobile/deliveries/:id", access: .role(.viewer), summary: "One inbox line with its full content", handler: getDelivery),
             Route(.POST, "/api/v1/mobile/deliveries/:id/read", access: .role(.viewer), summary: "Mark a line read on one phone", handler: markRead),
             Route(.POST, "/api/v1/channels/mobile/test", access: .role(.admin), summary: "Send a test line through the mobile channel", handler: sendTest),
+            Route(.POST, "/api/v1/mobile/activities", access: .role(.viewer), summary: "Report a Live Activity's update token", handler: registerActivity),
         ]
     }
 
@@ -134,6 +138,36 @@ public struct MobileAPI: Sendable {
             "delivered": .bool(true), "delivery_id": .string(receipt.deliveryID),
             "destination": .string(to), "recipients": .number(Double(receipt.recipientCount)),
         ]), status: 201)
+    }
+
+    @Sendable func registerActivity(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let deviceID = try body.string("device_id", maxLength: DeviceRegistration.maximumIDLength)
+        guard let device = try store.device(id: deviceID), device.subject == caller.subject else {
+            throw APIError(status: 404, code: "unknown_device", message: "device_id: no device \(deviceID) is registered to you", field: "device_id")
+        }
+        guard device.platform == .ios else {
+            throw APIError.invalidField("device_id", "Live Activities are an iOS feature; they are never sent to Android devices")
+        }
+        let agentID = try body.string("agent_id", maxLength: 64)
+        guard !agentID.isEmpty else { throw APIError.invalidField("agent_id", "must not be empty") }
+        let sessionID = try body.string("session_id", maxLength: 128)
+        guard !sessionID.isEmpty else { throw APIError.invalidField("session_id", "must not be empty") }
+        let token = try body.string("token", maxLength: 2048)
+        guard !token.isEmpty, token.utf8.count % 2 == 0, Hex.decode(token) != nil else {
+            throw APIError.invalidField("token", "must be the activity's push token as hex")
+        }
+        let environment: WakeTarget.Environment
+        switch try body.optionalString("environment") {
+        case nil: environment = device.pushEnvironment ?? .production
+        case "production": environment = .production
+        case "development": environment = .development
+        case let other?: throw APIError.invalidField("environment", "must be \"production\" or \"development\", got \"\(other)\"")
+        }
+        guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
+        try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
+        return .json(["registered": true, "device_id": .string(device.id), "session_id": .string(sessionID)], status: 201)
     }
 
     // MARK: JSON shapes

@@ -2,6 +2,7 @@ import ChannelAPI
 import Crypto
 import Foundation
 import Identity
+import Mobile
 import Synchronization
 
 public enum RunStartError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -73,14 +74,18 @@ public actor AgentRuns {
     let clock: any WallClock
     let log: Log
     public nonisolated let credentials: RunCredentials
+    /// Told about runs' progress so they can appear as Live Activities.
+    public nonisolated let liveActivities: LiveActivityPublisher?
+    private var activityRuns: [String: ActivityRun] = [:]
     private var running: [String: (runID: String, task: Task<RunRecord, Never>)] = [:]
     /// Runs that just finished, so a caller that starts and then waits never misses a fast run.
     private var recent: [String: RunRecord] = [:]
     private var recentOrder: [String] = []
 
     public init(config: SoulConfig, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: Log,
-                credentials: RunCredentials = RunCredentials(), makeRunner: @escaping RunnerFactory) {
+                credentials: RunCredentials = RunCredentials(), liveActivities: LiveActivityPublisher? = nil, makeRunner: @escaping RunnerFactory) {
         self.credentials = credentials
+        self.liveActivities = liveActivities
         self.config = config
         self.channels = channels
         self.store = store
@@ -89,7 +94,15 @@ public actor AgentRuns {
         self.makeRunner = makeRunner
     }
 
+    /// Cron, webhook, location and agent-to-agent runs: they run without anyone watching.
+    static let backgroundTriggers: Set<String> = ["cron", "cron-missed", "webhook", "location", "agent"]
+
     public func isRunning(_ agentID: String) -> Bool { running[agentID] != nil }
+
+    /// The run in flight for a session, as a Live Activity sees it.
+    public func activityRun(sessionID: String) -> ActivityRun? { activityRuns[sessionID] }
+
+    public func activityRun(runID: String) -> ActivityRun? { activityRuns.values.first { $0.runID == runID } }
 
     /// Starts a run in the background; refuses when the agent is already running.
     @discardableResult
@@ -105,10 +118,16 @@ public actor AgentRuns {
         request.subject = subject
         let credential = credentials.issue(runID: runID, subject: subject)
         request.environment["SOULACY_RUN_TOKEN"] = credential
+        let activity = ActivityRun(runID: runID, sessionID: sessionID, agentID: agentID, agentName: agent.name, subject: subject,
+                                   background: Self.backgroundTriggers.contains(trigger), startedAt: record.startedAt)
+        activityRuns[sessionID] = activity
         let credentials = self.credentials
+        let liveActivities = self.liveActivities
         let task = Task {
+            await liveActivities?.runStarted(activity)
             let finished = await self.execute(agent: agent, record: record, request: request, destination: destination)
             credentials.revoke(credential)
+            await liveActivities?.finished(sessionID: sessionID, succeeded: finished.status == .succeeded)
             return finished
         }
         running[agentID] = (runID, task)
@@ -129,6 +148,7 @@ public actor AgentRuns {
 
     private func finished(_ record: RunRecord) {
         if running[record.agentID]?.runID == record.id { running[record.agentID] = nil }
+        activityRuns[record.sessionID] = nil
         recent[record.id] = record
         recentOrder.append(record.id)
         if recentOrder.count > 256 { recent[recentOrder.removeFirst()] = nil }

@@ -1,5 +1,6 @@
 import APNs
 import FCM
+import Relay
 import ChannelAPI
 import Foundation
 import Glibc
@@ -25,6 +26,8 @@ public struct GatewayOptions: Sendable {
     public var retryPolicy: RetryPolicy
     /// How long an approval waits for an answer before the run sees a denial.
     public var approvalTimeout: TimeInterval
+    /// The least time between two routine Live Activity updates of one run.
+    public var liveActivityInterval: TimeInterval = 10
     /// The address pairing links point phones at; defaults to the listen address.
     public var publicURL: String?
 
@@ -83,6 +86,7 @@ public final class Gateway: Sendable {
     public let config: SoulConfig
     public let channels: ChannelRegistry
     public let dispatcher: PushDispatcher
+    public let liveActivities: LiveActivityPublisher
     let scheduler: Scheduler
     let server: HTTPServer
     public let router: Router
@@ -121,6 +125,14 @@ public final class Gateway: Sendable {
         }
         let transports = try Self.wakeTransports(options: options, log: log)
         dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log)
+        let liveActivities: LiveActivityPublisher
+        do {
+            liveActivities = try LiveActivityPublisher(store: mobileStore, transports: transports, clock: options.clock, log: log,
+                                                       progressInterval: options.liveActivityInterval)
+        } catch {
+            throw .storage("cannot open the Live Activity table: \(error)")
+        }
+        self.liveActivities = liveActivities
         let mobile = MobileChannel(store: mobileStore, dispatcher: dispatcher)
         do {
             approvals = try ApprovalsBroker(database: database, mobile: mobileStore, dispatcher: dispatcher, clock: options.clock,
@@ -131,7 +143,7 @@ public final class Gateway: Sendable {
         channels = ChannelRegistry([mobile])
         let boundPort = self.boundPort
         let hostForURL = options.host.contains(":") ? "[\(options.host)]" : options.host
-        runs = AgentRuns(config: config, channels: channels, store: runStore, clock: options.clock, log: log) { agent in
+        runs = AgentRuns(config: config, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities) { agent in
             // Agents call back into the gateway (mobile.invoke, approvals) at this address.
             CommandRunner(config: agent.runner, gatewayEnvironment: ["SOULACY_API_URL": "http://\(hostForURL):\(boundPort.value.load(ordering: .relaxed))"])
         }
@@ -142,12 +154,12 @@ public final class Gateway: Sendable {
         var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
         router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
         router.add(GatewayAPI(config: config, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock).routes)
-        router.add(MobileAPI(store: mobileStore, channel: mobile).routes)
+        router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         let port = boundPort
         let publicURL = options.publicURL
         router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
                                 gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" }).routes)
-        router.add(ApprovalsAPI(broker: approvals, config: config).routes)
+        router.add(ApprovalsAPI(broker: approvals, config: config, runs: runs).routes)
         router.add(AssistantAPI(memory: memory, runs: runs, config: config).routes)
         do {
             router.add(TriggersAPI(config: config, runs: runs, mobile: mobileStore, cooldowns: try TriggerCooldowns(database: database), clock: options.clock).routes)
@@ -169,11 +181,20 @@ public final class Gateway: Sendable {
                 registry.register(try APNsTransport(configuration: apns, clock: options.clock))
                 log.info("push: iOS devices are woken directly through APNs (team \(apns.teamID), key \(apns.keyID))")
             }
+            if let relay = try RelayConfiguration.fromEnvironment(options.environment) {
+                // Registered after APNs, so direct APNs wins for iOS when both are configured.
+                let direct = registry.transports.contains { $0.name == "apns" }
+                registry.register(RelayTransport(configuration: relay))
+                log.info(direct ? "push: a relay is configured too, but iOS devices use direct APNs; the relay is not used"
+                                : "push: iOS devices are woken through the relay at \(relay.baseURL)")
+            }
             if let fcm = try FCMConfiguration.fromEnvironment(options.environment) {
                 registry.register(try FCMTransport(configuration: fcm, clock: options.clock, log: log))
                 log.info("push: Android devices are woken through FCM (project \(fcm.projectID))")
             }
         } catch let error as APNsConfigurationError {
+            throw .transport(error.description)
+        } catch let error as RelayConfigurationError {
             throw .transport(error.description)
         } catch let error as FCMConfigurationError {
             throw .transport(error.description)

@@ -21,6 +21,7 @@ struct GatewayAPI: Sendable {
             Route(.GET, "/api/v1/agents", access: .role(.viewer), summary: "Agents from SOUL.yaml (System hidden)", handler: listAgents),
             Route(.POST, "/api/v1/agents/:id/run", access: .role(.operator), summary: "Run an agent now", handler: runAgent),
             Route(.GET, "/api/v1/runs/:id", access: .role(.viewer), summary: "A run's status", handler: getRun),
+            Route(.POST, "/api/v1/runs/:id/events", access: .role(.operator), summary: "A running command reports progress (a tool call)", handler: runEvent),
             Route(.POST, "/admin/api-keys", access: .role(.admin), summary: "Mint an API key", handler: createKey),
             Route(.GET, "/admin/api-keys", access: .role(.admin), summary: "List API keys (never their secrets)", handler: listKeys),
             Route(.DELETE, "/admin/api-keys/:id", access: .role(.admin), summary: "Revoke an API key", handler: revokeKey),
@@ -96,6 +97,24 @@ struct GatewayAPI: Sendable {
             "started_at": JSONValue.timestamp(run.startedAt), "finished_at": run.finishedAt.map(JSONValue.timestamp) ?? .null,
             "error": run.error.map(JSONValue.string) ?? .null, "delivery_id": run.deliveryID.map(JSONValue.string) ?? .null,
         ]))
+    }
+
+    @Sendable func runEvent(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let runID = request.parameter("id")
+        guard let run = await runs.activityRun(runID: runID), run.subject == caller.subject,
+              !caller.keyID.hasPrefix("run:") || caller.keyID == "run:\(runID)" else {
+            throw APIError.notFound("no running run \(runID) of yours")
+        }
+        let body = try JSONObject(body: request.body)
+        let type = try body.string("type")
+        guard type == "tool" else { throw APIError.invalidField("type", "must be \"tool\" (a tool call), got \"\(type)\"") }
+        let tool = try body.string("tool", maxLength: 100)
+        guard !tool.isEmpty, tool.allSatisfy({ $0.isLetter || $0.isNumber || "._-".contains($0) }) else {
+            throw APIError.invalidField("tool", "must be a tool name (letters, digits, . _ -)")
+        }
+        await runs.liveActivities?.toolCalled(sessionID: run.sessionID, tool: tool)
+        return .json(["ok": true])
     }
 
     static func json(_ key: APIKey) -> JSONValue {

@@ -2,6 +2,7 @@ import Foundation
 import HTTPServer
 import Identity
 import Mobile
+import ChannelAPI
 
 /// Pairing phones and watches, the household's members, and what each role may do.
 struct HouseholdAPI: Sendable {
@@ -104,6 +105,7 @@ struct HouseholdAPI: Sendable {
 struct ApprovalsAPI: Sendable {
     let broker: ApprovalsBroker
     let config: SoulConfig
+    let runs: AgentRuns
 
     var routes: [Route] {
         var routes = [
@@ -149,8 +151,19 @@ struct ApprovalsAPI: Sendable {
         } catch let error as ApprovalError {
             throw APIError.conflict(error.description, code: "call_id_taken")
         }
+        // The run waiting on this approval shows on the lock screen with Approve/Deny, whatever started it.
+        let activity: ActivityRun?
+        if caller.keyID.hasPrefix("run:") {
+            activity = await runs.activityRun(runID: String(caller.keyID.dropFirst(4)))
+        } else {
+            activity = sessionID.isEmpty ? nil : await runs.activityRun(sessionID: sessionID)
+        }
+        if let activity, approval.state == .pending {
+            await runs.liveActivities?.waitingForApproval(activity, callID: approval.callID, tool: tool)
+        }
         guard wait else { return .json(Self.json(approval), status: 201) }
         let state = await broker.wait(callID: approval.callID)
+        if let activity { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID) }
         // Expired counts as denied for the run: nothing runs without a yes.
         return .json(["call_id": .string(approval.callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
     }

@@ -1,0 +1,236 @@
+import ChannelAPI
+import Crypto
+import Foundation
+import HTTPServer
+import SQLite
+
+/// A run as a Live Activity sees it.
+public struct ActivityRun: Sendable, Equatable {
+    public var runID: String
+    public var sessionID: String
+    public var agentID: String
+    public var agentName: String
+    public var subject: String
+    /// Cron, webhook, location or another agent: shown from its first tool call. Interactive runs only when they wait.
+    public var background: Bool
+    public var startedAt: Date
+
+    public init(runID: String, sessionID: String, agentID: String, agentName: String, subject: String, background: Bool, startedAt: Date) {
+        self.runID = runID
+        self.sessionID = sessionID
+        self.agentID = agentID
+        self.agentName = agentName
+        self.subject = subject
+        self.background = background
+        self.startedAt = startedAt
+    }
+}
+
+/// Per-activity update tokens the phones report, in SQLite.
+public struct LiveActivityTokens: Sendable {
+    public static let migrations: [Migration] = [
+        Migration("mobile.4-live-activities", """
+            CREATE TABLE mobile_live_activities (
+                device_id TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                agent_id TEXT NOT NULL,
+                token TEXT NOT NULL,
+                environment TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                PRIMARY KEY (device_id, session_id)
+            );
+            CREATE INDEX mobile_live_activities_by_session ON mobile_live_activities (session_id);
+            """),
+    ]
+    let database: DatabasePool
+
+    public func register(deviceID: String, sessionID: String, agentID: String, token: String, environment: WakeTarget.Environment, now: Date) throws {
+        try database.transaction { db in
+            try db.run("""
+                INSERT INTO mobile_live_activities (device_id, session_id, agent_id, token, environment, created_at) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (device_id, session_id) DO UPDATE SET token = excluded.token, environment = excluded.environment, agent_id = excluded.agent_id
+                """, deviceID, sessionID, agentID, token, environment.rawValue, Int64(now.timeIntervalSince1970 * 1000))
+        }
+    }
+
+    /// Where updates for a session go: each reported activity token, on an iOS device of `subject`.
+    func targets(sessionID: String, subject: String) throws -> [WakeTarget] {
+        try database.read { db in
+            try db.query("""
+                SELECT a.device_id, a.token, a.environment, d.bundle_id FROM mobile_live_activities a
+                JOIN mobile_devices d ON d.id = a.device_id WHERE a.session_id = ? AND d.subject = ? AND d.platform = 'ios'
+                """, sessionID, subject).map {
+                WakeTarget(deviceID: $0.string("device_id") ?? "", platform: .ios, pushToken: $0.string("token") ?? "",
+                           environment: WakeTarget.Environment(rawValue: $0.string("environment") ?? "") ?? .production, bundleID: $0.string("bundle_id") ?? Device.iosBundleID)
+            }
+        }
+    }
+
+    /// Where a push-to-start goes: every iOS phone of `subject` that sent a start token (the feature is on).
+    func startTargets(subject: String) throws -> [WakeTarget] {
+        try database.read { db in
+            try db.query("SELECT id, live_start_token, push_environment, bundle_id FROM mobile_devices WHERE subject = ? AND platform = 'ios' AND live_start_token IS NOT NULL", subject).map {
+                WakeTarget(deviceID: $0.string("id") ?? "", platform: .ios, pushToken: $0.string("live_start_token") ?? "",
+                           environment: WakeTarget.Environment(rawValue: $0.string("push_environment") ?? "") ?? .production, bundleID: $0.string("bundle_id") ?? Device.iosBundleID)
+            }
+        }
+    }
+}
+
+/// Pushes a run's content state to its Live Activity: started by push-to-start, updated while it works,
+/// "waiting on you" with Approve/Deny, then the final state and a dismissal a few minutes later.
+/// Routine progress is coalesced and sent at low priority; waiting and finished go at once at high priority.
+/// These pushes are transient (the next state replaces the last), so they go straight to the transport.
+public actor LiveActivityPublisher {
+    public static let attributesType = "AgentRunAttributes"
+
+    struct State {
+        var run: ActivityRun
+        var started = false
+        var steps = 0
+        var tool: String?
+        var waiting: (callID: String, tool: String)?
+        var lastPush: Date?
+        var flushScheduled = false
+        var finished = false
+    }
+
+    public nonisolated let tokens: LiveActivityTokens
+    nonisolated let transports: WakeTransportRegistry
+    let clock: any WallClock
+    let log: Log
+    public let progressInterval: TimeInterval
+    public let dismissAfter: TimeInterval
+    private var sessions: [String: State] = [:]
+
+    public init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock, log: Log = Log(),
+                progressInterval: TimeInterval = 10, dismissAfter: TimeInterval = 240) throws {
+        tokens = LiveActivityTokens(database: store.database)
+        try store.database.migrate(LiveActivityTokens.migrations)
+        self.transports = transports
+        self.clock = clock
+        self.log = log
+        self.progressInterval = progressInterval
+        self.dismissAfter = dismissAfter
+    }
+
+    public func runStarted(_ run: ActivityRun) {
+        sessions[run.sessionID] = State(run: run)
+    }
+
+    /// A tool call: a background run appears now; later calls are coalesced into low-priority updates.
+    public func toolCalled(sessionID: String, tool: String) async {
+        guard var state = sessions[sessionID], !state.finished else { return }
+        state.steps += 1
+        state.tool = tool
+        sessions[sessionID] = state
+        if !state.started {
+            if state.run.background { await push(sessionID, event: "start", priority: .high) }
+            return
+        }
+        let now = clock.now()
+        if let last = state.lastPush, now.timeIntervalSince(last) < progressInterval {
+            scheduleFlush(sessionID, at: last.addingTimeInterval(progressInterval))
+        } else {
+            await push(sessionID, event: "update", priority: .low)
+        }
+    }
+
+    /// Any run, interactive ones too, appears the moment it needs an approval.
+    public func waitingForApproval(_ run: ActivityRun, callID: String, tool: String) async {
+        var state = sessions[run.sessionID] ?? State(run: run)
+        guard !state.finished else { return }
+        state.waiting = (callID, tool)
+        sessions[run.sessionID] = state
+        await push(run.sessionID, event: state.started ? "update" : "start", priority: .high)
+    }
+
+    public func approvalAnswered(sessionID: String) async {
+        guard var state = sessions[sessionID], state.waiting != nil else { return }
+        state.waiting = nil
+        sessions[sessionID] = state
+        if state.started { await push(sessionID, event: "update", priority: .high) }
+    }
+
+    public func finished(sessionID: String, succeeded: Bool) async {
+        guard var state = sessions[sessionID] else { return }
+        state.finished = true
+        state.waiting = nil
+        sessions[sessionID] = state
+        if state.started { await push(sessionID, event: "end", priority: .high, succeeded: succeeded) }
+        sessions[sessionID] = nil
+    }
+
+    private func scheduleFlush(_ sessionID: String, at date: Date) {
+        guard sessions[sessionID]?.flushScheduled == false else { return }
+        sessions[sessionID]?.flushScheduled = true
+        let clock = self.clock
+        Task {
+            try? await clock.sleep(until: date)
+            await self.flush(sessionID)
+        }
+    }
+
+    private func flush(_ sessionID: String) async {
+        guard var state = sessions[sessionID] else { return }
+        state.flushScheduled = false
+        sessions[sessionID] = state
+        guard !state.finished, state.started else { return }
+        await push(sessionID, event: "update", priority: .low)
+    }
+
+    /// The exact APNs body for a Live Activity event.
+    static func payload(_ state: State, event: String, now: Date, dismissAfter: TimeInterval, succeeded: Bool?) -> [String: Any] {
+        var content: [String: Any] = [
+            "agent_name": state.run.agentName, "steps": state.steps,
+            "activity": state.waiting.map { "Waiting for approval to use \($0.tool)" } ?? state.tool.map { "Using \($0)" } ?? "Starting",
+            "started_at": Int(state.run.startedAt.timeIntervalSince1970),
+            "elapsed_seconds": max(0, Int(now.timeIntervalSince(state.run.startedAt))),
+            "waiting_for_approval": state.waiting != nil, "finished": event == "end",
+        ]
+        if let waiting = state.waiting {
+            content["call_id"] = waiting.callID
+            content["tool"] = waiting.tool
+            content["actions"] = ["approve", "deny"]
+        }
+        if let succeeded { content["succeeded"] = succeeded }
+        var aps: [String: Any] = ["timestamp": Int(now.timeIntervalSince1970), "event": event, "content-state": content]
+        switch event {
+        case "start":
+            aps["attributes-type"] = attributesType
+            aps["attributes"] = ["agent_id": state.run.agentID, "agent_name": state.run.agentName, "session_id": state.run.sessionID]
+            aps["alert"] = ["title": state.run.agentName, "body": state.waiting == nil ? "is working" : "is waiting on you"]
+        case "end":
+            aps["dismissal-date"] = Int(now.addingTimeInterval(dismissAfter).timeIntervalSince1970)
+        default:
+            if state.waiting != nil { aps["alert"] = ["title": state.run.agentName, "body": "is waiting on you"] }
+        }
+        return ["aps": aps]
+    }
+
+    private func push(_ sessionID: String, event: String, priority: WakeSignal.Priority, succeeded: Bool? = nil) async {
+        guard var state = sessions[sessionID] else { return }
+        let now = clock.now()
+        let targets: [WakeTarget]
+        do {
+            targets = event == "start" ? try tokens.startTargets(subject: state.run.subject) : try tokens.targets(sessionID: sessionID, subject: state.run.subject)
+        } catch {
+            log.error("live activity: cannot read tokens: \(error)")
+            return
+        }
+        if event == "start" { state.started = true }
+        state.lastPush = now
+        sessions[sessionID] = state
+        let body = Self.payload(state, event: event, now: now, dismissAfter: dismissAfter, succeeded: succeeded)
+        guard let json = try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]) else { return }
+        let signal = WakeSignal(kind: .liveActivity, category: WakeSignal.Category(rawValue: "SOULACY_ACTIVITY"), title: state.run.agentName,
+                                body: "", deepLink: "soulacy://session/\(sessionID)", threadID: "activity-\(sessionID)",
+                                timeSensitive: priority == .high, extra: ["apns_payload": String(decoding: json, as: UTF8.self), "live_event": event],
+                                priority: priority)
+        for target in targets {
+            guard let transport = transports.transport(for: target) else { continue }
+            let outcome = await transport.send(signal, to: target)
+            if outcome != .delivered { log.warning("live activity \(event) for device \(target.deviceID): \(outcome)") }
+        }
+    }
+}

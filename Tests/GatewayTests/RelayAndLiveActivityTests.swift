@@ -1,0 +1,234 @@
+import ChannelAPI
+import ChannelTesting
+import Foundation
+import GatewayTestSupport
+import HTTPServer
+import Mobile
+import Relay
+import SQLite
+import Testing
+
+/// The relay transport, and Live Activities through APNs or the relay.
+@Suite("Relay and Live Activities", .serialized)
+struct RelayAndLiveActivityTests {
+    static let token = String(repeating: "7e", count: 32)
+    static let startToken = String(repeating: "5f", count: 48)
+    static let activityToken = String(repeating: "a1", count: 48)
+
+    func relay(_ standIn: RelayStandIn, token: String = RelayStandIn.token) -> RelayTransport {
+        RelayTransport(configuration: RelayConfiguration(baseURL: standIn.baseURL, token: token, caFile: standIn.caFile))
+    }
+
+    func target(_ token: String = Self.token) -> WakeTarget {
+        WakeTarget(deviceID: "iphone", platform: .ios, pushToken: token, environment: .development, bundleID: "dev.soulacy.ios")
+    }
+
+    @Test("POST /v1/push carries token, environment, bundle id, delivery id and deep link, with generic text")
+    func pushBody() async throws {
+        let standIn = try await RelayStandIn.start()
+        defer { standIn.stop() }
+        #expect(await relay(standIn).send(.delivery(id: "dlv_9", agentID: "a"), to: target()) == .delivered)
+        let request = try #require(try await standIn.requests().first)
+        #expect(request["path"] == "/v1/push" && request["headers"]?["authorization"]?.stringValue == "Bearer \(RelayStandIn.token)")
+        let body = try JSONValue.parse(Array(request["body"]!.stringValue!.utf8))
+        #expect(body["device_token"]?.stringValue == Self.token && body["environment"] == "development" && body["bundle_id"] == "dev.soulacy.ios")
+        #expect(body["delivery_id"] == "dlv_9" && body["deep_link"] == "soulacy://delivery/dlv_9")
+        #expect(body["body"] == "An agent result is ready to review.")
+    }
+
+    @Test("relay answers map like APNs: 410 rejects the token, 503 retries, a wrong bearer is a permanent failure")
+    func errorMapping() async throws {
+        let standIn = try await RelayStandIn.start()
+        defer { standIn.stop() }
+        let transport = relay(standIn)
+        let signal = WakeSignal.delivery(id: "x", agentID: "a")
+        try await standIn.script([["status": 410, "reason": "Unregistered"]])
+        #expect(await transport.send(signal, to: target()) == .tokenRejected(reason: "relay 410 Unregistered"))
+        try await standIn.script([["status": 503, "reason": "ServiceUnavailable"]])
+        #expect(await transport.send(signal, to: target()) == .retry(after: nil, reason: "relay 503 ServiceUnavailable"))
+        #expect(await transport.send(signal, to: target("zz")) == .tokenRejected(reason: "relay 400 BadDeviceToken"))
+        #expect(await relay(standIn, token: "wrong").send(signal, to: target()) == .failed(reason: "relay 401 Unauthorized"))
+        let failures = await WakeTransportConformance(transport: transport, acceptedTarget: target(),
+                                                      foreignTarget: WakeTarget(deviceID: "p", platform: .android, pushToken: "t", environment: .production, bundleID: "dev.soulacy.android")).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("through the gateway: the relay wakes iOS when it is all there is; direct APNs wins when both are set")
+    func choice() async throws {
+        let relayStandIn = try await RelayStandIn.start()
+        defer { relayStandIn.stop() }
+        let apns = try await APNsStandIn.start()
+        defer { apns.stop() }
+        let secret = "RELAY-PRIVATE-OUTPUT"
+        try await withTestGateway(environment: relayStandIn.environment) { (gw) async throws in
+            try await gw.registerDevice(id: "iphone", key: nil, token: Self.token)
+            _ = try await gw.runAgent("echo", input: secret, to: "all")
+            #expect(try await eventually { try await relayStandIn.requests().count == 1 })
+            #expect(!(try await relayStandIn.requests()).map { $0.serialized() }.joined().contains(secret))
+        }
+        try await withTestGateway(environment: relayStandIn.environment.merging(apns.environment) { $1 }) { (gw) async throws in
+            try await gw.registerDevice(id: "iphone", key: nil, token: Self.token)
+            _ = try await gw.runAgent("echo", input: "x", to: "all")
+            #expect(try await eventually { try await apns.requests().count == 1 })
+            #expect(try await relayStandIn.requests().count == 1)  // nothing new
+        }
+    }
+
+    // MARK: Live Activities
+
+    struct Fixture {
+        let store: MobileStore
+        let publisher: LiveActivityPublisher
+        let recorder: RecordingTransport
+        let clock: ManualClock
+    }
+
+    static func fixture(startToken: String? = startToken) throws -> Fixture {
+        let clock = ManualClock(Date(timeIntervalSince1970: 1_800_000_000))
+        let store = try MobileStore(database: try DatabasePool(path: TestGateway.makeTemporaryDirectory() + "/db.sqlite"), clock: clock)
+        var body: [String: JSONValue] = ["id": "iphone", "push_token": .string(token)]
+        if let startToken { body["live_start_token"] = .string(startToken) }
+        try store.register(try DeviceRegistration(json: JSONObject(body)), subject: "owner")
+        try store.register(try DeviceRegistration(json: JSONObject(["id": "pixel", "platform": "android", "push_token": "fcm", "live_start_token": "abcd"])), subject: "owner")
+        let recorder = RecordingTransport()
+        let publisher = try LiveActivityPublisher(store: store, transports: WakeTransportRegistry([recorder]), clock: clock, progressInterval: 10, dismissAfter: 240)
+        return Fixture(store: store, publisher: publisher, recorder: recorder, clock: clock)
+    }
+
+    static func run(background: Bool, clock: ManualClock) -> ActivityRun {
+        ActivityRun(runID: "run_1", sessionID: "ses_1", agentID: "brief", agentName: "Brief", subject: "owner", background: background, startedAt: clock.now())
+    }
+
+    func payload(_ sent: RecordingTransport.Sent) throws -> JSONValue {
+        try JSONValue.parse(Array(try #require(sent.signal.extra["apns_payload"]).utf8))
+    }
+
+    @Test("a background run starts at its first tool call; progress is coalesced at low priority; waiting and finished go at once")
+    func throttling() async throws {
+        let f = try Self.fixture()
+        await f.publisher.runStarted(Self.run(background: true, clock: f.clock))
+        #expect(f.recorder.sent.isEmpty)
+
+        await f.publisher.toolCalled(sessionID: "ses_1", tool: "web_search")
+        #expect(f.recorder.sent.count == 1)
+        let start = f.recorder.sent[0]
+        #expect(start.target.pushToken == Self.startToken && start.target.deviceID == "iphone")  // push-to-start, never Android
+        #expect(start.signal.kind == .liveActivity && start.signal.priority == .high)
+        #expect(try payload(start)["aps"]?["event"] == "start")
+        #expect(try payload(start)["aps"]?["attributes-type"] == "AgentRunAttributes")
+        #expect(try payload(start)["aps"]?["content-state"]?["activity"] == "Using web_search")
+
+        try f.publisher.tokens.register(deviceID: "iphone", sessionID: "ses_1", agentID: "brief", token: Self.activityToken, environment: .production, now: f.clock.now())
+        for (second, tool) in [(1, "read"), (2, "write"), (3, "calendar"), (4, "email")] {
+            f.clock.advance(to: Date(timeIntervalSince1970: 1_800_000_000 + Double(second)))
+            await f.publisher.toolCalled(sessionID: "ses_1", tool: tool)
+        }
+        #expect(f.recorder.sent.count == 1)  // all four coalesced
+        #expect(await eventually { f.clock.sleeperCount == 1 })
+        f.clock.advance(to: Date(timeIntervalSince1970: 1_800_000_010))
+        #expect(await eventually { f.recorder.sent.count == 2 })
+        let update = f.recorder.sent[1]
+        #expect(update.target.pushToken == Self.activityToken && update.signal.priority == .low)
+        #expect(try payload(update)["aps"]?["content-state"]?["steps"] == 5)
+        #expect(try payload(update)["aps"]?["content-state"]?["activity"] == "Using email")
+        #expect(try payload(update)["aps"]?["content-state"]?["elapsed_seconds"] == 10)
+
+        f.clock.advance(by: .seconds(1))
+        await f.publisher.waitingForApproval(Self.run(background: true, clock: f.clock), callID: "call_1", tool: "send_email")
+        #expect(f.recorder.sent.count == 3)
+        let waiting = try payload(f.recorder.sent[2])
+        #expect(f.recorder.sent[2].signal.priority == .high)
+        #expect(waiting["aps"]?["content-state"]?["waiting_for_approval"] == true && waiting["aps"]?["content-state"]?["call_id"] == "call_1")
+        #expect(waiting["aps"]?["content-state"]?["actions"] == ["approve", "deny"])
+
+        await f.publisher.finished(sessionID: "ses_1", succeeded: true)
+        #expect(f.recorder.sent.count == 4)
+        let end = try payload(f.recorder.sent[3])
+        #expect(end["aps"]?["event"] == "end" && f.recorder.sent[3].signal.priority == .high)
+        #expect(end["aps"]?["dismissal-date"]?.numberValue == (end["aps"]?["timestamp"]?.numberValue ?? 0) + 240)
+        #expect(end["aps"]?["content-state"]?["finished"] == true)
+    }
+
+    @Test("an interactive run appears only when it needs approval; a phone with the feature off gets nothing")
+    func interactiveAndOff() async throws {
+        let f = try Self.fixture()
+        await f.publisher.runStarted(Self.run(background: false, clock: f.clock))
+        await f.publisher.toolCalled(sessionID: "ses_1", tool: "search")
+        #expect(f.recorder.sent.isEmpty)
+        await f.publisher.waitingForApproval(Self.run(background: false, clock: f.clock), callID: "c", tool: "pay")
+        #expect(f.recorder.sent.count == 1)
+        #expect(try payload(f.recorder.sent[0])["aps"]?["event"] == "start")
+        #expect(try payload(f.recorder.sent[0])["aps"]?["alert"]?["body"] == "is waiting on you")
+
+        let off = try Self.fixture(startToken: nil)
+        await off.publisher.runStarted(Self.run(background: true, clock: off.clock))
+        await off.publisher.toolCalled(sessionID: "ses_1", tool: "search")
+        #expect(off.recorder.sent.isEmpty)
+    }
+
+    @Test("end to end: a cron run's tool call reaches APNs as a liveactivity push on the liveactivity topic")
+    func throughAPNs() async throws {
+        let apns = try await APNsStandIn.start()
+        defer { apns.stop() }
+        let config = """
+            agents:
+              - id: worker
+                name: Worker
+                runner:
+                  command: ["/bin/sh", "-c", "curl -s -X POST -H \\"Authorization: Bearer $SOULACY_RUN_TOKEN\\" -d '{\\"type\\":\\"tool\\",\\"tool\\":\\"web_search\\"}' $SOULACY_API_URL/api/v1/runs/$SOULACY_RUN_ID/events >/dev/null; echo done"]
+                schedule:
+                  cron: "* * * * *"
+                  output: {channel: mobile, to: all}
+            """
+        let clock = ManualClock(Date().addingTimeInterval(-30))
+        try await withTestGateway(config: config, clock: clock, environment: apns.environment) { (gw) async throws in
+            let registered = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "iphone", "push_token": .string(Self.token), "live_start_token": .string(Self.startToken)])
+            #expect(registered.status == 201)
+            #expect(await eventually { clock.sleeperCount >= 1 })
+            clock.advance(by: .seconds(61))
+            #expect(try await eventually { try await apns.requests().contains { $0["headers"]?["apns-push-type"] == "liveactivity" } })
+            let live = try #require(try await apns.requests().first { $0["headers"]?["apns-push-type"] == "liveactivity" })
+            #expect(live["status"] == 200)
+            #expect(live["token"]?.stringValue == Self.startToken)
+            #expect(live["headers"]?["apns-topic"] == "dev.soulacy.ios.push-type.liveactivity")
+            #expect(live["headers"]?["apns-priority"] == "10")
+            let body = try JSONValue.parse(Array(live["body"]!.stringValue!.utf8))
+            #expect(body["aps"]?["event"] == "start" && body["aps"]?["content-state"]?["agent_name"] == "Worker")
+        }
+    }
+
+    @Test("through the relay: POST /v1/live with {token, environment, bundle_id, event, priority, payload}")
+    func throughRelay() async throws {
+        let standIn = try await RelayStandIn.start()
+        defer { standIn.stop() }
+        let clock = ManualClock(Date())
+        let store = try MobileStore(database: try DatabasePool(path: TestGateway.makeTemporaryDirectory() + "/db.sqlite"), clock: clock)
+        try store.register(try DeviceRegistration(json: JSONObject(["id": "iphone", "push_token": .string(Self.token), "live_start_token": .string(Self.startToken)])), subject: "owner")
+        let publisher = try LiveActivityPublisher(store: store, transports: WakeTransportRegistry([relay(standIn)]), clock: clock)
+        await publisher.runStarted(Self.run(background: true, clock: clock))
+        await publisher.toolCalled(sessionID: "ses_1", tool: "lookup")
+        let request = try #require(try await standIn.requests().first)
+        #expect(request["path"] == "/v1/live" && request["status"] == 202)
+        let body = try JSONValue.parse(Array(request["body"]!.stringValue!.utf8))
+        #expect(body["token"]?.stringValue == Self.startToken && body["event"] == "start" && body["priority"] == 10)
+        #expect(body["environment"] == "production" && body["bundle_id"] == "dev.soulacy.ios")
+        #expect(body["payload"]?["aps"]?["content-state"]?["activity"] == "Using lookup")
+    }
+
+    @Test("POST /api/v1/mobile/activities validates every field and refuses Android")
+    func activityRegistration() async throws {
+        try await withTestGateway { (gw) async throws in
+            try await gw.registerDevice(id: "iphone", key: nil)
+            try await gw.registerDevice(id: "pixel", key: nil, platform: "android")
+            let good: [String: JSONValue] = ["device_id": "iphone", "agent_id": "echo", "session_id": "ses_1", "token": .string(Self.activityToken), "environment": "production"]
+            #expect(try await gw.request("POST", "/api/v1/mobile/activities", json: .object(good)).status == 201)
+            for (field, value) in [("device_id", JSONValue.string("pixel")), ("device_id", "nope"), ("token", "xyz"), ("environment", "sandbox"), ("session_id", ""), ("agent_id", 5)] {
+                var body = good
+                body[field] = value
+                let response = try await gw.request("POST", "/api/v1/mobile/activities", json: .object(body))
+                #expect(response.status >= 400 && response.status < 500)
+                #expect(response.errorField == field, "\(field)=\(value)")
+            }
+        }
+    }
+}
