@@ -17,6 +17,8 @@ public struct Device: Sendable, Equatable {
     public var notificationsEnabled: Bool
     /// ActivityKit push-to-start token; iOS only.
     public var liveStartToken: String?
+    /// Features the app has switched on, such as "canvas".
+    public var capabilities: Set<String> = []
     public var createdAt: Date
     public var updatedAt: Date
 

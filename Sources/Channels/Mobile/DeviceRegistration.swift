@@ -17,6 +17,7 @@ public struct DeviceRegistration: Sendable, Equatable {
     public var pushEnvironment: WakeTarget.Environment?
     public var notificationsEnabled: Bool
     public var liveStartToken: String?
+    public var capabilities: Set<String>
 
     /// Validates a registration body; each refusal names the field and the rule.
     public init(json body: JSONObject) throws(APIError) {
@@ -40,6 +41,15 @@ public struct DeviceRegistration: Sendable, Equatable {
         }
 
         notificationsEnabled = try body.optionalBool("notifications_enabled") ?? true
+        var capabilities: Set<String> = []
+        for (i, item) in (try body.optionalArray("capabilities") ?? []).enumerated() {
+            guard let name = item.stringValue, (1...32).contains(name.count), name.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || "._-".contains($0)) }) else {
+                throw APIError.invalidField("capabilities[\(i)]", "must be a capability name such as \"canvas\"")
+            }
+            capabilities.insert(name)
+        }
+        guard capabilities.count <= 32 else { throw APIError.invalidField("capabilities", "at most 32 capabilities") }
+        self.capabilities = capabilities
 
         switch platform {
         case .ios:

@@ -199,6 +199,7 @@ public struct MobileAPI: Sendable {
             "has_push_token": .bool(device.pushToken != nil),
             "notifications_enabled": .bool(device.notificationsEnabled),
             "live_activities": .bool(device.liveStartToken != nil),
+            "capabilities": .array(device.capabilities.sorted().map(JSONValue.string)),
             "created_at": .timestamp(device.createdAt),
             "updated_at": .timestamp(device.updatedAt),
         ])

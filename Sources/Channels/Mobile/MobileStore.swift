@@ -77,6 +77,8 @@ public final class MobileStore: Sendable {
             """),
         // Which API key registered a device, so revoking that key unpairs the phone.
         Migration("mobile.3-device-key", "ALTER TABLE mobile_devices ADD COLUMN registered_by_key TEXT"),
+        // What the app has switched on (canvas, …), as a JSON array.
+        Migration("mobile.5-capabilities", "ALTER TABLE mobile_devices ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'"),
     ]
 
     public let database: DatabasePool
@@ -106,16 +108,18 @@ public final class MobileStore: Sendable {
             }
             try db.run("""
                 INSERT INTO mobile_devices (id, subject, name, platform, bundle_id, push_token, push_environment,
-                                            notifications_enabled, live_start_token, created_at, updated_at, registered_by_key)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                            notifications_enabled, live_start_token, created_at, updated_at, registered_by_key, capabilities)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (id) DO UPDATE SET
                     name = excluded.name, platform = excluded.platform, bundle_id = excluded.bundle_id,
                     push_token = excluded.push_token, push_environment = excluded.push_environment,
                     notifications_enabled = excluded.notifications_enabled, live_start_token = excluded.live_start_token,
-                    updated_at = excluded.updated_at, registered_by_key = excluded.registered_by_key
+                    updated_at = excluded.updated_at, registered_by_key = excluded.registered_by_key,
+                    capabilities = excluded.capabilities
                 """, registration.id, subject, registration.name, registration.platform.rawValue, registration.bundleID,
                 registration.pushToken, registration.pushEnvironment?.rawValue, registration.notificationsEnabled,
-                registration.liveStartToken, now, now, keyID)
+                registration.liveStartToken, now, now, keyID,
+                String(decoding: try JSONEncoder().encode(registration.capabilities.sorted()), as: UTF8.self))
             return existing.isEmpty
         }
     }
@@ -126,6 +130,7 @@ public final class MobileStore: Sendable {
                bundleID: row.string("bundle_id") ?? "", pushToken: row.string("push_token"),
                pushEnvironment: row.string("push_environment").flatMap(WakeTarget.Environment.init(rawValue:)),
                notificationsEnabled: row.bool("notifications_enabled") ?? true, liveStartToken: row.string("live_start_token"),
+               capabilities: Set((try? JSONDecoder().decode([String].self, from: Data((row.string("capabilities") ?? "[]").utf8))) ?? []),
                createdAt: date(row.int("created_at")) ?? Date(timeIntervalSince1970: 0),
                updatedAt: date(row.int("updated_at")) ?? Date(timeIntervalSince1970: 0))
     }
@@ -145,7 +150,10 @@ public final class MobileStore: Sendable {
     /// Removes a device; false when it does not exist or is someone else's.
     public func deleteDevice(id: String, subject: String) throws -> Bool {
         try database.transaction { db in
-            try db.run("DELETE FROM mobile_devices WHERE id = ? AND subject = ?", id, subject) > 0
+            let removed = try db.run("DELETE FROM mobile_devices WHERE id = ? AND subject = ?", id, subject) > 0
+            // Commands queued for a removed phone can never be answered.
+            if removed { try DeviceCommands.expireQueued(deviceID: id, in: db, now: clock.now()) }
+            return removed
         }
     }
 

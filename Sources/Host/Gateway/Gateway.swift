@@ -155,6 +155,11 @@ public final class Gateway: Sendable {
         router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
         router.add(GatewayAPI(config: config, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
+        do {
+            router.add(DeviceCommandsAPI(store: mobileStore, commands: try DeviceCommands(store: mobileStore, dispatcher: dispatcher, clock: options.clock)).routes)
+        } catch {
+            throw .storage("cannot open the device command table: \(error)")
+        }
         let port = boundPort
         let publicURL = options.publicURL
         router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
