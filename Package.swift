@@ -11,6 +11,10 @@ let package = Package(
         .library(name: "ChannelAPI", targets: ["ChannelAPI"]),
         .library(name: "ChannelTesting", targets: ["ChannelTesting"]),
         .library(name: "HTTPClient", targets: ["HTTPClient"]),
+        // The gateway and the mobile channel as libraries, for embedding and for the fuzz harnesses in fuzz/.
+        .library(name: "SoulacyGateway", targets: ["Gateway"]),
+        .library(name: "SoulacyMobile", targets: ["Mobile"]),
+        .library(name: "SoulacyHTTPServer", targets: ["HTTPServer"]),
     ],
     targets: [
         // MARK: C libraries from the system
@@ -50,6 +54,6 @@ let package = Package(
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

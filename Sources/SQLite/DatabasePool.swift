@@ -8,9 +8,15 @@ public final class DatabasePool: Sendable {
     private let readers: [GuardedConnection]
     private let nextReader = Atomic<Int>(0)
 
-    public init(path: String, readerCount: Int = 4, durability: Durability = .full) throws(SQLiteError) {
+    /// `maximumBytes` caps the file (SQLite's max_page_count): past it writes fail as "disk full", cleanly.
+    public init(path: String, readerCount: Int = 4, durability: Durability = .full, maximumBytes: Int? = nil) throws(SQLiteError) {
         self.path = path
-        writer = GuardedConnection(try Connection(path: path, durability: durability))
+        let writerConnection = try Connection(path: path, durability: durability)
+        if let maximumBytes {
+            let pageSize = try writerConnection.query("PRAGMA page_size").first?.int("page_size") ?? 4096
+            try writerConnection.query("PRAGMA max_page_count = \(max(1, Int64(maximumBytes) / pageSize))")
+        }
+        writer = GuardedConnection(writerConnection)
         var readers: [GuardedConnection] = []
         for _ in 0..<max(1, readerCount) {
             readers.append(GuardedConnection(try Connection(path: path, durability: durability)))

@@ -114,6 +114,71 @@ struct CrashRecoveryTests {
     }
 }
 
+extension CrashRecoveryTests {
+    @Test("kill -9 at random points during deliveries and decisions: nothing acknowledged is lost, nothing is decided twice")
+    func killDuringDecisions() async throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        let gateway = try GatewayProcess(directory: directory)
+        let key = try #require(try await gateway.start())
+        let deliveries = Acknowledged()
+        let decisions = Decisions()
+        for cycle in 0..<3 {
+            let calls = (0..<20).map { "call-\(cycle)-\($0)" }
+            for call in calls {
+                let (status, _) = try await self.call(gateway, "POST", "/api/v1/approvals", key: key,
+                                                      json: ["agent_id": "echo", "tool": "unlock", "call_id": .string(call), "wait": false])
+                #expect(status == 201)
+            }
+            let work = Task {
+                await withTaskGroup(of: Void.self) { group in
+                    for worker in 0..<6 {
+                        group.addTask {
+                            for n in 0..<400 {
+                                let call = calls[(worker * 7 + n) % calls.count]
+                                let verb = (worker + n) % 2 == 0 ? "approve" : "deny"
+                                guard let (status, body) = try? await self.call(gateway, "POST", "/approvals/\(call)/\(verb)", key: key) else { return }
+                                if status == 200, let state = body["state"]?.stringValue { decisions.add(call, state: state, decidedNow: body["already_decided"] == false) }
+                                guard let (s2, b2) = try? await self.call(gateway, "POST", "/api/v1/channels/mobile/test", key: key, json: ["body": .string("d\(cycle)-\(worker)-\(n)")]) else { return }
+                                if s2 == 201, let id = b2["delivery_id"]?.stringValue { deliveries.add(id) }
+                            }
+                        }
+                    }
+                }
+            }
+            try await Task.sleep(for: .milliseconds(Int.random(in: 80...400)))
+            gateway.kill9()
+            _ = await work.result
+            _ = try await gateway.start()
+        }
+        let db = try Connection(path: directory + "/data/soulacy.db", readOnly: true)
+        #expect(try db.integrityCheck() == "ok")
+        let stored = Dictionary(uniqueKeysWithValues: try db.query("SELECT call_id, state FROM approvals").map { ($0.string("call_id")!, $0.string("state")!) })
+        let seen = decisions.all
+        // One decider at most per approval, and what it was told is what is stored.
+        for (call, answers) in seen {
+            #expect(answers.filter(\.decidedNow).count <= 1, "\(call) was decided twice")
+            for answer in answers { #expect(stored[call] == answer.state, "\(call): told \(answer.state), stored \(stored[call] ?? "nothing")") }
+        }
+        #expect(seen.values.contains { $0.contains(where: \.decidedNow) })
+        let lines = Set(try db.query("SELECT id FROM mobile_deliveries").compactMap { $0.string("id") })
+        #expect(deliveries.ids.isSubset(of: lines), "lost \(deliveries.ids.subtracting(lines).count) acknowledged deliveries")
+        // A second answer after the restarts reports the decision already taken.
+        if let (call, state) = stored.first(where: { $0.value != "pending" }) {
+            let (_, again) = try await self.call(gateway, "POST", "/approvals/\(call)/approve", key: key)
+            #expect(again["already_decided"] == true && again["state"]?.stringValue == state)
+        }
+        gateway.terminate()
+    }
+}
+
+final class Decisions: @unchecked Sendable {
+    struct Answer { let state: String; let decidedNow: Bool }
+    private let lock = NSLock()
+    private var answers: [String: [Answer]] = [:]
+    func add(_ call: String, state: String, decidedNow: Bool) { lock.withLock { answers[call, default: []].append(Answer(state: state, decidedNow: decidedNow)) } }
+    var all: [String: [Answer]] { lock.withLock { answers } }
+}
+
 final class Acknowledged: @unchecked Sendable {
     private let lock = NSLock()
     private var set: Set<String> = []

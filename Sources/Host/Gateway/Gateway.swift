@@ -36,7 +36,7 @@ public struct GatewayOptions: Sendable {
                 durability: Durability = .full, environment: [String: String] = ProcessInfo.processInfo.environment,
                 extraTransports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy(),
                 approvalTimeout: TimeInterval = 600, publicURL: String? = nil) {
-        self.approvalTimeout = approvalTimeout
+        self.approvalTimeout = environment["SOULACY_APPROVAL_TIMEOUT_SECONDS"].flatMap(TimeInterval.init) ?? approvalTimeout
         self.publicURL = publicURL ?? environment["SOULACY_PUBLIC_URL"]
         self.environment = environment
         self.extraTransports = extraTransports
@@ -112,7 +112,8 @@ public final class Gateway: Sendable {
             throw .dataDirectory("cannot create the data directory \(options.dataDirectory): \(error.localizedDescription)")
         }
         do {
-            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability)
+            let quota = options.environment["SOULACY_DB_MAX_MB"].flatMap(Int.init).map { $0 * 1_048_576 }
+            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: quota)
             mobileStore = try MobileStore(database: database, clock: options.clock)
             keys = try APIKeyStore(database: database)
             runStore = try RunStore(database: database)

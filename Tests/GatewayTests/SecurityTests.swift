@@ -1,0 +1,90 @@
+import Crypto
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import GatewayTestSupport
+import HTTPServer
+import Identity
+import Testing
+
+/// Security properties checked as tests: roles on every route, secrets out of logs, constant-time comparison.
+@Suite("Security", .serialized)
+struct SecurityTests {
+    @Test("every route needing more than a viewer refuses a viewer with 403; admin routes refuse an operator")
+    func rolesOnEveryRoute() async throws {
+        try await withTestGateway { (gw) async throws in
+            let viewer = try await gw.mintKey(subject: "vee", role: "viewer")
+            let op = try await gw.mintKey(subject: "vee", role: "operator")
+            var checked = 0
+            for route in gw.gateway.router.routes {
+                guard case .role(let required) = route.access else { continue }
+                let path = route.pattern.replacingOccurrences(of: ":id", with: "x")
+                if required >= .operator {
+                    let r = try await gw.request(route.method.rawValue, path, json: route.method == .POST ? [:] : nil, key: .some(viewer))
+                    #expect(r.status == 403 && r.errorCode == "forbidden", "\(route.method) \(route.pattern) gave \(r.status) to a viewer")
+                    checked += 1
+                }
+                if required == .admin {
+                    let r = try await gw.request(route.method.rawValue, path, json: route.method == .POST ? [:] : nil, key: .some(op))
+                    #expect(r.status == 403, "\(route.method) \(route.pattern) gave \(r.status) to an operator")
+                    checked += 1
+                }
+            }
+            #expect(checked >= 15)
+        }
+    }
+
+    @Test("keys, pairing codes, push tokens' secrets and the relay token never reach the logs")
+    func nothingSecretInLogs() async throws {
+        let relay = try await RelayStandIn.start()
+        defer { relay.stop() }
+        let apns = try await APNsStandIn.start()
+        defer { apns.stop() }
+        let directory = TestGateway.makeTemporaryDirectory()
+        let gateway = try GatewayProcess(directory: directory, environment: apns.environment.merging(relay.environment) { $1 })
+        let admin = try #require(try await gateway.start())
+        func call(_ method: String, _ path: String, key: String?, json: JSONValue? = nil) async throws -> JSONValue {
+            var request = URLRequest(url: URL(string: gateway.baseURL + path)!)
+            request.httpMethod = method
+            if let key { request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization") }
+            if let json { request.httpBody = Data(json.serialized().utf8) }
+            let (data, _) = try await URLSession.shared.data(for: request)
+            return (try? JSONValue.parse(Array(data))) ?? .null
+        }
+        let code = try #require(try await call("POST", "/api/v1/pairing/tokens", key: admin, json: ["name": "Priya", "role": "viewer"])["code"]?.stringValue)
+        let priya = try #require(try await call("POST", "/api/v1/pairing/redeem", key: nil, json: ["code": .string(code)])["token"]?.stringValue)
+        _ = try await call("POST", "/api/v1/mobile/devices", key: priya, json: ["id": "p1", "push_token": .string(String(repeating: "ab", count: 32))])
+        _ = try await call("POST", "/api/v1/channels/mobile/test", key: admin, json: ["to": "all"])
+        _ = try await call("GET", "/api/v1/mobile/deliveries", key: "sk_guessed-key")
+        _ = try await call("POST", "/api/v1/pairing/redeem", key: nil, json: ["code": "WRON-GCOD-E000"])
+        try await Task.sleep(for: .milliseconds(500))
+        gateway.terminate()
+        // The first start prints the admin key and a pairing code once on stdout, for the owner; the log is stderr.
+        let log = gateway.output.split(separator: "\n").filter { !$0.contains("SOULACY_ADMIN_KEY=") && !$0.hasPrefix("  ") }.joined(separator: "\n")
+        let pem = try String(contentsOfFile: apns.keyFile, encoding: .utf8).split(separator: "\n")[1]
+        for secret in [admin, priya, code, RelayStandIn.token, String(pem), "sk_guessed-key", "WRON-GCOD-E000"] {
+            #expect(!log.contains(secret), "the log holds a secret")
+        }
+        #expect(log.contains("listening"))
+    }
+
+    @Test("secret comparison takes the same time wherever the strings differ")
+    func constantTime() {
+        let secret = String(repeating: "s", count: 64)
+        let early = "x" + String(repeating: "s", count: 63)
+        let late = String(repeating: "s", count: 63) + "x"
+        func time(_ candidate: String) -> Duration {
+            let start = ContinuousClock.now
+            for _ in 0..<20_000 { _ = SecureBytes.constantTimeEqual(candidate, secret) }
+            return ContinuousClock.now - start
+        }
+        _ = time(early)
+        // Both are hashed and compared whole: the time does not depend on where the first difference is.
+        let a = min(time(early), time(early)), b = min(time(late), time(late))
+        let ratio = Double(a.components.attoseconds + a.components.seconds * 1_000_000_000_000_000_000) /
+                    Double(b.components.attoseconds + b.components.seconds * 1_000_000_000_000_000_000)
+        #expect(ratio > 0.5 && ratio < 2.0, "ratio \(ratio)")
+        #expect(!SecureBytes.constantTimeEqual(early, secret) && !SecureBytes.constantTimeEqual(late, secret) && SecureBytes.constantTimeEqual(secret, secret))
+    }
+}
