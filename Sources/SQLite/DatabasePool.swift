@@ -7,6 +7,8 @@ public final class DatabasePool: Sendable {
     private let writer: GuardedConnection
     private let readers: [GuardedConnection]
     private let nextReader = Atomic<Int>(0)
+    private let groupCommitBox = GroupCommitBox()
+    var groupCommit: GroupCommit { groupCommitBox.get(self) }
 
     /// `maximumBytes` caps the file (SQLite's max_page_count): past it writes fail as "disk full", cleanly.
     public init(path: String, readerCount: Int = 4, durability: Durability = .full, maximumBytes: Int? = nil) throws(SQLiteError) {
@@ -78,5 +80,18 @@ final class GuardedConnection: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return try body(connection)
+    }
+}
+
+/// Created on first use, so a pool that never group-commits never starts anything.
+final class GroupCommitBox: Sendable {
+    private let value = Mutex<GroupCommit?>(nil)
+    func get(_ pool: DatabasePool) -> GroupCommit {
+        value.withLock { v in
+            if let v { return v }
+            let created = GroupCommit(pool: pool)
+            v = created
+            return created
+        }
     }
 }

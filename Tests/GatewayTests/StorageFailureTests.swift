@@ -21,7 +21,7 @@ struct StorageFailureTests {
                 if r.status != 201 { refused = r; break }
             }
             let full = try #require(refused)
-            #expect(full.status == 507 && full.errorCode == "storage_full")
+            #expect(full.status == 507 && full.errorCode == "storage_full", "\(full.status) \(full.text)")
             #expect(full.errorMessage?.contains("disk is full") == true)
             let lines = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone&limit=200")
             #expect(lines.status == 200)

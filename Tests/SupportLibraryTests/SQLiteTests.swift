@@ -84,4 +84,25 @@ struct SQLiteTests {
         }
         #expect(try db.read { try $0.query("SELECT COUNT(*) AS n FROM c").first?.int("n") } == 50)
     }
+
+    @Test("group commit: concurrent callers share transactions; one that fails rolls back only its own part")
+    func groupCommit() async throws {
+        let db = try pool()
+        try db.write { try $0.execute("CREATE TABLE g (n INTEGER UNIQUE)") }
+        let results = await withTaskGroup(of: Bool.self) { group in
+            for i in 0..<300 {
+                group.addTask {
+                    // Every 10th caller inserts a duplicate and fails; the others must all land.
+                    let value = i % 10 == 9 ? i - 1 : i
+                    return (try? await db.groupTransaction { try $0.run("INSERT INTO g (n) VALUES (?)", value) }) != nil
+                }
+            }
+            var all: [Bool] = []
+            for await r in group { all.append(r) }
+            return all
+        }
+        #expect(results.filter { $0 }.count == 270)
+        #expect(try db.read { try $0.query("SELECT COUNT(*) AS n FROM g").first?.int("n") } == 270)
+        #expect(try db.read { try $0.integrityCheck() } == "ok")
+    }
 }

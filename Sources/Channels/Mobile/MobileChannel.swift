@@ -19,7 +19,7 @@ public struct MobileChannel: Channel {
 
     public func deliver(_ output: Output, to destination: String) async throws -> DeliveryReceipt {
         let parsed = try Destination(parsing: destination)
-        let stored = try store.insertDelivery(output, destination: parsed)
+        let stored = try await store.insertDeliveryGrouped(output, destination: parsed)
         if stored.wakeUps > 0 { dispatcher?.poke() }
         return DeliveryReceipt(channel: name, deliveryID: stored.id, recipientCount: stored.recipients.count)
     }

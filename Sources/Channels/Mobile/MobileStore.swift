@@ -168,7 +168,7 @@ public final class MobileStore: Sendable {
     // MARK: Deliveries
 
     /// Devices a destination addresses now.
-    func recipients(of destination: Destination, in db: Connection) throws -> [(id: String, wakeable: Bool)] {
+    static func recipients(of destination: Destination, in db: Connection) throws -> [(id: String, wakeable: Bool)] {
         let columns = "SELECT id, notifications_enabled = 1 AND push_token IS NOT NULL AS wakeable FROM mobile_devices"
         let rows: [Row]
         switch destination {
@@ -183,35 +183,47 @@ public final class MobileStore: Sendable {
 
     /// Writes a delivery, its recipients and one outbox wake-up per device that takes pushes, in one transaction
     /// (committed with fsync). Returns its id, its recipients and how many wake-ups were queued.
-    public func insertDelivery(_ output: Output, destination: Destination) throws -> (id: String, recipients: [String], wakeUps: Int) {
+    public func insertDelivery(_ output: Output, destination: Destination) throws -> StoredDelivery {
         let id = Self.newDeliveryID()
+        let now = clock.now()
+        return try database.transaction { db in try Self.writeDelivery(id: id, output, destination: destination, now: now, in: db) }
+    }
+
+    /// The same, sharing one transaction and one fsync with other deliveries written at the same moment.
+    public func insertDeliveryGrouped(_ output: Output, destination: Destination) async throws -> StoredDelivery {
+        let id = Self.newDeliveryID()
+        let now = clock.now()
+        return try await database.groupTransaction { db in try Self.writeDelivery(id: id, output, destination: destination, now: now, in: db) }
+    }
+
+    public struct StoredDelivery: Sendable {
+        public let id: String
+        public let recipients: [String]
+        public let wakeUps: Int
+    }
+
+    static func writeDelivery(id: String, _ output: Output, destination: Destination, now: Date, in db: Connection) throws -> StoredDelivery {
         let parts = String(decoding: try JSONEncoder().encode(output.parts), as: UTF8.self)
         let metadata = String(decoding: try JSONCoding.encoder.encode(output.metadata), as: UTF8.self)
-        let now = Self.millis(clock.now())
         let (kind, value): (String, String) = switch destination {
         case .all: ("all", "")
         case .user(let s): ("user", s)
         case .device(let d): ("device", d)
         }
-        return try database.transaction { db in
-            try db.run("""
-                INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, agent_id, agent_name,
-                                               session_id, title, body, parts, metadata, created_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, id, destination.description, kind, value, output.agentID, output.agentName, output.sessionID,
-                output.title, output.body, parts, metadata, now)
-            let recipients = try recipients(of: destination, in: db)
-            for device in recipients {
-                try db.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", id, device.id)
-            }
-            // Devices with notifications off or no token still get the line; they just get no wake-up.
-            let wakeable = recipients.filter { $0.wakeable }.map(\.id)
-            if output.agentID != Self.systemAgentID {
-                try PushOutbox.enqueue(.delivery(id: id, agentID: output.agentID), deliveryID: id, deviceIDs: wakeable,
-                                       now: clock.now(), in: db)
-            }
-            return (id, recipients.map(\.id), output.agentID == Self.systemAgentID ? 0 : wakeable.count)
+        try db.run("""
+            INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, agent_id, agent_name,
+                                           session_id, title, body, parts, metadata, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, id, destination.description, kind, value, output.agentID, output.agentName, output.sessionID,
+            output.title, output.body, parts, metadata, millis(now))
+        let recipients = try recipients(of: destination, in: db)
+        for device in recipients {
+            try db.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", id, device.id)
         }
+        // Devices with notifications off or no token still get the line; they just get no wake-up.
+        let wakeable = output.agentID == systemAgentID ? [] : recipients.filter { $0.wakeable }.map(\.id)
+        try PushOutbox.enqueue(.delivery(id: id, agentID: output.agentID), deliveryID: id, deviceIDs: wakeable, now: now, in: db)
+        return StoredDelivery(id: id, recipients: recipients.map(\.id), wakeUps: wakeable.count)
     }
 
     /// A page of what `subject` may see, newest first. With `deviceID`, only that phone's lines and its read state.

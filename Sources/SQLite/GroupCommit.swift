@@ -1,0 +1,94 @@
+import Foundation
+import Synchronization
+
+/// Batches concurrent write transactions into one SQLite transaction, so one fsync serves many callers.
+/// Each caller's work runs in its own SAVEPOINT: a caller that throws rolls back only its own part.
+/// A caller returns only after the shared COMMIT has reached the disk.
+final class GroupCommit: Sendable {
+    struct Job: Sendable {
+        let run: @Sendable (Connection) throws -> Void
+        let finish: @Sendable ((any Error)?) -> Void
+    }
+
+    private let state = Mutex<(queue: [Job], draining: Bool)>(([], false))
+    private let maximumBatch: Int
+    private unowned let pool: DatabasePool
+
+    init(pool: DatabasePool, maximumBatch: Int = 512) {
+        self.pool = pool
+        self.maximumBatch = maximumBatch
+    }
+
+    func submit(_ job: Job) {
+        let startDrain = state.withLock { s -> Bool in
+            s.queue.append(job)
+            if s.draining { return false }
+            s.draining = true
+            return true
+        }
+        // The first caller of a burst drains on a plain thread: blocking SQLite work stays off the Swift pool.
+        if startDrain { Thread.detachNewThread { self.drain() } }
+    }
+
+    private func drain() {
+        while true {
+            let batch = state.withLock { s -> [Job] in
+                let taken = Array(s.queue.prefix(maximumBatch))
+                s.queue.removeFirst(taken.count)
+                if taken.isEmpty { s.draining = false }
+                return taken
+            }
+            if batch.isEmpty { return }
+            var outcomes: [(any Error)?] = Array(repeating: nil, count: batch.count)
+            do {
+                try pool.write { db in
+                    try db.execute("BEGIN IMMEDIATE")
+                    do {
+                        for (i, job) in batch.enumerated() {
+                            try db.execute("SAVEPOINT job")
+                            do {
+                                try job.run(db)
+                                try db.execute("RELEASE job")
+                            } catch {
+                                // Some failures (disk full, I/O) make SQLite roll the whole transaction back
+                                // itself; then no savepoint is left and every job of the batch fails with it.
+                                do {
+                                    try db.execute("ROLLBACK TO job")
+                                    try db.execute("RELEASE job")
+                                } catch _ {
+                                    throw error
+                                }
+                                outcomes[i] = error
+                            }
+                        }
+                        try db.execute("COMMIT")
+                    } catch {
+                        try? db.execute("ROLLBACK")
+                        throw error
+                    }
+                }
+            } catch {
+                // The commit itself failed (disk full, read-only): nothing of this batch is stored.
+                outcomes = Array(repeating: error, count: batch.count)
+            }
+            for (job, outcome) in zip(batch, outcomes) { job.finish(outcome) }
+        }
+    }
+}
+
+extension DatabasePool {
+    /// Runs `body` in a transaction shared with other concurrent callers (group commit); returns after it is durable.
+    public func groupTransaction<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            let result = Mutex<T?>(nil)
+            groupCommit.submit(GroupCommit.Job(run: { db in
+                let value = try body(db)
+                result.withLock { $0 = value }
+            }, finish: { error in
+                if let error { continuation.resume(throwing: error) } else {
+                    continuation.resume(returning: result.withLock { $0! })
+                }
+            }))
+        }
+    }
+}
