@@ -46,6 +46,9 @@ let package = Package(
         .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "CQRencode"], path: "Sources/Host/CLI"),
 
+        // MARK: Benchmarks (benchmarks/run builds this in release mode)
+        .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer"], path: "benchmarks/Sources/SoulacyBench"),
+
         // MARK: Example: a transport added from outside the core, with its own tests
         .target(name: "UnifiedPushTransport", dependencies: ["ChannelAPI", "HTTPClient"], path: "examples/UnifiedPushTransport/Sources"),
         .testTarget(name: "UnifiedPushTransportTests", dependencies: ["UnifiedPushTransport", "ChannelTesting", "ChannelAPI", "HTTPServer"],

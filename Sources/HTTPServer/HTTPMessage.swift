@@ -60,7 +60,7 @@ public struct HTTPResponse: Sendable {
     }
 
     public static func json(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
-        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: Array(value.serialized().utf8))
+        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: value.serializedBytes())
     }
 
     public static let noContent = HTTPResponse(status: 204)

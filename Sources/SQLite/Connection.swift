@@ -34,6 +34,8 @@ public final class Connection {
         if !readOnly {
             try execute("PRAGMA journal_mode=WAL")
             try execute("PRAGMA synchronous=\(durability == .full ? "FULL" : "NORMAL")")
+            // Checkpoint less often: hot pages (index tails) are then copied into the file once, not many times.
+            try execute("PRAGMA wal_autocheckpoint=8000")
         }
         try execute("PRAGMA foreign_keys=ON")
     }

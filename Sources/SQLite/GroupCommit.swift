@@ -45,16 +45,16 @@ final class GroupCommit: Sendable {
                     try db.execute("BEGIN IMMEDIATE")
                     do {
                         for (i, job) in batch.enumerated() {
-                            try db.execute("SAVEPOINT job")
+                            try db.run("SAVEPOINT job")
                             do {
                                 try job.run(db)
-                                try db.execute("RELEASE job")
+                                try db.run("RELEASE job")
                             } catch {
                                 // Some failures (disk full, I/O) make SQLite roll the whole transaction back
                                 // itself; then no savepoint is left and every job of the batch fails with it.
                                 do {
-                                    try db.execute("ROLLBACK TO job")
-                                    try db.execute("RELEASE job")
+                                    try db.run("ROLLBACK TO job")
+                                    try db.run("RELEASE job")
                                 } catch _ {
                                     throw error
                                 }

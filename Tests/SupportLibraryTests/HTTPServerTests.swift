@@ -83,3 +83,17 @@ final class StartFlag: @unchecked Sendable {
     func set() { lock.withLock { value = true } }
     var isSet: Bool { lock.withLock { value } }
 }
+
+@Suite("JSON serialization")
+struct JSONSerializationTests {
+    @Test("the hand-written serializer round-trips through Foundation's parser, escapes included")
+    func roundTrip() throws {
+        let value: JSONValue = ["text": "quote \" backslash \\ newline \n tab \t bell \u{07} é 😀 </script>", "n": 42, "x": 1.5, "neg": -7,
+                                "flags": [true, false, nil], "nested": ["b": 2, "a": 1], "empty": [:], "none": []]
+        let text = value.serialized()
+        #expect(text.hasPrefix(#"{"empty":{},"flags":[true,false,null],"n":42,"neg":-7,"nested":{"a":1,"b":2},"none":[],"text":"#))
+        let reparsed = try JSONValue.parse(Array(text.utf8))
+        #expect(reparsed == value)
+        #expect(try JSONSerialization.jsonObject(with: Data(text.utf8)) is [String: Any])
+    }
+}

@@ -179,21 +179,50 @@ public final class MobileStore: Sendable {
         return rows.compactMap { row in row.string("id").map { ($0, row.bool("wakeable") ?? false) } }
     }
 
-    static func newDeliveryID() -> String { "dlv_" + Hex.encode(SecureBytes.random(count: 12)) }
+    static func newDeliveryID() -> String { "dlv_" + TimeOrderedID.hex() }
 
     /// Writes a delivery, its recipients and one outbox wake-up per device that takes pushes, in one transaction
     /// (committed with fsync). Returns its id, its recipients and how many wake-ups were queued.
     public func insertDelivery(_ output: Output, destination: Destination) throws -> StoredDelivery {
-        let id = Self.newDeliveryID()
-        let now = clock.now()
-        return try database.transaction { db in try Self.writeDelivery(id: id, output, destination: destination, now: now, in: db) }
+        let row = try PreparedDelivery(output, destination: destination, now: clock.now())
+        return try database.transaction { db in try Self.writeDelivery(row, in: db) }
     }
 
     /// The same, sharing one transaction and one fsync with other deliveries written at the same moment.
+    /// The encoding happens here, in parallel; only the inserts run in the shared transaction.
     public func insertDeliveryGrouped(_ output: Output, destination: Destination) async throws -> StoredDelivery {
-        let id = Self.newDeliveryID()
-        let now = clock.now()
-        return try await database.groupTransaction { db in try Self.writeDelivery(id: id, output, destination: destination, now: now, in: db) }
+        let row = try PreparedDelivery(output, destination: destination, now: clock.now())
+        return try await database.groupTransaction { db in try Self.writeDelivery(row, in: db) }
+    }
+
+    /// A delivery's columns, encoded ahead of the transaction.
+    struct PreparedDelivery: Sendable {
+        let id: String
+        let output: Output
+        let destination: Destination
+        let kind: String
+        let value: String
+        let parts: String
+        let metadata: String
+        let signal: String
+        let wakes: Bool
+        let now: Date
+
+        init(_ output: Output, destination: Destination, now: Date) throws {
+            id = MobileStore.newDeliveryID()
+            self.output = output
+            self.destination = destination
+            (kind, value) = switch destination {
+            case .all: ("all", "")
+            case .user(let s): ("user", s)
+            case .device(let d): ("device", d)
+            }
+            parts = String(decoding: try JSONEncoder().encode(output.parts), as: UTF8.self)
+            metadata = String(decoding: try JSONCoding.encoder.encode(output.metadata), as: UTF8.self)
+            wakes = output.agentID != MobileStore.systemAgentID
+            signal = try PushOutbox.encode(.delivery(id: id, agentID: output.agentID))
+            self.now = now
+        }
     }
 
     public struct StoredDelivery: Sendable {
@@ -202,28 +231,22 @@ public final class MobileStore: Sendable {
         public let wakeUps: Int
     }
 
-    static func writeDelivery(id: String, _ output: Output, destination: Destination, now: Date, in db: Connection) throws -> StoredDelivery {
-        let parts = String(decoding: try JSONEncoder().encode(output.parts), as: UTF8.self)
-        let metadata = String(decoding: try JSONCoding.encoder.encode(output.metadata), as: UTF8.self)
-        let (kind, value): (String, String) = switch destination {
-        case .all: ("all", "")
-        case .user(let s): ("user", s)
-        case .device(let d): ("device", d)
-        }
+    static func writeDelivery(_ row: PreparedDelivery, in db: Connection) throws -> StoredDelivery {
+        let output = row.output
         try db.run("""
             INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, agent_id, agent_name,
                                            session_id, title, body, parts, metadata, created_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, id, destination.description, kind, value, output.agentID, output.agentName, output.sessionID,
-            output.title, output.body, parts, metadata, millis(now))
-        let recipients = try recipients(of: destination, in: db)
+            """, row.id, row.destination.description, row.kind, row.value, output.agentID, output.agentName, output.sessionID,
+            output.title, output.body, row.parts, row.metadata, millis(row.now))
+        let recipients = try recipients(of: row.destination, in: db)
         for device in recipients {
-            try db.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", id, device.id)
+            try db.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", row.id, device.id)
         }
         // Devices with notifications off or no token still get the line; they just get no wake-up.
-        let wakeable = output.agentID == systemAgentID ? [] : recipients.filter { $0.wakeable }.map(\.id)
-        try PushOutbox.enqueue(.delivery(id: id, agentID: output.agentID), deliveryID: id, deviceIDs: wakeable, now: now, in: db)
-        return StoredDelivery(id: id, recipients: recipients.map(\.id), wakeUps: wakeable.count)
+        let wakeable = row.wakes ? recipients.filter { $0.wakeable }.map(\.id) : []
+        try PushOutbox.enqueue(.delivery(id: row.id, agentID: output.agentID), encoded: row.signal, deliveryID: row.id, deviceIDs: wakeable, now: row.now, in: db)
+        return StoredDelivery(id: row.id, recipients: recipients.map(\.id), wakeUps: wakeable.count)
     }
 
     /// A page of what `subject` may see, newest first. With `deviceID`, only that phone's lines and its read state.

@@ -1,4 +1,5 @@
 import ChannelAPI
+import Crypto
 import Foundation
 import Glibc
 import SQLite
@@ -56,22 +57,29 @@ public struct PushOutbox: Sendable {
     static func date(_ v: Int64?) -> Date { Date(timeIntervalSince1970: Double(v ?? 0) / 1000) }
 
     /// Adds one wake-up per device, inside the caller's transaction (the one that writes the inbox line).
-    static func enqueue(_ signal: WakeSignal, deliveryID: String?, deviceIDs: [String], now: Date, in db: Connection) throws {
+    /// The signal as stored: its wake id lives in its own column, so one encoding serves every device.
+    static func encode(_ signal: WakeSignal) throws -> String {
+        var s = signal
+        s.wakeID = nil
+        return String(decoding: try JSONEncoder().encode(s), as: UTF8.self)
+    }
+
+    static func enqueue(_ signal: WakeSignal, encoded: String? = nil, deliveryID: String?, deviceIDs: [String], now: Date, in db: Connection) throws {
+        guard !deviceIDs.isEmpty else { return }
         let expires = signal.expiresAt ?? now.addingTimeInterval(defaultLifetime)
+        let json = try encoded ?? encode(signal)
         for device in deviceIDs {
-            var s = signal
-            s.wakeID = UUID()
-            let json = String(decoding: try JSONEncoder().encode(s), as: UTF8.self)
             try db.run("""
                 INSERT INTO mobile_push_outbox (wake_id, delivery_id, device_id, signal, next_attempt_at, expires_at, created_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?)
-                """, s.wakeID!.uuidString.lowercased(), deliveryID, device, json, ms(now), ms(expires), ms(now))
+                """, TimeOrderedID.uuid(now: now).uuidString.lowercased(), deliveryID, device, json, ms(now), ms(expires), ms(now))
         }
     }
 
     private static func entry(_ row: Row) -> OutboxEntry? {
-        guard let json = row.string("signal"), let signal = try? JSONDecoder().decode(WakeSignal.self, from: Data(json.utf8)),
+        guard let json = row.string("signal"), var signal = try? JSONDecoder().decode(WakeSignal.self, from: Data(json.utf8)),
               let wake = row.string("wake_id").flatMap(UUID.init(uuidString:)) else { return nil }
+        signal.wakeID = wake
         return OutboxEntry(id: row.int("id") ?? 0, wakeID: wake, deliveryID: row.string("delivery_id"), deviceID: row.string("device_id") ?? "",
                            signal: signal, state: OutboxEntry.State(rawValue: row.string("state") ?? "") ?? .pending,
                            attempts: Int(row.int("attempts") ?? 0), nextAttemptAt: date(row.int("next_attempt_at")),

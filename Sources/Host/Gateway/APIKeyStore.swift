@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Identity
 import SQLite
+import Synchronization
 
 public struct APIKey: Sendable, Equatable {
     public enum Kind: String, Sendable {
@@ -52,6 +53,10 @@ public final class APIKeyStore: Sendable {
     ]
 
     let database: DatabasePool
+    /// Recently seen tokens (by hash) and whom they belong to. Revoking clears it, so a revoked key is refused at
+    /// once in this process; another process sharing the database sees the revocation within `cacheLifetime`.
+    private let cache = Mutex<[[UInt8]: (principal: Principal, until: ContinuousClock.Instant)]>([:])
+    public static let cacheLifetime: Duration = .seconds(2)
 
     public init(database: DatabasePool) throws {
         self.database = database
@@ -78,13 +83,20 @@ public final class APIKeyStore: Sendable {
     public func authenticate(_ token: String) -> Principal? {
         guard token.hasPrefix(Self.tokenPrefix), token.utf8.count < 200 else { return nil }
         let hash = SHA256.hash(token)
+        let now = ContinuousClock.now
+        if let hit = cache.withLock({ $0[hash] }), hit.until > now { return hit.principal }
         guard let row = try? database.read({ db in
             try db.query("SELECT id, subject, role FROM api_keys WHERE token_sha256 = ? AND revoked_at IS NULL", hash).first
         }), let id = row.string("id"), let subject = row.string("subject"), let role = row.string("role").flatMap(Role.init(rawValue:)) else {
             return nil
         }
         // Keys minted before identities existed carry no subject: they are the owner's.
-        return Principal(keyID: id, subject: subject.isEmpty ? Principal.ownerSubject : subject, role: role)
+        let principal = Principal(keyID: id, subject: subject.isEmpty ? Principal.ownerSubject : subject, role: role)
+        cache.withLock { entries in
+            if entries.count > 10_000 { entries.removeAll() }
+            entries[hash] = (principal, now + Self.cacheLifetime)
+        }
+        return principal
     }
 
     public var isEmpty: Bool {
@@ -106,8 +118,10 @@ public final class APIKeyStore: Sendable {
 
     /// Revokes a key at once: its next request is refused. False when there is no such active key.
     public func revoke(id: String) throws -> Bool {
-        try database.transaction { db in
+        let revoked = try database.transaction { db in
             try db.run("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", Self.millis(Date()), id) > 0
         }
+        if revoked { cache.withLock { $0 = $0.filter { $0.value.principal.keyID != id } } }
+        return revoked
     }
 }
