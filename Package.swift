@@ -8,9 +8,11 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "soulacy", targets: ["soulacy"]),
+        .executable(name: "soulacy-relay", targets: ["soulacy-relay"]),
         .library(name: "ChannelAPI", targets: ["ChannelAPI"]),
         .library(name: "ChannelTesting", targets: ["ChannelTesting"]),
         .library(name: "HTTPClient", targets: ["HTTPClient"]),
+        .library(name: "SoulacyClient", targets: ["SoulacyClient"]),
         // The gateway and the mobile channel as libraries, for embedding and for the fuzz harnesses in fuzz/.
         .library(name: "SoulacyGateway", targets: ["Gateway"]),
         .library(name: "SoulacyMobile", targets: ["Mobile"]),
@@ -25,7 +27,8 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CQRencode", path: "Sources/CQRencode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
         // Non-variadic entry points for C functions Swift cannot call (MHD_start_daemon, curl_easy_setopt).
-        .target(name: "CShims", dependencies: ["CMicroHTTPD", "CCurl"], path: "Sources/CShims"),
+        .target(name: "CShims", dependencies: ["CMicroHTTPD", "CCurl", "COpenSSL"], path: "Sources/CShims",
+                linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
 
         // MARK: Thin Swift wrappers over the C libraries
         .target(name: "SQLite", dependencies: ["CSQLite"], path: "Sources/SQLite"),
@@ -43,7 +46,14 @@ let package = Package(
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/Relay"),
-        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
+        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
+        // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
+        .target(name: "RelayProtocol", dependencies: ["Crypto"], path: "Sources/RelayProtocol"),
+        // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).
+        .target(name: "SoulacyClient", dependencies: ["HTTPClient", "RelayProtocol", "Crypto"], path: "Sources/SoulacyClient"),
+        // The relay mailbox server, deployable on its own (`soulacy-relay`).
+        .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "Crypto", "Identity"], path: "Sources/RelayMailbox"),
+        .executableTarget(name: "soulacy-relay", dependencies: ["RelayMailbox", "HTTPServer"], path: "Sources/RelayServerCLI"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "CQRencode"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
@@ -57,6 +67,6 @@ let package = Package(
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["SoulacyClient", "RelayProtocol", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

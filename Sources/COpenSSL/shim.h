@@ -11,3 +11,5 @@
 #include <openssl/x509.h>
 #include <openssl/core_names.h>
 #include <openssl/params.h>
+#include <openssl/x509v3.h>
+#include <openssl/ssl.h>

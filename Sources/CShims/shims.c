@@ -3,6 +3,10 @@
 #include <unistd.h>
 #include <spawn.h>
 #include "CShims.h"
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/evp.h>
+#include <openssl/crypto.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -79,4 +83,42 @@ int soulacy_curl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result) {
         }
     }
     return 0;
+}
+
+static int soulacy_pin_index = -1;
+
+static int soulacy_pin_verify(int preverify, X509_STORE_CTX *store) {
+    (void)preverify;
+    if (X509_STORE_CTX_get_error_depth(store) != 0) return 1;  /* only the leaf is checked, and only by its hash */
+    SSL *ssl = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx());
+    const unsigned char *expected = ssl ? SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), soulacy_pin_index) : NULL;
+    X509 *leaf = X509_STORE_CTX_get_current_cert(store);
+    if (!expected || !leaf) return 0;
+    unsigned char *der = NULL;
+    int length = i2d_X509(leaf, &der);
+    if (length <= 0) return 0;
+    unsigned char digest[32];
+    unsigned int digest_length = 0;
+    int ok = EVP_Digest(der, (size_t)length, digest, &digest_length, EVP_sha256(), NULL) == 1 && digest_length == 32
+             && CRYPTO_memcmp(digest, expected, 32) == 0;
+    OPENSSL_free(der);
+    if (ok) X509_STORE_CTX_set_error(store, X509_V_OK);
+    return ok;
+}
+
+static CURLcode soulacy_pin_ctx(CURL *curl, void *ssl_ctx, void *fingerprint) {
+    (void)curl;
+    SSL_CTX_set_ex_data((SSL_CTX *)ssl_ctx, soulacy_pin_index, fingerprint);
+    SSL_CTX_set_verify((SSL_CTX *)ssl_ctx, SSL_VERIFY_PEER, soulacy_pin_verify);
+    return CURLE_OK;
+}
+
+CURLcode soulacy_curl_pin_certificate(CURL *handle, const unsigned char *fingerprint) {
+    if (soulacy_pin_index < 0) soulacy_pin_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+    CURLcode rc = curl_easy_setopt(handle, CURLOPT_SSL_VERIFYHOST, 0L);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, soulacy_pin_ctx);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(handle, CURLOPT_SSL_CTX_DATA, (void *)fingerprint);
+    /* Connections are not shared with unpinned transfers: a fresh one is made and checked. */
+    if (rc == CURLE_OK) rc = curl_easy_setopt(handle, CURLOPT_SSL_SESSIONID_CACHE, 0L);
+    return rc;
 }

@@ -41,9 +41,12 @@ public struct HTTP2ClientConfiguration: Sendable {
     /// Most requests open at once; the rest queue. All share one multiplexed connection per host.
     public var maximumConcurrentStreams: Int
     public var connectTimeout: Duration
+    /// Trust only a server whose leaf certificate's DER has this SHA-256 (the LAN listener's pin), no CA at all.
+    public var pinnedCertificateSHA256: [UInt8]?
 
-    public init(caFile: String? = nil, maximumConcurrentStreams: Int = 256, connectTimeout: Duration = .seconds(10)) {
+    public init(caFile: String? = nil, maximumConcurrentStreams: Int = 256, connectTimeout: Duration = .seconds(10), pinnedCertificateSHA256: [UInt8]? = nil) {
         self.caFile = caFile
+        self.pinnedCertificateSHA256 = pinnedCertificateSHA256
         self.maximumConcurrentStreams = maximumConcurrentStreams
         self.connectTimeout = connectTimeout
     }
@@ -95,12 +98,21 @@ final class CurlEngine: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let queue = Mutex<(pending: [Transfer], stopping: Bool)>(([], false))
     private var active: [UnsafeMutableRawPointer: Transfer] = [:]
+    // Lives as long as the engine: libcurl reads it during every pinned handshake.
+    private let pin: UnsafeMutablePointer<UInt8>?
     private let finished = DispatchSemaphore(value: 0)
     let connectionsOpened = Atomic<Int>(0)
 
     init(configuration: HTTP2ClientConfiguration) {
         _ = globalInit
         self.configuration = configuration
+        if let fingerprint = configuration.pinnedCertificateSHA256, fingerprint.count == 32 {
+            let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: 32)
+            buffer.initialize(from: fingerprint, count: 32)
+            pin = buffer
+        } else {
+            pin = nil
+        }
         multi = curl_multi_init()
         soulacy_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
         soulacy_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 1)
@@ -149,6 +161,7 @@ final class CurlEngine: @unchecked Sendable {
         for (handle, _) in active { complete(handle, code: CURLE_ABORTED_BY_CALLBACK) }
         curl_multi_cleanup(multi)
         finished.signal()
+        pin?.deallocate()
     }
 
     private func start(_ transfer: Transfer) {
@@ -165,6 +178,7 @@ final class CurlEngine: @unchecked Sendable {
         soulacy_curl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.connectTimeout.components.seconds * 1000))
         soulacy_curl_setopt_ptr(easy, CURLOPT_CUSTOMREQUEST, r.method)
         if let ca = configuration.caFile { soulacy_curl_setopt_ptr(easy, CURLOPT_CAINFO, ca) }
+        if let pin { soulacy_curl_pin_certificate(easy, pin) }
         if r.method != "GET" || !r.body.isEmpty {
             soulacy_curl_setopt_long(easy, CURLOPT_POST, 1)
             soulacy_curl_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(r.body.count))

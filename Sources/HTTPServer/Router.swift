@@ -68,7 +68,9 @@ public struct Router: Sendable {
         add(Route(method, pattern, access: access, summary: summary, handler: handler))
     }
 
-    public func handle(_ incoming: HTTPRequest) async -> HTTPResponse {
+    /// Answers a request. `authenticated` is for requests that arrived by another authenticated way (a sealed
+    /// command from a phone through the relay): the route's role is still enforced.
+    public func handle(_ incoming: HTTPRequest, authenticated: Principal? = nil) async -> HTTPResponse {
         var request = incoming
         let parts = request.path.split(separator: "/", omittingEmptySubsequences: true)
         var allowed: [String] = []
@@ -82,11 +84,13 @@ public struct Router: Sendable {
             request.pathParameters = parameters
             do {
                 if case .role(let required) = route.access {
-                    let principal = try authenticate(request)
+                    let principal = try authenticated ?? authenticate(request)
                     guard principal.role.allows(required) else {
                         throw APIError.forbidden("this needs the \(required.rawValue) role; this key has \(principal.role.rawValue)")
                     }
                     request.principal = principal
+                } else if let authenticated {
+                    request.principal = authenticated
                 } else if request.header("authorization") != nil {
                     // Open routes still learn who calls when a valid key is sent (pairing as the caller).
                     request.principal = try? authenticate(request)
@@ -107,6 +111,9 @@ public struct Router: Sendable {
         }
         return APIError.notFound("no route for \(request.method) \(request.path)").response
     }
+
+    /// The caller a bearer token names, if any (for logic that runs before routing, such as idempotency).
+    public func principal(of request: HTTPRequest) -> Principal? { try? authenticate(request) }
 
     private func authenticate(_ request: HTTPRequest) throws(APIError) -> Principal {
         guard let header = request.header("authorization") else {

@@ -215,3 +215,46 @@ public final class RelayStandIn: StandInProcess, @unchecked Sendable {
         ["SOULACY_MOBILE_PUSH_RELAY_URL": baseURL, "SOULACY_MOBILE_PUSH_RELAY_TOKEN": Self.token, "SOULACY_MOBILE_PUSH_RELAY_CA_FILE": caFile]
     }
 }
+
+/// The real `soulacy-relay` binary on a loopback port with its own data directory.
+public final class RelayServerProcess: @unchecked Sendable {
+    public let port = freePort()
+    public let directory = TestGateway.makeTemporaryDirectory()
+    private var process: Process?
+
+    public init() {}
+
+    public var url: String { "http://127.0.0.1:\(port)" }
+    public var databasePath: String { directory + "/relay.db" }
+
+    public func start() async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: RepositoryPaths.root + "/.build/debug/soulacy-relay")
+        process.arguments = ["--data", directory, "--listen", "127.0.0.1:\(port)", "--max-item-bytes", "65536"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        self.process = process
+        for _ in 0..<100 {
+            var request = URLRequest(url: URL(string: url + "/health")!)
+            request.timeoutInterval = 1
+            if let (_, response) = try? await URLSession.shared.data(for: request), (response as? HTTPURLResponse)?.statusCode == 200 { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw TestFailure("soulacy-relay did not start")
+    }
+
+    public func stop() {
+        guard let process, process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    deinit { stop() }
+
+    /// Every byte the relay keeps on disk.
+    public func storedBytes() -> Data {
+        ["", "-wal", "-shm"].compactMap { try? Data(contentsOf: URL(fileURLWithPath: databasePath + $0)) }.reduce(Data(), +)
+    }
+}

@@ -27,13 +27,15 @@ public final class TestGateway: Sendable {
     /// Starts a gateway on a fresh (or the given) data directory; the config text is written to SOUL.yaml there.
     public static func start(config: String = defaultConfig, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                              maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:],
-                             transports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy()) async throws -> TestGateway {
+                             transports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
         let configPath = dir + "/SOUL.yaml"
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
-        let gateway = try Gateway(options: GatewayOptions(configPath: configPath, dataDirectory: dir + "/data", host: "127.0.0.1", port: 0,
-                                                          clock: clock, log: Log(minimum: .warning), maximumBodyBytes: maximumBodyBytes,
-                                                          environment: environment, extraTransports: transports, retryPolicy: retryPolicy))
+        var options = GatewayOptions(configPath: configPath, dataDirectory: dir + "/data", host: "127.0.0.1", port: 0,
+                                     clock: clock, log: Log(minimum: .warning), maximumBodyBytes: maximumBodyBytes,
+                                     environment: environment, extraTransports: transports, retryPolicy: retryPolicy)
+        if lan { options.lanHost = "127.0.0.1" }
+        let gateway = try Gateway(options: options)
         let bootstrap = try gateway.bootstrapAdminKey()
         try gateway.start()
         let keyFile = dir + "/admin.key"
@@ -156,9 +158,9 @@ public func eventually(timeout: Duration = .seconds(10), _ condition: @Sendable 
 /// Starts a gateway, runs `body` with it, and stops it afterwards whatever happened.
 public func withTestGateway<T>(config: String = TestGateway.defaultConfig, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                                maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:], transports: [any WakeTransport] = [],
-                               retryPolicy: RetryPolicy = RetryPolicy(), _ body: (TestGateway) async throws -> T) async throws -> T {
+                               retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false, _ body: (TestGateway) async throws -> T) async throws -> T {
     let gateway = try await TestGateway.start(config: config, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
-                                              environment: environment, transports: transports, retryPolicy: retryPolicy)
+                                              environment: environment, transports: transports, retryPolicy: retryPolicy, lan: lan)
     do {
         let result = try await body(gateway)
         await gateway.stop()

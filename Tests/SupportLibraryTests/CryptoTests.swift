@@ -32,3 +32,34 @@ struct CryptoTests {
         #expect(!SecureBytes.constantTimeEqual("secret", "secreT"))
     }
 }
+
+@Suite("Sealing")
+struct SealingTests {
+    @Test("HKDF-SHA256 matches RFC 5869 test case 1")
+    func hkdf() throws {
+        let ikm = [UInt8](repeating: 0x0b, count: 22)
+        let salt = Hex.decode("000102030405060708090a0b0c")!
+        let info = Hex.decode("f0f1f2f3f4f5f6f7f8f9")!
+        let okm = try HKDF.deriveKey(secret: ikm, salt: salt, info: info, length: 42)
+        #expect(Hex.encode(okm) == "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865")
+    }
+
+    @Test("AES-256-GCM envelopes open only with the key and header they were sealed with")
+    func aesGCM() throws {
+        let key = SecureBytes.random(count: 32)
+        let sealed = try SealedBox.seal(Array("hello".utf8), key: key, header: "v1 record")
+        #expect(try SealedBox.open(sealed, key: key, header: "v1 record") == Array("hello".utf8))
+        #expect(throws: SealError.authenticationFailed) { try SealedBox.open(sealed, key: key, header: "v1 result") }
+        #expect(throws: SealError.authenticationFailed) { try SealedBox.open(sealed, key: SecureBytes.random(count: 32), header: "v1 record") }
+        #expect(throws: SealError.malformed) { try SealedBox.open("abc", key: key, header: "v1 record") }
+    }
+
+    @Test("a self-signed certificate's fingerprint is the SHA-256 of its DER")
+    func certificate() throws {
+        let made = try SelfSignedCertificate.generate(commonName: "test", ipAddresses: ["127.0.0.1"])
+        #expect(made.certificatePEM.hasPrefix("-----BEGIN CERTIFICATE-----") && made.keyPEM.contains("PRIVATE KEY"))
+        let fp = try SelfSignedCertificate.fingerprint(pem: made.certificatePEM)
+        #expect(fp.count == 64 && Hex.decode(fp) != nil)
+        #expect(try SelfSignedCertificate.fingerprint(pem: made.certificatePEM) == fp)
+    }
+}

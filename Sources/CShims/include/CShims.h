@@ -42,6 +42,10 @@ CURLcode soulacy_curl_set_callbacks(CURL *handle, soulacy_curl_data_fn body, sou
 /* The next finished transfer of a multi handle: returns 1 and fills easy/result, or 0 when there is none. */
 int soulacy_curl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result);
 
+/* Trust exactly one certificate: the handshake fails unless the server's leaf certificate DER hashes
+   (SHA-256) to `fingerprint` (32 bytes, kept by the caller for the transfer's life). No CA is consulted. */
+CURLcode soulacy_curl_pin_certificate(CURL *handle, const unsigned char *fingerprint);
+
 #include <spawn.h>
 /* pipe2(O_CLOEXEC) and posix_spawn_file_actions_addchdir_np are GNU extensions the Swift Glibc module hides. */
 int soulacy_pipe_cloexec(int fds[2]);

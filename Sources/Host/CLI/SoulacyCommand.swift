@@ -10,7 +10,9 @@ import SQLite
 struct SoulacyCommand {
     static let usage = """
         usage:
-          soulacy serve --config FILE --data DIR [--listen ADDR:PORT]   run the gateway (default listen 127.0.0.1:8080)
+          soulacy serve --config FILE --data DIR [--listen ADDR:PORT] [--lan ADDR:PORT]
+                                                                        run the gateway (default listen 127.0.0.1:8080); --lan adds the
+                                                                        same-Wi-Fi HTTPS listener whose certificate pairing links pin
           soulacy check FILE                                            validate a SOUL.yaml; errors as file:line:col: message
           soulacy pair [--data DIR] [--name NAME --role operator|viewer] [--url URL]
                                                                         print a pairing code, link and QR code (default data .soulacy)
@@ -60,7 +62,7 @@ struct SoulacyCommand {
     }
 
     static func serve(_ arguments: [String]) async {
-        let opts = options(arguments, allowed: ["config", "data", "listen"])
+        let opts = options(arguments, allowed: ["config", "data", "listen", "lan"])
         guard let config = opts["config"], let data = opts["data"] else { fail("serve needs --config FILE and --data DIR\n\(usage)", code: 64) }
         let listen = opts["listen"] ?? "127.0.0.1:8080"
         guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else {
@@ -70,7 +72,13 @@ struct SoulacyCommand {
 
         let gateway: Gateway
         do {
-            gateway = try Gateway(options: GatewayOptions(configPath: config, dataDirectory: data, host: host, port: port))
+            var gatewayOptions = GatewayOptions(configPath: config, dataDirectory: data, host: host, port: port)
+            if let lan = opts["lan"] ?? ProcessInfo.processInfo.environment["SOULACY_LAN_LISTEN"] {
+                guard let c = lan.lastIndex(of: ":"), let lanPort = UInt16(lan[lan.index(after: c)...]) else { fail("--lan must be ADDR:PORT", code: 64) }
+                gatewayOptions.lanHost = String(lan[..<c])
+                gatewayOptions.lanPort = lanPort
+            }
+            gateway = try Gateway(options: gatewayOptions)
             let token = try gateway.bootstrapAdminKey()
             if let token {
                 print("""
@@ -81,7 +89,8 @@ struct SoulacyCommand {
             try gateway.start()
             if token != nil {
                 let offer = try gateway.ownerPairingOffer()
-                printOffer(offer, url: PairingLink.url(offer: offer, gateway: gateway.pairingGatewayURL), qr: false)
+                let lan = gateway.lanPort.map { "\(opts["lan"].map { String($0[..<$0.lastIndex(of: ":")!]) } ?? "0.0.0.0"):\($0)" }
+                printOffer(offer, url: PairingLink.url(offer: offer, gateway: gateway.pairingGatewayURL, lanAddress: lan, fingerprint: gateway.lanFingerprint), qr: false)
             }
         } catch {
             fail("soulacy: \(error)")

@@ -99,6 +99,14 @@ public final class APIKeyStore: Sendable {
         return principal
     }
 
+    /// The principal of an active key by its id (for commands that arrive sealed through the relay).
+    public func principal(keyID: String) -> Principal? {
+        guard let row = try? database.read({ db in
+            try db.query("SELECT subject, role FROM api_keys WHERE id = ? AND revoked_at IS NULL", keyID).first
+        }), let subject = row.string("subject"), let role = row.string("role").flatMap(Role.init(rawValue:)) else { return nil }
+        return Principal(keyID: keyID, subject: subject.isEmpty ? Principal.ownerSubject : subject, role: role)
+    }
+
     public var isEmpty: Bool {
         ((try? database.read { db in try db.query("SELECT COUNT(*) AS n FROM api_keys").first?.int("n") }) ?? 0) == 0
     }

@@ -7,6 +7,7 @@ import Glibc
 import HTTPServer
 import Identity
 import Mobile
+import Crypto
 import SQLite
 import Synchronization
 
@@ -28,6 +29,9 @@ public struct GatewayOptions: Sendable {
     public var approvalTimeout: TimeInterval
     /// The least time between two routine Live Activity updates of one run.
     public var liveActivityInterval: TimeInterval = 10
+    /// The same-Wi-Fi listener (HTTPS on a self-signed certificate that pairing links pin), off when nil.
+    public var lanHost: String?
+    public var lanPort: UInt16 = 0
     /// The address pairing links point phones at; defaults to the listen address.
     public var publicURL: String?
 
@@ -89,6 +93,13 @@ public final class Gateway: Sendable {
     public let liveActivities: LiveActivityPublisher
     let scheduler: Scheduler
     let server: HTTPServer
+    let lanServer: HTTPServer?
+    /// SHA-256 of the LAN listener's certificate, as pairing links carry it.
+    public let lanFingerprint: String?
+    public let idempotency: IdempotencyLog
+    public let carriage: RelayCarriage?
+    let lanLink = LANLink()
+    private let carriageTask = LockedTask()
     public let router: Router
     private let schedulerTask = LockedTask()
     private let dispatcherTask = LockedTask()
@@ -163,8 +174,11 @@ public final class Gateway: Sendable {
         }
         let port = boundPort
         let publicURL = options.publicURL
+        let carriageBox = CarriageBox()
+        let lanLink = self.lanLink
         router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
-                                gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" }).routes)
+                                gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" },
+                                lan: { lanLink.value }, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) }).routes)
         router.add(ApprovalsAPI(broker: approvals, config: config, runs: runs).routes)
         router.add(AssistantAPI(memory: memory, runs: runs, config: config).routes)
         do {
@@ -174,8 +188,38 @@ public final class Gateway: Sendable {
         }
         self.router = router
         let routerCopy = router
-        server = HTTPServer(configuration: HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes)) { request in
-            await routerCopy.handle(request)
+        let idempotency: IdempotencyLog
+        do { idempotency = try IdempotencyLog(database: database) } catch { throw .storage("cannot open the idempotency log: \(error)") }
+        self.idempotency = idempotency
+        let answer: @Sendable (HTTPRequest) async -> HTTPResponse = { request in
+            await idempotency.answer(request, principal: routerCopy.principal(of: request)) { await routerCopy.handle($0) }
+        }
+        server = HTTPServer(configuration: HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes), handler: answer)
+        if let relayURL = options.environment["SOULACY_RELAY_MAILBOX_URL"] {
+            do {
+                carriage = try RelayCarriage(url: relayURL, caFile: options.environment["SOULACY_RELAY_MAILBOX_CA_FILE"], database: database,
+                                             mobile: mobileStore, keys: keys, log: log) { request, principal in
+                    await idempotency.answer(request, principal: principal) { await routerCopy.handle($0, authenticated: principal) }
+                }
+            } catch {
+                throw .storage("cannot open the relay tables: \(error)")
+            }
+            log.info("relay: phones can reach this gateway through the mailbox at \(relayURL)")
+        } else {
+            carriage = nil
+        }
+        carriageBox.set(carriage)
+        if let lanHost = options.lanHost {
+            let identity = try Self.lanIdentity(directory: options.dataDirectory, host: lanHost)
+            lanFingerprint = identity.fingerprint
+            lanServer = HTTPServer(configuration: HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
+                                                                          tls: (identity.keyPEM, identity.certificatePEM))) { request in
+                if let refusal = Self.doorRefusal(request) { return refusal.response }
+                return await answer(request)
+            }
+        } else {
+            lanFingerprint = nil
+            lanServer = nil
         }
     }
 
@@ -226,6 +270,36 @@ public final class Gateway: Sendable {
         return APIError.internal("the gateway could not complete the request").response
     }
 
+    /// The door's checks for the LAN listener, in order: a browser (any Origin) is refused, and a mutating call
+    /// must carry an Idempotency-Key so a retry over another path cannot apply it twice.
+    static func doorRefusal(_ request: HTTPRequest) -> APIError? {
+        if request.header("origin") != nil { return APIError.forbidden("browsers may not call this listener") }
+        if IdempotencyLog.isMutating(request.method), request.header(IdempotencyLog.header) == nil, request.path != "/api/v1/pairing/redeem", request.path != "/pairing/redeem" {
+            return APIError(status: 422, code: "idempotency_key_required", message: "Idempotency-Key: every \(request.method) on this listener needs one (one key per intent)", field: "Idempotency-Key")
+        }
+        return nil
+    }
+
+    /// The LAN certificate and key, made on first use and kept in the data directory (the key readable by the owner only).
+    static func lanIdentity(directory: String, host: String) throws(GatewayStartError) -> (keyPEM: String, certificatePEM: String, fingerprint: String) {
+        let keyPath = directory + "/lan-key.pem", certPath = directory + "/lan-cert.pem"
+        do {
+            if let key = try? String(contentsOfFile: keyPath, encoding: .utf8), let cert = try? String(contentsOfFile: certPath, encoding: .utf8) {
+                return (key, cert, try SelfSignedCertificate.fingerprint(pem: cert))
+            }
+            let addresses = host == "0.0.0.0" || host == "::" ? ["127.0.0.1"] : [host]
+            let made = try SelfSignedCertificate.generate(commonName: "soulacy gateway", ipAddresses: addresses)
+            FileManager.default.createFile(atPath: keyPath, contents: Data(made.keyPEM.utf8), attributes: [.posixPermissions: 0o600])
+            try made.certificatePEM.write(toFile: certPath, atomically: true, encoding: .utf8)
+            return (made.keyPEM, made.certificatePEM, try SelfSignedCertificate.fingerprint(pem: made.certificatePEM))
+        } catch {
+            throw .listen("cannot make the LAN listener's certificate: \(error)")
+        }
+    }
+
+    /// The LAN listener's port, when it is on.
+    public var lanPort: UInt16? { lanServer?.port }
+
     /// The port the API listens on (the chosen one for port 0).
     public var port: UInt16 { server.port }
 
@@ -245,12 +319,19 @@ public final class Gateway: Sendable {
     }
 
     public func start() throws(GatewayStartError) {
-        do { try server.start() } catch { throw .listen(error.description) }
+        do {
+            try server.start()
+            if let lanServer, let lanHost = options.lanHost, let fingerprint = lanFingerprint {
+                try lanServer.start()
+                lanLink.set((host: "\(lanHost):\(lanServer.port)", fingerprint: fingerprint))
+            }
+        } catch { throw .listen(error.description) }
         boundPort.value.store(server.port, ordering: .relaxed)
         let scheduler = self.scheduler
         schedulerTask.set(Task { await scheduler.run() })
         let dispatcher = self.dispatcher
         dispatcherTask.set(Task { await dispatcher.run() })
+        if let carriage { carriageTask.set(Task { await carriage.run() }) }
         options.log.info("soulacy \(GatewayVersion.current) listening on \(options.host):\(port) with \(config.agents.count) agent(s)")
     }
 
@@ -258,10 +339,12 @@ public final class Gateway: Sendable {
     public func stop() async {
         schedulerTask.cancel()
         await server.stop()
+        await lanServer?.stop()
         await runs.waitForAll()
         // Wake-ups in flight settle before the process goes; the rest wait in the outbox.
         dispatcher.poke()
         await dispatcherTask.cancelAndWait()
+        await carriageTask.cancelAndWait()
     }
 }
 
@@ -283,4 +366,18 @@ final class LockedTask: @unchecked Sendable {
 /// The API's port once bound, read by runners that need the gateway's address.
 final class BoundPort: Sendable {
     let value = Atomic<UInt16>(0)
+}
+
+/// Filled once the carriage exists (the routes that enroll phones are built before it).
+final class CarriageBox: Sendable {
+    private let box = Mutex<RelayCarriage?>(nil)
+    func set(_ c: RelayCarriage?) { box.withLock { $0 = c } }
+    var value: RelayCarriage? { box.withLock { $0 } }
+}
+
+/// The LAN listener's host and pin, for pairing links (its port is known once it listens).
+final class LANLink: Sendable {
+    private let box = Mutex<(host: String, fingerprint: String)?>(nil)
+    func set(_ v: (host: String, fingerprint: String)) { box.withLock { $0 = v } }
+    var value: (host: String, fingerprint: String)? { box.withLock { $0 } }
 }

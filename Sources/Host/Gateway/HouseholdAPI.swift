@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HTTPServer
 import Identity
@@ -12,6 +13,10 @@ struct HouseholdAPI: Sendable {
     let limiter: PairingRateLimiter
     /// The address a pairing link sends the phone to.
     let gatewayURL: @Sendable () -> String
+    /// The LAN listener's address and certificate pin, when it is on.
+    let lan: @Sendable () -> (host: String, fingerprint: String)?
+    /// Gives a redeemed phone its relay mailbox place and pairing secret, when a relay is configured.
+    let enroll: @Sendable (String, String) async -> RelayCarriage.Enrollment?
 
     static func scopes(for role: Role) -> [String] {
         var scopes = ["agents:read", "inbox:read", "approvals:read", "chat", "devices:register"]
@@ -53,7 +58,8 @@ struct HouseholdAPI: Sendable {
         }
         return .json([
             "code": .string(offer.code), "expires_at": .timestamp(offer.expiresAt), "subject": .string(offer.subject),
-            "role": .string(offer.role.rawValue), "pair_url": .string(PairingLink.url(offer: offer, gateway: gatewayURL())),
+            "role": .string(offer.role.rawValue),
+            "pair_url": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), lanAddress: lan().map { "\($0.host)" }, fingerprint: lan()?.fingerprint)),
         ], status: 201)
     }
 
@@ -69,10 +75,16 @@ struct HouseholdAPI: Sendable {
         let deviceName = try body.optionalString("name", maxLength: 200) ?? "Paired device"
         do {
             let minted = try household.redeem(code: code, deviceName: deviceName)
-            return .json([
+            var answer: [String: JSONValue] = [
                 "paired": true, "token": .string(minted.token), "key_id": .string(minted.key.id), "subject": .string(minted.key.subject),
                 "role": .string(minted.key.role.rawValue), "scopes": .array(Self.scopes(for: minted.key.role).map(JSONValue.string)),
-            ], status: 201)
+            ]
+            // The relay path: the pairing secret S reaches the phone here, over the channel it paired on, never via the relay.
+            if let relay = await enroll(minted.key.id, minted.key.subject) {
+                answer["relay"] = ["url": .string(relay.url), "mailbox_id": .string(relay.mailboxID), "device_id": .string(relay.deviceID),
+                                   "secret": .string(Base64URL.encode(relay.secret))]
+            }
+            return .json(.object(answer), status: 201)
         } catch let error as PairingError {
             limiter.recordFailure(address: address)
             switch error {

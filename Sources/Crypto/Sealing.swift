@@ -1,0 +1,134 @@
+internal import COpenSSL
+import Foundation
+
+public enum SealError: Error, Sendable, Equatable, CustomStringConvertible {
+    case malformed
+    case authenticationFailed
+    case crypto(String)
+    public var description: String {
+        switch self {
+        case .malformed: return "the envelope is not base64url(IV ‖ ciphertext ‖ tag)"
+        case .authenticationFailed: return "the envelope does not open with this key and header (tampered, or another key)"
+        case .crypto(let what): return "OpenSSL failed: \(what)"
+        }
+    }
+}
+
+/// HKDF-SHA256 (RFC 5869) through OpenSSL's EVP_KDF.
+public enum HKDF {
+    public static func deriveKey(secret: [UInt8], salt: [UInt8], info: String, length: Int = 32) throws(SealError) -> [UInt8] {
+        try deriveKey(secret: secret, salt: salt, info: Array(info.utf8), length: length)
+    }
+
+    public static func deriveKey(secret: [UInt8], salt: [UInt8], info infoBytes: [UInt8], length: Int = 32) throws(SealError) -> [UInt8] {
+        guard let ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nil) else { throw .crypto("HKDF context") }
+        defer { EVP_PKEY_CTX_free(ctx) }
+        var out = [UInt8](repeating: 0, count: length)
+        var outLength = length
+        guard EVP_PKEY_derive_init(ctx) == 1, EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()) == 1,
+              EVP_PKEY_CTX_set1_hkdf_salt(ctx, salt, Int32(salt.count)) == 1,
+              EVP_PKEY_CTX_set1_hkdf_key(ctx, secret, Int32(secret.count)) == 1,
+              EVP_PKEY_CTX_add1_hkdf_info(ctx, infoBytes, Int32(infoBytes.count)) == 1,
+              EVP_PKEY_derive(ctx, &out, &outLength) == 1, outLength == length else { throw .crypto("HKDF derive") }
+        return out
+    }
+}
+
+/// AES-256-GCM sealing into the relay envelope: base64url-no-pad(IV 12 ‖ ciphertext ‖ tag 16). The header
+/// (version and type) is authenticated, so an item cannot be replayed as another kind.
+public enum SealedBox {
+    public static func seal(_ plaintext: [UInt8], key: [UInt8], header: String) throws(SealError) -> String {
+        guard key.count == 32 else { throw .crypto("the key must be 32 bytes") }
+        let iv = SecureBytes.random(count: 12)
+        guard let ctx = EVP_CIPHER_CTX_new() else { throw .crypto("cipher context") }
+        defer { EVP_CIPHER_CTX_free(ctx) }
+        var out = [UInt8](repeating: 0, count: plaintext.count + 16)
+        var length: Int32 = 0
+        var total = 0
+        let aad = Array(header.utf8)
+        guard EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nil, key, iv) == 1,
+              aad.isEmpty || EVP_EncryptUpdate(ctx, nil, &length, aad, Int32(aad.count)) == 1,
+              EVP_EncryptUpdate(ctx, &out, &length, plaintext, Int32(plaintext.count)) == 1 else { throw .crypto("encrypt") }
+        total = Int(length)
+        let finalOK = out.withUnsafeMutableBufferPointer { EVP_EncryptFinal_ex(ctx, $0.baseAddress! + total, &length) }
+        guard finalOK == 1 else { throw .crypto("encrypt final") }
+        total += Int(length)
+        var tag = [UInt8](repeating: 0, count: 16)
+        guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, &tag) == 1 else { throw .crypto("tag") }
+        return Base64URL.encode(iv + out[0..<total] + tag)
+    }
+
+    public static func open(_ envelope: String, key: [UInt8], header: String) throws(SealError) -> [UInt8] {
+        guard let bytes = Base64URL.decode(envelope), bytes.count >= 28, key.count == 32 else { throw .malformed }
+        let iv = Array(bytes[0..<12]), tag = Array(bytes[(bytes.count - 16)...]), body = Array(bytes[12..<(bytes.count - 16)])
+        guard let ctx = EVP_CIPHER_CTX_new() else { throw .crypto("cipher context") }
+        defer { EVP_CIPHER_CTX_free(ctx) }
+        var out = [UInt8](repeating: 0, count: body.count + 16)
+        var length: Int32 = 0
+        let aad = Array(header.utf8)
+        var tagCopy = tag
+        guard EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nil, key, iv) == 1,
+              aad.isEmpty || EVP_DecryptUpdate(ctx, nil, &length, aad, Int32(aad.count)) == 1,
+              EVP_DecryptUpdate(ctx, &out, &length, body, Int32(body.count)) == 1,
+              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, &tagCopy) == 1 else { throw .authenticationFailed }
+        let total = Int(length)
+        let finalOK = out.withUnsafeMutableBufferPointer { EVP_DecryptFinal_ex(ctx, $0.baseAddress! + total, &length) }
+        guard finalOK == 1 else { throw .authenticationFailed }
+        return Array(out[0..<(total + Int(length))])
+    }
+}
+
+/// A self-signed ECDSA P-256 certificate for the LAN listener, and the SHA-256 of its DER that phones pin.
+public enum SelfSignedCertificate {
+    public static func generate(commonName: String, ipAddresses: [String], days: Int = 3650) throws(SealError) -> (keyPEM: String, certificatePEM: String) {
+        guard let keygen = EVP_PKEY_CTX_new_id(EVP_PKEY_EC, nil) else { throw .crypto("EC key context") }
+        defer { EVP_PKEY_CTX_free(keygen) }
+        var generated: OpaquePointer?
+        guard EVP_PKEY_keygen_init(keygen) == 1, EVP_PKEY_CTX_set_ec_paramgen_curve_nid(keygen, NID_X9_62_prime256v1) == 1,
+              EVP_PKEY_keygen(keygen, &generated) == 1, let key = generated else { throw .crypto("EC key generation") }
+        defer { EVP_PKEY_free(key) }
+        guard let x509 = X509_new() else { throw .crypto("X509_new") }
+        defer { X509_free(x509) }
+        X509_set_version(x509, 2)
+        ASN1_INTEGER_set(X509_get_serialNumber(x509), Int(UInt32.random(in: 1...UInt32.max)))
+        X509_gmtime_adj(X509_getm_notBefore(x509), -3600)
+        X509_gmtime_adj(X509_getm_notAfter(x509), days * 86400)
+        X509_set_pubkey(x509, key)
+        let name = X509_get_subject_name(x509)
+        X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, commonName, -1, -1, 0)
+        X509_set_issuer_name(x509, name)
+        let san = (ipAddresses.map { "IP:\($0)" } + ["DNS:localhost"]).joined(separator: ",")
+        var ctx = X509V3_CTX()
+        X509V3_set_ctx(&ctx, x509, x509, nil as OpaquePointer?, nil as OpaquePointer?, 0)
+        if let ext = X509V3_EXT_conf_nid(nil, &ctx, NID_subject_alt_name, san) {
+            X509_add_ext(x509, ext, -1)
+            X509_EXTENSION_free(ext)
+        }
+        guard X509_sign(x509, key, EVP_sha256()) > 0 else { throw .crypto("X509_sign") }
+        func pem(_ write: (OpaquePointer?) -> Int32) throws(SealError) -> String {
+            guard let bio = BIO_new(BIO_s_mem()) else { throw .crypto("BIO") }
+            defer { BIO_free(bio) }
+            guard write(bio) == 1 else { throw .crypto("PEM write") }
+            var pointer: UnsafeMutablePointer<CChar>?
+            let count = BIO_ctrl(bio, BIO_CTRL_INFO, 0, &pointer)
+            return String(decoding: UnsafeRawBufferPointer(start: pointer, count: count), as: UTF8.self)
+        }
+        let keyPEM = try pem { PEM_write_bio_PrivateKey($0, key, nil, nil, 0, nil, nil) }
+        let certPEM = try pem { PEM_write_bio_X509($0, x509) }
+        return (keyPEM, certPEM)
+    }
+
+    /// SHA-256 of the certificate's DER, as 64 lower-case hex digits.
+    public static func fingerprint(pem: String) throws(SealError) -> String {
+        let bytes = Array(pem.utf8)
+        let bio = bytes.withUnsafeBytes { BIO_new_mem_buf($0.baseAddress, Int32($0.count)) }
+        defer { BIO_free(bio) }
+        guard let x509 = PEM_read_bio_X509(bio, nil, nil, nil) else { throw .crypto("not a PEM certificate") }
+        defer { X509_free(x509) }
+        var der: UnsafeMutablePointer<UInt8>? = nil
+        let length = i2d_X509(x509, &der)
+        guard length > 0, let der else { throw .crypto("DER encoding") }
+        defer { CRYPTO_free(der, #file, #line) }
+        return Hex.encode(SHA256.hash(Array(UnsafeBufferPointer(start: der, count: Int(length)))))
+    }
+}

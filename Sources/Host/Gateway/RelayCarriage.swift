@@ -1,0 +1,183 @@
+import ChannelAPI
+import Crypto
+import Foundation
+import HTTPClient
+import HTTPServer
+import Identity
+import Mobile
+import RelayProtocol
+import SQLite
+
+/// The gateway's side of the relay mailbox: while online it pulls the phones' sealed commands, applies each once
+/// through the same API (the idempotency log answers a replay), posts sealed results, and sends new inbox lines
+/// down as sealed records. The relay sees only ciphertext, sequence numbers and cursors.
+public actor RelayCarriage {
+    public static let migrations: [Migration] = [
+        Migration("relaycarriage.1", """
+            CREATE TABLE relay_mailbox (id INTEGER PRIMARY KEY CHECK (id = 1), url TEXT NOT NULL, mailbox_id TEXT NOT NULL, bearer TEXT NOT NULL);
+            CREATE TABLE relay_devices (
+                device_id TEXT PRIMARY KEY, subject TEXT NOT NULL, secret BLOB NOT NULL,
+                last_seq INTEGER NOT NULL DEFAULT 0, registered INTEGER NOT NULL DEFAULT 0
+            );
+            """),
+    ]
+    /// Down items larger than this go as a too_large marker; the phone reads them over a direct path.
+    public static let maximumItemBytes = 192 * 1024
+
+    public struct Enrollment: Sendable {
+        public let url: String
+        public let mailboxID: String
+        public let deviceID: String
+        public let secret: [UInt8]
+    }
+
+    nonisolated let url: String
+    let database: DatabasePool
+    let client: HTTP2Client
+    let mobile: MobileStore
+    let keys: APIKeyStore
+    let log: Log
+    let apply: @Sendable (HTTPRequest, Principal) async -> HTTPResponse
+    private var mailbox: (id: String, bearer: String)?
+
+    public init(url: String, caFile: String?, database: DatabasePool, mobile: MobileStore, keys: APIKeyStore, log: Log,
+                apply: @escaping @Sendable (HTTPRequest, Principal) async -> HTTPResponse) throws {
+        self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
+        self.database = database
+        self.mobile = mobile
+        self.keys = keys
+        self.log = log
+        self.apply = apply
+        client = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: caFile))
+        try database.migrate(Self.migrations)
+    }
+
+    private func call(_ method: String, _ path: String, bearer: String?, json: JSONValue? = nil) async throws -> (Int, JSONValue) {
+        var headers = [("content-type", "application/json")]
+        if let bearer { headers.append(("authorization", "Bearer \(bearer)")) }
+        let response = try await client.send(ClientRequest(method: method, url: url + path, headers: headers, body: json.map { Array($0.serialized().utf8) } ?? [], timeout: .seconds(10)))
+        return (response.status, (try? JSONValue.parse(response.body)) ?? .null)
+    }
+
+    /// The mailbox this gateway owns at the relay, created on first use; its bearer stays in the data directory.
+    private func ensureMailbox() async throws -> (id: String, bearer: String) {
+        if let mailbox { return mailbox }
+        if let row = try database.read({ db in try db.query("SELECT mailbox_id, bearer FROM relay_mailbox WHERE id = 1 AND url = ?", url).first }),
+           let id = row.string("mailbox_id"), let bearer = row.string("bearer") {
+            mailbox = (id, bearer)
+            return (id, bearer)
+        }
+        let bearer = Base64URL.encode(SecureBytes.random(count: 32))
+        let (status, body) = try await call("POST", "/v1/mailboxes", bearer: nil, json: ["secret_sha256": .string(Hex.encode(SHA256.hash(bearer)))])
+        guard status == 201, let id = body["mailbox_id"]?.stringValue else { throw APIError.unavailable("the relay refused to make a mailbox (\(status))") }
+        try database.transaction { db in
+            try db.run("INSERT OR REPLACE INTO relay_mailbox (id, url, mailbox_id, bearer) VALUES (1, ?, ?, ?)", url, id, bearer)
+        }
+        mailbox = (id, bearer)
+        return (id, bearer)
+    }
+
+    /// Gives a newly paired phone (its key) a pairing secret and a place in the mailbox.
+    public func enroll(keyID: String, subject: String) async throws -> Enrollment {
+        let box = try await ensureMailbox()
+        let secret = SecureBytes.random(count: 32)
+        // New lines start from now: the phone reads what came before over a direct path.
+        let latest = try mobile.database.read { db in try db.query("SELECT COALESCE(MAX(seq), 0) AS s FROM mobile_deliveries").first?.int("s") ?? 0 }
+        try database.transaction { db in
+            try db.run("INSERT OR REPLACE INTO relay_devices (device_id, subject, secret, last_seq, registered) VALUES (?, ?, ?, ?, 0)", keyID, subject, secret, latest)
+        }
+        try? await register(deviceID: keyID, secret: secret, box: box)
+        return Enrollment(url: url, mailboxID: box.id, deviceID: keyID, secret: secret)
+    }
+
+    private func register(deviceID: String, secret: [UInt8], box: (id: String, bearer: String)) async throws {
+        let keys = try RelayKeys(secret: secret, deviceID: deviceID)
+        let (status, _) = try await call("PUT", "/v1/mailboxes/\(box.id)/devices/\(deviceID)", bearer: box.bearer,
+                                         json: ["secret_sha256": .string(keys.bearerSHA256), "cursor": 0])
+        if status == 204 {
+            try database.transaction { db in try db.run("UPDATE relay_devices SET registered = 1 WHERE device_id = ?", deviceID) }
+        }
+    }
+
+    /// Runs until cancelled, polling the mailbox twice a second while the gateway is up.
+    public func run() async {
+        while !Task.isCancelled {
+            do { try await tick() } catch { log.warning("relay: \(error)") }
+            try? await Task.sleep(for: .milliseconds(500))
+        }
+    }
+
+    /// One round: register waiting phones, apply held commands, send new records down.
+    public func tick() async throws {
+        let box = try await ensureMailbox()
+        let devices = try database.read { db in try db.query("SELECT * FROM relay_devices") }
+        for row in devices where row.bool("registered") == false {
+            if let id = row.string("device_id"), let secret = row.blob("secret") { try? await register(deviceID: id, secret: secret, box: box) }
+        }
+        let (status, body) = try await call("GET", "/v1/mailboxes/\(box.id)/commands", bearer: box.bearer)
+        guard status == 200 else { throw APIError.unavailable("the relay answered \(status) for held commands") }
+        for command in body["commands"]?.arrayValue ?? [] {
+            guard let device = command["device_id"]?.stringValue, let id = command["id"]?.stringValue, let sealed = command["ciphertext"]?.stringValue else { continue }
+            await applyCommand(device: device, id: id, sealed: sealed, box: box)
+        }
+        for row in devices {
+            guard let id = row.string("device_id"), let secret = row.blob("secret"), let subject = row.string("subject") else { continue }
+            try await sendRecords(deviceID: id, subject: subject, secret: secret, after: row.int("last_seq") ?? 0, box: box)
+        }
+    }
+
+    private func applyCommand(device: String, id: String, sealed: String, box: (id: String, bearer: String)) async {
+        guard let secret = try? database.read({ db in try db.query("SELECT secret FROM relay_devices WHERE device_id = ?", device).first?.blob("secret") }),
+              let keys = try? RelayKeys(secret: secret, deviceID: device) else {
+            _ = try? await call("POST", "/v1/mailboxes/\(box.id)/commands/\(device)/\(id)/applied", bearer: box.bearer)
+            return
+        }
+        var result: [String: Any]
+        if let command = try? RelayEnvelope.open(sealed, kind: .command, key: keys.up), (command["id"] as? String) == id,
+           let method = command["method"] as? String, let target = command["path"] as? String, let principal = self.keys.principal(keyID: device) {
+            let parts = target.split(separator: "?", maxSplits: 1)
+            var query: [String: String] = [:]
+            if parts.count == 2 {
+                for pair in parts[1].split(separator: "&") {
+                    let kv = pair.split(separator: "=", maxSplits: 1).map { String($0).removingPercentEncoding ?? String($0) }
+                    if kv.count == 2 { query[kv[0]] = kv[1] }
+                }
+            }
+            let bodyBytes: [UInt8] = (command["body"]).flatMap { $0 is NSNull ? nil : try? JSONSerialization.data(withJSONObject: $0, options: [.fragmentsAllowed]) }.map(Array.init) ?? []
+            // The command's id is its Idempotency-Key: the same intent sent again on any path is applied once.
+            let request = HTTPRequest(method: method, path: String(parts[0]), query: query,
+                                      headers: ["idempotency-key": id, "content-type": "application/json"], body: bodyBytes, remoteAddress: "relay")
+            let response = await apply(request, principal)
+            result = ["id": id, "status": response.status, "content_type": response.header("content-type") ?? "application/json",
+                      "body_b64": Data(response.body).base64EncodedString()]
+            if response.body.count > Self.maximumItemBytes { result = ["id": id, "status": 413, "error": "result_too_large"] }
+        } else {
+            // A command this gateway cannot open or whose phone is unpaired: answered, never applied.
+            result = ["id": id, "status": 401, "error": "not_openable"]
+        }
+        if let envelope = try? RelayEnvelope.seal(result, kind: .result, key: keys.down),
+           let (status, _) = try? await call("POST", "/v1/mailboxes/\(box.id)/devices/\(device)/items", bearer: box.bearer, json: ["ciphertext": .string(envelope)]),
+           status == 201 || status == 200 {
+            _ = try? await call("POST", "/v1/mailboxes/\(box.id)/commands/\(device)/\(id)/applied", bearer: box.bearer)
+        }
+    }
+
+    private func sendRecords(deviceID: String, subject: String, secret: [UInt8], after: Int64, box: (id: String, bearer: String)) async throws {
+        let keys = try RelayKeys(secret: secret, deviceID: deviceID)
+        let page = try mobile.deliveries(subject: subject, deviceID: nil, before: nil, limit: 200)
+        let fresh = page.items.filter { $0.seq > after }.sorted { $0.seq < $1.seq }
+        var previous = after
+        for delivery in fresh {
+            var record: [String: Any] = ["after": previous, "seq": delivery.seq, "kind": "delivery", "id": delivery.id]
+            let line: [String: Any] = ["id": delivery.id, "agent_id": delivery.agentID, "agent_name": delivery.agentName, "title": delivery.title,
+                                       "body": delivery.body, "created_at": delivery.createdAt.timeIntervalSince1970, "destination": delivery.destination.description]
+            let size = (try? JSONSerialization.data(withJSONObject: line).count) ?? 0
+            if size > Self.maximumItemBytes { record["too_large"] = true } else { record["record"] = line }
+            let envelope = try RelayEnvelope.seal(record, kind: .record, key: keys.down)
+            let (status, body) = try await call("POST", "/v1/mailboxes/\(box.id)/devices/\(deviceID)/items", bearer: box.bearer, json: ["ciphertext": .string(envelope)])
+            guard status == 201 || (status == 200 && body["stored"] == false) else { return }
+            previous = delivery.seq
+            try database.transaction { db in try db.run("UPDATE relay_devices SET last_seq = ? WHERE device_id = ?", delivery.seq, deviceID) }
+        }
+    }
+}

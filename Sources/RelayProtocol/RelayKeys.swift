@@ -1,0 +1,56 @@
+import Crypto
+import Foundation
+
+/// Keys a phone and its gateway derive from the 32-byte pairing secret S, with the device id as salt
+/// (HKDF-SHA256). The relay never learns S: it sees only SHA-256(R) and ciphertext.
+public struct RelayKeys: Sendable, Equatable {
+    /// Seals what goes down to the phone (records, results).
+    public let down: [UInt8]
+    /// Seals what goes up to the gateway (commands).
+    public let up: [UInt8]
+    /// The phone's bearer at the relay.
+    public let auth: [UInt8]
+    /// Keys the collapse id of relay pushes.
+    public let collapse: [UInt8]
+
+    public init(secret: [UInt8], deviceID: String) throws(SealError) {
+        let salt = Array(deviceID.utf8)
+        down = try HKDF.deriveKey(secret: secret, salt: salt, info: "plannotator-inbox relay key v1")
+        up = try HKDF.deriveKey(secret: secret, salt: salt, info: "plannotator-inbox relay up v1")
+        auth = try HKDF.deriveKey(secret: secret, salt: salt, info: "plannotator-inbox relay auth v1")
+        collapse = try HKDF.deriveKey(secret: secret, salt: salt, info: "plannotator-inbox relay collapse v1")
+    }
+
+    /// The bearer the phone presents to the relay.
+    public var bearer: String { Base64URL.encode(auth) }
+    public var bearerSHA256: String { Hex.encode(SHA256.hash(bearer)) }
+
+    public func collapseID(threadID: String) -> String { Hex.encode(HMACSHA256.authenticate(Array(threadID.utf8), key: collapse)) }
+}
+
+/// What travels sealed through the relay. The version and type are the AEAD's header, so an item opened as
+/// the wrong type, or of another version, fails authentication.
+public enum RelayEnvelope {
+    public static let version = 1
+
+    public enum Kind: String, Sendable { case record, result, command }
+
+    public static func header(_ kind: Kind) -> String { "soulacy-relay v\(version) \(kind.rawValue)" }
+
+    public static func seal(_ object: [String: Any], kind: Kind, key: [UInt8]) throws -> String {
+        var body = object
+        body["v"] = version
+        body["type"] = kind.rawValue
+        let data = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
+        return try SealedBox.seal(Array(data), key: key, header: header(kind))
+    }
+
+    public static func open(_ envelope: String, kind: Kind, key: [UInt8]) throws -> [String: Any] {
+        let bytes = try SealedBox.open(envelope, key: key, header: header(kind))
+        guard let object = try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+              (object["v"] as? Int) == version, (object["type"] as? String) == kind.rawValue else {
+            throw SealError.malformed
+        }
+        return object
+    }
+}

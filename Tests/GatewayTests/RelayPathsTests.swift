@@ -1,0 +1,240 @@
+import Crypto
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import GatewayTestSupport
+import HTTPServer
+import RelayProtocol
+import SoulacyClient
+import Testing
+
+/// The phone's three paths to its gateway: the pinned Wi-Fi listener, the tailnet, and the end-to-end encrypted
+/// relay mailbox with idempotent held sends. The seed's scenarios that make sense without a phone.
+@Suite("The phone's three paths", .serialized)
+struct RelayPathsTests {
+    static let secretText = "RELAY-PLAINTEXT-MUST-NOT-APPEAR-7c1"
+
+    /// Pairs a phone for `subject` through the API; returns its token and relay endpoint.
+    func pairPhone(_ gw: TestGateway) async throws -> (token: String, relay: RelayEndpoint) {
+        let code = try #require(try await gw.request("POST", "/api/v1/pairing/tokens").json["code"]?.stringValue)
+        let redeemed = try await gw.request("POST", "/api/v1/pairing/redeem", json: ["code": .string(code), "name": "Test phone"], key: .none)
+        let token = try #require(redeemed.json["token"]?.stringValue)
+        let relay = try #require(redeemed.json["relay"])
+        return (token, RelayEndpoint(url: relay["url"]!.stringValue!, mailboxID: relay["mailbox_id"]!.stringValue!,
+                                     deviceID: relay["device_id"]!.stringValue!, secret: Base64URL.decode(relay["secret"]!.stringValue!)!))
+    }
+
+    func client(_ gw: TestGateway?, token: String, relay: RelayEndpoint?, lanPin: String? = nil, readBack: Duration = .seconds(6)) -> GatewayClient {
+        var paths = GatewayPaths(relay: relay)
+        if let gw, let port = gw.gateway.lanPort { paths.lan = ("https://127.0.0.1:\(port)", lanPin ?? gw.gateway.lanFingerprint!) }
+        paths.tailnet = gw.map { $0.baseURL } ?? "http://127.0.0.1:\(freePort())"
+        return GatewayClient(paths: paths, token: token, probeTimeout: .seconds(1), readBack: readBack)
+    }
+
+    @Test("the Wi-Fi listener is HTTPS with a pinned leaf: the right pin connects, a wrong one is refused; the pairing link carries it")
+    func pinning() async throws {
+        try await withTestGateway(lan: true) { (gw) async throws in
+            let fingerprint = try #require(gw.gateway.lanFingerprint)
+            #expect(fingerprint.count == 64)
+            let link = try await gw.request("POST", "/api/v1/pairing/tokens").json["pair_url"]?.stringValue ?? ""
+            #expect(link.contains("fp=\(fingerprint)") && link.contains("lan=127.0.0.1:\(gw.gateway.lanPort!)"))
+            let key = try await gw.mintKey(subject: "owner", role: "operator")
+            let good = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", fingerprint)), token: key, probeTimeout: .seconds(2))
+            #expect(await good.probe() == .lan)
+            guard case .answered(let answer, .lan) = await good.send(method: "GET", path: "/api/v1/mobile/deliveries") else { Issue.record("no answer over the Wi-Fi"); return }
+            #expect(answer.status == 200)
+            let wrongPin = String(fingerprint.reversed())
+            let bad = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", wrongPin)), token: key, probeTimeout: .seconds(2))
+            #expect(await bad.probe() == nil)
+            guard case .unreachable = await bad.send(method: "GET", path: "/api/v1/mobile/deliveries") else { Issue.record("a wrong pin connected"); return }
+            // The door: a browser Origin is refused; a POST without an Idempotency-Key is 422.
+            let raw = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", fingerprint)), token: key)
+            _ = raw
+        }
+    }
+
+    @Test("replaying a mutating call answers from the log: same status and body, one effect, across restarts; a reused key on another route is 409")
+    func idempotency() async throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        let key = "intent-0001"
+        let first = try await withTestGateway(directory: directory) { (gw) async throws -> TestResponse in
+            let r = try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "likes tea"], headers: ["Idempotency-Key": key])
+            #expect(r.status == 201)
+            let again = try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "likes tea"], headers: ["Idempotency-Key": key])
+            #expect(again.status == 201 && again.body == r.body && again.headers["idempotent-replayed"] == "true")
+            let elsewhere = try await gw.request("POST", "/api/v1/channels/mobile/test", headers: ["Idempotency-Key": key])
+            #expect(elsewhere.status == 409 && elsewhere.errorCode == "idempotency_key_reused")
+            return r
+        }
+        try await withTestGateway(directory: directory) { (gw) async throws in
+            let replay = try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "likes tea"], headers: ["Idempotency-Key": key])
+            #expect(replay.body == first.body && replay.headers["idempotent-replayed"] == "true")
+            #expect(try await gw.request("GET", "/api/v1/memory/facts").json["facts"]?.arrayValue?.count == 1)
+        }
+    }
+
+    @Test("with neither direct path answering, the phone falls back to the relay and reads its inbox through it, sealed")
+    func relayFallback() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+            let (token, endpoint) = try await pairPhone(gw)
+            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone"], key: .some(token))
+            _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": .string(Self.secretText)])
+            // Both direct paths point at closed ports: only the relay is left.
+            let phone = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(freePort())", String(repeating: "0", count: 64)),
+                                                          tailnet: "http://127.0.0.1:\(freePort())", relay: endpoint), token: token, probeTimeout: .seconds(1))
+            #expect(await phone.probe() == .relay)
+            guard case .answered(let answer, .relay) = await phone.send(method: "GET", path: "/api/v1/mobile/deliveries?device_id=phone") else {
+                Issue.record("no answer through the relay"); return
+            }
+            #expect(answer.status == 200)
+            #expect(String(decoding: answer.body, as: UTF8.self).contains(Self.secretText))
+            // New lines came down as sealed records too.
+            await phone.readRelay()
+            #expect(await eventually {
+                await phone.readRelay()
+                return await phone.relayRecords().contains { $0.fields["body"] == Self.secretText }
+            })
+            #expect(relay.storedBytes().range(of: Data(Self.secretText.utf8)) == nil)
+        }
+    }
+
+    @Test("every command replayed through the relay gives one effect")
+    func replayThroughRelay() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+            let (token, endpoint) = try await pairPhone(gw)
+            let phone = client(nil, token: token, relay: endpoint)
+            #expect(await phone.probe() == .relay)
+            let asked = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "unlock", "call_id": "call_relay", "wait": false])
+            #expect(asked.status == 201)
+            let intents: [(String, String, Data?)] = [
+                ("POST", "/api/v1/mobile/devices", Data(JSONValue.object(["id": "relay-phone"]).serialized().utf8)),
+                ("POST", "/api/v1/memory/facts", Data(JSONValue.object(["text": "relay fact"]).serialized().utf8)),
+                ("POST", "/approvals/call_relay/approve", nil),
+            ]
+            var keys: [String] = []
+            for (method, path, body) in intents {
+                let key = UUID().uuidString.lowercased()
+                keys.append(key)
+                guard case .answered(let a, .relay) = await phone.send(method: method, path: path, body: body, idempotencyKey: key) else {
+                    Issue.record("\(path) got no answer"); continue
+                }
+                #expect(a.status < 300, "\(path) \(a.status)")
+            }
+            // The same intents, with the same keys, sent again: each answered from the log.
+            for ((method, path, body), key) in zip(intents, keys) {
+                guard case .answered(let a, .relay) = await phone.send(method: method, path: path, body: body, idempotencyKey: key) else { continue }
+                #expect(a.status < 300)
+            }
+            #expect(try await gw.request("GET", "/api/v1/memory/facts", key: .some(token)).json["facts"]?.arrayValue?.count == 1)
+            #expect(try gw.gateway.mobileStore.devices(subject: "owner").filter { $0.id == "relay-phone" }.count == 1)
+            let approval = try #require(try gw.gateway.approvals.approval(callID: "call_relay"))
+            #expect(approval.state == .approved)
+            let logged = try gw.gateway.database.read { try $0.query("SELECT COUNT(*) AS n FROM idempotency_log").first?.int("n") }
+            #expect(logged == 3)
+        }
+    }
+
+    @Test("gateway stopped: a send is held at the relay, and applied once when the gateway returns; a refused one says so in plain words")
+    func heldSends() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        let directory = TestGateway.makeTemporaryDirectory()
+        let env = ["SOULACY_RELAY_MAILBOX_URL": relay.url]
+        let (token, endpoint) = try await withTestGateway(directory: directory, environment: env) { (gw) async throws in
+            let paired = try await pairPhone(gw)
+            _ = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "pay", "call_id": "call_held", "wait": false, "timeout_seconds": 3600])
+            return paired
+        }
+        // The gateway is down: both sends wait at the relay.
+        let phone = client(nil, token: token, relay: endpoint, readBack: .seconds(1))
+        guard case .held(let factID) = await phone.send(method: "POST", path: "/api/v1/memory/facts", body: Data(#"{"text":"held fact"}"#.utf8)) else { Issue.record("not held"); return }
+        guard case .held(let approveID) = await phone.send(method: "POST", path: "/approvals/call_held/approve") else { Issue.record("not held"); return }
+        #expect(await phone.pendingSends.sorted() == [factID, approveID].sorted())
+
+        // Meanwhile the approval is denied on the computer itself, with the relay path shut.
+        try await withTestGateway(directory: directory) { (gw) async throws in
+            #expect(try await gw.request("POST", "/approvals/call_held/deny").json["state"] == "denied")
+        }
+        // Back with the relay: the held sends are applied, once.
+        try await withTestGateway(directory: directory, environment: env) { (gw) async throws in
+            var settled: [String: Settlement] = [:]
+            for _ in 0..<60 where settled.count < 2 {
+                settled = await phone.settleHeld()
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            #expect(settled[factID] == .sent(status: 201))
+            #expect(settled[approveID] == .refused(words: "Not sent. That approval was already denied on your computer."))
+            #expect(await phone.pendingSends.isEmpty)
+            // Settling again changes nothing and applies nothing.
+            _ = await phone.settleHeld()
+            #expect(try await gw.request("GET", "/api/v1/memory/facts", key: .some(token)).json["facts"]?.arrayValue?.count == 1)
+            #expect(try gw.gateway.approvals.approval(callID: "call_held")?.state == .denied)
+        }
+    }
+
+    @Test("an item too large for the relay comes down as a too_large marker; a result too large is 413")
+    func tooLarge() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+            let (token, endpoint) = try await pairPhone(gw)
+            let channel = try gw.gateway.channels.channel(named: "mobile")
+            _ = try await channel.deliver(.init(agentID: "echo", agentName: "Echo", sessionID: "s", parts: [String(repeating: "x", count: 200_000)]), to: "all")
+            let phone = client(nil, token: token, relay: endpoint)
+            #expect(await eventually {
+                await phone.readRelay()
+                return await phone.relayRecords().contains { $0.tooLarge }
+            })
+            _ = await phone.probe()
+            guard case .answered(let answer, .relay) = await phone.send(method: "GET", path: "/api/v1/mobile/deliveries") else { Issue.record("no answer"); return }
+            #expect(answer.status == 413)
+        }
+    }
+
+    @Test("with the relay off for a phone nothing is held for it: no records, no commands")
+    func relayOff() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+            let (token, endpoint) = try await pairPhone(gw)
+            let phone = client(nil, token: token, relay: endpoint, readBack: .seconds(1))
+            #expect(await phone.setRelay(on: false))
+            _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": "while off"])
+            try await gw.gateway.carriage!.tick()
+            let keys = try RelayKeys(secret: endpoint.secret, deviceID: endpoint.deviceID)
+            var request = URLRequest(url: URL(string: "\(relay.url)/v1/mailboxes/\(endpoint.mailboxID)/devices/\(endpoint.deviceID)/items?after=0")!)
+            request.setValue("Bearer \(keys.bearer)", forHTTPHeaderField: "Authorization")
+            let (data, _) = try await URLSession.shared.data(for: request)
+            #expect(try JSONValue.parse(Array(data))["items"]?.arrayValue?.isEmpty == true)
+            _ = await phone.probe()
+            guard case .unreachable = await phone.send(method: "POST", path: "/api/v1/memory/facts", body: Data(#"{"text":"nope"}"#.utf8)) else {
+                Issue.record("a command was held with the relay off"); return
+            }
+            #expect(try await gw.request("GET", "/api/v1/memory/facts", key: .some(token)).json["facts"]?.arrayValue?.isEmpty == true)
+        }
+    }
+
+    @Test("sealed envelopes: the header binds version and type; another key or type does not open")
+    func envelopes() throws {
+        let keys = try RelayKeys(secret: SecureBytes.random(count: 32), deviceID: "key_1")
+        let sealed = try RelayEnvelope.seal(["id": "x", "text": Self.secretText], kind: .record, key: keys.down)
+        #expect(!sealed.contains(Self.secretText))
+        #expect((try RelayEnvelope.open(sealed, kind: .record, key: keys.down))["text"] as? String == Self.secretText)
+        #expect(throws: (any Error).self) { try RelayEnvelope.open(sealed, kind: .result, key: keys.down) }
+        #expect(throws: (any Error).self) { try RelayEnvelope.open(sealed, kind: .record, key: keys.up) }
+        var tampered = Array(Base64URL.decode(sealed)!)
+        tampered[20] ^= 1
+        #expect(throws: (any Error).self) { try RelayEnvelope.open(Base64URL.encode(tampered), kind: .record, key: keys.down) }
+        #expect(keys.down != keys.up && keys.up != keys.auth)
+    }
+}
