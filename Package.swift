@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "SoulacyGateway", targets: ["Gateway"]),
         .library(name: "SoulacyMobile", targets: ["Mobile"]),
         .library(name: "SoulacyHTTPServer", targets: ["HTTPServer"]),
+        .library(name: "SoulacyRelayProtocol", targets: ["RelayProtocol"]),
     ],
     targets: [
         // MARK: C libraries from the system
@@ -54,7 +55,7 @@ let package = Package(
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
         .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "Crypto", "Identity"], path: "Sources/RelayMailbox"),
         .executableTarget(name: "soulacy-relay", dependencies: ["RelayMailbox", "HTTPServer"], path: "Sources/RelayServerCLI"),
-        .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "CQRencode"], path: "Sources/Host/CLI"),
+        .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
         .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer"], path: "benchmarks/Sources/SoulacyBench"),
@@ -67,6 +68,6 @@ let package = Package(
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["SoulacyClient", "RelayProtocol", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["HTTPClient", "SoulacyClient", "RelayProtocol", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

@@ -17,5 +17,7 @@ let package = Package(
         .executableTarget(name: "FuzzCanvasCard", dependencies: ["FuzzDriver", .product(name: "SoulacyMobile", package: "soulacy"),
                                                                  .product(name: "SoulacyHTTPServer", package: "soulacy")],
                           path: "Sources/FuzzCanvasCard", swiftSettings: fuzzerFlags),
+        .executableTarget(name: "FuzzRelayEnvelope", dependencies: ["FuzzDriver", .product(name: "SoulacyRelayProtocol", package: "soulacy")],
+                          path: "Sources/FuzzRelayEnvelope", swiftSettings: fuzzerFlags),
     ]
 )

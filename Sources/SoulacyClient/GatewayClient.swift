@@ -58,7 +58,7 @@ public enum Settlement: Sendable, Equatable {
 /// A phone's view of its gateway: the three paths in order (Wi-Fi pinned, tailnet, relay), one idempotency key per
 /// intent across a change of path, and held sends that settle exactly once when the gateway returns.
 public actor GatewayClient {
-    public let paths: GatewayPaths
+    public private(set) var paths: GatewayPaths
     let token: String
     let probeTimeout: Duration
     let readBack: Duration
@@ -79,6 +79,12 @@ public actor GatewayClient {
     }
 
     public var path: InboxPath? { current }
+
+    /// A new tailnet address learned later (the Wi-Fi address and its pin come only from a pairing QR).
+    public func update(tailnet: String?) {
+        paths.tailnet = tailnet
+        current = nil
+    }
     public var pendingSends: [String] { held.keys.sorted() }
 
     private func direct(_ path: InboxPath) -> (HTTP2Client, String)? {

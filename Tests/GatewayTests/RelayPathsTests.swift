@@ -4,6 +4,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import GatewayTestSupport
+import HTTPClient
 import HTTPServer
 import RelayProtocol
 import SoulacyClient
@@ -49,8 +50,12 @@ struct RelayPathsTests {
             #expect(await bad.probe() == nil)
             guard case .unreachable = await bad.send(method: "GET", path: "/api/v1/mobile/deliveries") else { Issue.record("a wrong pin connected"); return }
             // The door: a browser Origin is refused; a POST without an Idempotency-Key is 422.
-            let raw = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", fingerprint)), token: key)
-            _ = raw
+            let pinned = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedCertificateSHA256: Hex.decode(fingerprint)))
+            let base = "https://127.0.0.1:\(gw.gateway.lanPort!)"
+            let noKey = try await pinned.send(ClientRequest(method: "POST", url: base + "/api/v1/memory/facts", headers: [("authorization", "Bearer \(key)")], body: Array(#"{"text":"x"}"#.utf8)))
+            #expect(noKey.status == 422 && String(decoding: noKey.body, as: UTF8.self).contains("idempotency_key_required"))
+            let browser = try await pinned.send(ClientRequest(method: "GET", url: base + "/api/v1/mobile/deliveries", headers: [("authorization", "Bearer \(key)"), ("origin", "https://evil.example")]))
+            #expect(browser.status == 403)
         }
     }
 
@@ -221,6 +226,32 @@ struct RelayPathsTests {
                 Issue.record("a command was held with the relay off"); return
             }
             #expect(try await gw.request("GET", "/api/v1/memory/facts", key: .some(token)).json["facts"]?.arrayValue?.isEmpty == true)
+        }
+    }
+
+    @Test("one key per intent across a change of path: a send the relay dropped is sent again directly and applied once")
+    func keyAcrossPaths() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        let directory = TestGateway.makeTemporaryDirectory()
+        let env = ["SOULACY_RELAY_MAILBOX_URL": relay.url]
+        let (token, endpoint) = try await withTestGateway(directory: directory, environment: env) { (gw) async throws in try await pairPhone(gw) }
+        // Away from home with the gateway down: the send is held at the relay…
+        let away = client(nil, token: token, relay: endpoint, readBack: .milliseconds(500))
+        guard case .held(let id) = await away.send(method: "POST", path: "/api/v1/memory/facts", body: Data(#"{"text":"one intent"}"#.utf8)) else { Issue.record("not held"); return }
+        // …then the person turns the relay off, which drops what it held.
+        #expect(await away.setRelay(on: false))
+        try await withTestGateway(directory: directory, environment: env) { (gw) async throws in
+            // Home again: the tailnet answers and no result came down, so the held send goes directly with its own key.
+            await away.update(tailnet: gw.baseURL)
+            let settled = await away.settleHeld()
+            #expect(settled[id] == .sent(status: 201))
+            guard case .answered(let again, .tailnet) = await away.send(method: "POST", path: "/api/v1/memory/facts", body: Data(#"{"text":"one intent"}"#.utf8), idempotencyKey: id) else {
+                Issue.record("no direct answer"); return
+            }
+            #expect(again.replayed && again.status == 201)
+            #expect(try await gw.request("GET", "/api/v1/memory/facts", key: .some(token)).json["facts"]?.arrayValue?.count == 1)
         }
     }
 

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Gateway
 import Glibc
+import Crypto
 import Identity
 import SQLite
 
@@ -14,7 +15,7 @@ struct SoulacyCommand {
                                                                         run the gateway (default listen 127.0.0.1:8080); --lan adds the
                                                                         same-Wi-Fi HTTPS listener whose certificate pairing links pin
           soulacy check FILE                                            validate a SOUL.yaml; errors as file:line:col: message
-          soulacy pair [--data DIR] [--name NAME --role operator|viewer] [--url URL]
+          soulacy pair [--data DIR] [--name NAME --role operator|viewer] [--url URL] [--lan ADDR:PORT]
                                                                         print a pairing code, link and QR code (default data .soulacy)
           soulacy version
         """
@@ -115,7 +116,7 @@ struct SoulacyCommand {
     }
 
     static func pair(_ arguments: [String]) {
-        let opts = options(arguments, allowed: ["data", "name", "role", "url"])
+        let opts = options(arguments, allowed: ["data", "name", "role", "url", "lan"])
         let data = opts["data"] ?? ".soulacy"
         do {
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -131,7 +132,10 @@ struct SoulacyCommand {
                 offer = try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil)
             }
             let gateway = opts["url"] ?? ProcessInfo.processInfo.environment["SOULACY_PUBLIC_URL"] ?? "http://127.0.0.1:8080"
-            printOffer(offer, url: PairingLink.url(offer: offer, gateway: gateway), qr: true)
+            // With the LAN listener on, the link carries its address and its certificate's SHA-256 for pinning.
+            let lan = opts["lan"] ?? ProcessInfo.processInfo.environment["SOULACY_LAN_LISTEN"]
+            let fingerprint = lan == nil ? nil : (try? String(contentsOfFile: data + "/lan-cert.pem", encoding: .utf8)).flatMap { try? SelfSignedCertificate.fingerprint(pem: $0) }
+            printOffer(offer, url: PairingLink.url(offer: offer, gateway: gateway, lanAddress: fingerprint == nil ? nil : lan, fingerprint: fingerprint), qr: true)
         } catch {
             fail("soulacy pair: \(error)")
         }

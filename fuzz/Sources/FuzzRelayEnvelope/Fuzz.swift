@@ -1,0 +1,21 @@
+import FuzzDriver
+import RelayProtocol
+
+/// Opening relay envelopes: any bytes, as any type, either open (only when sealed with this key) or fail cleanly.
+private let keys = try! RelayKeys(secret: Array(repeating: 7, count: 32), deviceID: "key_fuzz")
+
+@_cdecl("FuzzRelayEnvelope_main")
+public func fuzzRelayEnvelopeMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> CInt {
+    soulacy_fuzz_main(argc, argv) { data, size in fuzzRelayEnvelope(data, size) }
+}
+
+func fuzzRelayEnvelope(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    guard let data else { return 0 }
+    let text = String(decoding: UnsafeBufferPointer(start: data, count: size), as: UTF8.self)
+    for kind in [RelayEnvelope.Kind.record, .result, .command] {
+        if let opened = try? RelayEnvelope.open(text, kind: kind, key: keys.down), (opened["type"] as? String) != kind.rawValue {
+            fatalError("opened as the wrong type")
+        }
+    }
+    return 0
+}
