@@ -127,3 +127,16 @@ public struct WakeTransportRegistry: Sendable {
         transports.first { $0.canWake(target) }
     }
 }
+
+/// Reads an HTTP `Retry-After` header (seconds or an HTTP date), as push services send it.
+public enum RetryAfter {
+    public static func parse(_ header: String?, now: Date = Date()) -> Duration? {
+        guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
+        if let seconds = Int(header) { return seconds >= 0 ? .seconds(seconds) : nil }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: header) else { return nil }
+        return .seconds(max(0, Int64(date.timeIntervalSince(now))))
+    }
+}

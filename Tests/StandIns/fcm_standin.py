@@ -167,14 +167,8 @@ class FCM:
         return await common.respond(send, 404, {"error": "no such control"})
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+        if await common.lifespan(scope, receive, send):
+            return
         if scope["type"] != "http":
             return
         path = scope["path"]

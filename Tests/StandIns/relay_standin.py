@@ -45,14 +45,8 @@ class Relay:
         return None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+        if await common.lifespan(scope, receive, send):
+            return
         if scope["type"] != "http":
             return
         path = scope["path"]

@@ -61,6 +61,19 @@ async def respond(send, status, payload=None, headers=()):
     await send({"type": "http.response.body", "body": data})
 
 
+async def lifespan(scope, receive, send):
+    """Answers the ASGI lifespan protocol; returns True when `scope` was a lifespan scope."""
+    if scope["type"] != "lifespan":
+        return False
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return True
+
+
 def header_map(scope):
     result = {}
     for k, v in scope.get("headers", []):

@@ -59,7 +59,7 @@ public final class APNsTransport: WakeTransport {
             let reason = APNsReason(rawValue: Self.reason(in: response.body) ?? "HTTP \(response.status)")
             switch reason.action(status: response.status) {
             case .retry:
-                return .retry(after: Self.retryAfter(response.headers["retry-after"]), reason: "APNs \(response.status) \(reason.rawValue)")
+                return .retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: "APNs \(response.status) \(reason.rawValue)")
             case .tokenRejected:
                 return .tokenRejected(reason: "APNs \(response.status) \(reason.rawValue)")
             case .permanentFailure:
@@ -83,14 +83,4 @@ public final class APNsTransport: WakeTransport {
         return object["reason"] as? String
     }
 
-    /// Retry-After as seconds or an HTTP date.
-    static func retryAfter(_ header: String?) -> Duration? {
-        guard let header = header?.trimmingCharacters(in: .whitespaces) else { return nil }
-        if let seconds = Int(header), seconds >= 0 { return .seconds(seconds) }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        if let date = formatter.date(from: header) { return .seconds(max(0, Int64(date.timeIntervalSinceNow))) }
-        return nil
-    }
 }

@@ -72,7 +72,7 @@ public final class FCMTransport: WakeTransport {
             case 404:
                 return .tokenRejected(reason: "FCM 404 \(error.code)")
             case 429, 500, 502, 503, 504:
-                return .retry(after: Self.retryAfter(response.headers["retry-after"]), reason: "FCM \(response.status) \(error.code)")
+                return .retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: "FCM \(response.status) \(error.code)")
             default:
                 if error.code == "UNREGISTERED" || error.code == "SENDER_ID_MISMATCH" {
                     return .tokenRejected(reason: "FCM \(response.status) \(error.code)")
@@ -85,10 +85,6 @@ public final class FCMTransport: WakeTransport {
         return .retry(after: nil, reason: "FCM refused the access token")
     }
 
-    static func retryAfter(_ header: String?) -> Duration? {
-        guard let header, let seconds = Int(header.trimmingCharacters(in: .whitespaces)), seconds >= 0 else { return nil }
-        return .seconds(seconds)
-    }
 }
 
 /// FCM's error body: `{"error": {"code", "message", "status", "details": [{"errorCode"}]}}`.

@@ -165,14 +165,6 @@ public struct DeviceCommandsAPI: Sendable {
         ]
     }
 
-    private func ownDevice(_ id: String?, caller: Principal) throws -> Device {
-        guard let id, !id.isEmpty else { throw APIError.missingField("device_id") }
-        guard let device = try store.device(id: id), device.subject == caller.subject else {
-            throw APIError(status: 404, code: "unknown_device", message: "device_id: no device \(id) is registered to you", field: "device_id")
-        }
-        return device
-    }
-
     static func json(_ c: DeviceCommands.Command) -> JSONValue {
         ["id": .string(c.id), "device_id": .string(c.deviceID), "command": .string(c.command), "params": c.params,
          "state": .string(c.state), "waits_for_submit": .bool(c.waits), "expires_at": .timestamp(c.expiresAt)]
@@ -185,7 +177,7 @@ public struct DeviceCommandsAPI: Sendable {
         guard DeviceCommands.supported.contains(command) else {
             throw APIError.invalidField("command", "'\(command)' is not a device command; use one of \(DeviceCommands.supported.joined(separator: ", "))")
         }
-        let device = try ownDevice(try body.optionalString("device_id", maxLength: 128), caller: caller)
+        let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
         guard device.capabilities.contains("canvas") else {
             throw APIError(status: 409, code: "capability_off", message: "device_id: \(device.id) does not have the Soulacy canvas capability on", field: "device_id")
         }
@@ -206,14 +198,14 @@ public struct DeviceCommandsAPI: Sendable {
 
     @Sendable func pending(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
-        let device = try ownDevice(request.query["device_id"], caller: caller)
+        let device = try store.ownedDevice(request.query["device_id"], subject: caller.subject)
         return .json(["commands": .array(try commands.pending(deviceID: device.id).map(Self.json))])
     }
 
     @Sendable func result(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let body = try JSONObject(body: request.body)
-        let device = try ownDevice(try body.optionalString("device_id", maxLength: 128), caller: caller)
+        let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
         guard let existing = try commands.command(id: request.parameter("id")), existing.deviceID == device.id else {
             throw APIError.notFound("no command \(request.parameter("id")) for device \(device.id)")
         }

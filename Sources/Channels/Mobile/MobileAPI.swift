@@ -59,12 +59,9 @@ public struct MobileAPI: Sendable {
     }
 
     /// The phone named by `device_id`, which must be the caller's.
-    private func ownDevice(_ id: String?, caller: Principal, field: String = "device_id") throws -> String? {
-        guard let id else { return nil }
-        guard let device = try store.device(id: id), device.subject == caller.subject else {
-            throw APIError(status: 404, code: "unknown_device", message: "\(field): no device \(id) is registered to you", field: field)
-        }
-        return device.id
+    /// An optional `device_id`: nil when absent, else the caller's own device.
+    private func ownDevice(_ id: String?, caller: Principal) throws -> String? {
+        try id.map { try store.ownedDevice($0, subject: caller.subject).id }
     }
 
     @Sendable func listDeliveries(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -143,10 +140,7 @@ public struct MobileAPI: Sendable {
     @Sendable func registerActivity(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let body = try JSONObject(body: request.body)
-        let deviceID = try body.string("device_id", maxLength: DeviceRegistration.maximumIDLength)
-        guard let device = try store.device(id: deviceID), device.subject == caller.subject else {
-            throw APIError(status: 404, code: "unknown_device", message: "device_id: no device \(deviceID) is registered to you", field: "device_id")
-        }
+        let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: DeviceRegistration.maximumIDLength), subject: caller.subject)
         guard device.platform == .ios else {
             throw APIError.invalidField("device_id", "Live Activities are an iOS feature; they are never sent to Android devices")
         }

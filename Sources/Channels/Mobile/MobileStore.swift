@@ -139,6 +139,16 @@ public final class MobileStore: Sendable {
         try database.read { db in try db.query("SELECT * FROM mobile_devices WHERE id = ?", id).first.map(Self.device) }
     }
 
+    /// The caller's own device named by a request field. A missing id, an unknown one and someone else's are
+    /// refused alike, naming the field, so one person cannot learn of another's devices.
+    public func ownedDevice(_ id: String?, subject: String, field: String = "device_id") throws -> Device {
+        guard let id, !id.isEmpty else { throw APIError.missingField(field) }
+        guard let device = try device(id: id), device.subject == subject else {
+            throw APIError(status: 404, code: "unknown_device", message: "\(field): no device \(id) is registered to you", field: field)
+        }
+        return device
+    }
+
     public func devices(subject: String) throws -> [Device] {
         try database.read { db in try db.query("SELECT * FROM mobile_devices WHERE subject = ? ORDER BY created_at, id", subject).map(Self.device) }
     }

@@ -103,15 +103,11 @@ public final class RelayTransport: WakeTransport {
         case 400 where reason == "BadDeviceToken" || reason == "Unregistered" || reason == "DeviceTokenNotForTopic":
             return .tokenRejected(reason: label)
         case 429, 500, 502, 503, 504:
-            return .retry(after: Self.retryAfter(response.headers["retry-after"]), reason: label)
+            return .retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: label)
         default:
             // 401/403: our relay token is wrong; 400: the request is. Neither gets better by retrying.
             return .failed(reason: label)
         }
     }
 
-    static func retryAfter(_ header: String?) -> Duration? {
-        guard let header, let seconds = Int(header.trimmingCharacters(in: .whitespaces)), seconds >= 0 else { return nil }
-        return .seconds(seconds)
-    }
 }

@@ -65,21 +65,13 @@ struct TriggersAPI: Sendable {
         ]
     }
 
-    private func ownDevice(_ id: String?, caller: Principal) throws -> Device {
-        guard let id, !id.isEmpty else { throw APIError.missingField("device_id") }
-        guard let device = try mobile.device(id: id), device.subject == caller.subject else {
-            throw APIError(status: 404, code: "unknown_device", message: "device_id: no device \(id) is registered to you", field: "device_id")
-        }
-        return device
-    }
-
     static func allows(_ trigger: LocationTrigger, device: String) -> Bool {
         trigger.devices.isEmpty || trigger.devices.contains(device)
     }
 
     @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
-        let device = try ownDevice(request.query["device_id"], caller: caller)
+        let device = try mobile.ownedDevice(request.query["device_id"], subject: caller.subject)
         let triggers = config.agents.compactMap { agent -> JSONValue? in
             guard let location = agent.location, Self.allows(location, device: device.id) else { return nil }
             return [
@@ -100,7 +92,7 @@ struct TriggersAPI: Sendable {
         }
         let body = try JSONObject(body: request.body)
         let eventText = try body.optionalString("event")
-        let device = try ownDevice(try body.optionalString("device_id", maxLength: 128), caller: caller)
+        let device = try mobile.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
         guard let eventText else { throw APIError.missingField("event") }
         guard let event = LocationTrigger.Event(rawValue: eventText) else { throw APIError.invalidField("event", "must be \"enter\" or \"exit\", got \"\(eventText)\"") }
         let latitude = try body.optionalNumber("latitude")

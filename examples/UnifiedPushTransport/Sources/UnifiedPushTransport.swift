@@ -47,7 +47,7 @@ public final class UnifiedPushTransport: WakeTransport {
         case 200...299: return .delivered
         case 404, 410: return .tokenRejected(reason: "UnifiedPush \(response.status): the endpoint is gone")
         case 429, 500...599:
-            return .retry(after: response.headers["retry-after"].flatMap { Int($0) }.map { .seconds($0) }, reason: "UnifiedPush \(response.status)")
+            return .retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: "UnifiedPush \(response.status)")
         default: return .failed(reason: "UnifiedPush \(response.status)")
         }
     }
