@@ -82,6 +82,21 @@ struct ApprovalsTests {
         }
     }
 
+    @Test("waiting is a long poll: after SOULACY_LONG_POLL_SECONDS the answer is pending, and GET ?wait=true picks it up")
+    func longPoll() async throws {
+        try await withTestGateway(environment: ["SOULACY_LONG_POLL_SECONDS": "1"]) { (gw) async throws in
+            let started = ContinuousClock.now
+            let first = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "call_id": "call_lp", "timeout_seconds": 3600])
+            #expect(first.json["state"] == "pending" && first.json["approved"] == false)
+            #expect(ContinuousClock.now - started < .seconds(5))
+            async let polled = gw.request("GET", "/api/v1/approvals/call_lp?wait=true")
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(try await gw.request("POST", "/approvals/call_lp/approve").json["state"] == "approved")
+            let answer = try await polled
+            #expect(answer.json["state"] == "approved" && answer.json["approved"] == true)
+        }
+    }
+
     @Test("a running command asks with its run credential, waits, and runs its tool only after a yes — once")
     func runAsksOverHTTP() async throws {
         let marker = TestGateway.makeTemporaryDirectory() + "/tool-ran"

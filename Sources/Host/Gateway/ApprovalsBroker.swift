@@ -65,7 +65,8 @@ public actor ApprovalsBroker {
     nonisolated let dispatcher: PushDispatcher?
     nonisolated let clock: any WallClock
     nonisolated let defaultTimeout: TimeInterval
-    private var waiters: [String: [CheckedContinuation<Approval.State, Never>]] = [:]
+    private var waiters: [String: [(id: Int, continuation: CheckedContinuation<Approval.State, Never>)]] = [:]
+    private var nextWaiter = 0
 
     public init(database: DatabasePool, mobile: MobileStore, dispatcher: PushDispatcher?, clock: any WallClock, defaultTimeout: TimeInterval = 600) throws {
         self.database = database
@@ -118,19 +119,37 @@ public actor ApprovalsBroker {
     }
 
     /// Waits for the decision; an approval nobody answers in time expires, which the run must treat as a denial.
-    public func wait(callID: String) async -> Approval.State {
+    /// With `atMost`, a long poll: answers `.pending` when nothing was decided by then (the caller asks again),
+    /// so no HTTP request waits longer than a proxy would let it.
+    public func wait(callID: String, atMost: Duration? = nil) async -> Approval.State {
         guard let current = try? approval(callID: callID) else { return .expired }
         if current.state != .pending { return current.state }
         let remaining = current.expiresAt.timeIntervalSince(clock.now())
         if remaining <= 0 { return (try? expire(callID)) ?? .expired }
+        nextWaiter += 1
+        let me = nextWaiter
         let timer = Task { [clock] in
             try? await clock.sleep(until: current.expiresAt)
             if !Task.isCancelled { self.expireAndWake(callID) }
         }
-        defer { timer.cancel() }
-        return await withCheckedContinuation { continuation in
-            waiters[callID, default: []].append(continuation)
+        let cap = atMost.map { limit in
+            Task {
+                try? await Task.sleep(for: limit)
+                if !Task.isCancelled { self.release(callID, waiter: me) }
+            }
         }
+        defer {
+            timer.cancel()
+            cap?.cancel()
+        }
+        return await withCheckedContinuation { continuation in
+            waiters[callID, default: []].append((me, continuation))
+        }
+    }
+
+    private func release(_ callID: String, waiter: Int) {
+        guard let index = waiters[callID]?.firstIndex(where: { $0.id == waiter }) else { return }
+        waiters[callID]?.remove(at: index).continuation.resume(returning: .pending)
     }
 
     private func expireAndWake(_ callID: String) {
@@ -139,7 +158,7 @@ public actor ApprovalsBroker {
     }
 
     private func wake(_ callID: String, _ state: Approval.State) {
-        for waiter in waiters.removeValue(forKey: callID) ?? [] { waiter.resume(returning: state) }
+        for waiter in waiters.removeValue(forKey: callID) ?? [] { waiter.continuation.resume(returning: state) }
     }
 
     /// Marks a pending approval expired (if it still is) and returns its final state.

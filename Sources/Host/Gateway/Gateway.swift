@@ -179,7 +179,8 @@ public final class Gateway: Sendable {
         router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
                                 gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" },
                                 lan: { lanLink.value }, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) }).routes)
-        router.add(ApprovalsAPI(broker: approvals, config: config, runs: runs).routes)
+        let longPoll = Duration.seconds(options.environment["SOULACY_LONG_POLL_SECONDS"].flatMap(Int.init) ?? 25)
+        router.add(ApprovalsAPI(broker: approvals, config: config, runs: runs, longPoll: longPoll).routes)
         router.add(AssistantAPI(memory: memory, runs: runs, config: config).routes)
         do {
             router.add(TriggersAPI(config: config, runs: runs, mobile: mobileStore, cooldowns: try TriggerCooldowns(database: database), clock: options.clock).routes)

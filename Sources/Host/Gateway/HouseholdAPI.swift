@@ -118,6 +118,8 @@ struct ApprovalsAPI: Sendable {
     let broker: ApprovalsBroker
     let config: SoulConfig
     let runs: AgentRuns
+    /// The longest one request waits for a decision; a run still waiting asks again (GET …/approvals/:id?wait=true).
+    let longPoll: Duration
 
     var routes: [Route] {
         var routes = [
@@ -174,8 +176,8 @@ struct ApprovalsAPI: Sendable {
             await runs.liveActivities?.waitingForApproval(activity, callID: approval.callID, tool: tool)
         }
         guard wait else { return .json(Self.json(approval), status: 201) }
-        let state = await broker.wait(callID: approval.callID)
-        if let activity { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID) }
+        let state = await broker.wait(callID: approval.callID, atMost: longPoll)
+        if let activity, state != .pending { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID) }
         // Expired counts as denied for the run: nothing runs without a yes.
         return .json(["call_id": .string(approval.callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
     }
@@ -188,10 +190,16 @@ struct ApprovalsAPI: Sendable {
 
     @Sendable func get(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
-        guard let approval = try broker.approval(callID: request.parameter("id")), approval.subject == caller.subject else {
+        guard var approval = try broker.approval(callID: request.parameter("id")), approval.subject == caller.subject else {
             throw APIError.notFound("no approval \(request.parameter("id")) for you")
         }
-        return .json(Self.json(approval))
+        if request.query["wait"] == "true", approval.state == .pending {
+            _ = await broker.wait(callID: approval.callID, atMost: longPoll)
+            approval = try broker.approval(callID: approval.callID) ?? approval
+        }
+        guard case .object(var body) = Self.json(approval) else { throw APIError.internal("approval encoding") }
+        body["approved"] = .bool(approval.state == .approved)
+        return .json(.object(body))
     }
 
     @Sendable func approve(_ request: HTTPRequest) async throws -> HTTPResponse { try await decide(request, approve: true) }
