@@ -53,8 +53,8 @@ let package = Package(
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).
         .target(name: "SoulacyClient", dependencies: ["HTTPClient", "RelayProtocol", "Crypto"], path: "Sources/SoulacyClient"),
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
-        .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "Crypto", "Identity"], path: "Sources/RelayMailbox"),
-        .executableTarget(name: "soulacy-relay", dependencies: ["RelayMailbox", "HTTPServer"], path: "Sources/RelayServerCLI"),
+        .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
+        .executableTarget(name: "soulacy-relay", dependencies: ["RelayMailbox", "HTTPServer", "APNs"], path: "Sources/RelayServerCLI"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)

@@ -1,3 +1,4 @@
+import ChannelAPI
 import Crypto
 import Foundation
 import HTTPServer
@@ -9,10 +10,13 @@ public struct MailboxAPI: Sendable {
     public let store: MailboxStore
     /// Larger down items are stored as a too_large marker; larger commands are refused with 413.
     public let maximumItemBytes: Int
+    /// Wakes phones for new items when the relay has APNs credentials; the push carries only a sealed payload.
+    public let push: (any WakeTransport)?
 
-    public init(store: MailboxStore, maximumItemBytes: Int = 256 * 1024) {
+    public init(store: MailboxStore, maximumItemBytes: Int = 256 * 1024, push: (any WakeTransport)? = nil) {
         self.store = store
         self.maximumItemBytes = maximumItemBytes
+        self.push = push
     }
 
     public var router: Router {
@@ -28,6 +32,8 @@ public struct MailboxAPI: Sendable {
         router.add(.POST, "\(base)/devices/:dev/commands", access: .open, handler: postCommand)
         router.add(.PUT, "\(base)/devices/:dev/carriage", access: .open, handler: carriage)
         router.add(.GET, "\(base)/commands", access: .open, handler: heldCommands)
+        router.add(.PUT, "\(base)/devices/:dev/apns", access: .open, handler: putAPNs)
+        router.add(.POST, "\(base)/push", access: .open, handler: sendPush)
         router.add(.POST, "\(base)/commands/:dev/:id/applied", access: .open, handler: applied)
         return router
     }
@@ -133,6 +139,39 @@ public struct MailboxAPI: Sendable {
         let cursor = try body.optionalInteger("cursor", in: 0...Int(Int32.max)).map(Int64.init)
         try store.setCarriage(mailbox: mailbox, device: device, on: on, cursor: cursor)
         return .noContent
+    }
+
+    @Sendable func putAPNs(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let (mailbox, device) = try requirePhone(request)
+        let body = try JSONObject(body: request.body)
+        let token = try body.string("token", maxLength: 200)
+        guard token.utf8.count == 64, Hex.decode(token) != nil else { throw APIError.invalidField("token", "an APNs device token is 64 hex digits") }
+        let environment = try body.optionalString("environment") ?? "production"
+        guard ["production", "development"].contains(environment) else { throw APIError.invalidField("environment", "must be production or development") }
+        try store.setAPNs(mailbox: mailbox, device: device, token: token, environment: environment)
+        return .noContent
+    }
+
+    /// POST …/push {device_id, collapse_id, ciphertext}: a generic alert with the sealed payload in a custom key,
+    /// cut to fit 4 KB by dropping the payload first. Nothing is sent while the phone's relay is off.
+    @Sendable func sendPush(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let mailbox = try requireGateway(request)
+        let body = try JSONObject(body: request.body)
+        let device = try body.string("device_id", maxLength: 200)
+        let collapse = try body.optionalString("collapse_id", maxLength: 64)
+        let ciphertext = try body.optionalString("ciphertext")
+        guard store.carriageOn(mailbox: mailbox, device: device) else { return .json(["sent": false, "reason": "carriage off"]) }
+        guard let push else { return .json(["sent": false, "reason": "no push service on this relay"]) }
+        guard let apns = try store.apns(mailbox: mailbox, device: device) else { return .json(["sent": false, "reason": "no APNs token for this phone"]) }
+        let target = WakeTarget(deviceID: device, platform: .ios, pushToken: apns.token,
+                                environment: apns.environment == "development" ? .development : .production, bundleID: "dev.soulacy.ios")
+        var signal = WakeSignal(category: .delivery, title: "Soulacy", body: "New in your Inbox", deepLink: "soulacy://inbox", threadID: "relay", collapseID: collapse)
+        if let ciphertext, ciphertext.utf8.count <= 3000 { signal.extra["sealed"] = ciphertext }
+        switch await push.send(signal, to: target) {
+        case .delivered: return .json(["sent": true], status: 202)
+        case .tokenRejected(let reason): return .json(["sent": false, "reason": .string(reason)])
+        case .retry(_, let reason), .failed(let reason): return .json(["sent": false, "reason": .string(reason)], status: 502)
+        }
     }
 
     @Sendable func heldCommands(_ request: HTTPRequest) async throws -> HTTPResponse {

@@ -18,6 +18,10 @@ public final class MailboxStore: Sendable {
                 ciphertext TEXT, too_large INTEGER NOT NULL DEFAULT 0,
                 PRIMARY KEY (mailbox_id, device_id, n)
             );
+            CREATE TABLE mailbox_apns (
+                mailbox_id TEXT NOT NULL, device_id TEXT NOT NULL, token TEXT NOT NULL, environment TEXT NOT NULL,
+                PRIMARY KEY (mailbox_id, device_id)
+            );
             CREATE TABLE mailbox_commands (
                 mailbox_id TEXT NOT NULL, device_id TEXT NOT NULL, id TEXT NOT NULL, ciphertext TEXT NOT NULL, received_at INTEGER NOT NULL,
                 PRIMARY KEY (mailbox_id, device_id, id)
@@ -69,9 +73,23 @@ public final class MailboxStore: Sendable {
         }
     }
 
+    public func setAPNs(mailbox: String, device: String, token: String, environment: String) throws {
+        try database.transaction { db in
+            try db.run("INSERT OR REPLACE INTO mailbox_apns (mailbox_id, device_id, token, environment) VALUES (?, ?, ?, ?)", mailbox, device, token, environment)
+        }
+    }
+
+    public func apns(mailbox: String, device: String) throws -> (token: String, environment: String)? {
+        try database.read { db in
+            try db.query("SELECT token, environment FROM mailbox_apns WHERE mailbox_id = ? AND device_id = ?", mailbox, device).first.map {
+                ($0.string("token") ?? "", $0.string("environment") ?? "production")
+            }
+        }
+    }
+
     public func deleteDevice(mailbox: String, device: String) throws {
         try database.transaction { db in
-            for table in ["mailbox_devices", "mailbox_items", "mailbox_commands"] {
+            for table in ["mailbox_devices", "mailbox_items", "mailbox_commands", "mailbox_apns"] {
                 try db.run("DELETE FROM \(table) WHERE mailbox_id = ? AND device_id = ?", mailbox, device)
             }
         }

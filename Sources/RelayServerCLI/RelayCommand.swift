@@ -1,3 +1,4 @@
+import APNs
 import Foundation
 import HTTPServer
 import RelayMailbox
@@ -23,7 +24,9 @@ struct RelayCommand {
         }
         do {
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            let api = MailboxAPI(store: try MailboxStore(path: data + "/relay.db"), maximumItemBytes: Int(options["max-item-bytes"] ?? "") ?? 256 * 1024)
+            // With SOULACY_MOBILE_APNS_* set, the relay wakes phones for new items (a generic alert, sealed payload).
+            let push = try APNsConfiguration.fromEnvironment(ProcessInfo.processInfo.environment).map { try APNsTransport(configuration: $0) }
+            let api = MailboxAPI(store: try MailboxStore(path: data + "/relay.db"), maximumItemBytes: Int(options["max-item-bytes"] ?? "") ?? 256 * 1024, push: push)
             let router = api.router
             let server = HTTPServer(configuration: HTTPServerConfiguration(host: String(listen[..<colon]), port: port, maximumBodyBytes: 4 << 20)) { await router.handle($0) }
             try server.start()

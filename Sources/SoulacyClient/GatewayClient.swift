@@ -240,6 +240,12 @@ public actor GatewayClient {
         }
     }
 
+    /// Gives the relay this phone's APNs token, so new items wake it (a generic alert with a sealed payload).
+    public func registerRelayPush(token: String, environment: String = "production") async -> Bool {
+        guard let (status, _) = try? await relayCall("PUT", "/apns", json: ["token": token, "environment": environment]) else { return false }
+        return status == 204
+    }
+
     /// Turns the relay off (nothing is held for this phone any more, and what was held is dropped) or on again.
     public func setRelay(on: Bool) async -> Bool {
         guard let (status, _) = try? await relayCall("PUT", "/carriage", json: on ? ["on": true, "cursor": relayCursor] : ["on": false]) else { return false }

@@ -227,9 +227,10 @@ public final class RelayServerProcess: @unchecked Sendable {
     public var url: String { "http://127.0.0.1:\(port)" }
     public var databasePath: String { directory + "/relay.db" }
 
-    public func start() async throws {
+    public func start(environment: [String: String] = [:]) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.root + "/.build/debug/soulacy-relay")
+        process.environment = ["PATH": "/usr/bin:/bin"].merging(environment) { $1 }
         process.arguments = ["--data", directory, "--listen", "127.0.0.1:\(port)", "--max-item-bytes", "65536"]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

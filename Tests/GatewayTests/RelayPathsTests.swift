@@ -255,6 +255,32 @@ struct RelayPathsTests {
         }
     }
 
+    @Test("new items wake the phone through the relay's APNs with a generic alert and a sealed payload; with the relay off, no push")
+    func relayPush() async throws {
+        let apns = try await APNsStandIn.start()
+        defer { apns.stop() }
+        let relay = RelayServerProcess()
+        try await relay.start(environment: apns.environment)
+        defer { relay.stop() }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+            let (token, endpoint) = try await pairPhone(gw)
+            let phone = client(nil, token: token, relay: endpoint)
+            #expect(await phone.registerRelayPush(token: String(repeating: "cd", count: 32)))
+            _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": .string(Self.secretText), "title": .string(Self.secretText)])
+            #expect(try await eventually { try await apns.requests().count == 1 })
+            let push = try #require(try await apns.requests().first)
+            #expect(push["status"] == 200)
+            let body = push["body"]?.stringValue ?? ""
+            #expect(body.contains("New in your Inbox") && body.contains("\"sealed\""))
+            #expect(!body.contains(Self.secretText))
+            #expect(await phone.setRelay(on: false))
+            _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": "while off"])
+            try await gw.gateway.carriage!.tick()
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await apns.requests().count == 1)
+        }
+    }
+
     @Test("sealed envelopes: the header binds version and type; another key or type does not open")
     func envelopes() throws {
         let keys = try RelayKeys(secret: SecureBytes.random(count: 32), deviceID: "key_1")

@@ -176,6 +176,13 @@ public actor RelayCarriage {
             let envelope = try RelayEnvelope.seal(record, kind: .record, key: keys.down)
             let (status, body) = try await call("POST", "/v1/mailboxes/\(box.id)/devices/\(deviceID)/items", bearer: box.bearer, json: ["ciphertext": .string(envelope)])
             guard status == 201 || (status == 200 && body["stored"] == false) else { return }
+            if status == 201 {
+                // A wake-up through the relay: its payload is sealed too, its collapse id keyed (HMAC) so the relay learns no thread.
+                let nudge = try RelayEnvelope.seal(["id": delivery.id, "seq": delivery.seq, "title": delivery.title], kind: .record, key: keys.down)
+                _ = try? await call("POST", "/v1/mailboxes/\(box.id)/push", bearer: box.bearer,
+                                    json: ["device_id": .string(deviceID), "collapse_id": .string(String(keys.collapseID(threadID: "agent-\(delivery.agentID)").prefix(64))),
+                                           "ciphertext": .string(nudge)])
+            }
             previous = delivery.seq
             try database.transaction { db in try db.run("UPDATE relay_devices SET last_seq = ? WHERE device_id = ?", delivery.seq, deviceID) }
         }
