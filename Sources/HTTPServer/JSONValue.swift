@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 
 /// A JSON document as a value: lets handlers tell a missing field from null, and a bool from a number.
 public enum JSONValue: Sendable, Equatable, Codable {
@@ -91,8 +92,14 @@ public enum JSONValue: Sendable, Equatable, Codable {
 
     private static let hex = Array("0123456789abcdef".utf8)
 
-    private static func writeString(_ s: String, into out: inout [UInt8]) {
+    static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Most strings need no escaping: copy them whole.
+        if !s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            out.append(contentsOf: s.utf8)
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in s.utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
@@ -210,7 +217,19 @@ public struct JSONObject: Sendable {
 extension JSONValue {
     /// A timestamp as every route writes it: ISO 8601 in UTC with milliseconds.
     public static func timestamp(_ date: Date) -> JSONValue {
-        .string(date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted)))
+        .string(iso8601(date))
+    }
+
+    /// "2026-12-02T13:04:05.123Z", formatted by hand: Foundation's formatters are slow on hot routes.
+    public static func iso8601(_ date: Date) -> String {
+        let millisTotal = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        var seconds = time_t(millisTotal >= 0 ? millisTotal / 1000 : (millisTotal - 999) / 1000)
+        let millis = Int((millisTotal % 1000 + 1000) % 1000)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        let ms = millis < 10 ? "00\(millis)" : millis < 100 ? "0\(millis)" : "\(millis)"
+        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)).\(ms)Z"
     }
 }
 
@@ -223,4 +242,37 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByBooleanLiteral, Ex
     public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
     public init(dictionaryLiteral elements: (String, JSONValue)...) { self = .object(Dictionary(elements, uniquingKeysWith: { $1 })) }
     public init(nilLiteral: ()) { self = .null }
+}
+
+/// Writes JSON straight into bytes, for hot routes whose shape is fixed (no intermediate dictionaries).
+/// Keys are written in the order given; callers give them sorted to match `JSONValue.serialized()`.
+public struct JSONWriter {
+    public private(set) var bytes: [UInt8] = []
+    private var needsComma: [Bool] = [false]
+
+    public init(capacity: Int = 1024) { bytes.reserveCapacity(capacity) }
+
+    private mutating func separate() {
+        if needsComma[needsComma.count - 1] { bytes.append(UInt8(ascii: ",")) }
+        needsComma[needsComma.count - 1] = true
+    }
+
+    public mutating func beginObject() { separate(); bytes.append(UInt8(ascii: "{")); needsComma.append(false) }
+    public mutating func endObject() { needsComma.removeLast(); bytes.append(UInt8(ascii: "}")) }
+    public mutating func beginArray() { separate(); bytes.append(UInt8(ascii: "[")); needsComma.append(false) }
+    public mutating func endArray() { needsComma.removeLast(); bytes.append(UInt8(ascii: "]")) }
+
+    /// A key inside an object; the value written next belongs to it.
+    public mutating func key(_ name: String) {
+        separate()
+        JSONValue.writeString(name, into: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        needsComma[needsComma.count - 1] = false
+    }
+
+    public mutating func string(_ s: String) { separate(); JSONValue.writeString(s, into: &bytes) }
+    public mutating func number(_ n: Int64) { separate(); bytes.append(contentsOf: String(n).utf8) }
+    public mutating func bool(_ b: Bool) { separate(); bytes.append(contentsOf: (b ? "true" : "false").utf8) }
+    public mutating func null() { separate(); bytes.append(contentsOf: "null".utf8) }
+    public mutating func value(_ v: JSONValue) { separate(); bytes.append(contentsOf: v.serializedBytes()) }
 }

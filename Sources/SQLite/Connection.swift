@@ -93,10 +93,10 @@ public final class Connection {
         }
     }
 
-    private func readRow(_ statement: OpaquePointer, columns: [String]) -> Row {
+    private func readRow(_ statement: OpaquePointer, columns: ColumnNames) -> Row {
         var values: [SQLiteValue] = []
-        values.reserveCapacity(columns.count)
-        for i in 0..<Int32(columns.count) {
+        values.reserveCapacity(columns.names.count)
+        for i in 0..<Int32(columns.names.count) {
             switch sqlite3_column_type(statement, i) {
             case SQLITE_INTEGER: values.append(.integer(sqlite3_column_int64(statement, i)))
             case SQLITE_FLOAT: values.append(.real(sqlite3_column_double(statement, i)))
@@ -110,7 +110,7 @@ public final class Connection {
             default: values.append(.null)
             }
         }
-        return Row(columns: columns, values: values)
+        return Row(names: columns, values: values)
     }
 
     /// Runs a statement and returns every row it produces.
@@ -125,7 +125,7 @@ public final class Connection {
         defer { sqlite3_reset(statement) }
         try bind(arguments, to: statement, sql: sql)
         let count = sqlite3_column_count(statement)
-        let columns = (0..<count).map { String(cString: sqlite3_column_name(statement, $0)) }
+        let columns = ColumnNames((0..<count).map { String(cString: sqlite3_column_name(statement, $0)) })
         var rows: [Row] = []
         while true {
             let rc = sqlite3_step(statement)

@@ -23,14 +23,34 @@ extension Optional: SQLiteBindable where Wrapped: SQLiteBindable {
     public var sqliteValue: SQLiteValue { self?.sqliteValue ?? .null }
 }
 
+/// Column names of one result, shared by its rows: a lookup by name is a hash, not a scan.
+public final class ColumnNames: Sendable {
+    public let names: [String]
+    let index: [String: Int]
+
+    init(_ names: [String]) {
+        self.names = names
+        var index: [String: Int] = [:]
+        for (i, name) in names.enumerated() where index[name] == nil { index[name] = i }
+        self.index = index
+    }
+}
+
 /// One result row, read by column name or index.
 public struct Row: Sendable {
-    public let columns: [String]
+    let names: ColumnNames
     public let values: [SQLiteValue]
+
+    init(names: ColumnNames, values: [SQLiteValue]) {
+        self.names = names
+        self.values = values
+    }
+
+    public var columns: [String] { names.names }
 
     public subscript(_ index: Int) -> SQLiteValue { values[index] }
     public subscript(_ name: String) -> SQLiteValue {
-        guard let index = columns.firstIndex(of: name) else { return .null }
+        guard let index = names.index[name] else { return .null }
         return values[index]
     }
 

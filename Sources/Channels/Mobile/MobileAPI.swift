@@ -80,13 +80,19 @@ public struct MobileAPI: Sendable {
             cursor = n
         }
         let page = try store.deliveries(subject: caller.subject, deviceID: deviceID, before: cursor, limit: limit)
-        var body: [String: JSONValue] = [
-            "deliveries": .array(page.items.map(Self.json)),
-            "unread_count": .number(Double(page.unreadCount)),
-            "next_cursor": .null,
-        ]
-        if page.hasMore, let last = page.items.last { body["next_cursor"] = .string(String(last.seq)) }
-        return .json(.object(body))
+        // The inbox is the hottest route: written straight to bytes, keys sorted as everywhere else.
+        var out = JSONWriter(capacity: 512 * max(1, page.items.count))
+        out.beginObject()
+        out.key("deliveries")
+        out.beginArray()
+        for delivery in page.items { Self.write(delivery, into: &out) }
+        out.endArray()
+        out.key("next_cursor")
+        if page.hasMore, let last = page.items.last { out.string(String(last.seq)) } else { out.null() }
+        out.key("unread_count")
+        out.number(Int64(page.unreadCount))
+        out.endObject()
+        return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: out.bytes)
     }
 
     @Sendable func getDelivery(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -165,6 +171,30 @@ public struct MobileAPI: Sendable {
     }
 
     // MARK: JSON shapes
+
+    static func write(_ d: Delivery, into out: inout JSONWriter) {
+        out.beginObject()
+        out.key("agent_id"); out.string(d.agentID)
+        out.key("agent_name"); out.string(d.agentName)
+        out.key("body"); out.string(d.body)
+        out.key("created_at"); out.value(.timestamp(d.createdAt))
+        out.key("destination"); out.string(d.destination.description)
+        out.key("id"); out.string(d.id)
+        out.key("metadata")
+        out.beginObject()
+        for key in d.metadata.keys.sorted() { out.key(key); out.string(d.metadata[key]!) }
+        out.endObject()
+        out.key("parts")
+        out.beginArray()
+        for part in d.parts { out.string(part) }
+        out.endArray()
+        out.key("read"); out.bool(d.readAt != nil)
+        out.key("read_at")
+        if let readAt = d.readAt { out.value(.timestamp(readAt)) } else { out.null() }
+        out.key("session_id"); out.string(d.sessionID)
+        out.key("title"); out.string(d.title)
+        out.endObject()
+    }
 
     static func json(_ delivery: Delivery) -> JSONValue {
         .object([
