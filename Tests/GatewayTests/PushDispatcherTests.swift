@@ -243,3 +243,18 @@ final class GateTransport: WakeTransport, @unchecked Sendable {
         p?.resume(returning: outcome)
     }
 }
+
+@Suite("Outbox encoding")
+struct OutboxEncodingTests {
+    @Test("the hand-written signal JSON reads back as the same WakeSignal through JSONDecoder")
+    func roundTrip() throws {
+        var signal = WakeSignal(kind: .background, category: .approval, title: "T \"q\"", body: "B\nline", deepLink: "soulacy://approval/c1",
+                                threadID: "t", timeSensitive: true, deliveryID: "dlv_1", extra: ["tool": "pay", "é": "ü"],
+                                priority: .low, expiresAt: Date(timeIntervalSince1970: 1_800_000_000.5), collapseID: "c1")
+        signal.wakeID = nil
+        let text = try OutboxText.encode(signal)
+        #expect(try JSONDecoder().decode(WakeSignal.self, from: Data(text.utf8)) == signal)
+        let plain = WakeSignal.delivery(id: "dlv_2", agentID: "a")
+        #expect(try JSONDecoder().decode(WakeSignal.self, from: Data(try OutboxText.encode(plain).utf8)) == plain)
+    }
+}

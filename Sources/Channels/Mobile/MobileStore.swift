@@ -227,8 +227,8 @@ public final class MobileStore: Sendable {
             case .user(let s): ("user", s)
             case .device(let d): ("device", d)
             }
-            parts = String(decoding: try JSONEncoder().encode(output.parts), as: UTF8.self)
-            metadata = String(decoding: try JSONCoding.encoder.encode(output.metadata), as: UTF8.self)
+            parts = JSONValue.array(output.parts.map(JSONValue.string)).serialized()
+            metadata = JSONValue.object(output.metadata.mapValues(JSONValue.string)).serialized()
             wakes = output.agentID != MobileStore.systemAgentID
             signal = try PushOutbox.encode(.delivery(id: id, agentID: output.agentID))
             self.now = now

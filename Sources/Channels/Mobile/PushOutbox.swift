@@ -2,6 +2,7 @@ import ChannelAPI
 import Crypto
 import Foundation
 import Glibc
+import HTTPServer
 import SQLite
 
 /// One wake-up waiting in (or done with) the durable push outbox.
@@ -58,10 +59,19 @@ public struct PushOutbox: Sendable {
 
     /// Adds one wake-up per device, inside the caller's transaction (the one that writes the inbox line).
     /// The signal as stored: its wake id lives in its own column, so one encoding serves every device.
+    /// Written directly in WakeSignal's Codable shape (JSONEncoder is the costliest step of a delivery otherwise);
+    /// `JSONDecoder` reads it back as a `WakeSignal`.
     static func encode(_ signal: WakeSignal) throws -> String {
-        var s = signal
-        s.wakeID = nil
-        return String(decoding: try JSONEncoder().encode(s), as: UTF8.self)
+        var fields: [String: JSONValue] = [
+            "kind": .string(signal.kind.rawValue), "category": .string(signal.category.rawValue), "title": .string(signal.title),
+            "body": .string(signal.body), "deepLink": .string(signal.deepLink), "threadID": .string(signal.threadID),
+            "timeSensitive": .bool(signal.timeSensitive), "extra": .object(signal.extra.mapValues(JSONValue.string)),
+            "priority": .number(Double(signal.priority.rawValue)),
+        ]
+        if let id = signal.deliveryID { fields["deliveryID"] = .string(id) }
+        if let collapse = signal.collapseID { fields["collapseID"] = .string(collapse) }
+        if let expires = signal.expiresAt { fields["expiresAt"] = .number(expires.timeIntervalSinceReferenceDate) }
+        return JSONValue.object(fields).serialized()
     }
 
     static func enqueue(_ signal: WakeSignal, encoded: String? = nil, deliveryID: String?, deviceIDs: [String], now: Date, in db: Connection) throws {
@@ -191,4 +201,9 @@ public struct PushOutbox: Sendable {
         let host = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         return "\(host)|\(getpid())|\(UUID().uuidString.prefix(8))"
     }
+}
+
+/// The outbox's stored form of a signal, public for its round-trip test.
+public enum OutboxText {
+    public static func encode(_ signal: WakeSignal) throws -> String { try PushOutbox.encode(signal) }
 }
