@@ -161,21 +161,13 @@ class APNs:
         path = scope["path"]
         body = await common.read_body(receive)
         data = json.loads(body) if body else {}
-        if path == "/control/health":
-            return await common.respond(send, 200, {"ok": True})
-        if path == "/control/requests":
-            return await common.respond(send, 200, {"requests": self.requests})
-        if path == "/control/script":
-            self.script.extend(data.get("responses", []))
-            return await common.respond(send, 200, {"queued": len(self.script)})
+        if await common.shared_control(self, path, data, send):
+            return
         if path == "/control/unregister":
             self.unregistered.add(data["token"])
             return await common.respond(send, 200, {"ok": True})
         if path == "/control/delay":
             self.delay = float(data.get("ms", 0)) / 1000
-            return await common.respond(send, 200, {"ok": True})
-        if path == "/control/reset":
-            self.reset()
             return await common.respond(send, 200, {"ok": True})
         return await common.respond(send, 404, {"reason": "BadPath"})
 

@@ -143,15 +143,10 @@ class FCM:
         path = scope["path"]
         body = await common.read_body(receive)
         data = json.loads(body) if body else {}
-        if path == "/control/health":
-            return await common.respond(send, 200, {"ok": True})
-        if path == "/control/requests":
-            return await common.respond(send, 200, {"requests": self.requests})
+        if await common.shared_control(self, path, data, send):
+            return
         if path == "/control/tokens":
             return await common.respond(send, 200, {"requests": self.token_requests})
-        if path == "/control/script":
-            self.script.extend(data.get("responses", []))
-            return await common.respond(send, 200, {"queued": len(self.script)})
         if path == "/control/unregister":
             self.unregistered.add(data["token"])
             return await common.respond(send, 200, {"ok": True})
@@ -160,9 +155,6 @@ class FCM:
             return await common.respond(send, 200, {"ok": True})
         if path == "/control/revoke":
             self.tokens.clear()
-            return await common.respond(send, 200, {"ok": True})
-        if path == "/control/reset":
-            self.reset()
             return await common.respond(send, 200, {"ok": True})
         return await common.respond(send, 404, {"error": "no such control"})
 

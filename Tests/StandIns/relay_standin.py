@@ -53,16 +53,8 @@ class Relay:
         body = await common.read_body(receive)
         if path.startswith("/control/") and scope.get("scheme") != "https":
             data = json.loads(body) if body else {}
-            if path == "/control/health":
-                return await common.respond(send, 200, {"ok": True})
-            if path == "/control/requests":
-                return await common.respond(send, 200, {"requests": self.requests})
-            if path == "/control/script":
-                self.script.extend(data.get("responses", []))
-                return await common.respond(send, 200, {"queued": len(self.script)})
-            if path == "/control/reset":
-                self.reset()
-                return await common.respond(send, 200, {"ok": True})
+            if await common.shared_control(self, path, data, send):
+                return
             return await common.respond(send, 404, {"reason": "BadPath"})
         if scope["method"] != "POST" or path not in ("/v1/push", "/v1/live"):
             return await common.respond(send, 404, {"reason": "BadPath"})

@@ -74,6 +74,23 @@ async def lifespan(scope, receive, send):
             return True
 
 
+async def shared_control(standin, path, data, send):
+    """The control routes every stand-in has (health, requests, script, reset); True when `path` was one of them."""
+    if path == "/control/health":
+        await respond(send, 200, {"ok": True})
+    elif path == "/control/requests":
+        await respond(send, 200, {"requests": standin.requests})
+    elif path == "/control/script":
+        standin.script.extend(data.get("responses", []))
+        await respond(send, 200, {"queued": len(standin.script)})
+    elif path == "/control/reset":
+        standin.reset()
+        await respond(send, 200, {"ok": True})
+    else:
+        return False
+    return True
+
+
 def header_map(scope):
     result = {}
     for k, v in scope.get("headers", []):
