@@ -36,7 +36,8 @@ let package = Package(
         .target(name: "YAML", dependencies: ["CYAML"], path: "Sources/YAML"),
         .target(name: "Crypto", dependencies: ["COpenSSL"], path: "Sources/Crypto"),
         .target(name: "HTTPClient", dependencies: ["CCurl", "CShims"], path: "Sources/HTTPClient"),
-        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Identity"], path: "Sources/HTTPServer"),
+        .target(name: "JSON", path: "Sources/JSON"),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Identity", "JSON"], path: "Sources/HTTPServer"),
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
@@ -44,7 +45,7 @@ let package = Package(
         // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
         .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "SQLite", "HTTPServer", "Crypto"], path: "Sources/Channels/Mobile"),
-        .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/APNs"),
+        .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/Relay"),
         .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),

@@ -136,9 +136,10 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
     env = dict(os.environ, SOULACY_MOBILE_APNS_TEAM_ID="TEAM123456", SOULACY_MOBILE_APNS_KEY_ID="KEY1234567",
                SOULACY_MOBILE_APNS_PRIVATE_KEY_FILE=f"{stand}/AuthKey.p8", SOULACY_MOBILE_APNS_PRODUCTION_URL=f"https://127.0.0.1:{apns_port}",
                SOULACY_MOBILE_APNS_SANDBOX_URL=f"https://127.0.0.1:{apns_port}", SOULACY_MOBILE_APNS_CA_FILE=f"{stand}/cert.pem")
+    # aioapns gets 100 streams in flight, the stand-in's limit (more only makes it retry); we queue behind the same limit.
     ours3 = bench("apns", 20000, 256, env=env)
     ref = json.loads(subprocess.run(["python3", os.path.join(ROOT, "benchmarks/aioapns_reference.py"), "127.0.0.1", str(apns_port),
-                                     f"{stand}/cert.pem", f"{stand}/AuthKey.p8", "5000", "256"], capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+                                     f"{stand}/cert.pem", f"{stand}/AuthKey.p8", "5000", "100"], capture_output=True, text=True, check=True).stdout.splitlines()[-1])
     ratio = ours3["per_second"] / ref["per_second"]
     row(f"3. wake-ups/s to an HTTP/2 APNs stand-in ({ours3['connections']} connection)", f"{ours3['per_second']:,.0f}/s ({ours3['delivered']:,} of {ours3['sent']:,} accepted)",
         f"aioapns {ref['per_second']:,.0f}/s", f"{ratio:.2f}", ">= 5,000/s and >= 3x aioapns", ours3["per_second"] >= 5000 and ratio >= 3)

@@ -200,11 +200,18 @@ final class CurlEngine: @unchecked Sendable {
             let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
             let n = size * count
             guard let data else { return n }
-            let line = String(decoding: UnsafeRawBufferPointer(start: data, count: n), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            if line.hasPrefix("HTTP/") {
+            // Header lines are ASCII: split and trim by hand (Foundation's trimming was a tenth of a push's cost).
+            let bytes = UnsafeRawBufferPointer(start: data, count: n)
+            func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 || b == 0x0D || b == 0x0A }
+            guard let first = bytes.firstIndex(where: { !isSpace($0) }), let last = bytes.lastIndex(where: { !isSpace($0) }) else { return n }
+            let line = bytes[first...last]
+            if line.starts(with: "HTTP/".utf8) {
                 transfer.headers = [:]
-            } else if let colon = line.firstIndex(of: ":") {
-                transfer.headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            } else if let colon = line.firstIndex(of: UInt8(ascii: ":")) {
+                let name = String(decoding: line[line.startIndex..<colon], as: UTF8.self).lowercased()
+                let rest = line[(colon + 1)...]
+                let valueStart = rest.firstIndex(where: { !isSpace($0) }) ?? rest.endIndex
+                transfer.headers[name] = String(decoding: rest[valueStart...], as: UTF8.self)
             }
             return n
         }, context)

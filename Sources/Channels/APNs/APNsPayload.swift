@@ -1,5 +1,6 @@
 import ChannelAPI
 import Foundation
+import JSON
 
 /// The JSON body and headers of one APNs request, built from a wake-up's generic fields only.
 public struct APNsRequest: Sendable, Equatable {
@@ -15,15 +16,15 @@ public struct APNsRequest: Sendable, Equatable {
     public var body: [UInt8]
 
     public init(signal: WakeSignal, bundleID: String, now: Date) throws(APNsPayloadError) {
-        var aps: [String: Any] = [:]
+        var aps: [String: JSONValue] = [:]
         switch signal.kind {
         case .alert:
             pushType = "alert"
             topic = bundleID
-            aps["alert"] = ["title": signal.title, "body": signal.body]
+            aps["alert"] = ["title": .string(signal.title), "body": .string(signal.body)]
             aps["sound"] = "default"
-            aps["category"] = signal.category.rawValue
-            aps["thread-id"] = signal.threadID
+            aps["category"] = .string(signal.category.rawValue)
+            aps["thread-id"] = .string(signal.threadID)
             aps["interruption-level"] = signal.timeSensitive ? "time-sensitive" : "active"
             aps["mutable-content"] = 1
             priority = signal.priority.rawValue
@@ -38,19 +39,20 @@ public struct APNsRequest: Sendable, Equatable {
             topic = bundleID + Self.liveActivityTopicSuffix
             priority = signal.priority.rawValue
         }
-        var root: [String: Any] = ["aps": aps, "category": signal.category.rawValue, "deep_link": signal.deepLink, "thread_id": signal.threadID]
-        if let id = signal.deliveryID { root["delivery_id"] = id }
-        for (key, value) in signal.extra where root[key] == nil && key != "apns_payload" { root[key] = value }
-        if signal.kind == .liveActivity, let payload = signal.extra["apns_payload"], let data = payload.data(using: .utf8),
-           let object = try? JSONSerialization.jsonObject(with: data) {
-            // A Live Activity's body is the exact content-state document the phone draws from.
-            root = (object as? [String: Any]) ?? root
+        let bytes: [UInt8]
+        if signal.kind == .liveActivity, let payload = signal.extra["apns_payload"] {
+            // A Live Activity's body is the exact content-state document the phone draws from, already written.
+            bytes = Array(payload.utf8)
+        } else {
+            var root: [String: JSONValue] = ["aps": .object(aps), "category": .string(signal.category.rawValue),
+                                             "deep_link": .string(signal.deepLink), "thread_id": .string(signal.threadID)]
+            if let id = signal.deliveryID { root["delivery_id"] = .string(id) }
+            for (key, value) in signal.extra where root[key] == nil && key != "apns_payload" { root[key] = .string(value) }
+            // Written directly: Foundation's JSONSerialization was half the cost of a push.
+            bytes = JSONValue.object(root).serializedBytes()
         }
-        guard let data = try? JSONSerialization.data(withJSONObject: root, options: [.sortedKeys, .withoutEscapingSlashes]) else {
-            throw .notEncodable
-        }
-        guard data.count <= Self.maximumPayloadBytes else { throw .tooLarge(data.count) }
-        body = Array(data)
+        guard bytes.count <= Self.maximumPayloadBytes else { throw .tooLarge(bytes.count) }
+        body = bytes
         let expiresAt = signal.expiresAt ?? now.addingTimeInterval(24 * 3600)
         expiration = Int(expiresAt.timeIntervalSince1970)
         collapseID = signal.collapseID.map { String($0.utf8.prefix(64))! }
