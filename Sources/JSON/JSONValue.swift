@@ -186,4 +186,6 @@ public struct JSONWriter {
     public mutating func bool(_ b: Bool) { separate(); bytes.append(contentsOf: (b ? "true" : "false").utf8) }
     public mutating func null() { separate(); bytes.append(contentsOf: "null".utf8) }
     public mutating func value(_ v: JSONValue) { separate(); bytes.append(contentsOf: v.serializedBytes()) }
+    /// Text that is already JSON (written by `JSONValue.serialized()`), copied as it is.
+    public mutating func raw(_ json: String) { separate(); bytes.append(contentsOf: json.utf8) }
 }

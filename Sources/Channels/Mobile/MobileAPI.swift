@@ -180,14 +180,8 @@ public struct MobileAPI: Sendable {
         out.key("created_at"); out.value(.timestamp(d.createdAt))
         out.key("destination"); out.string(d.destination.description)
         out.key("id"); out.string(d.id)
-        out.key("metadata")
-        out.beginObject()
-        for key in d.metadata.keys.sorted() { out.key(key); out.string(d.metadata[key]!) }
-        out.endObject()
-        out.key("parts")
-        out.beginArray()
-        for part in d.parts { out.string(part) }
-        out.endArray()
+        out.key("metadata"); out.raw(d.metadataJSON)
+        out.key("parts"); out.raw(d.partsJSON)
         out.key("read"); out.bool(d.readAt != nil)
         out.key("read_at")
         if let readAt = d.readAt { out.value(.timestamp(readAt)) } else { out.null() }

@@ -14,11 +14,16 @@ public struct Delivery: Sendable, Equatable {
     public var sessionID: String
     public var title: String
     public var body: String
-    public var parts: [String]
-    public var metadata: [String: String]
+    /// `parts` and `metadata` as stored: JSON this gateway wrote. Lists splice them into answers as they are;
+    /// only code that wants the values decodes them.
+    public var partsJSON: String
+    public var metadataJSON: String
     public var createdAt: Date
     /// For the device (or person) the list was read for.
     public var readAt: Date?
+
+    public var parts: [String] { (try? JSONDecoder().decode([String].self, from: Data(partsJSON.utf8))) ?? [] }
+    public var metadata: [String: String] { (try? JSONDecoder().decode([String: String].self, from: Data(metadataJSON.utf8))) ?? [:] }
 }
 
 public enum DeviceOwnershipError: Error, Equatable {
@@ -309,13 +314,11 @@ public final class MobileStore: Sendable {
     }
 
     private static func delivery(_ row: Row) -> Delivery {
-        let parts = (try? JSONDecoder().decode([String].self, from: Data((row.string("parts") ?? "[]").utf8))) ?? []
-        let metadata = (try? JSONDecoder().decode([String: String].self, from: Data((row.string("metadata") ?? "{}").utf8))) ?? [:]
-        return Delivery(seq: row.int("seq") ?? 0, id: row.string("id") ?? "",
+        Delivery(seq: row.int("seq") ?? 0, id: row.string("id") ?? "",
                         destination: (try? Destination(parsing: row.string("destination") ?? "all")) ?? .all,
                         agentID: row.string("agent_id") ?? "", agentName: row.string("agent_name") ?? "",
                         sessionID: row.string("session_id") ?? "", title: row.string("title") ?? "", body: row.string("body") ?? "",
-                        parts: parts, metadata: metadata, createdAt: date(row.int("created_at")) ?? Date(timeIntervalSince1970: 0),
+                        partsJSON: row.string("parts") ?? "[]", metadataJSON: row.string("metadata") ?? "{}", createdAt: date(row.int("created_at")) ?? Date(timeIntervalSince1970: 0),
                         readAt: date(row.int("read_at")))
     }
 

@@ -36,8 +36,9 @@ public final class IdempotencyLog: Sendable {
     static func isMutating(_ method: String) -> Bool { ["POST", "PUT", "PATCH", "DELETE"].contains(method) }
 
     /// Runs `handle` once per (caller, key); a replay gets the stored answer with `Idempotent-Replayed: true`.
-    public func answer(_ request: HTTPRequest, principal: Principal?, handle: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
-        guard Self.isMutating(request.method), let key = request.header(Self.header), let principal else { return await handle(request) }
+    /// `principal` is asked only for a mutating call that carries a key (reads pay nothing here).
+    public func answer(_ request: HTTPRequest, principal: @autoclosure () -> Principal?, handle: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
+        guard Self.isMutating(request.method), let key = request.header(Self.header), let principal = principal() else { return await handle(request) }
         guard (1...200).contains(key.utf8.count), key.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
             return APIError.invalidField("Idempotency-Key", "must be 1 to 200 visible ASCII characters").response
         }
