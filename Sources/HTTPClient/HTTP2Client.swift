@@ -43,9 +43,13 @@ public struct HTTP2ClientConfiguration: Sendable {
     public var connectTimeout: Duration
     /// Trust only a server whose leaf certificate's DER has this SHA-256 (the LAN listener's pin), no CA at all.
     public var pinnedCertificateSHA256: [UInt8]?
+    /// One for HTTP/2 services (everything multiplexes on it); more only for HTTP/1.1 servers.
+    public var maximumConnectionsPerHost: Int
 
-    public init(caFile: String? = nil, maximumConcurrentStreams: Int = 256, connectTimeout: Duration = .seconds(10), pinnedCertificateSHA256: [UInt8]? = nil) {
+    public init(caFile: String? = nil, maximumConcurrentStreams: Int = 256, connectTimeout: Duration = .seconds(10), pinnedCertificateSHA256: [UInt8]? = nil,
+                maximumConnectionsPerHost: Int = 1) {
         self.caFile = caFile
+        self.maximumConnectionsPerHost = maximumConnectionsPerHost
         self.pinnedCertificateSHA256 = pinnedCertificateSHA256
         self.maximumConcurrentStreams = maximumConcurrentStreams
         self.connectTimeout = connectTimeout
@@ -115,7 +119,7 @@ final class CurlEngine: @unchecked Sendable {
         }
         multi = curl_multi_init()
         soulacy_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
-        soulacy_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 1)
+        soulacy_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.maximumConnectionsPerHost)
         soulacy_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.maximumConcurrentStreams)
         let thread = Thread { [self] in run() }
         thread.name = "soulacy-http2"
