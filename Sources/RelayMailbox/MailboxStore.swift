@@ -39,7 +39,7 @@ public final class MailboxStore: Sendable {
         try database.migrate(Self.migrations)
     }
 
-    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+    static func now() -> Int64 { Date().sqliteMillis }
 
     public func createMailbox(secretSHA256: [UInt8]) throws -> String {
         let id = "mbx_" + Hex.encode(SecureBytes.random(count: 12))

@@ -54,7 +54,7 @@ public final class DatabasePool: Sendable {
                 let applied = try db.query("SELECT 1 FROM schema_migrations WHERE id = ?", migration.id)
                 guard applied.isEmpty else { return }
                 try db.execute(migration.sql)
-                try db.run("INSERT INTO schema_migrations (id, applied_at) VALUES (?, ?)", migration.id, Int64(Date().timeIntervalSince1970 * 1000))
+                try db.run("INSERT INTO schema_migrations (id, applied_at) VALUES (?, ?)", migration.id, Date().sqliteMillis)
             }
         }
     }

@@ -56,7 +56,7 @@ public actor DeviceCommands {
         try store.database.migrate(Self.migrations)
     }
 
-    static func ms(_ d: Date) -> Int64 { Int64(d.timeIntervalSince1970 * 1000) }
+    static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
 
     static func expireQueued(deviceID: String, in db: Connection, now: Date) throws {
         try db.run("UPDATE mobile_device_commands SET state = 'expired', completed_at = ? WHERE device_id = ? AND state IN ('queued', 'delivered')", ms(now), deviceID)
@@ -67,7 +67,7 @@ public actor DeviceCommands {
                 command: row.string("command") ?? "", params: (try? JSONValue.parse(Array((row.string("params") ?? "{}").utf8))) ?? .null,
                 waits: row.bool("waits") ?? false, state: row.string("state") ?? "",
                 result: row.string("result").flatMap { try? JSONValue.parse(Array($0.utf8)) },
-                expiresAt: Date(timeIntervalSince1970: Double(row.int("expires_at") ?? 0) / 1000))
+                expiresAt: row.date("expires_at") ?? Date(sqliteMillis: 0))
     }
 
     public nonisolated func command(id: String) throws -> Command? {

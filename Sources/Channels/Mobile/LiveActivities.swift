@@ -49,7 +49,7 @@ public struct LiveActivityTokens: Sendable {
             try db.run("""
                 INSERT INTO mobile_live_activities (device_id, session_id, agent_id, token, environment, created_at) VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT (device_id, session_id) DO UPDATE SET token = excluded.token, environment = excluded.environment, agent_id = excluded.agent_id
-                """, deviceID, sessionID, agentID, token, environment.rawValue, Int64(now.timeIntervalSince1970 * 1000))
+                """, deviceID, sessionID, agentID, token, environment.rawValue, now.sqliteMillis)
         }
     }
 

@@ -97,8 +97,8 @@ public final class MobileStore: Sendable {
         try database.migrate(Self.migrations + PushOutbox.migrations)
     }
 
-    static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
-    static func date(_ millis: Int64?) -> Date? { millis.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
+    static func millis(_ date: Date) -> Int64 { date.sqliteMillis }
+    static func date(_ millis: Int64?) -> Date? { millis.map(Date.init(sqliteMillis:)) }
 
     // MARK: Devices
 

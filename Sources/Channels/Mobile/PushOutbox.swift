@@ -54,8 +54,8 @@ public struct PushOutbox: Sendable {
 
     let database: DatabasePool
 
-    static func ms(_ d: Date) -> Int64 { Int64((d.timeIntervalSince1970 * 1000).rounded()) }
-    static func date(_ v: Int64?) -> Date { Date(timeIntervalSince1970: Double(v ?? 0) / 1000) }
+    static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
+    static func date(_ v: Int64?) -> Date { Date(sqliteMillis: v ?? 0) }
 
     /// Adds one wake-up per device, inside the caller's transaction (the one that writes the inbox line).
     /// The signal as stored: its wake id lives in its own column, so one encoding serves every device.

@@ -63,7 +63,7 @@ public final class APIKeyStore: Sendable {
         try database.migrate(Self.migrations)
     }
 
-    private static func millis(_ d: Date) -> Int64 { Int64(d.timeIntervalSince1970 * 1000) }
+    private static func millis(_ d: Date) -> Int64 { d.sqliteMillis }
 
     public func mint(name: String, subject: String, role: Role, kind: APIKey.Kind) throws -> MintedKey {
         try database.transaction { db in try mint(name: name, subject: subject, role: role, kind: kind, in: db) }
@@ -115,9 +115,8 @@ public final class APIKeyStore: Sendable {
         APIKey(id: row.string("id") ?? "", name: row.string("name") ?? "", subject: row.string("subject") ?? "",
                role: row.string("role").flatMap(Role.init(rawValue:)) ?? .viewer,
                kind: row.string("kind").flatMap(APIKey.Kind.init(rawValue:)) ?? .manual,
-               createdAt: Date(timeIntervalSince1970: Double(row.int("created_at") ?? 0) / 1000),
-               lastUsedAt: row.int("last_used_at").map { Date(timeIntervalSince1970: Double($0) / 1000) },
-               revokedAt: row.int("revoked_at").map { Date(timeIntervalSince1970: Double($0) / 1000) })
+               createdAt: row.date("created_at") ?? Date(sqliteMillis: 0),
+               lastUsedAt: row.date("last_used_at"), revokedAt: row.date("revoked_at"))
     }
 
     public func list() throws -> [APIKey] {

@@ -77,8 +77,8 @@ public actor ApprovalsBroker {
         try database.migrate(Self.migrations)
     }
 
-    static func ms(_ d: Date) -> Int64 { Int64(d.timeIntervalSince1970 * 1000) }
-    static func date(_ v: Int64?) -> Date? { v.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
+    static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
+    static func date(_ v: Int64?) -> Date? { v.map(Date.init(sqliteMillis:)) }
 
     static func approval(_ row: Row) -> Approval {
         Approval(callID: row.string("call_id") ?? "", subject: row.string("subject") ?? "", agentID: row.string("agent_id") ?? "",

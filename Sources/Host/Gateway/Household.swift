@@ -63,7 +63,7 @@ public final class HouseholdStore: Sendable {
         try database.migrate(Self.migrations)
     }
 
-    static func ms(_ d: Date) -> Int64 { Int64(d.timeIntervalSince1970 * 1000) }
+    static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
 
     /// The subject for a person's name: a lower-case ASCII slug ("Priya" → priya, "José" → jose, "Дмитрий" → dmitrij).
     /// The same name always gives the same subject; a different person whose name slugs the same gets -2, -3, …

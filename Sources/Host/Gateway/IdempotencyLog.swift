@@ -65,7 +65,7 @@ public final class IdempotencyLog: Sendable {
             try? database.transaction { db in
                 try db.run("INSERT OR IGNORE INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            scope, key, request.method, request.path, response.status, response.header("content-type"), response.body,
-                           Int64(Date().timeIntervalSince1970 * 1000))
+                           Date().sqliteMillis)
             }
         }
         return response

@@ -36,7 +36,7 @@ public final class MemoryFactStore: Sendable {
         let fact = Fact(id: "fact_" + Hex.encode(SecureBytes.random(count: 8)), text: text, source: source, createdAt: Date())
         try database.transaction { db in
             try db.run("INSERT INTO memory_facts (id, subject, text, source, created_at) VALUES (?, ?, ?, ?, ?)",
-                       fact.id, subject, text, source, Int64(fact.createdAt.timeIntervalSince1970 * 1000))
+                       fact.id, subject, text, source, fact.createdAt.sqliteMillis)
         }
         return fact
     }
@@ -45,7 +45,7 @@ public final class MemoryFactStore: Sendable {
         try database.read { db in
             try db.query("SELECT * FROM memory_facts WHERE subject = ? ORDER BY created_at DESC, id LIMIT 500", subject).map {
                 Fact(id: $0.string("id") ?? "", text: $0.string("text") ?? "", source: $0.string("source") ?? "",
-                     createdAt: Date(timeIntervalSince1970: Double($0.int("created_at") ?? 0) / 1000))
+                     createdAt: $0.date("created_at") ?? Date(sqliteMillis: 0))
             }
         }
     }

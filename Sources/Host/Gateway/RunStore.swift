@@ -48,8 +48,8 @@ public final class RunStore: Sendable {
         try database.migrate(Self.migrations)
     }
 
-    private static func ms(_ d: Date) -> Int64 { Int64(d.timeIntervalSince1970 * 1000) }
-    private static func date(_ v: Int64?) -> Date? { v.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
+    private static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
+    private static func date(_ v: Int64?) -> Date? { v.map(Date.init(sqliteMillis:)) }
 
     public func begin(_ run: RunRecord) throws {
         try database.transaction { db in

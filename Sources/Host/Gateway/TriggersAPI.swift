@@ -28,7 +28,7 @@ public final class TriggerCooldowns: Sendable {
 
     /// Claims a fire: nil when allowed (and recorded), else the seconds left of the cooldown.
     func claim(agentID: String, deviceID: String, cooldown: Duration, now: Date) throws -> Int? {
-        let nowMS = Int64(now.timeIntervalSince1970 * 1000)
+        let nowMS = now.sqliteMillis
         let cooldownMS = cooldown.components.seconds * 1000
         return try database.transaction { db in
             if let last = try db.query("SELECT fired_at FROM trigger_fires WHERE agent_id = ? AND device_id = ?", agentID, deviceID).first?.int("fired_at"),
