@@ -37,6 +37,17 @@ public struct HTTPRequest: Sendable {
     }
 
     public func parameter(_ name: String) -> String { pathParameters[name] ?? "" }
+
+    /// True when If-None-Match names `etag` (or is `*`): the caller already holds this representation.
+    /// Weak comparison, as RFC 9110 asks for If-None-Match.
+    public func alreadyHas(etag: String) -> Bool {
+        guard let header = header("if-none-match") else { return false }
+        let wanted = etag.hasPrefix("W/") ? etag.dropFirst(2) : Substring(etag)
+        return header.split(separator: ",").contains { candidate in
+            let tag = candidate.trimmingCharacters(in: .whitespaces)
+            return tag == "*" || (tag.hasPrefix("W/") ? tag.dropFirst(2) : Substring(tag)) == wanted
+        }
+    }
 }
 
 public struct HTTPResponse: Sendable {

@@ -2,6 +2,8 @@ import Foundation
 import Identity
 
 public typealias RouteHandler = @Sendable (HTTPRequest) async throws -> HTTPResponse
+/// A handler that answers at once: a short local read that never waits on a person, a timer or the network.
+public typealias ImmediateRouteHandler = @Sendable (HTTPRequest) throws -> HTTPResponse
 
 /// One entry of the route table: method, pattern (`/api/v1/mobile/devices/:id`), who may call it.
 public struct Route: Sendable {
@@ -10,7 +12,13 @@ public struct Route: Sendable {
     public let access: Access
     public let summary: String
     let segments: [Segment]
-    let handler: RouteHandler
+    let work: Work
+
+    enum Work: Sendable {
+        case async(RouteHandler)
+        /// Run on the server's own thread, without suspending the connection or hopping to a task.
+        case immediate(ImmediateRouteHandler)
+    }
 
     enum Segment: Sendable, Equatable {
         case literal(String)
@@ -18,11 +26,20 @@ public struct Route: Sendable {
     }
 
     public init(_ method: HTTPMethod, _ pattern: String, access: Access, summary: String = "", handler: @escaping RouteHandler) {
+        self.init(method, pattern, access: access, summary: summary, work: .async(handler))
+    }
+
+    /// A route for a quick read, answered on the server thread (the hottest reads: the inbox).
+    public init(_ method: HTTPMethod, _ pattern: String, access: Access, summary: String = "", immediate: @escaping ImmediateRouteHandler) {
+        self.init(method, pattern, access: access, summary: summary, work: .immediate(immediate))
+    }
+
+    private init(_ method: HTTPMethod, _ pattern: String, access: Access, summary: String, work: Work) {
         self.method = method
         self.pattern = pattern
         self.access = access
         self.summary = summary
-        self.handler = handler
+        self.work = work
         segments = pattern.split(separator: "/").map { part in
             part.hasPrefix(":") ? .parameter(String(part.dropFirst())) : .literal(String(part))
         }
@@ -71,20 +88,56 @@ public struct Router: Sendable {
     /// Answers a request. `authenticated` is for requests that arrived by another authenticated way (a sealed
     /// command from a phone through the relay): the route's role is still enforced.
     public func handle(_ incoming: HTTPRequest, authenticated: Principal? = nil) async -> HTTPResponse {
+        switch resolve(incoming, authenticated: authenticated) {
+        case .answered(let response):
+            return response
+        case .ready(let route, let request):
+            switch route.work {
+            case .immediate(let handler): return run(incoming, request) { try handler(request) }
+            case .async(let handler):
+                do {
+                    return finish(incoming, request, try await handler(request))
+                } catch {
+                    return respond(to: error, request)
+                }
+            }
+        }
+    }
+
+    /// The answer when the request can be answered on the calling thread (an immediate route, or a refusal);
+    /// nil when its route needs `handle`.
+    public func handleImmediately(_ incoming: HTTPRequest) -> HTTPResponse? {
+        switch resolve(incoming, authenticated: nil) {
+        case .answered(let response): return response
+        case .ready(let route, let request):
+            guard case .immediate(let handler) = route.work else { return nil }
+            return run(incoming, request) { try handler(request) }
+        }
+    }
+
+    private enum Resolution {
+        case answered(HTTPResponse)
+        case ready(Route, HTTPRequest)
+    }
+
+    /// Finds the route and checks the caller; every refusal is answered here.
+    private func resolve(_ incoming: HTTPRequest, authenticated: Principal?) -> Resolution {
         var request = incoming
         let parts = request.path.split(separator: "/", omittingEmptySubsequences: true)
+        let method = request.method == "HEAD" ? "GET" : request.method
         var allowed: [String] = []
-        for route in routes {
-            guard let parameters = route.match(parts) else { continue }
-            let method = request.method == "HEAD" ? "GET" : request.method
+        for index in routes.indices {
+            // By index: copying every Route out of the table costs more than matching it.
+            guard let parameters = routes[index].match(parts) else { continue }
+            let route = routes[index]
             guard route.method.rawValue == method else {
                 allowed.append(route.method.rawValue)
                 continue
             }
             request.pathParameters = parameters
-            do {
+            do throws(APIError) {
                 if case .role(let required) = route.access {
-                    let principal = try authenticated ?? authenticate(request)
+                    let principal = if let authenticated { authenticated } else { try authenticate(request) }
                     guard principal.role.allows(required) else {
                         throw APIError.forbidden("this needs the \(required.rawValue) role; this key has \(principal.role.rawValue)")
                     }
@@ -95,21 +148,36 @@ public struct Router: Sendable {
                     // Open routes still learn who calls when a valid key is sent (pairing as the caller).
                     request.principal = try? authenticate(request)
                 }
-                var response = try await route.handler(request)
-                if incoming.method == "HEAD" { response.body = [] }
-                return response
-            } catch let error as APIError {
-                return error.response
             } catch {
-                return errorResponder(error, request)
+                return .answered(error.response)
             }
+            return .ready(route, request)
         }
         if !allowed.isEmpty {
             var error = APIError(status: 405, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.path); use \(allowed.joined(separator: ", "))")
             error.extraHeaders["Allow"] = allowed.joined(separator: ", ")
-            return error.response
+            return .answered(error.response)
         }
-        return APIError.notFound("no route for \(request.method) \(request.path)").response
+        return .answered(APIError.notFound("no route for \(request.method) \(request.path)").response)
+    }
+
+    private func run(_ incoming: HTTPRequest, _ request: HTTPRequest, _ body: () throws -> HTTPResponse) -> HTTPResponse {
+        do {
+            return finish(incoming, request, try body())
+        } catch {
+            return respond(to: error, request)
+        }
+    }
+
+    private func finish(_ incoming: HTTPRequest, _ request: HTTPRequest, _ response: HTTPResponse) -> HTTPResponse {
+        var response = response
+        if incoming.method == "HEAD" { response.body = [] }
+        return response
+    }
+
+    private func respond(to error: any Error, _ request: HTTPRequest) -> HTTPResponse {
+        if let error = error as? APIError { return error.response }
+        return errorResponder(error, request)
     }
 
     /// The caller a bearer token names, if any (for logic that runs before routing, such as idempotency).
@@ -121,11 +189,16 @@ public struct Router: Sendable {
             error.extraHeaders["WWW-Authenticate"] = "Bearer"
             throw error
         }
-        let prefix = "bearer "
-        guard header.count > prefix.count, header.prefix(prefix.count).lowercased() == prefix else {
+        // Byte-wise: this runs on every call, and Foundation's trimming costs more than the rest of routing.
+        let bytes = header.utf8
+        let scheme = "bearer ".utf8
+        guard bytes.count > scheme.count, zip(bytes, scheme).allSatisfy({ $0 | 0x20 == $1 }) else {
             throw APIError.unauthorized("the Authorization header must be 'Bearer <key>'")
         }
-        let token = header.dropFirst(prefix.count).trimmingCharacters(in: .whitespaces)
+        var rest = bytes.dropFirst(scheme.count)
+        while let first = rest.first, first == 0x20 || first == 0x09 { rest.removeFirst() }
+        while let last = rest.last, last == 0x20 || last == 0x09 { rest.removeLast() }
+        let token = String(Substring(rest))
         guard let principal = authenticator(token) else {
             var error = APIError.unauthorized("the API key is unknown or has been revoked")
             error.extraHeaders["WWW-Authenticate"] = "Bearer error=\"invalid_token\""

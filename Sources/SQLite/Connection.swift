@@ -49,6 +49,9 @@ public final class Connection {
         SQLiteError(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
     }
 
+    /// Rows changed by INSERT, UPDATE and DELETE on this connection since it opened.
+    public var totalChanges: Int64 { sqlite3_total_changes64(handle) }
+
     /// Runs one or more statements that take no arguments and return nothing useful.
     public func execute(_ sql: String) throws(SQLiteError) {
         var message: UnsafeMutablePointer<CChar>?

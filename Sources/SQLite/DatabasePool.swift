@@ -7,6 +7,7 @@ public final class DatabasePool: Sendable {
     private let writer: GuardedConnection
     private let readers: [GuardedConnection]
     private let nextReader = Atomic<Int>(0)
+    private let committedChanges = Atomic<UInt64>(0)
     private let groupCommitBox = GroupCommitBox()
     var groupCommit: GroupCommit { groupCommitBox.get(self) }
 
@@ -26,22 +27,36 @@ public final class DatabasePool: Sendable {
         self.readers = readers
     }
 
+    /// Grows after each write access that changed rows, once the change is committed. A value read before a
+    /// query and unchanged after it means the query's answer is still current (in this process; the gateway
+    /// is the only writer of its database). Caches of rendered answers key on it.
+    public var changeGeneration: UInt64 { committedChanges.load(ordering: .acquiring) }
+
     @discardableResult
     /// Serialised access to the writer; wrap several statements in `transaction` to commit them as one.
     public func write<T>(_ body: (Connection) throws -> T) throws -> T {
-        try writer.with(body)
+        try writer.with { db in
+            let before = db.totalChanges
+            // After the body, so after its COMMIT: a reader that sees the new generation sees the new rows.
+            defer { if db.totalChanges != before { committedChanges.add(1, ordering: .releasing) } }
+            return try body(db)
+        }
     }
 
     @discardableResult
     /// Runs `body` in one IMMEDIATE transaction on the writer: all of it commits, or none.
     public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
-        try writer.with { try $0.transaction(body) }
+        try write { try $0.transaction(body) }
     }
 
     /// A reader connection; reads see the last committed state.
     public func read<T>(_ body: (Connection) throws -> T) throws -> T {
-        let index = nextReader.add(1, ordering: .relaxed).oldValue % readers.count
-        return try readers[index].with(body)
+        let start = nextReader.add(1, ordering: .relaxed).oldValue
+        // A free reader if there is one; wait on the next in turn only when all are busy.
+        for step in 0..<readers.count {
+            if let result = try readers[(start &+ step) % readers.count].withIfFree(body) { return result }
+        }
+        return try readers[start % readers.count].with(body)
     }
 
     /// Applies the migrations not yet recorded in `schema_migrations`, each in its own transaction.
@@ -80,6 +95,13 @@ final class GuardedConnection: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return try body(connection)
+    }
+
+    /// Runs `body` only if no other thread holds the connection (nil otherwise).
+    func withIfFree<T>(_ body: (Connection) throws -> T) rethrows -> T? {
+        guard lock.try() else { return nil }
+        defer { lock.unlock() }
+        return .some(try body(connection))
     }
 }
 

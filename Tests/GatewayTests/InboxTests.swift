@@ -46,6 +46,46 @@ struct InboxTests {
         }
     }
 
+    @Test("a rendered inbox page is reused only until something changes; ETag and If-None-Match work")
+    func pageReuse() async throws {
+        try await withTestGateway { (gw) async throws in
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            try await gw.registerDevice(id: "phone", key: nil)
+            let first = try #require(try await gw.runAgent("echo", input: "first", to: "all")["delivery_id"]?.stringValue)
+            let path = "/api/v1/mobile/deliveries?device_id=phone"
+
+            let page = try await gw.request("GET", path)
+            #expect(ids(page) == [first])
+            let etag = try #require(page.headers["etag"])
+            #expect(page.headers["cache-control"] == "private, no-cache")
+            let again = try await gw.request("GET", path)
+            #expect(again.body == page.body && again.headers["etag"] == etag)
+            let unchanged = try await gw.request("GET", path, headers: ["If-None-Match": "\"other\", \(etag)"])
+            #expect(unchanged.status == 304)
+            #expect(unchanged.body.isEmpty)
+
+            // A new line: the old validator no longer matches and the page shows it.
+            let second = try #require(try await gw.runAgent("echo", input: "second", to: "all")["delivery_id"]?.stringValue)
+            let grown = try await gw.request("GET", path, headers: ["If-None-Match": etag])
+            #expect(grown.status == 200)
+            #expect(ids(grown) == [second, first])
+            #expect(grown.json["unread_count"] == 2)
+            #expect(grown.headers["etag"] != etag)
+
+            // A read receipt changes the page too.
+            #expect(try await gw.request("POST", "/api/v1/mobile/deliveries/\(first)/read", json: ["device_id": "phone"]).status == 200)
+            let read = try await gw.request("GET", path)
+            #expect(read.json["unread_count"] == 1)
+            #expect(read.json["deliveries"]?.arrayValue?.last?["read"] == true)
+
+            // The owner's page is cached, yet another person still cannot read it by naming the device.
+            #expect(try await gw.request("GET", path, key: .some(priya)).status == 404)
+            // A removed device's page is not served from memory.
+            #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/phone").status == 204)
+            #expect(try await gw.request("GET", path).status == 404)
+        }
+    }
+
     @Test("read receipts are per device: reading on one does not mark another")
     func readReceipts() async throws {
         try await withTestGateway { (gw) async throws in

@@ -72,6 +72,51 @@ struct HTTPServerTests {
         #expect(text == #"{"done":true}"#)
     }
 
+    @Test("immediate routes are answered on the server thread; the others still reach their tasks")
+    func immediateLane() async throws {
+        let asyncCalls = InFlightGauge()
+        var router = Router(authenticator: { $0 == "good" ? Principal(keyID: "k", subject: "owner", role: .viewer) : nil })
+        router.add(Route(.GET, "/quick/:name", access: .role(.viewer), immediate: { request in
+            .json(["name": .string(request.parameter("name")), "who": .string(try request.caller().subject)])
+        }))
+        router.add(Route(.GET, "/admin-only", access: .role(.admin), immediate: { _ in .noContent }))
+        router.add(.POST, "/quick/:name", access: .open) { _ in
+            asyncCalls.enter()
+            asyncCalls.leave()
+            return .json(["async": true])
+        }
+        let frozen = router
+        let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2),
+                                immediate: { frozen.handleImmediately($0) }) { request in
+            asyncCalls.enter()
+            defer { asyncCalls.leave() }
+            return await frozen.handle(request)
+        }
+        try server.start()
+        let port = server.port
+        func call(_ method: String, _ path: String, token: String?) async throws -> (Int, String) {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+            request.httpMethod = method
+            if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+            let (data, response) = try await URLSession.shared.data(for: request)
+            return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
+        }
+        #expect(try await call("GET", "/quick/ann", token: "good") == (200, #"{"name":"ann","who":"owner"}"#))
+        // Refusals are answered at once too, in the usual JSON shape.
+        #expect(try await call("GET", "/quick/ann", token: "bad").0 == 401)
+        #expect(try await call("GET", "/admin-only", token: "  good ").0 == 403)
+        #expect(try await call("GET", "/nowhere", token: nil).0 == 404)
+        #expect(asyncCalls.peak == 0, "an immediate answer went through a task")
+        // A route that needs a task gets one; HEAD of an immediate route has no body.
+        #expect(try await call("POST", "/quick/ann", token: nil) == (200, #"{"async":true}"#))
+        #expect(asyncCalls.peak >= 1)
+        #expect(try await call("HEAD", "/quick/ann", token: "good") == (200, ""))
+        // The async entry (sealed relay commands use it) runs immediate routes as well.
+        let viaTask = await frozen.handle(HTTPRequest(method: "GET", path: "/quick/bo"), authenticated: Principal(keyID: "k2", subject: "priya", role: .viewer))
+        #expect(viaTask.status == 200 && String(decoding: viaTask.body, as: UTF8.self) == #"{"name":"bo","who":"priya"}"#)
+        await server.stop()
+    }
+
     @Test("refuses to start on a bad address, with a message naming it")
     func badAddress() {
         let server = HTTPServer(configuration: HTTPServerConfiguration(host: "not-an-ip", port: 0)) { _ in .noContent }

@@ -85,6 +85,30 @@ struct SQLiteTests {
         #expect(try db.read { try $0.query("SELECT COUNT(*) AS n FROM c").first?.int("n") } == 50)
     }
 
+    @Test("the change generation grows after each committed write that changed rows, and only then")
+    func changeGeneration() async throws {
+        let db = try pool()
+        try db.write { try $0.execute("CREATE TABLE g (n INTEGER)") }
+        let start = db.changeGeneration
+        _ = try db.read { try $0.query("SELECT COUNT(*) FROM g") }
+        try db.transaction { try $0.run("UPDATE g SET n = 1") }  // no rows: nothing changed
+        #expect(db.changeGeneration == start)
+        try db.transaction { try $0.run("INSERT INTO g VALUES (1)") }
+        #expect(db.changeGeneration == start + 1)
+        // Seen by the writer's own body: the generation moves only once the transaction is over.
+        let during = try db.transaction { c -> UInt64 in
+            try c.run("INSERT INTO g VALUES (2)")
+            return db.changeGeneration
+        }
+        #expect(during == start + 1)
+        #expect(db.changeGeneration == start + 2)
+        _ = try await db.groupTransaction { try $0.run("DELETE FROM g WHERE n = 1") }
+        #expect(db.changeGeneration == start + 3)
+        // A transaction that throws still counts: the generation may move without a change, never the reverse.
+        #expect(throws: (any Error).self) { try db.transaction { c in try c.run("INSERT INTO g VALUES (3)"); try c.run("INSERT INTO nope VALUES (1)") } }
+        #expect(db.changeGeneration == start + 4)
+    }
+
     @Test("group commit: concurrent callers share transactions; one that fails rolls back only its own part")
     func groupCommit() async throws {
         let db = try pool()

@@ -12,6 +12,7 @@ public struct MobileAPI: Sendable {
     let store: MobileStore
     let channel: MobileChannel
     let liveActivities: LiveActivityPublisher?
+    let inboxPages = InboxPageCache()
 
     public init(store: MobileStore, channel: MobileChannel, liveActivities: LiveActivityPublisher? = nil) {
         self.store = store
@@ -24,8 +25,8 @@ public struct MobileAPI: Sendable {
             Route(.POST, "/api/v1/mobile/devices", access: .role(.viewer), summary: "Register or update this phone", handler: registerDevice),
             Route(.GET, "/api/v1/mobile/devices", access: .role(.viewer), summary: "The caller's registered phones", handler: listDevices),
             Route(.DELETE, "/api/v1/mobile/devices/:id", access: .role(.viewer), summary: "Remove one of the caller's phones", handler: deleteDevice),
-            Route(.GET, "/api/v1/mobile/deliveries", access: .role(.viewer), summary: "The caller's inbox, newest first", handler: listDeliveries),
-            Route(.GET, "/api/v1/mobile/deliveries/:id", access: .role(.viewer), summary: "One inbox line with its full content", handler: getDelivery),
+            Route(.GET, "/api/v1/mobile/deliveries", access: .role(.viewer), summary: "The caller's inbox, newest first", immediate: listDeliveries),
+            Route(.GET, "/api/v1/mobile/deliveries/:id", access: .role(.viewer), summary: "One inbox line with its full content", immediate: getDelivery),
             Route(.POST, "/api/v1/mobile/deliveries/:id/read", access: .role(.viewer), summary: "Mark a line read on one phone", handler: markRead),
             Route(.POST, "/api/v1/channels/mobile/test", access: .role(.admin), summary: "Send a test line through the mobile channel", handler: sendTest),
             Route(.POST, "/api/v1/mobile/activities", access: .role(.viewer), summary: "Report a Live Activity's update token", handler: registerActivity),
@@ -64,9 +65,8 @@ public struct MobileAPI: Sendable {
         try id.map { try store.ownedDevice($0, subject: caller.subject).id }
     }
 
-    @Sendable func listDeliveries(_ request: HTTPRequest) async throws -> HTTPResponse {
+    @Sendable func listDeliveries(_ request: HTTPRequest) throws -> HTTPResponse {
         let caller = try request.caller()
-        let deviceID = try ownDevice(request.query["device_id"], caller: caller)
         var limit = Self.defaultPageSize
         if let text = request.query["limit"] {
             guard let n = Int(text), (1...Self.maximumPageSize).contains(n) else {
@@ -79,6 +79,18 @@ public struct MobileAPI: Sendable {
             guard let n = Int64(text), n > 0 else { throw APIError.invalidField("cursor", "is not a cursor this gateway returned") }
             cursor = n
         }
+        // A page rendered since the last write is still the answer; the device check it passed holds too.
+        let key = InboxPageCache.Key(subject: caller.subject, deviceID: request.query["device_id"], cursor: cursor, limit: limit)
+        let generation = store.database.changeGeneration
+        let page = try inboxPages.page(for: key, generation: generation)
+            ?? inboxPages.store(renderInboxPage(caller: caller, deviceID: ownDevice(key.deviceID, caller: caller), cursor: cursor, limit: limit),
+                                for: key, generation: generation)
+        let headers = [("ETag", page.etag), ("Cache-Control", "private, no-cache")]
+        if request.alreadyHas(etag: page.etag) { return HTTPResponse(status: 304, headers: headers) }
+        return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")] + headers, body: page.body)
+    }
+
+    private func renderInboxPage(caller: Principal, deviceID: String?, cursor: Int64?, limit: Int) throws -> [UInt8] {
         let page = try store.deliveries(subject: caller.subject, deviceID: deviceID, before: cursor, limit: limit)
         // The inbox is the hottest route: written straight to bytes, keys sorted as everywhere else.
         var out = JSONWriter(capacity: 512 * max(1, page.items.count))
@@ -92,10 +104,10 @@ public struct MobileAPI: Sendable {
         out.key("unread_count")
         out.number(Int64(page.unreadCount))
         out.endObject()
-        return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: out.bytes)
+        return out.bytes
     }
 
-    @Sendable func getDelivery(_ request: HTTPRequest) async throws -> HTTPResponse {
+    @Sendable func getDelivery(_ request: HTTPRequest) throws -> HTTPResponse {
         let caller = try request.caller()
         let deviceID = try ownDevice(request.query["device_id"], caller: caller)
         guard let delivery = try store.delivery(id: request.parameter("id"), subject: caller.subject, deviceID: deviceID) else {

@@ -195,7 +195,12 @@ public final class Gateway: Sendable {
         let answer: @Sendable (HTTPRequest) async -> HTTPResponse = { request in
             await idempotency.answer(request, principal: routerCopy.principal(of: request)) { await routerCopy.handle($0) }
         }
-        server = HTTPServer(configuration: HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes), handler: answer)
+        // Quick reads (the inbox) are answered on the server thread; mutating calls always take the idempotent path.
+        let answerAtOnce: @Sendable (HTTPRequest) -> HTTPResponse? = { request in
+            IdempotencyLog.isMutating(request.method) ? nil : routerCopy.handleImmediately(request)
+        }
+        server = HTTPServer(configuration: HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes),
+                            immediate: answerAtOnce, handler: answer)
         if let relayURL = options.environment["SOULACY_RELAY_MAILBOX_URL"] {
             do {
                 carriage = try RelayCarriage(url: relayURL, caFile: options.environment["SOULACY_RELAY_MAILBOX_CA_FILE"], database: database,
@@ -214,7 +219,8 @@ public final class Gateway: Sendable {
             let identity = try Self.lanIdentity(directory: options.dataDirectory, host: lanHost)
             lanFingerprint = identity.fingerprint
             lanServer = HTTPServer(configuration: HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
-                                                                          tls: (identity.keyPEM, identity.certificatePEM))) { request in
+                                                                          tls: (identity.keyPEM, identity.certificatePEM)),
+                                   immediate: { request in Self.doorRefusal(request)?.response ?? answerAtOnce(request) }) { request in
                 if let refusal = Self.doorRefusal(request) { return refusal.response }
                 return await answer(request)
             }
