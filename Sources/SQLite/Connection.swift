@@ -12,13 +12,26 @@ public enum Durability: String, Sendable {
     case normal
 }
 
+/// A compiled statement and the names of the columns it returns (nil: it returns none).
+struct PreparedStatement {
+    let handle: OpaquePointer
+    let columns: ColumnNames?
+}
+
 /// One SQLite connection. Not thread-safe by itself: `DatabasePool` hands it to one thread at a time.
 public final class Connection {
     private var handle: OpaquePointer?
-    private var statements: [String: OpaquePointer] = [:]
+    private var statements: [String: PreparedStatement] = [:]
     public let path: String
 
+    /// Process-wide settings, applied once before the first connection opens.
+    private static let configured: Bool = {
+        _ = soulacy_sqlite3_disable_memory_statistics()
+        return true
+    }()
+
     public init(path: String, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 5000, durability: Durability = .full) throws(SQLiteError) {
+        _ = Self.configured
         self.path = path
         var db: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
@@ -38,10 +51,13 @@ public final class Connection {
             try execute("PRAGMA wal_autocheckpoint=8000")
         }
         try execute("PRAGMA foreign_keys=ON")
+        // Statement journals (one per SAVEPOINT of a group commit) in memory: on disk, past 64 KB they spill to a
+        // temporary file that is never truncated, and every job of a batch then writes its pages there again.
+        try execute("PRAGMA temp_store=MEMORY")
     }
 
     deinit {
-        for statement in statements.values { sqlite3_finalize(statement) }
+        for statement in statements.values { sqlite3_finalize(statement.handle) }
         sqlite3_close_v2(handle)
     }
 
@@ -63,16 +79,15 @@ public final class Connection {
         }
     }
 
-    // Prepared statements are cached by their SQL text, so each is compiled once per connection.
-    private func prepared(_ sql: String) throws(SQLiteError) -> OpaquePointer {
-        if let cached = statements[sql] {
-            sqlite3_reset(cached)
-            sqlite3_clear_bindings(cached)
-            return cached
-        }
-        var statement: OpaquePointer?
-        let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
-        guard rc == SQLITE_OK, let statement else { throw error(rc, sql: sql) }
+    // Prepared statements are cached by their SQL text, so each is compiled once per connection; the column
+    // names of a result are read once with it. Every use binds all parameters, and a use resets on its way out.
+    private func prepared(_ sql: String) throws(SQLiteError) -> PreparedStatement {
+        if let cached = statements[sql] { return cached }
+        var handle: OpaquePointer?
+        let rc = sqlite3_prepare_v3(self.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &handle, nil)
+        guard rc == SQLITE_OK, let handle else { throw error(rc, sql: sql) }
+        let count = sqlite3_column_count(handle)
+        let statement = PreparedStatement(handle: handle, columns: count == 0 ? nil : ColumnNames((0..<count).map { String(cString: sqlite3_column_name(handle, $0)) }))
         statements[sql] = statement
         return statement
     }
@@ -88,7 +103,14 @@ public final class Connection {
             case .null: rc = sqlite3_bind_null(statement, index)
             case .integer(let v): rc = sqlite3_bind_int64(statement, index, v)
             case .real(let v): rc = sqlite3_bind_double(statement, index, v)
-            case .text(let v): rc = sqlite3_bind_text(statement, index, v, -1, transient)
+            case .text(let v):
+                // Native strings are contiguous UTF-8: bound with their length, without a NUL-terminated copy.
+                // (An empty buffer has no address, and a nil pointer would bind NULL instead of ''.)
+                let bound = v.utf8.withContiguousStorageIfAvailable { bytes -> Int32? in
+                    guard let base = bytes.baseAddress else { return nil }
+                    return base.withMemoryRebound(to: CChar.self, capacity: bytes.count) { sqlite3_bind_text(statement, index, $0, Int32(bytes.count), transient) }
+                }
+                if let bound = bound ?? nil { rc = bound } else { rc = sqlite3_bind_text(statement, index, v, -1, transient) }
             case .blob(let v):
                 rc = v.withUnsafeBytes { sqlite3_bind_blob(statement, index, $0.baseAddress, Int32($0.count), transient) }
             }
@@ -124,15 +146,14 @@ public final class Connection {
 
     @discardableResult
     public func query(_ sql: String, arguments: [any SQLiteBindable]) throws(SQLiteError) -> [Row] {
-        let statement = try prepared(sql)
+        let prepared = try prepared(sql)
+        let statement = prepared.handle
         defer { sqlite3_reset(statement) }
         try bind(arguments, to: statement, sql: sql)
-        let count = sqlite3_column_count(statement)
-        let columns = ColumnNames((0..<count).map { String(cString: sqlite3_column_name(statement, $0)) })
         var rows: [Row] = []
         while true {
             let rc = sqlite3_step(statement)
-            if rc == SQLITE_ROW { rows.append(readRow(statement, columns: columns)); continue }
+            if rc == SQLITE_ROW, let columns = prepared.columns { rows.append(readRow(statement, columns: columns)); continue }
             if rc == SQLITE_DONE { break }
             throw error(rc, sql: sql)
         }

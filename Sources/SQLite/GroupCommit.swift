@@ -39,45 +39,66 @@ final class GroupCommit: Sendable {
                 return taken
             }
             if batch.isEmpty { return }
-            var outcomes: [(any Error)?] = Array(repeating: nil, count: batch.count)
+            // Jobs almost never fail, so a batch first runs bare; savepoints copy every page a job touches.
+            // Only if a job throws is the batch rolled back and run again with one savepoint per job.
+            let outcomes = (try? commit(batch, isolated: false)) ?? isolatedOutcomes(batch)
+            for (job, outcome) in zip(batch, outcomes) { job.finish(outcome) }
+        }
+    }
+
+    private struct JobFailed: Error {}
+
+    /// One transaction for the whole batch. Not isolated, a failing job aborts it (throws `JobFailed`);
+    /// isolated, each job runs in its own SAVEPOINT and its error is returned in its place.
+    private func commit(_ batch: [Job], isolated: Bool) throws -> [(any Error)?] {
+        var outcomes: [(any Error)?] = Array(repeating: nil, count: batch.count)
+        try pool.write { db in
+            try db.execute("BEGIN IMMEDIATE")
             do {
-                try pool.write { db in
-                    try db.execute("BEGIN IMMEDIATE")
+                for (i, job) in batch.enumerated() {
+                    guard isolated else {
+                        do { try job.run(db) } catch { throw JobFailed() }
+                        continue
+                    }
+                    try db.run("SAVEPOINT job")
                     do {
-                        for (i, job) in batch.enumerated() {
-                            try db.run("SAVEPOINT job")
-                            do {
-                                try job.run(db)
-                                try db.run("RELEASE job")
-                            } catch {
-                                // Some failures (disk full, I/O) make SQLite roll the whole transaction back
-                                // itself; then no savepoint is left and every job of the batch fails with it.
-                                do {
-                                    try db.run("ROLLBACK TO job")
-                                    try db.run("RELEASE job")
-                                } catch _ {
-                                    throw error
-                                }
-                                outcomes[i] = error
-                            }
-                        }
-                        try db.execute("COMMIT")
+                        try job.run(db)
+                        try db.run("RELEASE job")
                     } catch {
-                        try? db.execute("ROLLBACK")
-                        throw error
+                        // Some failures (disk full, I/O) make SQLite roll the whole transaction back
+                        // itself; then no savepoint is left and every job of the batch fails with it.
+                        do {
+                            try db.run("ROLLBACK TO job")
+                            try db.run("RELEASE job")
+                        } catch _ {
+                            throw error
+                        }
+                        outcomes[i] = error
                     }
                 }
+                try db.execute("COMMIT")
             } catch {
-                // The commit itself failed (disk full, read-only): nothing of this batch is stored.
-                outcomes = Array(repeating: error, count: batch.count)
+                try? db.execute("ROLLBACK")
+                throw error
             }
-            for (job, outcome) in zip(batch, outcomes) { job.finish(outcome) }
+        }
+        return outcomes
+    }
+
+    private func isolatedOutcomes(_ batch: [Job]) -> [(any Error)?] {
+        do {
+            return try commit(batch, isolated: true)
+        } catch {
+            // The commit itself failed (disk full, read-only): nothing of this batch is stored.
+            return Array(repeating: error, count: batch.count)
         }
     }
 }
 
 extension DatabasePool {
     /// Runs `body` in a transaction shared with other concurrent callers (group commit); returns after it is durable.
+    /// `body` may run twice (again after another caller's failure rolled the first attempt back): it must only
+    /// touch the database, and only its last run counts.
     public func groupTransaction<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             let result = Mutex<T?>(nil)

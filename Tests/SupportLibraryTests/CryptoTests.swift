@@ -1,3 +1,4 @@
+import Foundation
 import Crypto
 import Testing
 
@@ -35,6 +36,19 @@ struct CryptoTests {
 
 @Suite("Sealing")
 struct SealingTests {
+    @Test("time-ordered UUID text is RFC 9562 version 7, lower case, and sorts by time")
+    func uuidText() throws {
+        let early = TimeOrderedID.uuidText(now: Date(timeIntervalSince1970: 1_700_000_000))
+        let late = TimeOrderedID.uuidText(now: Date(timeIntervalSince1970: 1_700_000_001))
+        let parsed = try #require(UUID(uuidString: early))
+        #expect(parsed.uuidString.lowercased() == early)
+        #expect(early.count == 36 && early == early.lowercased())
+        #expect(Array(early.utf8)[14] == UInt8(ascii: "7"))
+        #expect("89ab".contains(Array(early)[19]))
+        #expect(early.hasPrefix("018bcfe5-6800"))  // 1,700,000,000,000 ms in the first 48 bits
+        #expect(early < late)
+    }
+
     @Test("HKDF-SHA256 matches RFC 5869 test case 1")
     func hkdf() throws {
         let ikm = [UInt8](repeating: 0x0b, count: 22)

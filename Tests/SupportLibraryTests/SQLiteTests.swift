@@ -50,6 +50,12 @@ struct SQLiteTests {
         #expect(row.string("t") == "héllo")
         #expect(row.blob("b") == [0, 1, 255])
         #expect(row["n"] == .null)
+        // Text is bound by length: an empty string stays '' (not NULL), an embedded NUL is kept, a bridged string binds too.
+        try db.write { try $0.run("INSERT INTO v (i, t) VALUES (?, ?), (?, ?), (?, ?)", 2, "", 3, "a\u{0}b", 4, NSString(string: "bridged") as String) }
+        let texts = try db.read { try $0.query("SELECT i, t, t IS NULL AS null_t, length(CAST(t AS BLOB)) AS bytes FROM v WHERE i < 10 ORDER BY i") }
+        #expect(texts.map { $0.int("null_t") } == [0, 0, 0])
+        #expect(texts.map { $0.int("bytes") } == [0, 3, 7])
+        #expect(texts.last?.string("t") == "bridged")
         do {
             try db.write { try $0.run("INSERT INTO missing VALUES (?)", "secret-argument") }
             Issue.record("expected an error")

@@ -82,7 +82,7 @@ public struct PushOutbox: Sendable {
             try db.run("""
                 INSERT INTO mobile_push_outbox (wake_id, delivery_id, device_id, signal, next_attempt_at, expires_at, created_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?)
-                """, TimeOrderedID.uuid(now: now).uuidString.lowercased(), deliveryID, device, json, ms(now), ms(expires), ms(now))
+                """, TimeOrderedID.uuidText(now: now), deliveryID, device, json, ms(now), ms(expires), ms(now))
         }
     }
 

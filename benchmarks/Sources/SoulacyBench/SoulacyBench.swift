@@ -88,7 +88,7 @@ struct SoulacyBench {
                     for device in ["phone-0", "phone-1"] {
                         try c.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", id, device)
                         try c.run("INSERT INTO mobile_push_outbox (wake_id, delivery_id, device_id, signal, next_attempt_at, expires_at, created_at) VALUES (?, ?, ?, ?, 0, 0, 0)",
-                                  TimeOrderedID.uuid().uuidString.lowercased(), id, device, signal)
+                                  TimeOrderedID.uuidText(), id, device, signal)
                     }
                     i += 1
                 }
