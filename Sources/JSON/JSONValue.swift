@@ -83,25 +83,29 @@ public enum JSONValue: Sendable, Equatable, Codable {
     private static let hex = Array("0123456789abcdef".utf8)
 
     public static func writeString(_ s: String, into out: inout [UInt8]) {
+        var s = s
+        s.withUTF8 { writeString(utf8: $0, into: &out) }
+    }
+
+    /// Runs of bytes that need no escaping (nearly all) are copied whole; the rest are escaped one by one.
+    static func writeString(utf8 bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        // Most strings need no escaping: copy them whole.
-        if !s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
-            out.append(contentsOf: s.utf8)
-            out.append(UInt8(ascii: "\""))
-            return
-        }
-        for byte in s.utf8 {
+        var runStart = 0
+        for i in 0..<bytes.count {
+            let byte = bytes[i]
+            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+            if runStart < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i])) }
+            runStart = i + 1
+            out.append(UInt8(ascii: "\\"))
             switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0..<0x20:
-                out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
-            default: out.append(byte)
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): out.append(byte)
+            case 0x0A: out.append(UInt8(ascii: "n"))
+            case 0x0D: out.append(UInt8(ascii: "r"))
+            case 0x09: out.append(UInt8(ascii: "t"))
+            default: out.append(contentsOf: [UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
             }
         }
+        if runStart < bytes.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...])) }
         out.append(UInt8(ascii: "\""))
     }
 
@@ -133,14 +137,35 @@ extension JSONValue {
 
     /// "2026-12-02T13:04:05.123Z", formatted by hand: Foundation's formatters are slow on hot routes.
     public static func iso8601(_ date: Date) -> String {
+        var out = [UInt8]()
+        out.reserveCapacity(24)
+        writeISO8601(date, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func writeISO8601(_ date: Date, into out: inout [UInt8]) {
         let millisTotal = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
         var seconds = time_t(millisTotal >= 0 ? millisTotal / 1000 : (millisTotal - 999) / 1000)
         let millis = Int((millisTotal % 1000 + 1000) % 1000)
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
-        let ms = millis < 10 ? "00\(millis)" : millis < 100 ? "0\(millis)" : "\(millis)"
-        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)).\(ms)Z"
+        func digits(_ value: Int, _ width: Int) {
+            var divisor = 1
+            for _ in 1..<width { divisor *= 10 }
+            var rest = value
+            while divisor > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(rest / divisor % 10))
+                rest %= divisor
+                divisor /= 10
+            }
+        }
+        digits(Int(parts.tm_year) + 1900, 4); out.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mon) + 1, 2); out.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mday), 2); out.append(UInt8(ascii: "T"))
+        digits(Int(parts.tm_hour), 2); out.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_min), 2); out.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_sec), 2); out.append(UInt8(ascii: "."))
+        digits(millis, 3); out.append(UInt8(ascii: "Z"))
     }
 }
 
@@ -173,12 +198,23 @@ public struct JSONWriter {
     public mutating func beginArray() { separate(); bytes.append(UInt8(ascii: "[")); needsComma.append(false) }
     public mutating func endArray() { needsComma.removeLast(); bytes.append(UInt8(ascii: "]")) }
 
-    /// A key inside an object; the value written next belongs to it.
-    public mutating func key(_ name: String) {
+    /// A key inside an object; the value written next belongs to it. Keys are literals of plain ASCII
+    /// (snake_case names), so they are copied without escaping.
+    public mutating func key(_ name: StaticString) {
         separate()
-        JSONValue.writeString(name, into: &bytes)
+        bytes.append(UInt8(ascii: "\""))
+        name.withUTF8Buffer { bytes.append(contentsOf: $0) }
+        bytes.append(UInt8(ascii: "\""))
         bytes.append(UInt8(ascii: ":"))
         needsComma[needsComma.count - 1] = false
+    }
+
+    /// An ISO 8601 timestamp, as `JSONValue.timestamp` writes it.
+    public mutating func timestamp(_ date: Date) {
+        separate()
+        bytes.append(UInt8(ascii: "\""))
+        JSONValue.writeISO8601(date, into: &bytes)
+        bytes.append(UInt8(ascii: "\""))
     }
 
     public mutating func string(_ s: String) { separate(); JSONValue.writeString(s, into: &bytes) }

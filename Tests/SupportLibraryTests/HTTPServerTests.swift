@@ -166,6 +166,25 @@ struct JSONWriterTests {
         let value: JSONValue = ["a": [1, "x\"y", false, nil], "b": ["c": ["d": 2]]]
         #expect(String(decoding: out.bytes, as: UTF8.self) == value.serialized())
     }
+
+    @Test("strings are escaped where JSON needs it and copied whole elsewhere; timestamps match JSONValue's")
+    func escapesAndTimestamps() throws {
+        let tricky = ["", "plain", "\"", "a\\b", "line\nnext\r\ttab", "\u{01}\u{1F}end", "ünïcødé 名前 🚀", "\"start and end\"", "x\u{0}y"]
+        let date = Date(timeIntervalSince1970: 1_796_218_334.25)
+        var out = JSONWriter()
+        out.beginObject()
+        out.key("at"); out.timestamp(date)
+        out.key("s"); out.beginArray(); for text in tricky { out.string(text) }; out.endArray()
+        out.endObject()
+        let written = String(decoding: out.bytes, as: UTF8.self)
+        let value: JSONValue = ["at": .timestamp(date), "s": .array(tricky.map(JSONValue.string))]
+        #expect(written == value.serialized())
+        #expect(written.contains(#""line\nnext\r\ttab""#) && written.contains(#""\u0001\u001fend""#) && written.contains(#""x\u0000y""#))
+        // Foundation reads back exactly what went in.
+        let decoded = try JSONSerialization.jsonObject(with: Data(out.bytes)) as? [String: Any]
+        #expect(decoded?["s"] as? [String] == tricky)
+        #expect(decoded?["at"] as? String == "2026-12-02T13:32:14.250Z")
+    }
 }
 
 @Suite("Timestamps")

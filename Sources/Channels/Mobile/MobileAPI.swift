@@ -189,14 +189,14 @@ public struct MobileAPI: Sendable {
         out.key("agent_id"); out.string(d.agentID)
         out.key("agent_name"); out.string(d.agentName)
         out.key("body"); out.string(d.body)
-        out.key("created_at"); out.value(.timestamp(d.createdAt))
+        out.key("created_at"); out.timestamp(d.createdAt)
         out.key("destination"); out.string(d.destination.description)
         out.key("id"); out.string(d.id)
         out.key("metadata"); out.raw(d.metadataJSON)
         out.key("parts"); out.raw(d.partsJSON)
         out.key("read"); out.bool(d.readAt != nil)
         out.key("read_at")
-        if let readAt = d.readAt { out.value(.timestamp(readAt)) } else { out.null() }
+        if let readAt = d.readAt { out.timestamp(readAt) } else { out.null() }
         out.key("session_id"); out.string(d.sessionID)
         out.key("title"); out.string(d.title)
         out.endObject()
