@@ -2,6 +2,7 @@ import ChannelAPI
 import Foundation
 import GatewayTestSupport
 import HTTPServer
+import Mobile
 import Testing
 
 /// The durable inbox: who sees what, read receipts per device, pagination, the System agent.
@@ -83,6 +84,107 @@ struct InboxTests {
             // A removed device's page is not served from memory.
             #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/phone").status == 204)
             #expect(try await gw.request("GET", path).status == 404)
+        }
+    }
+
+    @Test("a device id reused by another person shows them neither the old owner's lines nor their read state")
+    func reusedDeviceID() async throws {
+        try await withTestGateway { (gw) async throws in
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            try await gw.registerDevice(id: "tablet", key: priya)
+            let forTablet = try #require(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["to": "device:tablet", "body": "priya's own"]).json["delivery_id"]?.stringValue)
+            let forAll = try #require(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": "everyone"]).json["delivery_id"]?.stringValue)
+            let ghost = try #require(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["to": "device:ghost", "body": "no such phone"]).json["delivery_id"]?.stringValue)
+            #expect(try await gw.request("POST", "/api/v1/mobile/deliveries/\(forAll)/read", json: ["device_id": "tablet"], key: .some(priya)).status == 200)
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=tablet", key: .some(priya))) == [forAll, forTablet])
+
+            #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/tablet", key: .some(priya)).status == 204)
+            try await gw.registerDevice(id: "tablet", key: nil)
+            try await gw.registerDevice(id: "ghost", key: nil)
+            let owner = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=tablet")
+            #expect(ids(owner) == [forAll])
+            #expect(owner.json["unread_count"] == 1)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries/\(forTablet)?device_id=tablet").status == 404)
+            // A line sent to a device nobody had reached no one; registering that id later does not reveal it.
+            #expect(!ids(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=ghost")).contains(ghost))
+            #expect(try await gw.request("POST", "/api/v1/mobile/deliveries/\(forTablet)/read", json: ["device_id": "tablet"]).status == 404)
+        }
+    }
+
+    @Test("pages and unread counts match a plain model over hundreds of lines, reads and a removed device")
+    func modelCheck() async throws {
+        try await withTestGateway { (gw) async throws in
+            let store = gw.gateway.mobileStore
+            var devices = ["owner-phone": "owner", "owner-ipad": "owner", "priya-phone": "priya"]
+            for (id, subject) in devices {
+                try store.register(try DeviceRegistration(json: JSONObject(["id": .string(id)])), subject: subject)
+            }
+            struct Line { let id: String; let kind: String; let value: String; let owner: String?; let system: Bool }
+            var lines: [Line] = []  // oldest first
+            var receipts: Set<[String]> = []
+            var random = SplitMix(seed: 20261202)
+            let destinations = ["all", "all", "all", "user:owner", "user:priya", "device:owner-phone", "device:owner-ipad", "device:priya-phone", "device:nobody"]
+
+            func visible(_ line: Line, _ subject: String, _ device: String?) -> Bool {
+                guard !line.system else { return false }
+                switch line.kind {
+                case "all": return true
+                case "user": return line.value == subject
+                default: return line.owner == subject && (device.map { $0 == line.value } ?? (devices[line.value] == subject))
+                }
+            }
+            func read(_ line: Line, _ subject: String, _ device: String?) -> Bool {
+                if let device { return receipts.contains([line.id, device]) }
+                return devices.contains { $0.value == subject && receipts.contains([line.id, $0.key]) }
+            }
+            func check(_ label: String) throws {
+                for (subject, device) in [("owner", nil), ("owner", "owner-phone"), ("owner", "owner-ipad"), ("priya", nil), ("priya", "priya-phone")] as [(String, String?)] {
+                    guard device.map({ devices[$0] == subject }) ?? true else { continue }
+                    let expected = lines.reversed().filter { visible($0, subject, device) }
+                    var seen: [Delivery] = []
+                    var cursor: Int64?
+                    var unread: Int?
+                    repeat {
+                        let page = try store.deliveries(subject: subject, deviceID: device, before: cursor, limit: 7)
+                        seen += page.items
+                        unread = unread ?? page.unreadCount
+                        #expect(page.unreadCount == unread, "\(label): unread count changed between pages")
+                        cursor = page.hasMore ? page.items.last?.seq : nil
+                    } while cursor != nil
+                    #expect(seen.map(\.id) == expected.map(\.id), "\(label): \(subject) \(device ?? "all devices")")
+                    #expect(seen.map { $0.readAt != nil } == expected.map { read($0, subject, device) }, "\(label): read state")
+                    #expect(unread == expected.filter { !read($0, subject, device) }.count, "\(label): unread count for \(subject) \(device ?? "all devices")")
+                }
+            }
+
+            for round in 0..<4 {
+                for _ in 0..<60 {
+                    let to = destinations[random.next(destinations.count)]
+                    let system = random.next(10) == 0
+                    let output = Output(agentID: system ? "system" : "echo", agentName: "Echo", sessionID: "s", parts: ["line"])
+                    let stored = try store.insertDelivery(output, destination: try Destination(parsing: to))
+                    let parts = to.split(separator: ":", maxSplits: 1).map(String.init)
+                    let owner: String? = parts[0] == "user" ? parts[1] : parts[0] == "device" ? devices[parts[1]] : nil
+                    lines.append(Line(id: stored.id, kind: parts[0], value: parts.count > 1 ? parts[1] : "", owner: owner, system: system))
+                }
+                for _ in 0..<40 {
+                    let line = lines[random.next(lines.count)]
+                    let device = devices.keys.sorted()[random.next(devices.count)], subject = devices[device]!
+                    let accepted = try store.markRead(deliveryID: line.id, deviceID: device, subject: subject)
+                    #expect(accepted == visible(line, subject, device))
+                    if accepted { receipts.insert([line.id, device]) }
+                }
+                try check("round \(round)")
+                if round == 1 {
+                    // The owner's iPad goes; its id comes back as Priya's.
+                    #expect(try store.deleteDevice(id: "owner-ipad", subject: "owner"))
+                    devices["owner-ipad"] = nil
+                    receipts = receipts.filter { $0[1] != "owner-ipad" }
+                    try check("after removing the iPad")
+                    try store.register(try DeviceRegistration(json: JSONObject(["id": "owner-ipad"])), subject: "priya")
+                    devices["owner-ipad"] = "priya"
+                }
+            }
         }
     }
 
@@ -192,4 +294,18 @@ struct InboxTests {
             #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries")).isEmpty)
         }
     }
+}
+
+/// A seeded generator, so a failing model check can be replayed.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func next(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }

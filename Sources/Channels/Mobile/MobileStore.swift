@@ -84,6 +84,18 @@ public final class MobileStore: Sendable {
         Migration("mobile.3-device-key", "ALTER TABLE mobile_devices ADD COLUMN registered_by_key TEXT"),
         // What the app has switched on (canvas, …), as a JSON array.
         Migration("mobile.5-capabilities", "ALTER TABLE mobile_devices ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'"),
+        // A `device:` line belongs to the person who owned the device when it was written: a device id reused
+        // by someone else later must not show them the line. Receipts go with their device, so the unread
+        // count is a difference of two index counts instead of a lookup per line.
+        Migration("mobile.6-line-owner", """
+            ALTER TABLE mobile_deliveries ADD COLUMN destination_subject TEXT;
+            UPDATE mobile_deliveries SET destination_subject = destination_value WHERE destination_kind = 'user';
+            UPDATE mobile_deliveries SET destination_subject = (SELECT subject FROM mobile_devices WHERE id = destination_value)
+                WHERE destination_kind = 'device';
+            DELETE FROM mobile_receipts WHERE device_id NOT IN (SELECT id FROM mobile_devices);
+            DROP INDEX mobile_deliveries_by_destination;
+            CREATE INDEX mobile_deliveries_visible ON mobile_deliveries (destination_kind, destination_value, seq, agent_id, destination_subject);
+            """),
     ]
 
     public let database: DatabasePool
@@ -167,7 +179,10 @@ public final class MobileStore: Sendable {
         try database.transaction { db in
             let removed = try db.run("DELETE FROM mobile_devices WHERE id = ? AND subject = ?", id, subject) > 0
             // Commands queued for a removed phone can never be answered.
-            if removed { try DeviceCommands.expireQueued(deviceID: id, in: db, now: clock.now()) }
+            if removed {
+                try DeviceCommands.expireQueued(deviceID: id, in: db, now: clock.now())
+                try Self.forgetReceipts(ofRemovedDevices: db)
+            }
             return removed
         }
     }
@@ -176,8 +191,15 @@ public final class MobileStore: Sendable {
     @discardableResult
     public func removeDevices(registeredByKey keyID: String) throws -> Int {
         try database.transaction { db in
-            try db.run("DELETE FROM mobile_devices WHERE registered_by_key = ?", keyID)
+            let removed = try db.run("DELETE FROM mobile_devices WHERE registered_by_key = ?", keyID)
+            if removed > 0 { try Self.forgetReceipts(ofRemovedDevices: db) }
+            return removed
         }
+    }
+
+    /// A removed device's read receipts go with it (whoever registers its id next starts unread).
+    private static func forgetReceipts(ofRemovedDevices db: Connection) throws {
+        try db.run("DELETE FROM mobile_receipts WHERE device_id NOT IN (SELECT id FROM mobile_devices)")
     }
 
     // MARK: Deliveries
@@ -248,11 +270,17 @@ public final class MobileStore: Sendable {
 
     static func writeDelivery(_ row: PreparedDelivery, in db: Connection) throws -> StoredDelivery {
         let output = row.output
+        // Whose line it is: the person for `user:`, the device's owner now for `device:` (nobody's if no such device).
+        let owner: String? = switch row.destination {
+        case .all: nil
+        case .user(let subject): subject
+        case .device(let id): try db.query("SELECT subject FROM mobile_devices WHERE id = ?", id).first?.string("subject")
+        }
         try db.run("""
-            INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, agent_id, agent_name,
+            INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, destination_subject, agent_id, agent_name,
                                            session_id, title, body, parts, metadata, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, row.id, row.destination.description, row.kind, row.value, output.agentID, output.agentName, output.sessionID,
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, row.id, row.destination.description, row.kind, row.value, owner, output.agentID, output.agentName, output.sessionID,
             output.title, output.body, row.parts, row.metadata, millis(row.now))
         let recipients = try recipients(of: row.destination, in: db)
         for device in recipients {
@@ -265,52 +293,73 @@ public final class MobileStore: Sendable {
     }
 
     /// A page of what `subject` may see, newest first. With `deviceID`, only that phone's lines and its read state.
+    /// Each kind of destination is read backwards along its index and only `limit + 1` rows of each are
+    /// looked at, so a page costs the same in an inbox of ten lines or of a million.
     public func deliveries(subject: String, deviceID: String?, before cursor: Int64?, limit: Int) throws -> (items: [Delivery], unreadCount: Int, hasMore: Bool) {
         try database.read { db in
-            let (visible, visibleArgs) = Self.visibility(subject: subject, deviceID: deviceID)
-            let readColumn: String
-            let readArgs: [any SQLiteBindable]
-            if let deviceID {
-                readColumn = "(SELECT read_at FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id = ?)"
-                readArgs = [deviceID]
-            } else {
-                readColumn = "(SELECT MIN(read_at) FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id IN (SELECT id FROM mobile_devices WHERE subject = ?))"
-                readArgs = [subject]
+            let (readColumn, readArgs) = Self.readState(subject: subject, deviceID: deviceID)
+            let before = cursor ?? Int64.max
+            let newest = Self.lineKinds(subject: subject, deviceID: deviceID).map { kind in
+                (sql: "SELECT seq FROM (SELECT seq FROM mobile_deliveries WHERE \(kind.sql) AND seq < ? ORDER BY seq DESC LIMIT ?)",
+                 args: kind.args + [before, limit + 1])
             }
             let rows = try db.query("""
                 SELECT d.*, \(readColumn) AS read_at FROM mobile_deliveries d
-                WHERE \(visible) AND d.seq < ?
+                WHERE d.seq IN (\(newest.map(\.sql).joined(separator: " UNION ALL ")))
                 ORDER BY d.seq DESC LIMIT ?
-                """, arguments: readArgs + visibleArgs + [cursor ?? Int64.max, limit + 1])
-            let unread = try db.query("""
-                SELECT COUNT(*) AS n FROM mobile_deliveries d WHERE \(visible) AND \(readColumn) IS NULL
-                """, arguments: visibleArgs + readArgs).first?.int("n") ?? 0
+                """, arguments: readArgs + newest.flatMap(\.args) + [limit + 1])
             let items = rows.prefix(limit).map(Self.delivery)
-            return (Array(items), Int(unread), rows.count > limit)
+            return (Array(items), try Self.unreadCount(subject: subject, deviceID: deviceID, in: db), rows.count > limit)
         }
+    }
+
+    /// Lines visible minus lines read. Both are counts along an index: receipts exist only for lines their
+    /// device could see, and a line's visibility to a device never changes while both exist.
+    private static func unreadCount(subject: String, deviceID: String?, in db: Connection) throws -> Int {
+        let kinds = lineKinds(subject: subject, deviceID: deviceID)
+        let visible = try db.query("SELECT " + kinds.map { "(SELECT COUNT(*) FROM mobile_deliveries WHERE \($0.sql))" }.joined(separator: " + ") + " AS n",
+                                   arguments: kinds.flatMap(\.args)).first?.int("n") ?? 0
+        let read = try (deviceID.map {
+            try db.query("SELECT COUNT(*) AS n FROM mobile_receipts WHERE device_id = ?", $0)
+        } ?? db.query("SELECT COUNT(DISTINCT delivery_id) AS n FROM mobile_receipts WHERE device_id IN (SELECT id FROM mobile_devices WHERE subject = ?)", subject))
+            .first?.int("n") ?? 0
+        return max(0, Int(visible - read))
     }
 
     /// One line, if `subject` may see it.
     public func delivery(id: String, subject: String, deviceID: String?) throws -> Delivery? {
-        try database.read { db in
-            let (visible, visibleArgs) = Self.visibility(subject: subject, deviceID: deviceID)
-            let readColumn = deviceID == nil
-                ? "(SELECT MIN(read_at) FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id IN (SELECT id FROM mobile_devices WHERE subject = ?))"
-                : "(SELECT read_at FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id = ?)"
-            return try db.query("SELECT d.*, \(readColumn) AS read_at FROM mobile_deliveries d WHERE d.id = ? AND \(visible)",
-                                arguments: [deviceID ?? subject, id] + visibleArgs).first.map(Self.delivery)
-        }
+        try database.read { db in try Self.delivery(id: id, subject: subject, deviceID: deviceID, in: db) }
     }
 
-    // The one place that says who sees a line; the System agent is filtered here, at the boundary.
-    private static func visibility(subject: String, deviceID: String?) -> (String, [any SQLiteBindable]) {
-        let base = "d.agent_id <> '\(systemAgentID)' AND "
+    private static func delivery(id: String, subject: String, deviceID: String?, in db: Connection) throws -> Delivery? {
+        let (readColumn, readArgs) = readState(subject: subject, deviceID: deviceID)
+        let kinds = lineKinds(subject: subject, deviceID: deviceID)
+        return try db.query("SELECT d.*, \(readColumn) AS read_at FROM mobile_deliveries d WHERE d.id = ? AND (\(kinds.map { "(\($0.sql))" }.joined(separator: " OR ")))",
+                            arguments: readArgs + [id] + kinds.flatMap(\.args)).first.map(Self.delivery)
+    }
+
+    // The one place that says who sees a line: one condition per kind of destination, each an index range
+    // of mobile_deliveries_visible. The System agent is filtered here, at the boundary.
+    private static func lineKinds(subject: String, deviceID: String?) -> [(sql: String, args: [any SQLiteBindable])] {
+        let notSystem = "agent_id <> '\(systemAgentID)'"
+        let device = deviceID == nil
+            ? (sql: "destination_kind = 'device' AND destination_value IN (SELECT id FROM mobile_devices WHERE subject = ?) AND destination_subject = ? AND \(notSystem)",
+               args: [subject, subject] as [any SQLiteBindable])
+            : (sql: "destination_kind = 'device' AND destination_value = ? AND destination_subject = ? AND \(notSystem)",
+               args: [deviceID!, subject] as [any SQLiteBindable])
+        return [
+            (sql: "destination_kind = 'all' AND destination_value = '' AND \(notSystem)", args: []),
+            (sql: "destination_kind = 'user' AND destination_value = ? AND \(notSystem)", args: [subject]),
+            device,
+        ]
+    }
+
+    /// The `read_at` column of a line for one phone, or for a person (the first read on any of their phones).
+    private static func readState(subject: String, deviceID: String?) -> (String, [any SQLiteBindable]) {
         if let deviceID {
-            return (base + "(d.destination_kind = 'all' OR (d.destination_kind = 'user' AND d.destination_value = ?) OR (d.destination_kind = 'device' AND d.destination_value = ?))",
-                    [subject, deviceID])
+            return ("(SELECT read_at FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id = ?)", [deviceID])
         }
-        return (base + "(d.destination_kind = 'all' OR (d.destination_kind = 'user' AND d.destination_value = ?) OR (d.destination_kind = 'device' AND d.destination_value IN (SELECT id FROM mobile_devices WHERE subject = ?)))",
-                [subject, subject])
+        return ("(SELECT MIN(read_at) FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id IN (SELECT id FROM mobile_devices WHERE subject = ?))", [subject])
     }
 
     private static func delivery(_ row: Row) -> Delivery {
@@ -324,12 +373,14 @@ public final class MobileStore: Sendable {
 
     /// Records that `deviceID` read the line (the first read time is kept). False if the line is not visible to it.
     public func markRead(deliveryID: String, deviceID: String, subject: String) throws -> Bool {
-        guard try delivery(id: deliveryID, subject: subject, deviceID: deviceID) != nil else { return false }
         let now = Self.millis(clock.now())
-        try database.transaction { db in
+        // Checked in the writing transaction: a receipt is never left for a device removed in between.
+        return try database.transaction { db in
+            guard try db.query("SELECT 1 FROM mobile_devices WHERE id = ? AND subject = ?", deviceID, subject).first != nil,
+                  try Self.delivery(id: deliveryID, subject: subject, deviceID: deviceID, in: db) != nil else { return false }
             try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", deliveryID, deviceID, now)
+            return true
         }
-        return true
     }
 }
 
