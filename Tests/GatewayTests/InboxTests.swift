@@ -3,6 +3,7 @@ import Foundation
 import GatewayTestSupport
 import HTTPServer
 import Mobile
+import SQLite
 import Testing
 
 /// The durable inbox: who sees what, read receipts per device, pagination, the System agent.
@@ -109,6 +110,38 @@ struct InboxTests {
             #expect(!ids(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=ghost")).contains(ghost))
             #expect(try await gw.request("POST", "/api/v1/mobile/deliveries/\(forTablet)/read", json: ["device_id": "tablet"]).status == 404)
         }
+    }
+
+    @Test("the line-owner migration keeps every line, hides reused-id lines and drops receipts that no longer apply")
+    func lineOwnerMigration() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("migrate-\(UUID().uuidString).db").path
+        let database = try DatabasePool(path: path)
+        try database.migrate(MobileStore.migrations.filter { $0.id != "mobile.6-line-owner" } + PushOutbox.migrations)
+        try database.transaction { db in
+            // Priya registered "tablet" at 100, after the owner's tablet of that id had gone.
+            for (id, subject, registered) in [("tablet", "priya", 100), ("phone", "owner", 0)] {
+                try db.run("INSERT INTO mobile_devices (id, subject, name, platform, bundle_id, notifications_enabled, created_at, updated_at) VALUES (?, ?, '', 'ios', 'b', 1, ?, ?)", id, subject, registered, registered)
+            }
+            // All written at 50: dlv_4 was for the owner's tablet.
+            for (seq, kind, value) in [(1, "all", ""), (2, "device", "phone"), (3, "user", "owner"), (4, "device", "tablet")] {
+                try db.run("INSERT INTO mobile_deliveries (seq, id, destination, destination_kind, destination_value, agent_id, agent_name, session_id, title, body, parts, metadata, created_at) VALUES (?, ?, ?, ?, ?, 'echo', 'Echo', 's', 't', 'b', '[]', '{}', 50)",
+                           seq, "dlv_\(seq)", kind == "all" ? "all" : "\(kind):\(value)", kind, value)
+            }
+            for (line, device) in [("dlv_1", "tablet"), ("dlv_4", "tablet"), ("dlv_3", "tablet"), ("dlv_2", "phone"), ("dlv_1", "gone")] {
+                try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES (?, ?, 1)", line, device)
+            }
+        }
+        let store = try MobileStore(database: database)
+        #expect(try database.read { try $0.query("SELECT COUNT(*) AS n FROM mobile_deliveries").first?.int("n") } == 4)
+        // The tablet line was the owner's; the owner has no tablet now, so it shows for no one.
+        let priya = try store.deliveries(subject: "priya", deviceID: "tablet", before: nil, limit: 10)
+        #expect(priya.items.map(\.id) == ["dlv_1"])
+        #expect(priya.unreadCount == 0)
+        let owner = try store.deliveries(subject: "owner", deviceID: "phone", before: nil, limit: 10)
+        #expect(owner.items.map(\.id) == ["dlv_3", "dlv_2", "dlv_1"])
+        #expect(owner.unreadCount == 2)
+        let kept = try database.read { try $0.query("SELECT delivery_id || '>' || device_id AS r FROM mobile_receipts ORDER BY r").compactMap { $0.string("r") } }
+        #expect(kept == ["dlv_1>tablet", "dlv_2>phone"])
     }
 
     @Test("pages and unread counts match a plain model over hundreds of lines, reads and a removed device")

@@ -85,14 +85,21 @@ public final class MobileStore: Sendable {
         // What the app has switched on (canvas, …), as a JSON array.
         Migration("mobile.5-capabilities", "ALTER TABLE mobile_devices ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'"),
         // A `device:` line belongs to the person who owned the device when it was written: a device id reused
-        // by someone else later must not show them the line. Receipts go with their device, so the unread
+        // by someone else later must not show them the line. (Older lines: the owner of a registration at least
+        // as old as the line; lines older than the device's current registration belong to no one.) Receipts go with their device, so the unread
         // count is a difference of two index counts instead of a lookup per line.
         Migration("mobile.6-line-owner", """
             ALTER TABLE mobile_deliveries ADD COLUMN destination_subject TEXT;
             UPDATE mobile_deliveries SET destination_subject = destination_value WHERE destination_kind = 'user';
-            UPDATE mobile_deliveries SET destination_subject = (SELECT subject FROM mobile_devices WHERE id = destination_value)
+            UPDATE mobile_deliveries SET destination_subject = (SELECT subject FROM mobile_devices m
+                    WHERE m.id = destination_value AND m.created_at <= mobile_deliveries.created_at)
                 WHERE destination_kind = 'device';
             DELETE FROM mobile_receipts WHERE device_id NOT IN (SELECT id FROM mobile_devices);
+            DELETE FROM mobile_receipts WHERE rowid IN (
+                SELECT r.rowid FROM mobile_receipts r
+                JOIN mobile_deliveries d ON d.id = r.delivery_id JOIN mobile_devices m ON m.id = r.device_id
+                WHERE d.agent_id = 'system' OR (d.destination_kind = 'user' AND d.destination_value <> m.subject)
+                   OR (d.destination_kind = 'device' AND (d.destination_value <> m.id OR d.destination_subject IS NOT m.subject)));
             DROP INDEX mobile_deliveries_by_destination;
             CREATE INDEX mobile_deliveries_visible ON mobile_deliveries (destination_kind, destination_value, seq, agent_id, destination_subject);
             """),
