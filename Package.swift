@@ -59,7 +59,7 @@ let package = Package(
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
-        .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "HTTPClient", "ChannelAPI", "SQLite", "HTTPServer"], path: "benchmarks/Sources/SoulacyBench"),
+        .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer"], path: "benchmarks/Sources/SoulacyBench"),
 
         // MARK: Example: a transport added from outside the core, with its own tests
         .target(name: "UnifiedPushTransport", dependencies: ["ChannelAPI", "HTTPClient"], path: "examples/UnifiedPushTransport/Sources"),

@@ -26,6 +26,8 @@ def free_port():
 
 
 def bench(*args, env=None):
+    # Temporary databases go under the run's own directory, which is removed at the end.
+    env = dict(env or os.environ, TMPDIR=work)
     out = subprocess.run([os.path.join(BIN, "soulacy-bench"), *map(str, args)], capture_output=True, text=True, env=env, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -37,8 +39,13 @@ def rss_mb(pid):
     return 0.0
 
 
-def wrk(url, headers=()):
-    args = ["wrk", "-t2", "-c64", "-d6s", "--latency"]
+# Each connection waits 10 ms after every answer (about 11 ms a cycle): 23 connections make about 2,000 requests/s.
+PACED = os.path.join(work, "paced.lua")
+open(PACED, "w").write("function delay() return 10 end\n")
+
+
+def wrk(url, headers=(), connections=64, paced=False):
+    args = ["wrk", "-t2", f"-c{connections}", "-d6s", "--latency"] + (["-s", PACED] if paced else [])
     for h in headers:
         args += ["-H", h]
     out = subprocess.run(args + [url], capture_output=True, text=True, check=True).stdout
@@ -113,12 +120,18 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
     time.sleep(0.5)
     ours = wrk(f"http://127.0.0.1:{port}/api/v1/mobile/deliveries?device_id=phone&limit=20", [f"Authorization: Bearer {key}"])
     loaded_rss = rss_mb(gateway.pid)
-    steady = bench("fixed-rate", f"http://127.0.0.1:{port}/api/v1/mobile/deliveries?device_id=phone&limit=20", key, 2000, 5)
+    steady = wrk(f"http://127.0.0.1:{port}/api/v1/mobile/deliveries?device_id=phone&limit=20", [f"Authorization: Bearer {key}"], connections=23, paced=True)
     theirs = wrk(f"http://127.0.0.1:{nginx_port}/deliveries.json")
+    their_steady = wrk(f"http://127.0.0.1:{nginx_port}/deliveries.json", connections=23, paced=True)
     ratio = ours["rps"] / theirs["rps"]
-    row(f"2. GET deliveries ({len(page)} B body): wrk 64 conns; fixed 2,000/s", f"{ours['rps']:,.0f} req/s, p99 {ours['p99']:.2f} ms; at 2,000/s p50 {steady['p50_ms']:.2f} ms, p99 {steady['p99_ms']:.2f} ms",
-        f"nginx {theirs['rps']:,.0f} req/s, p99 {theirs['p99']:.2f} ms", f"{ratio:.2f}",
-        "p99 < 5 ms at 2,000 req/s; >= 0.5 of nginx", steady["p99_ms"] < 5 and steady["failures"] == 0 and ratio >= 0.5 and ours["errors"] == 0)
+    row(f"2. GET deliveries ({len(page)} B body): wrk 64 conns; paced to ~2,000/s", f"{ours['rps']:,.0f} req/s, p99 {ours['p99']:.2f} ms; at {steady['rps']:,.0f}/s p50 {steady['p50']:.2f} ms, p99 {steady['p99']:.2f} ms",
+        f"nginx {theirs['rps']:,.0f} req/s, p99 {theirs['p99']:.2f} ms; at {their_steady['rps']:,.0f}/s p99 {their_steady['p99']:.2f} ms", f"{ratio:.2f}",
+        "p99 < 5 ms at 2,000 req/s; >= 0.5 of nginx", steady["p99"] < 5 and steady["rps"] >= 1950 and steady["errors"] == 0 and ratio >= 0.5 and ours["errors"] == 0)
+
+    # The gateway and nginx are done: stopped, so they take no CPU from the runs below.
+    for p in (gateway, nginx):
+        p.terminate()
+        p.wait(timeout=10)
 
     # 3. Wake-ups per second over one HTTP/2 connection, beside aioapns, to the same stand-in (nghttpd).
     stand = os.path.join(work, "apns")

@@ -2,7 +2,6 @@ import APNs
 import Crypto
 import ChannelAPI
 import Foundation
-import HTTPClient
 import HTTPServer
 import Mobile
 import SQLite
@@ -18,7 +17,6 @@ struct SoulacyBench {
         case "plain-sqlite": try plainSQLite(count: Int(args[safe: 1] ?? "") ?? 20000)
         case "apns": try await apns(env: ProcessInfo.processInfo.environment, count: Int(args[safe: 1] ?? "") ?? 20000, concurrency: Int(args[safe: 2] ?? "") ?? 256)
         case "latency": try await latency(env: ProcessInfo.processInfo.environment, rate: Int(args[safe: 1] ?? "") ?? 1000, seconds: Int(args[safe: 2] ?? "") ?? 5)
-        case "fixed-rate": try await fixedRate(url: args[safe: 1] ?? "", token: args[safe: 2] ?? "", rate: Int(args[safe: 3] ?? "") ?? 2000, seconds: Int(args[safe: 4] ?? "") ?? 5)
         default:
             FileHandle.standardError.write(Data("usage: soulacy-bench inbox N C | plain-sqlite N | apns N C | latency RATE SECONDS\n".utf8))
             exit(64)
@@ -96,31 +94,6 @@ struct SoulacyBench {
         }
         let elapsed = seconds(ContinuousClock.now - start)
         emit(["bench": "plain-sqlite", "deliveries": count, "per_second": Double(count) / elapsed, "seconds": elapsed])
-    }
-
-    /// GET requests at a fixed rate (wrk has no such mode here): latency measured from each request's scheduled
-    /// start, so a stall shows up instead of being hidden by a slower send rate.
-    static func fixedRate(url: String, token: String, rate: Int, seconds duration: Int) async throws {
-        // The gateway's API is HTTP/1.1 (libmicrohttpd): keep-alive connections, as wrk would use.
-        let client = HTTP2Client(configuration: HTTP2ClientConfiguration(maximumConcurrentStreams: 64, maximumConnectionsPerHost: 32))
-        let total = rate * duration
-        let samples = Samples()
-        let start = ContinuousClock.now
-        await withTaskGroup(of: Void.self) { group in
-            for n in 0..<total {
-                let due = start + .microseconds(Int64(Double(n) * 1_000_000 / Double(rate)))
-                try? await Task.sleep(until: due, clock: .continuous)
-                group.addTask {
-                    let answer = try? await client.send(ClientRequest(method: "GET", url: url, headers: [("authorization", "Bearer \(token)")], timeout: .seconds(10)))
-                    samples.add(seconds(ContinuousClock.now - due), failed: answer?.status != 200)
-                }
-            }
-        }
-        let elapsed = seconds(ContinuousClock.now - start)
-        let sorted = samples.values.sorted()
-        func pct(_ p: Double) -> Double { sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] * 1000 }
-        emit(["bench": "fixed-rate", "rate": rate, "requests": total, "achieved_per_second": Double(total) / elapsed,
-              "failures": samples.failures, "p50_ms": pct(0.5), "p99_ms": pct(0.99)])
     }
 
     static func apnsTransport(_ env: [String: String]) throws -> APNsTransport {
@@ -230,11 +203,4 @@ final class Counters: Sendable {
         let now = Int(residentMegabytes().rounded(.up))
         if now > peak.load(ordering: .relaxed) { peak.store(now, ordering: .relaxed) }
     }
-}
-
-final class Samples: Sendable {
-    private let state = Mutex<(values: [Double], failures: Int)>(([], 0))
-    func add(_ value: Double, failed: Bool) { state.withLock { $0.values.append(value); if failed { $0.failures += 1 } } }
-    var values: [Double] { state.withLock { $0.values } }
-    var failures: Int { state.withLock { $0.failures } }
 }
