@@ -55,7 +55,7 @@ let package = Package(
         .target(name: "SoulacyClient", dependencies: ["HTTPClient", "RelayProtocol", "Crypto"], path: "Sources/SoulacyClient"),
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
         .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
-        .executableTarget(name: "soulacy-relay", dependencies: ["RelayMailbox", "HTTPServer", "APNs"], path: "Sources/RelayServerCLI"),
+        .executableTarget(name: "soulacy-relay", dependencies: ["RelayMailbox", "HTTPServer", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)

@@ -1,9 +1,11 @@
 import APNs
+import Crypto
 import Foundation
 import HTTPServer
 import RelayMailbox
 
-/// `soulacy-relay --data DIR [--listen ADDR:PORT]`: the end-to-end encrypted mailbox, deployable on its own.
+/// `soulacy-relay --data DIR [--listen ADDR:PORT] [--tls-cert PEM --tls-key PEM]`: the end-to-end encrypted
+/// mailbox, deployable on its own. Everything it keeps is sealed; TLS also hides who talks to which mailbox.
 @main
 struct RelayCommand {
     static func main() async {
@@ -14,7 +16,7 @@ struct RelayCommand {
             args.removeFirst(2)
         }
         guard args.isEmpty, let data = options["data"] else {
-            FileHandle.standardError.write(Data("usage: soulacy-relay --data DIR [--listen ADDR:PORT] [--max-item-bytes N]\n".utf8))
+            FileHandle.standardError.write(Data("usage: soulacy-relay --data DIR [--listen ADDR:PORT] [--max-item-bytes N] [--tls-cert PEM --tls-key PEM]\n".utf8))
             exit(64)
         }
         let listen = options["listen"] ?? "127.0.0.1:8787"
@@ -22,15 +24,29 @@ struct RelayCommand {
             FileHandle.standardError.write(Data("--listen must be ADDR:PORT\n".utf8))
             exit(64)
         }
+        guard (options["tls-cert"] == nil) == (options["tls-key"] == nil) else {
+            FileHandle.standardError.write(Data("--tls-cert and --tls-key go together\n".utf8))
+            exit(64)
+        }
         do {
+            var tls: (keyPEM: String, certificatePEM: String)?
+            if let certPath = options["tls-cert"], let keyPath = options["tls-key"] {
+                // The key is a secret: refused if others can read it, like the APNs key.
+                let key = try SecretFile.read(keyPath, variable: "--tls-key")
+                guard let certificate = try? String(contentsOfFile: certPath, encoding: .utf8), certificate.contains("BEGIN CERTIFICATE") else {
+                    FileHandle.standardError.write(Data("--tls-cert: \(certPath) is not a readable PEM certificate\n".utf8))
+                    exit(64)
+                }
+                tls = (key, certificate)
+            }
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             // With SOULACY_MOBILE_APNS_* set, the relay wakes phones for new items (a generic alert, sealed payload).
             let push = try APNsConfiguration.fromEnvironment(ProcessInfo.processInfo.environment).map { try APNsTransport(configuration: $0) }
             let api = MailboxAPI(store: try MailboxStore(path: data + "/relay.db"), maximumItemBytes: Int(options["max-item-bytes"] ?? "") ?? 256 * 1024, push: push)
             let router = api.router
-            let server = HTTPServer(configuration: HTTPServerConfiguration(host: String(listen[..<colon]), port: port, maximumBodyBytes: 4 << 20)) { await router.handle($0) }
+            let server = HTTPServer(configuration: HTTPServerConfiguration(host: String(listen[..<colon]), port: port, maximumBodyBytes: 4 << 20, tls: tls)) { await router.handle($0) }
             try server.start()
-            print("soulacy-relay is listening on http://\(String(listen[..<colon])):\(server.port)")
+            print("soulacy-relay is listening on \(tls == nil ? "http" : "https")://\(String(listen[..<colon])):\(server.port)")
             fflush(nil)
             while true { try await Task.sleep(for: .seconds(3600)) }
         } catch {

@@ -63,15 +63,20 @@ public actor GatewayClient {
     let probeTimeout: Duration
     let readBack: Duration
     private let lanClient: HTTP2Client?
-    private let plainClient = HTTP2Client()
+    private let plainClient: HTTP2Client
+    private let relayClient: HTTP2Client
     private var current: InboxPath?
     private var relayCursor: Int64 = 0
     private var held: [String: (method: String, path: String, body: Data?)] = [:]
     private var settled: [String: Settlement] = [:]
     private var records: [RelayRecord] = []
 
-    public init(paths: GatewayPaths, token: String, probeTimeout: Duration = .seconds(3), readBack: Duration = .seconds(15)) {
+    /// `relayCAFile`: trust for a self-hosted relay whose certificate comes from a private CA.
+    public init(paths: GatewayPaths, token: String, probeTimeout: Duration = .seconds(3), readBack: Duration = .seconds(15), relayCAFile: String? = nil) {
         self.paths = paths
+        let plain = HTTP2Client()
+        plainClient = plain
+        relayClient = relayCAFile.map { HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: $0)) } ?? plain
         self.token = token
         self.probeTimeout = probeTimeout
         self.readBack = readBack
@@ -144,7 +149,7 @@ public actor GatewayClient {
         guard let relay = paths.relay else { throw URLError(.badURL) }
         let keys = try RelayKeys(secret: relay.secret, deviceID: relay.deviceID)
         let body = try json.map { try JSONSerialization.data(withJSONObject: $0) }
-        let response = try await plainClient.send(ClientRequest(method: method, url: "\(relay.url)/v1/mailboxes/\(relay.mailboxID)/devices/\(relay.deviceID)\(suffix)",
+        let response = try await relayClient.send(ClientRequest(method: method, url: "\(relay.url)/v1/mailboxes/\(relay.mailboxID)/devices/\(relay.deviceID)\(suffix)",
                                                                 headers: [("authorization", "Bearer \(keys.bearer)"), ("content-type", "application/json")],
                                                                 body: body.map(Array.init) ?? [], timeout: .seconds(5)))
         return (response.status, (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]) ?? [:])

@@ -3,6 +3,8 @@ import Foundation
 import FoundationNetworking
 #endif
 import Glibc
+import Crypto
+import HTTPClient
 import HTTPServer
 
 /// A free loopback TCP port (bound once and released).
@@ -222,9 +224,15 @@ public final class RelayServerProcess: @unchecked Sendable {
     public let directory = TestGateway.makeTemporaryDirectory()
     private var process: Process?
 
-    public init() {}
+    /// With `tls`, the relay serves HTTPS with a fresh self-signed certificate: `certificatePath` is its trust.
+    public let tls: Bool
+    public var certificatePath: String { directory + "/relay-cert.pem" }
 
-    public var url: String { "http://127.0.0.1:\(port)" }
+    public init(tls: Bool = false) {
+        self.tls = tls
+    }
+
+    public var url: String { "\(tls ? "https" : "http")://127.0.0.1:\(port)" }
     public var databasePath: String { directory + "/relay.db" }
 
     public func start(environment: [String: String] = [:]) async throws {
@@ -232,14 +240,19 @@ public final class RelayServerProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.root + "/.build/debug/soulacy-relay")
         process.environment = ["PATH": "/usr/bin:/bin"].merging(environment) { $1 }
         process.arguments = ["--data", directory, "--listen", "127.0.0.1:\(port)", "--max-item-bytes", "65536"]
+        if tls {
+            let made = try SelfSignedCertificate.generate(commonName: "test relay", ipAddresses: ["127.0.0.1"])
+            FileManager.default.createFile(atPath: directory + "/relay-key.pem", contents: Data(made.keyPEM.utf8), attributes: [.posixPermissions: 0o600])
+            try made.certificatePEM.write(toFile: certificatePath, atomically: true, encoding: .utf8)
+            process.arguments! += ["--tls-cert", certificatePath, "--tls-key", directory + "/relay-key.pem"]
+        }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
         self.process = process
+        let client = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: tls ? certificatePath : nil))
         for _ in 0..<100 {
-            var request = URLRequest(url: URL(string: url + "/health")!)
-            request.timeoutInterval = 1
-            if let (_, response) = try? await URLSession.shared.data(for: request), (response as? HTTPURLResponse)?.statusCode == 200 { return }
+            if let answer = try? await client.send(ClientRequest(method: "GET", url: url + "/health", timeout: .seconds(1))), answer.status == 200 { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw TestFailure("soulacy-relay did not start")

@@ -107,6 +107,53 @@ struct RelayPathsTests {
         }
     }
 
+    @Test("the mailbox serves HTTPS when given a certificate: gateway and phone reach it with their trust, plain HTTP does not")
+    func relayOverTLS() async throws {
+        let relay = RelayServerProcess(tls: true)
+        try await relay.start()
+        defer { relay.stop() }
+        #expect(relay.url.hasPrefix("https://"))
+        // Without the relay's CA the handshake fails; plain HTTP to the TLS port gets no answer.
+        #expect((try? await HTTP2Client().send(ClientRequest(method: "GET", url: relay.url + "/health", timeout: .seconds(2)))) == nil)
+        #expect((try? await HTTP2Client().send(ClientRequest(method: "GET", url: "http://127.0.0.1:\(relay.port)/health", timeout: .seconds(2))))?.status != 200)
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url, "SOULACY_RELAY_MAILBOX_CA_FILE": relay.certificatePath]) { (gw) async throws in
+            let (token, endpoint) = try await pairPhone(gw)
+            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone"], key: .some(token))
+            _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": .string(Self.secretText)])
+            let phone = GatewayClient(paths: GatewayPaths(tailnet: "http://127.0.0.1:\(freePort())", relay: endpoint), token: token,
+                                      probeTimeout: .seconds(1), relayCAFile: relay.certificatePath)
+            #expect(await phone.probe() == .relay)
+            guard case .answered(let answer, .relay) = await phone.send(method: "GET", path: "/api/v1/mobile/deliveries?device_id=phone") else {
+                Issue.record("no answer through the TLS relay"); return
+            }
+            #expect(answer.status == 200)
+            #expect(String(decoding: answer.body, as: UTF8.self).contains(Self.secretText))
+        }
+    }
+
+    @Test("the relay refuses to start with a key others can read, or with half of the TLS pair")
+    func relayTLSRefusals() async throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        let made = try SelfSignedCertificate.generate(commonName: "r", ipAddresses: ["127.0.0.1"])
+        FileManager.default.createFile(atPath: directory + "/key.pem", contents: Data(made.keyPEM.utf8), attributes: [.posixPermissions: 0o644])
+        try made.certificatePEM.write(toFile: directory + "/cert.pem", atomically: true, encoding: .utf8)
+        for (arguments, expected) in [(["--tls-cert", directory + "/cert.pem", "--tls-key", directory + "/key.pem"], "key.pem is readable by group or others"),
+                                      (["--tls-cert", directory + "/cert.pem"], "--tls-cert and --tls-key go together")] {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: RepositoryPaths.root + "/.build/debug/soulacy-relay")
+            process.arguments = ["--data", directory + "/data", "--listen", "127.0.0.1:\(freePort())"] + arguments
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            #expect(process.terminationStatus != 0)
+            #expect(text.contains(expected), "\(text)")
+            #expect(!text.contains("PRIVATE KEY"))
+        }
+    }
+
     @Test("every command replayed through the relay gives one effect")
     func replayThroughRelay() async throws {
         let relay = RelayServerProcess()
