@@ -20,33 +20,41 @@ final class InboxPageCache: Sendable {
         let etag: String
     }
 
-    private let pages = Mutex<[Key: Page]>([:])
-    /// Enough for every phone of a household and a few pages each; about 8 KB per page of 20 lines.
-    let capacity: Int
+    private let state = Mutex<(pages: [Key: Page], bytes: Int)>(([:], 0))
+    /// Memory the pages may hold in all (a page of 200 long lines is about 1 MB; one of 20 short ones 8 KB).
+    let budgetBytes: Int
 
-    init(capacity: Int = 512) {
-        self.capacity = capacity
+    init(budgetBytes: Int = 8 << 20) {
+        self.budgetBytes = budgetBytes
     }
 
     func page(for key: Key, generation: UInt64) -> Page? {
-        pages.withLock { pages in
-            guard let page = pages[key], page.generation == generation else { return nil }
+        state.withLock { state in
+            guard let page = state.pages[key], page.generation == generation else { return nil }
             return page
         }
     }
 
-    /// Keeps `body` as the page for `key` at `generation`; returns the page with its validator.
+    /// Keeps `body` as the page for `key` at `generation` (unless it alone would take a quarter of the budget);
+    /// returns the page with its validator either way.
     @discardableResult
     func store(_ body: [UInt8], for key: Key, generation: UInt64) -> Page {
         let page = Page(generation: generation, body: body, etag: "\"" + Hex.encode(Array(SHA256.hash(body).prefix(16))) + "\"")
-        pages.withLock { pages in
-            if pages.count >= capacity, pages[key] == nil {
-                // Pages of older generations are dead weight; if all are current, start over.
-                pages = pages.filter { $0.value.generation == generation }
-                if pages.count >= capacity { pages.removeAll(keepingCapacity: true) }
+        guard body.count <= budgetBytes / 4 else { return page }
+        state.withLock { state in
+            if let old = state.pages.removeValue(forKey: key) { state.bytes -= old.body.count }
+            if state.bytes + body.count > budgetBytes {
+                // Pages of older generations are dead weight; if the current ones fill the budget, start over.
+                state.pages = state.pages.filter { $0.value.generation == generation }
+                state.bytes = state.pages.values.reduce(0) { $0 + $1.body.count }
+                if state.bytes + body.count > budgetBytes { state = ([:], 0) }
             }
-            pages[key] = page
+            state.pages[key] = page
+            state.bytes += body.count
         }
         return page
     }
+
+    /// Bytes held now (for tests and diagnostics).
+    var heldBytes: Int { state.withLock { $0.bytes } }
 }
