@@ -44,8 +44,19 @@ PACED = os.path.join(work, "paced.lua")
 open(PACED, "w").write("function delay() return 10 end\n")
 
 
-def wrk(url, headers=(), connections=64, paced=False):
-    args = ["wrk", "-t2", f"-c{connections}", "-d6s", "--latency"] + (["-s", PACED] if paced else [])
+# Every request names a cursor of its own: the same 20 lines, never served from the page cache.
+UNCACHED = os.path.join(work, "uncached.lua")
+open(UNCACHED, "w").write("""n = 0
+request = function()
+  n = n + 1
+  return wrk.format(nil, wrk.path .. "&cursor=" .. (1000000000 + n * 1000 + math.random(999)))
+end
+""")
+
+
+def wrk(url, headers=(), connections=64, paced=False, script=None):
+    script = PACED if paced else script
+    args = ["wrk", "-t2", f"-c{connections}", "-d6s", "--latency"] + (["-s", script] if script else [])
     for h in headers:
         args += ["-H", h]
     out = subprocess.run(args + [url], capture_output=True, text=True, check=True).stdout
@@ -121,12 +132,16 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
     ours = wrk(f"http://127.0.0.1:{port}/api/v1/mobile/deliveries?device_id=phone&limit=20", [f"Authorization: Bearer {key}"])
     loaded_rss = rss_mb(gateway.pid)
     steady = wrk(f"http://127.0.0.1:{port}/api/v1/mobile/deliveries?device_id=phone&limit=20", [f"Authorization: Bearer {key}"], connections=23, paced=True)
+    uncached = wrk(f"http://127.0.0.1:{port}/api/v1/mobile/deliveries?device_id=phone&limit=20", [f"Authorization: Bearer {key}"], script=UNCACHED)
     theirs = wrk(f"http://127.0.0.1:{nginx_port}/deliveries.json")
     their_steady = wrk(f"http://127.0.0.1:{nginx_port}/deliveries.json", connections=23, paced=True)
     ratio = ours["rps"] / theirs["rps"]
     row(f"2. GET deliveries ({len(page)} B body): wrk 64 conns; paced to ~2,000/s", f"{ours['rps']:,.0f} req/s, p99 {ours['p99']:.2f} ms; at {steady['rps']:,.0f}/s p50 {steady['p50']:.2f} ms, p99 {steady['p99']:.2f} ms",
         f"nginx {theirs['rps']:,.0f} req/s, p99 {theirs['p99']:.2f} ms; at {their_steady['rps']:,.0f}/s p99 {their_steady['p99']:.2f} ms", f"{ratio:.2f}",
         "p99 < 5 ms at 2,000 req/s; >= 0.5 of nginx", steady["p99"] < 5 and steady["rps"] >= 1950 and steady["errors"] == 0 and ratio >= 0.5 and ours["errors"] == 0)
+
+    row("2b. the same page rendered afresh for every request (no page cache)", f"{uncached['rps']:,.0f} req/s, p50 {uncached['p50']:.2f} ms, p99 {uncached['p99']:.2f} ms",
+        f"nginx {theirs['rps']:,.0f} req/s", f"{uncached['rps'] / theirs['rps']:.2f}", "(no target: what a changing inbox costs)", uncached["errors"] == 0)
 
     # The gateway and nginx are done: stopped, so they take no CPU from the runs below.
     for p in (gateway, nginx):

@@ -96,7 +96,7 @@ public struct Router: Sendable {
             case .immediate(let handler): return run(incoming, request) { try handler(request) }
             case .async(let handler):
                 do {
-                    return finish(incoming, request, try await handler(request))
+                    return finish(incoming, try await handler(request))
                 } catch {
                     return respond(to: error, request)
                 }
@@ -163,13 +163,14 @@ public struct Router: Sendable {
 
     private func run(_ incoming: HTTPRequest, _ request: HTTPRequest, _ body: () throws -> HTTPResponse) -> HTTPResponse {
         do {
-            return finish(incoming, request, try body())
+            return finish(incoming, try body())
         } catch {
             return respond(to: error, request)
         }
     }
 
-    private func finish(_ incoming: HTTPRequest, _ request: HTTPRequest, _ response: HTTPResponse) -> HTTPResponse {
+    /// HEAD gets the GET's status and headers without the body.
+    private func finish(_ incoming: HTTPRequest, _ response: HTTPResponse) -> HTTPResponse {
         var response = response
         if incoming.method == "HEAD" { response.body = [] }
         return response
