@@ -59,6 +59,22 @@ public final class DatabasePool: Sendable {
         return try readers[start % readers.count].with(body)
     }
 
+    /// Several reads in one read transaction: they all see the same committed state (and take SQLite's
+    /// shared lock once, not once per statement).
+    public func readSnapshot<T>(_ body: (Connection) throws -> T) throws -> T {
+        try read { db in
+            try db.execute("BEGIN")
+            do {
+                let value = try body(db)
+                try db.execute("COMMIT")
+                return value
+            } catch {
+                try? db.execute("ROLLBACK")
+                throw error
+            }
+        }
+    }
+
     /// Applies the migrations not yet recorded in `schema_migrations`, each in its own transaction.
     public func migrate(_ migrations: [Migration]) throws {
         try transaction { db in

@@ -83,14 +83,14 @@ public struct MobileAPI: Sendable {
         let key = InboxPageCache.Key(subject: caller.subject, deviceID: request.query["device_id"], cursor: cursor, limit: limit)
         let generation = store.database.changeGeneration
         let page = try inboxPages.page(for: key, generation: generation)
-            ?? inboxPages.store(renderInboxPage(caller: caller, deviceID: ownDevice(key.deviceID, caller: caller), cursor: cursor, limit: limit),
-                                for: key, generation: generation)
+            ?? inboxPages.store(renderInboxPage(caller: caller, deviceID: key.deviceID, cursor: cursor, limit: limit), for: key, generation: generation)
         let headers = [("ETag", page.etag), ("Cache-Control", "private, no-cache")]
         if request.alreadyHas(etag: page.etag) { return HTTPResponse(status: 304, headers: headers) }
         return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")] + headers, body: page.body)
     }
 
     private func renderInboxPage(caller: Principal, deviceID: String?, cursor: Int64?, limit: Int) throws -> [UInt8] {
+        if let deviceID { try store.checkOwnership(of: deviceID, subject: caller.subject) }
         let page = try store.deliveries(subject: caller.subject, deviceID: deviceID, before: cursor, limit: limit)
         // The inbox is the hottest route: written straight to bytes, keys sorted as everywhere else.
         var out = JSONWriter(capacity: 512 * max(1, page.items.count))

@@ -167,10 +167,18 @@ public final class MobileStore: Sendable {
     /// refused alike, naming the field, so one person cannot learn of another's devices.
     public func ownedDevice(_ id: String?, subject: String, field: String = "device_id") throws -> Device {
         guard let id, !id.isEmpty else { throw APIError.missingField(field) }
-        guard let device = try device(id: id), device.subject == subject else {
-            throw APIError(status: 404, code: "unknown_device", message: "\(field): no device \(id) is registered to you", field: field)
-        }
+        guard let device = try device(id: id), device.subject == subject else { throw Self.unknownDevice(id, field: field) }
         return device
+    }
+
+    /// The same check without loading the device (the inbox asks it on every uncached page).
+    public func checkOwnership(of id: String, subject: String, field: String = "device_id") throws {
+        let owner = try database.read { db in try db.query("SELECT subject FROM mobile_devices WHERE id = ?", id).first?.string("subject") }
+        guard !id.isEmpty, owner == subject else { throw id.isEmpty ? APIError.missingField(field) : Self.unknownDevice(id, field: field) }
+    }
+
+    private static func unknownDevice(_ id: String, field: String) -> APIError {
+        APIError(status: 404, code: "unknown_device", message: "\(field): no device \(id) is registered to you", field: field)
     }
 
     public func devices(subject: String) throws -> [Device] {
@@ -303,7 +311,8 @@ public final class MobileStore: Sendable {
     /// Each kind of destination is read backwards along its index and only `limit + 1` rows of each are
     /// looked at, so a page costs the same in an inbox of ten lines or of a million.
     public func deliveries(subject: String, deviceID: String?, before cursor: Int64?, limit: Int) throws -> (items: [Delivery], unreadCount: Int, hasMore: Bool) {
-        try database.read { db in
+        // One snapshot: the page and its unread count agree even while lines are being written.
+        try database.readSnapshot { db in
             let (readColumn, readArgs) = Self.readState(subject: subject, deviceID: deviceID)
             let before = cursor ?? Int64.max
             let newest = Self.lineKinds(subject: subject, deviceID: deviceID).map { kind in
