@@ -1,5 +1,9 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Glibc
+import HTTPServer
 
 /// The real `soulacy serve` binary as a child process, for restarts and kill -9.
 public final class GatewayProcess: @unchecked Sendable {
@@ -20,6 +24,17 @@ public final class GatewayProcess: @unchecked Sendable {
     }
 
     public var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    /// One call to the running process: its status and JSON body (null when the body is not JSON).
+    public func call(_ method: String, _ path: String, key: String?, json: JSONValue? = nil) async throws -> (status: Int, json: JSONValue) {
+        var request = URLRequest(url: URL(string: baseURL + path)!)
+        request.httpMethod = method
+        request.timeoutInterval = 10
+        if let key { request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization") }
+        if let json { request.httpBody = Data(json.serialized().utf8) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as! HTTPURLResponse).statusCode, (try? JSONValue.parse(Array(data))) ?? .null)
+    }
 
     /// Starts the binary and waits for /health; returns the admin key when this start printed one.
     @discardableResult

@@ -12,16 +12,6 @@ import Testing
 struct CrashRecoveryTests {
     static let secret = "CRASH-TEST-PRIVATE-OUTPUT"
 
-    func call(_ gateway: GatewayProcess, _ method: String, _ path: String, key: String, json: JSONValue? = nil) async throws -> (Int, JSONValue) {
-        var request = URLRequest(url: URL(string: gateway.baseURL + path)!)
-        request.httpMethod = method
-        request.timeoutInterval = 10
-        request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
-        if let json { request.httpBody = Data(json.serialized().utf8) }
-        let (data, response) = try await URLSession.shared.data(for: request)
-        return ((response as! HTTPURLResponse).statusCode, (try? JSONValue.parse(Array(data))) ?? .null)
-    }
-
     @Test("after kill -9 mid-burst every acknowledged delivery is in the inbox and every wake-up is sent, none twice once recorded")
     func killMidBurst() async throws {
         let standIn = try await APNsStandIn.start()
@@ -32,7 +22,7 @@ struct CrashRecoveryTests {
         let key = try #require(try await gateway.start())
         let tokens = (0..<3).map { String(repeating: String(format: "%02x", $0 + 1), count: 32) }
         for (i, token) in tokens.enumerated() {
-            let (status, _) = try await call(gateway, "POST", "/api/v1/mobile/devices", key: key,
+            let (status, _) = try await gateway.call("POST", "/api/v1/mobile/devices", key: key,
                                              json: ["id": .string("phone-\(i)"), "push_token": .string(token)])
             #expect(status == 201)
         }
@@ -44,7 +34,7 @@ struct CrashRecoveryTests {
                 for worker in 0..<8 {
                     group.addTask {
                         for n in 0..<1000 {
-                            guard let (status, body) = try? await call(gateway, "POST", "/api/v1/channels/mobile/test", key: key,
+                            guard let (status, body) = try? await gateway.call("POST", "/api/v1/channels/mobile/test", key: key,
                                                                        json: ["body": .string("\(Self.secret) \(worker)-\(n)")]) else { return }
                             if status == 201, let id = body["delivery_id"]?.stringValue { acknowledged.add(id) }
                         }
@@ -77,7 +67,7 @@ struct CrashRecoveryTests {
         var inbox: Set<String> = []
         var cursor: String? = nil
         repeat {
-            let (_, page) = try await call(gateway, "GET", "/api/v1/mobile/deliveries?device_id=phone-0&limit=200" + (cursor.map { "&cursor=\($0)" } ?? ""), key: key)
+            let (_, page) = try await gateway.call("GET", "/api/v1/mobile/deliveries?device_id=phone-0&limit=200" + (cursor.map { "&cursor=\($0)" } ?? ""), key: key)
             for line in page["deliveries"]?.arrayValue ?? [] {
                 if let id = line["id"]?.stringValue { inbox.insert(id) }
                 #expect(line["body"]?.stringValue?.hasPrefix(Self.secret) == true)
@@ -125,7 +115,7 @@ extension CrashRecoveryTests {
         for cycle in 0..<3 {
             let calls = (0..<20).map { "call-\(cycle)-\($0)" }
             for call in calls {
-                let (status, _) = try await self.call(gateway, "POST", "/api/v1/approvals", key: key,
+                let (status, _) = try await gateway.call("POST", "/api/v1/approvals", key: key,
                                                       json: ["agent_id": "echo", "tool": "unlock", "call_id": .string(call), "wait": false])
                 #expect(status == 201)
             }
@@ -136,9 +126,9 @@ extension CrashRecoveryTests {
                             for n in 0..<400 {
                                 let call = calls[(worker * 7 + n) % calls.count]
                                 let verb = (worker + n) % 2 == 0 ? "approve" : "deny"
-                                guard let (status, body) = try? await self.call(gateway, "POST", "/approvals/\(call)/\(verb)", key: key) else { return }
+                                guard let (status, body) = try? await gateway.call("POST", "/approvals/\(call)/\(verb)", key: key) else { return }
                                 if status == 200, let state = body["state"]?.stringValue { decisions.add(call, state: state, decidedNow: body["already_decided"] == false) }
-                                guard let (s2, b2) = try? await self.call(gateway, "POST", "/api/v1/channels/mobile/test", key: key, json: ["body": .string("d\(cycle)-\(worker)-\(n)")]) else { return }
+                                guard let (s2, b2) = try? await gateway.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["body": .string("d\(cycle)-\(worker)-\(n)")]) else { return }
                                 if s2 == 201, let id = b2["delivery_id"]?.stringValue { deliveries.add(id) }
                             }
                         }
@@ -164,7 +154,7 @@ extension CrashRecoveryTests {
         #expect(deliveries.ids.isSubset(of: lines), "lost \(deliveries.ids.subtracting(lines).count) acknowledged deliveries")
         // A second answer after the restarts reports the decision already taken.
         if let (call, state) = stored.first(where: { $0.value != "pending" }) {
-            let (_, again) = try await self.call(gateway, "POST", "/approvals/\(call)/approve", key: key)
+            let (_, again) = try await gateway.call("POST", "/approvals/\(call)/approve", key: key)
             #expect(again["already_decided"] == true && again["state"]?.stringValue == state)
         }
         gateway.terminate()

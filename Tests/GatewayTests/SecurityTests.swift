@@ -45,12 +45,7 @@ struct SecurityTests {
         let gateway = try GatewayProcess(directory: directory, environment: apns.environment.merging(relay.environment) { $1 })
         let admin = try #require(try await gateway.start())
         func call(_ method: String, _ path: String, key: String?, json: JSONValue? = nil) async throws -> JSONValue {
-            var request = URLRequest(url: URL(string: gateway.baseURL + path)!)
-            request.httpMethod = method
-            if let key { request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization") }
-            if let json { request.httpBody = Data(json.serialized().utf8) }
-            let (data, _) = try await URLSession.shared.data(for: request)
-            return (try? JSONValue.parse(Array(data))) ?? .null
+            try await gateway.call(method, path, key: key, json: json).json
         }
         let code = try #require(try await call("POST", "/api/v1/pairing/tokens", key: admin, json: ["name": "Priya", "role": "viewer"])["code"]?.stringValue)
         let priya = try #require(try await call("POST", "/api/v1/pairing/redeem", key: nil, json: ["code": .string(code)])["token"]?.stringValue)
