@@ -61,7 +61,7 @@ public final class MailboxStore: Sendable {
 
     public func isOnline(mailbox: String) -> Bool {
         let seen = (try? database.read { db in try db.query("SELECT last_seen FROM mailboxes WHERE id = ?", mailbox).first?.int("last_seen") }) ?? 0
-        return Double(Self.now() - (seen ?? 0)) / 1000 < onlineWindow
+        return Double(Self.now() - seen) / 1000 < onlineWindow
     }
 
     public func putDevice(mailbox: String, device: String, secretSHA256: [UInt8], cursor: Int64) throws {

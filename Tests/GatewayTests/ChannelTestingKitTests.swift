@@ -73,3 +73,39 @@ struct ChannelTestingKitTests {
         #expect(APNsReason(rawValue: reason).action(status: status) == action)
     }
 }
+
+/// An actor owning `Waiters`, as the approvals broker and the device commands do.
+actor WaitingRoom {
+    var waiters = Waiters<String>()
+    var parkedCount = 0
+    func wait(_ key: String, ticket: Int? = nil) async -> String {
+        let ticket = ticket ?? waiters.ticket()
+        parkedCount += 1
+        return await withCheckedContinuation { waiters.park(key, ticket: ticket, $0) }
+    }
+    func ticket() -> Int { waiters.ticket() }
+    func answer(_ key: String, _ value: String) { waiters.answer(key, with: value) }
+    func release(_ key: String, ticket: Int) { waiters.release(key, ticket: ticket, with: "gave up") }
+}
+
+@Suite("Waiters")
+struct WaitersTests {
+    @Test("each parked caller is resumed once: alone by release, with the rest by answer; other keys untouched")
+    func resumedOnce() async throws {
+        let room = WaitingRoom()
+        let early = await room.ticket()
+        async let first = room.wait("a", ticket: early)
+        async let second = room.wait("a")
+        async let third = room.wait("a")
+        async let other = room.wait("b")
+        while await room.parkedCount < 4 { try await Task.sleep(for: .milliseconds(5)) }
+        await room.release("a", ticket: early)
+        await room.release("a", ticket: early)  // already gone: nothing happens
+        await room.answer("a", "approved")
+        await room.answer("a", "late")          // nobody left
+        #expect(await first == "gave up")
+        #expect(await [second, third] == ["approved", "approved"])
+        await room.answer("b", "denied")
+        #expect(await other == "denied")
+    }
+}

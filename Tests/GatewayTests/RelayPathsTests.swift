@@ -135,7 +135,7 @@ struct RelayPathsTests {
     func relayTLSRefusals() async throws {
         let directory = TestGateway.makeTemporaryDirectory()
         let made = try SelfSignedCertificate.generate(commonName: "r", ipAddresses: ["127.0.0.1"])
-        FileManager.default.createFile(atPath: directory + "/key.pem", contents: Data(made.keyPEM.utf8), attributes: [.posixPermissions: 0o644])
+        _ = FileManager.default.createFile(atPath: directory + "/key.pem", contents: Data(made.keyPEM.utf8), attributes: [.posixPermissions: 0o644])
         try made.certificatePEM.write(toFile: directory + "/cert.pem", atomically: true, encoding: .utf8)
         for (arguments, expected) in [(["--tls-cert", directory + "/cert.pem", "--tls-key", directory + "/key.pem"], "key.pem is readable by group or others"),
                                       (["--tls-cert", directory + "/cert.pem"], "--tls-cert and --tls-key go together")] {

@@ -47,7 +47,7 @@ public actor DeviceCommands {
     nonisolated let store: MobileStore
     nonisolated let dispatcher: PushDispatcher?
     nonisolated let clock: any WallClock
-    private var waiters: [String: [CheckedContinuation<Command?, Never>]] = [:]
+    private var waiters = Waiters<Command?>()
 
     public init(store: MobileStore, dispatcher: PushDispatcher?, clock: any WallClock) throws {
         self.store = store
@@ -134,7 +134,7 @@ public actor DeviceCommands {
             if !Task.isCancelled { self.expireAndWake(id) }
         }
         defer { timer.cancel() }
-        return await withCheckedContinuation { waiters[id, default: []].append($0) }
+        return await withCheckedContinuation { waiters.park(id, ticket: waiters.ticket(), $0) }
     }
 
     private func expireAndWake(_ id: String) {
@@ -143,7 +143,7 @@ public actor DeviceCommands {
     }
 
     private func wake(_ id: String, _ command: Command?) {
-        for waiter in waiters.removeValue(forKey: id) ?? [] { waiter.resume(returning: command) }
+        waiters.answer(id, with: command)
     }
 }
 

@@ -65,8 +65,7 @@ public actor ApprovalsBroker {
     nonisolated let dispatcher: PushDispatcher?
     nonisolated let clock: any WallClock
     nonisolated let defaultTimeout: TimeInterval
-    private var waiters: [String: [(id: Int, continuation: CheckedContinuation<Approval.State, Never>)]] = [:]
-    private var nextWaiter = 0
+    private var waiters = Waiters<Approval.State>()
 
     public init(database: DatabasePool, mobile: MobileStore, dispatcher: PushDispatcher?, clock: any WallClock, defaultTimeout: TimeInterval = 600) throws {
         self.database = database
@@ -126,8 +125,7 @@ public actor ApprovalsBroker {
         if current.state != .pending { return current.state }
         let remaining = current.expiresAt.timeIntervalSince(clock.now())
         if remaining <= 0 { return (try? expire(callID)) ?? .expired }
-        nextWaiter += 1
-        let me = nextWaiter
+        let me = waiters.ticket()
         let timer = Task { [clock] in
             try? await clock.sleep(until: current.expiresAt)
             if !Task.isCancelled { self.expireAndWake(callID) }
@@ -135,21 +133,19 @@ public actor ApprovalsBroker {
         let cap = atMost.map { limit in
             Task {
                 try? await Task.sleep(for: limit)
-                if !Task.isCancelled { self.release(callID, waiter: me) }
+                if !Task.isCancelled { self.release(callID, ticket: me) }
             }
         }
         defer {
             timer.cancel()
             cap?.cancel()
         }
-        return await withCheckedContinuation { continuation in
-            waiters[callID, default: []].append((me, continuation))
-        }
+        return await withCheckedContinuation { waiters.park(callID, ticket: me, $0) }
     }
 
-    private func release(_ callID: String, waiter: Int) {
-        guard let index = waiters[callID]?.firstIndex(where: { $0.id == waiter }) else { return }
-        waiters[callID]?.remove(at: index).continuation.resume(returning: .pending)
+    /// A long poll's cap: this caller hears "still pending" and asks again.
+    private func release(_ callID: String, ticket: Int) {
+        waiters.release(callID, ticket: ticket, with: .pending)
     }
 
     private func expireAndWake(_ callID: String) {
@@ -158,7 +154,7 @@ public actor ApprovalsBroker {
     }
 
     private func wake(_ callID: String, _ state: Approval.State) {
-        for waiter in waiters.removeValue(forKey: callID) ?? [] { waiter.continuation.resume(returning: state) }
+        waiters.answer(callID, with: state)
     }
 
     /// Marks a pending approval expired (if it still is) and returns its final state.

@@ -62,7 +62,8 @@ public final class IdempotencyLog: Sendable {
         }
         let response = await handle(request)
         if response.status < 500 {
-            try? database.transaction { db in
+            // Not recorded (the disk is full, say): a retry is applied again, as a call without a key would be.
+            _ = try? database.transaction { db in
                 try db.run("INSERT OR IGNORE INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            scope, key, request.method, request.path, response.status, response.header("content-type"), response.body,
                            Date().sqliteMillis)
