@@ -163,6 +163,11 @@ public final class Connection {
     /// Runs a statement for its effect; returns the number of rows it changed.
     @discardableResult
     public func run(_ sql: String, _ arguments: any SQLiteBindable...) throws(SQLiteError) -> Int {
+        try run(sql, arguments: arguments)
+    }
+
+    @discardableResult
+    public func run(_ sql: String, arguments: [any SQLiteBindable]) throws(SQLiteError) -> Int {
         try query(sql, arguments: arguments)
         return Int(sqlite3_changes(handle))
     }

@@ -75,6 +75,20 @@ public final class DatabasePool: Sendable {
         }
     }
 
+    /// Deletes the rows of `table` matching `condition`, a few thousand per transaction, so a large clean-up
+    /// never holds the writer for long. Returns how many went.
+    @discardableResult
+    public func deleteInBatches(from table: String, where condition: String, arguments: [any SQLiteBindable], batchSize: Int = 5000) throws -> Int {
+        var removed = 0
+        while true {
+            let count = try transaction { db in
+                try db.run("DELETE FROM \(table) WHERE rowid IN (SELECT rowid FROM \(table) WHERE \(condition) LIMIT \(batchSize))", arguments: arguments)
+            }
+            removed += count
+            if count < batchSize { return removed }
+        }
+    }
+
     /// Applies the migrations not yet recorded in `schema_migrations`, each in its own transaction.
     public func migrate(_ migrations: [Migration]) throws {
         try transaction { db in

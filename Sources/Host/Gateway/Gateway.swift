@@ -97,6 +97,8 @@ public final class Gateway: Sendable {
     /// SHA-256 of the LAN listener's certificate, as pairing links carry it.
     public let lanFingerprint: String?
     public let idempotency: IdempotencyLog
+    public let housekeeping: Housekeeping
+    private let housekeepingTask = LockedTask()
     public let carriage: RelayCarriage?
     let lanLink = LANLink()
     private let carriageTask = LockedTask()
@@ -190,8 +192,9 @@ public final class Gateway: Sendable {
         self.router = router
         let routerCopy = router
         let idempotency: IdempotencyLog
-        do { idempotency = try IdempotencyLog(database: database) } catch { throw .storage("cannot open the idempotency log: \(error)") }
+        do { idempotency = try IdempotencyLog(database: database, clock: options.clock) } catch { throw .storage("cannot open the idempotency log: \(error)") }
         self.idempotency = idempotency
+        housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)
         let answer: @Sendable (HTTPRequest) async -> HTTPResponse = { request in
             await idempotency.answer(request, principal: routerCopy.principal(of: request)) { await routerCopy.handle($0) }
         }
@@ -340,6 +343,8 @@ public final class Gateway: Sendable {
         schedulerTask.set(Task { await scheduler.run() })
         let dispatcher = self.dispatcher
         dispatcherTask.set(Task { await dispatcher.run() })
+        let housekeeping = self.housekeeping
+        housekeepingTask.set(Task { await housekeeping.run() })
         if let carriage { carriageTask.set(Task { await carriage.run() }) }
         options.log.info("soulacy \(GatewayVersion.current) listening on \(options.host):\(port) with \(config.agents.count) agent(s)")
     }
@@ -347,6 +352,7 @@ public final class Gateway: Sendable {
     /// Stops schedules, drains the API, and lets runs in flight finish.
     public func stop() async {
         schedulerTask.cancel()
+        housekeepingTask.cancel()
         await server.stop()
         await lanServer?.stop()
         await runs.waitForAll()

@@ -1,3 +1,4 @@
+import ChannelAPI
 import Foundation
 import HTTPServer
 import Identity
@@ -26,11 +27,19 @@ public final class IdempotencyLog: Sendable {
     ]
 
     let database: DatabasePool
+    let clock: any WallClock
     private let inFlight = Mutex<Set<String>>([])
 
-    public init(database: DatabasePool) throws {
+    public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
         self.database = database
+        self.clock = clock
         try database.migrate(Self.migrations)
+    }
+
+    /// Forgets answers recorded before `cutoff`: a retry after that is applied again.
+    @discardableResult
+    public func forget(before cutoff: Date) throws -> Int {
+        try database.deleteInBatches(from: "idempotency_log", where: "created_at < ?", arguments: [cutoff.sqliteMillis])
     }
 
     static func isMutating(_ method: String) -> Bool { ["POST", "PUT", "PATCH", "DELETE"].contains(method) }
@@ -66,7 +75,7 @@ public final class IdempotencyLog: Sendable {
             _ = try? database.transaction { db in
                 try db.run("INSERT OR IGNORE INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            scope, key, request.method, request.path, response.status, response.header("content-type"), response.body,
-                           Date().sqliteMillis)
+                           clock.now().sqliteMillis)
             }
         }
         return response

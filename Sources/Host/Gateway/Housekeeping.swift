@@ -1,0 +1,38 @@
+import ChannelAPI
+import Foundation
+import Mobile
+
+/// Bookkeeping that would otherwise grow without end: wake-ups settled a week ago and idempotency answers
+/// older than a month. Inbox lines, approvals, runs and facts are the household's history and are kept.
+public struct Housekeeping: Sendable {
+    /// How long a settled wake-up stays visible in a line's `wake_ups`.
+    public static let settledWakeUpLifetime: TimeInterval = 7 * 86_400
+    /// How long a replayed Idempotency-Key still gets the first answer: longer than a phone holds a send.
+    public static let idempotencyLifetime: TimeInterval = 30 * 86_400
+    public static let interval: TimeInterval = 3_600
+
+    let outbox: PushOutbox
+    let idempotency: IdempotencyLog
+    let clock: any WallClock
+    let log: Log
+
+    /// One sweep; returns what it removed.
+    @discardableResult
+    public func sweep() throws -> (wakeUps: Int, idempotencyAnswers: Int) {
+        let now = clock.now()
+        let wakeUps = try outbox.removeSettled(before: now.addingTimeInterval(-Self.settledWakeUpLifetime))
+        let answers = try idempotency.forget(before: now.addingTimeInterval(-Self.idempotencyLifetime))
+        if wakeUps + answers > 0 {
+            log.info("housekeeping: removed \(wakeUps) settled wake-up(s) and \(answers) old idempotency answer(s)")
+        }
+        return (wakeUps, answers)
+    }
+
+    /// Sweeps at start and then every hour, until cancelled.
+    func run() async {
+        while !Task.isCancelled {
+            do { try sweep() } catch { log.error("housekeeping: \(error)") }
+            try? await clock.sleep(until: clock.now().addingTimeInterval(Self.interval))
+        }
+    }
+}
