@@ -45,8 +45,9 @@ public enum RepositoryPaths {
 
 /// A stand-in service run as a Python process (hypercorn, HTTP/2 over TLS) with a plain-HTTP control port.
 public class StandInProcess: @unchecked Sendable {
-    public let tlsPort: UInt16
-    public let controlPort: UInt16
+    /// Chosen free before the start; a start that loses its port to another process picks new ones.
+    public private(set) var tlsPort: UInt16
+    public private(set) var controlPort: UInt16
     public let directory: String
     let script: String
     let arguments: [String]
@@ -66,6 +67,18 @@ public class StandInProcess: @unchecked Sendable {
     public var baseURL: String { "https://127.0.0.1:\(tlsPort)" }
 
     public func start() async throws {
+        // A free port can be taken by a parallel test between its choice and the bind: try again on new ones.
+        for attempt in 1...3 {
+            do {
+                return try await startOnce()
+            } catch let failure as TestFailure where attempt < 3 && failure.description.contains("already in use") {
+                tlsPort = freePort()
+                controlPort = freePort()
+            }
+        }
+    }
+
+    private func startOnce() async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "\(RepositoryPaths.standIns)/\(script)", "--tls-port", String(tlsPort), "--control-port", String(controlPort),
