@@ -91,6 +91,8 @@ public struct Router: Sendable {
         switch resolve(incoming, authenticated: authenticated) {
         case .answered(let response):
             return response
+        case .needsTask:
+            preconditionFailure("only handleImmediately defers")
         case .ready(let route, let request):
             switch route.work {
             case .immediate(let handler): return run(incoming, request) { try handler(request) }
@@ -104,11 +106,12 @@ public struct Router: Sendable {
         }
     }
 
-    /// The answer when the request can be answered on the calling thread (an immediate route, or a refusal);
-    /// nil when its route needs `handle`.
+    /// The answer when the request can be answered on the calling thread (an immediate route, or no route);
+    /// nil when its route needs `handle`, which then checks the caller (once).
     public func handleImmediately(_ incoming: HTTPRequest) -> HTTPResponse? {
-        switch resolve(incoming, authenticated: nil) {
+        switch resolve(incoming, authenticated: nil, deferringTasks: true) {
         case .answered(let response): return response
+        case .needsTask: return nil
         case .ready(let route, let request):
             guard case .immediate(let handler) = route.work else { return nil }
             return run(incoming, request) { try handler(request) }
@@ -117,11 +120,14 @@ public struct Router: Sendable {
 
     private enum Resolution {
         case answered(HTTPResponse)
+        /// The route runs in a task; nothing about the caller was checked yet.
+        case needsTask
         case ready(Route, HTTPRequest)
     }
 
-    /// Finds the route and checks the caller; every refusal is answered here.
-    private func resolve(_ incoming: HTTPRequest, authenticated: Principal?) -> Resolution {
+    /// Finds the route and checks the caller; every refusal is answered here. With `deferringTasks`, a route
+    /// that runs in a task is reported before the caller is checked, so `handle` does not authenticate again.
+    private func resolve(_ incoming: HTTPRequest, authenticated: Principal?, deferringTasks: Bool = false) -> Resolution {
         var request = incoming
         let parts = request.path.split(separator: "/", omittingEmptySubsequences: true)
         let method = request.method == "HEAD" ? "GET" : request.method
@@ -134,6 +140,7 @@ public struct Router: Sendable {
                 allowed.append(route.method.rawValue)
                 continue
             }
+            if deferringTasks, case .async = route.work { return .needsTask }
             request.pathParameters = parameters
             do throws(APIError) {
                 if case .role(let required) = route.access {

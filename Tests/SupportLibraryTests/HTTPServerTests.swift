@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import HTTPServer
 import Identity
+import Synchronization
 import Testing
 
 @Suite("HTTP server on libmicrohttpd")
@@ -75,7 +76,11 @@ struct HTTPServerTests {
     @Test("immediate routes are answered on the server thread; the others still reach their tasks")
     func immediateLane() async throws {
         let asyncCalls = InFlightGauge()
-        var router = Router(authenticator: { $0 == "good" ? Principal(keyID: "k", subject: "owner", role: .viewer) : nil })
+        let keyChecks = Atomic<Int>(0)
+        var router = Router(authenticator: { token in
+            keyChecks.add(1, ordering: .relaxed)
+            return token == "good" ? Principal(keyID: "k", subject: "owner", role: .viewer) : nil
+        })
         router.add(Route(.GET, "/quick/:name", access: .role(.viewer), immediate: { request in
             .json(["name": .string(request.parameter("name")), "who": .string(try request.caller().subject)])
         }))
@@ -85,6 +90,7 @@ struct HTTPServerTests {
             asyncCalls.leave()
             return .json(["async": true])
         }
+        router.add(.GET, "/slow-read", access: .role(.viewer)) { request in .json(["who": .string(try request.caller().subject)]) }
         let frozen = router
         let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2),
                                 immediate: { frozen.handleImmediately($0) }) { request in
@@ -111,6 +117,11 @@ struct HTTPServerTests {
         #expect(try await call("POST", "/quick/ann", token: nil) == (200, #"{"async":true}"#))
         #expect(asyncCalls.peak >= 1)
         #expect(try await call("HEAD", "/quick/ann", token: "good") == (200, ""))
+        // A GET whose route runs in a task is passed on before the key is checked: the key is checked once.
+        let checksBefore = keyChecks.load(ordering: .relaxed)
+        #expect(try await call("GET", "/slow-read", token: "good") == (200, #"{"who":"owner"}"#))
+        #expect(keyChecks.load(ordering: .relaxed) - checksBefore == 1)
+        #expect(try await call("GET", "/slow-read", token: "bad").0 == 401)
         // The async entry (sealed relay commands use it) runs immediate routes as well.
         let viaTask = await frozen.handle(HTTPRequest(method: "GET", path: "/quick/bo"), authenticated: Principal(keyID: "k2", subject: "priya", role: .viewer))
         #expect(viaTask.status == 200 && String(decoding: viaTask.body, as: UTF8.self) == #"{"name":"bo","who":"priya"}"#)
