@@ -104,13 +104,15 @@ public final class Connection {
             case .integer(let v): rc = sqlite3_bind_int64(statement, index, v)
             case .real(let v): rc = sqlite3_bind_double(statement, index, v)
             case .text(let v):
-                // Native strings are contiguous UTF-8: bound with their length, without a NUL-terminated copy.
-                // (An empty buffer has no address, and a nil pointer would bind NULL instead of ''.)
-                let bound = v.utf8.withContiguousStorageIfAvailable { bytes -> Int32? in
-                    guard let base = bytes.baseAddress else { return nil }
-                    return base.withMemoryRebound(to: CChar.self, capacity: bytes.count) { sqlite3_bind_text(statement, index, $0, Int32(bytes.count), transient) }
+                // Bound from its UTF-8 with its length, without a NUL-terminated copy. (An empty buffer may have
+                // no address, and a nil pointer would bind NULL instead of ''.)
+                var text = v
+                rc = text.withUTF8 { bytes in
+                    bytes.withMemoryRebound(to: CChar.self) { chars in
+                        guard let base = chars.baseAddress else { return sqlite3_bind_text(statement, index, "", 0, transient) }
+                        return sqlite3_bind_text(statement, index, base, Int32(chars.count), transient)
+                    }
                 }
-                if let bound = bound ?? nil { rc = bound } else { rc = sqlite3_bind_text(statement, index, v, -1, transient) }
             case .blob(let v):
                 rc = v.withUnsafeBytes { sqlite3_bind_blob(statement, index, $0.baseAddress, Int32($0.count), transient) }
             }
@@ -177,7 +179,16 @@ public final class Connection {
     @discardableResult
     /// Runs `body` inside BEGIN IMMEDIATE … COMMIT; any thrown error rolls the whole transaction back.
     public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
-        try execute("BEGIN IMMEDIATE")
+        try inTransaction(begin: "BEGIN IMMEDIATE", body)
+    }
+
+    /// Runs reads inside one deferred transaction: they all see the same committed state.
+    public func readTransaction<T>(_ body: (Connection) throws -> T) throws -> T {
+        try inTransaction(begin: "BEGIN", body)
+    }
+
+    private func inTransaction<T>(begin: String, _ body: (Connection) throws -> T) throws -> T {
+        try execute(begin)
         do {
             let value = try body(self)
             try execute("COMMIT")

@@ -62,17 +62,7 @@ public final class DatabasePool: Sendable {
     /// Several reads in one read transaction: they all see the same committed state (and take SQLite's
     /// shared lock once, not once per statement).
     public func readSnapshot<T>(_ body: (Connection) throws -> T) throws -> T {
-        try read { db in
-            try db.execute("BEGIN")
-            do {
-                let value = try body(db)
-                try db.execute("COMMIT")
-                return value
-            } catch {
-                try? db.execute("ROLLBACK")
-                throw error
-            }
-        }
+        try read { try $0.readTransaction(body) }
     }
 
     /// Deletes the rows of `table` matching `condition`, a few thousand per transaction, so a large clean-up

@@ -52,34 +52,27 @@ final class GroupCommit: Sendable {
     /// isolated, each job runs in its own SAVEPOINT and its error is returned in its place.
     private func commit(_ batch: [Job], isolated: Bool) throws -> [(any Error)?] {
         var outcomes: [(any Error)?] = Array(repeating: nil, count: batch.count)
-        try pool.write { db in
-            try db.execute("BEGIN IMMEDIATE")
-            do {
-                for (i, job) in batch.enumerated() {
-                    guard isolated else {
-                        do { try job.run(db) } catch { throw JobFailed() }
-                        continue
-                    }
-                    try db.run("SAVEPOINT job")
-                    do {
-                        try job.run(db)
-                        try db.run("RELEASE job")
-                    } catch {
-                        // Some failures (disk full, I/O) make SQLite roll the whole transaction back
-                        // itself; then no savepoint is left and every job of the batch fails with it.
-                        do {
-                            try db.run("ROLLBACK TO job")
-                            try db.run("RELEASE job")
-                        } catch _ {
-                            throw error
-                        }
-                        outcomes[i] = error
-                    }
+        try pool.transaction { db in
+            for (i, job) in batch.enumerated() {
+                guard isolated else {
+                    do { try job.run(db) } catch { throw JobFailed() }
+                    continue
                 }
-                try db.execute("COMMIT")
-            } catch {
-                try? db.execute("ROLLBACK")
-                throw error
+                try db.run("SAVEPOINT job")
+                do {
+                    try job.run(db)
+                    try db.run("RELEASE job")
+                } catch {
+                    // Some failures (disk full, I/O) make SQLite roll the whole transaction back
+                    // itself; then no savepoint is left and every job of the batch fails with it.
+                    do {
+                        try db.run("ROLLBACK TO job")
+                        try db.run("RELEASE job")
+                    } catch _ {
+                        throw error
+                    }
+                    outcomes[i] = error
+                }
             }
         }
         return outcomes
