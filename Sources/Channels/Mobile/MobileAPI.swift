@@ -59,10 +59,10 @@ public struct MobileAPI: Sendable {
         return .noContent
     }
 
-    /// The phone named by `device_id`, which must be the caller's.
     /// An optional `device_id`: nil when absent, else the caller's own device.
     private func ownDevice(_ id: String?, caller: Principal) throws -> String? {
-        try id.map { try store.ownedDevice($0, subject: caller.subject).id }
+        if let id { try store.checkOwnership(of: id, subject: caller.subject) }
+        return id
     }
 
     @Sendable func listDeliveries(_ request: HTTPRequest) throws -> HTTPResponse {
@@ -90,8 +90,7 @@ public struct MobileAPI: Sendable {
     }
 
     private func renderInboxPage(caller: Principal, deviceID: String?, cursor: Int64?, limit: Int) throws -> [UInt8] {
-        if let deviceID { try store.checkOwnership(of: deviceID, subject: caller.subject) }
-        let page = try store.deliveries(subject: caller.subject, deviceID: deviceID, before: cursor, limit: limit)
+        let page = try store.deliveries(subject: caller.subject, deviceID: ownDevice(deviceID, caller: caller), before: cursor, limit: limit)
         // The inbox is the hottest route: written straight to bytes, keys sorted as everywhere else.
         var out = JSONWriter(capacity: 512 * max(1, page.items.count))
         out.beginObject()

@@ -86,8 +86,8 @@ public final class MobileStore: Sendable {
         Migration("mobile.5-capabilities", "ALTER TABLE mobile_devices ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'"),
         // A `device:` line belongs to the person who owned the device when it was written: a device id reused
         // by someone else later must not show them the line. (Older lines: the owner of a registration at least
-        // as old as the line; lines older than the device's current registration belong to no one.) Receipts go with their device, so the unread
-        // count is a difference of two index counts instead of a lookup per line.
+        // as old as the line; lines older than the device's current registration belong to no one.) Receipts go
+        // with their device, so the unread count is a difference of two index counts instead of a lookup per line.
         Migration("mobile.6-line-owner", """
             ALTER TABLE mobile_deliveries ADD COLUMN destination_subject TEXT;
             UPDATE mobile_deliveries SET destination_subject = destination_value WHERE destination_kind = 'user';
@@ -173,8 +173,13 @@ public final class MobileStore: Sendable {
 
     /// The same check without loading the device (the inbox asks it on every uncached page).
     public func checkOwnership(of id: String, subject: String, field: String = "device_id") throws {
-        let owner = try database.read { db in try db.query("SELECT subject FROM mobile_devices WHERE id = ?", id).first?.string("subject") }
-        guard !id.isEmpty, owner == subject else { throw id.isEmpty ? APIError.missingField(field) : Self.unknownDevice(id, field: field) }
+        guard !id.isEmpty else { throw APIError.missingField(field) }
+        guard try database.read({ try Self.owner(ofDevice: id, in: $0) }) == subject else { throw Self.unknownDevice(id, field: field) }
+    }
+
+    /// Whose device `id` is now; nil when no device has that id.
+    static func owner(ofDevice id: String, in db: Connection) throws -> String? {
+        try db.query("SELECT subject FROM mobile_devices WHERE id = ?", id).first?.string("subject")
     }
 
     private static func unknownDevice(_ id: String, field: String) -> APIError {
@@ -289,7 +294,7 @@ public final class MobileStore: Sendable {
         let owner: String? = switch row.destination {
         case .all: nil
         case .user(let subject): subject
-        case .device(let id): try db.query("SELECT subject FROM mobile_devices WHERE id = ?", id).first?.string("subject")
+        case .device(let id): try owner(ofDevice: id, in: db)
         }
         try db.run("""
             INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, destination_subject, agent_id, agent_name,
@@ -314,8 +319,9 @@ public final class MobileStore: Sendable {
         // One snapshot: the page and its unread count agree even while lines are being written.
         try database.readSnapshot { db in
             let (readColumn, readArgs) = Self.readState(subject: subject, deviceID: deviceID)
+            let kinds = Self.lineKinds(subject: subject, deviceID: deviceID)
             let before = cursor ?? Int64.max
-            let newest = Self.lineKinds(subject: subject, deviceID: deviceID).map { kind in
+            let newest = kinds.map { kind in
                 (sql: "SELECT seq FROM (SELECT seq FROM mobile_deliveries WHERE \(kind.sql) AND seq < ? ORDER BY seq DESC LIMIT ?)",
                  args: kind.args + [before, limit + 1])
             }
@@ -325,14 +331,13 @@ public final class MobileStore: Sendable {
                 ORDER BY d.seq DESC LIMIT ?
                 """, arguments: readArgs + newest.flatMap(\.args) + [limit + 1])
             let items = rows.prefix(limit).map(Self.delivery)
-            return (Array(items), try Self.unreadCount(subject: subject, deviceID: deviceID, in: db), rows.count > limit)
+            return (Array(items), try Self.unreadCount(of: kinds, subject: subject, deviceID: deviceID, in: db), rows.count > limit)
         }
     }
 
     /// Lines visible minus lines read. Both are counts along an index: receipts exist only for lines their
     /// device could see, and a line's visibility to a device never changes while both exist.
-    private static func unreadCount(subject: String, deviceID: String?, in db: Connection) throws -> Int {
-        let kinds = lineKinds(subject: subject, deviceID: deviceID)
+    private static func unreadCount(of kinds: [LineKind], subject: String, deviceID: String?, in db: Connection) throws -> Int {
         let visible = try db.query("SELECT " + kinds.map { "(SELECT COUNT(*) FROM mobile_deliveries WHERE \($0.sql))" }.joined(separator: " + ") + " AS n",
                                    arguments: kinds.flatMap(\.args)).first?.int("n") ?? 0
         let read = try (deviceID.map {
@@ -356,7 +361,9 @@ public final class MobileStore: Sendable {
 
     // The one place that says who sees a line: one condition per kind of destination, each an index range
     // of mobile_deliveries_visible. The System agent is filtered here, at the boundary.
-    private static func lineKinds(subject: String, deviceID: String?) -> [(sql: String, args: [any SQLiteBindable])] {
+    private typealias LineKind = (sql: String, args: [any SQLiteBindable])
+
+    private static func lineKinds(subject: String, deviceID: String?) -> [LineKind] {
         let notSystem = "agent_id <> '\(systemAgentID)'"
         let device = deviceID == nil
             ? (sql: "destination_kind = 'device' AND destination_value IN (SELECT id FROM mobile_devices WHERE subject = ?) AND destination_subject = ? AND \(notSystem)",
@@ -392,7 +399,7 @@ public final class MobileStore: Sendable {
         let now = Self.millis(clock.now())
         // Checked in the writing transaction: a receipt is never left for a device removed in between.
         return try database.transaction { db in
-            guard try db.query("SELECT 1 FROM mobile_devices WHERE id = ? AND subject = ?", deviceID, subject).first != nil,
+            guard try Self.owner(ofDevice: deviceID, in: db) == subject,
                   try Self.delivery(id: deliveryID, subject: subject, deviceID: deviceID, in: db) != nil else { return false }
             try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", deliveryID, deviceID, now)
             return true

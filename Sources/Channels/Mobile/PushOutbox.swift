@@ -153,13 +153,13 @@ public struct PushOutbox: Sendable {
         }
     }
 
-    /// Frees leases held by processes on this host that no longer exist (after a crash or kill -9).
     /// Forgets wake-ups settled (sent, failed, skipped) before `cutoff`; pending ones are never touched.
     @discardableResult
     public func removeSettled(before cutoff: Date) throws -> Int {
         try database.deleteInBatches(from: "mobile_push_outbox", where: "state <> 'pending' AND finished_at < ?", arguments: [Self.ms(cutoff)])
     }
 
+    /// Frees leases held by processes on this host that no longer exist (after a crash or kill -9).
     public func releaseAbandonedLeases(ownOwner: String) throws -> Int {
         let host = ownOwner.split(separator: "|").first.map(String.init) ?? ""
         let owners = try database.read { db in
