@@ -6,7 +6,6 @@ Control port (plain HTTP): GET /control/requests, POST /control/script, POST /co
                            POST /control/delay, POST /control/reset, GET /control/health
 """
 import argparse
-import base64
 import json
 import re
 import sys
@@ -22,10 +21,6 @@ import standin_common as common
 
 MAX_PAYLOAD = 4096
 PUSH_TYPES = {"alert", "background", "location", "voip", "complication", "fileprovider", "mdm", "liveactivity", "pushtotalk"}
-
-
-def b64url_decode(text):
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 class APNs:
@@ -49,9 +44,9 @@ class APNs:
         token = authorization[7:].strip()
         try:
             header_b64, claims_b64, sig_b64 = token.split(".")
-            header = json.loads(b64url_decode(header_b64))
-            claims = json.loads(b64url_decode(claims_b64))
-            raw = b64url_decode(sig_b64)
+            header = json.loads(common.b64url_decode(header_b64))
+            claims = json.loads(common.b64url_decode(claims_b64))
+            raw = common.b64url_decode(sig_b64)
         except Exception:
             return "InvalidProviderToken", None
         if header.get("alg") != "ES256" or header.get("kid") != self.key_id or claims.get("iss") != self.team_id or len(raw) != 64:

@@ -7,7 +7,6 @@ Control port: GET /control/requests, GET /control/tokens, POST /control/script, 
               POST /control/lifetime, POST /control/revoke, POST /control/reset, GET /control/health
 """
 import argparse
-import base64
 import json
 import re
 import secrets
@@ -22,10 +21,6 @@ from cryptography.hazmat.primitives.asymmetric import padding
 import standin_common as common
 
 SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
-
-
-def b64url_decode(text):
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def fcm_error(status, state, message, code=None):
@@ -54,9 +49,9 @@ class FCM:
     def check_assertion(self, assertion):
         try:
             header_b64, claims_b64, sig_b64 = assertion.split(".")
-            header = json.loads(b64url_decode(header_b64))
-            claims = json.loads(b64url_decode(claims_b64))
-            self.public_key.verify(b64url_decode(sig_b64), f"{header_b64}.{claims_b64}".encode(), padding.PKCS1v15(), hashes.SHA256())
+            header = json.loads(common.b64url_decode(header_b64))
+            claims = json.loads(common.b64url_decode(claims_b64))
+            self.public_key.verify(common.b64url_decode(sig_b64), f"{header_b64}.{claims_b64}".encode(), padding.PKCS1v15(), hashes.SHA256())
         except (ValueError, InvalidSignature, json.JSONDecodeError):
             return "invalid_grant", "Invalid JWT Signature."
         if header.get("alg") != "RS256":

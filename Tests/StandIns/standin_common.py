@@ -1,5 +1,6 @@
 """Shared parts of the local service stand-ins: TLS certificate, ASGI helpers, the control port."""
 import asyncio
+import base64
 import datetime
 import ipaddress
 import json
@@ -9,6 +10,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+
+def b64url_decode(text):
+    """Base64url without padding, as JWTs carry it."""
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def ensure_certificate(directory):
