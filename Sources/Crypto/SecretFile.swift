@@ -4,18 +4,28 @@ import Glibc
 public enum SecretFileError: Error, Sendable, Equatable, CustomStringConvertible {
     case unreadable(path: String, variable: String, reason: String)
     case tooOpen(path: String, variable: String, mode: String)
+    case unwritable(path: String)
 
     public var description: String {
         switch self {
         case let .unreadable(path, variable, reason): return "\(variable): cannot read \(path): \(reason)"
         case let .tooOpen(path, variable, mode):
             return "\(variable): \(path) is readable by group or others (mode \(mode)); make it readable by the service account only, for example chmod 600 \(path)"
+        case .unwritable(let path): return "cannot write the secret file \(path)"
         }
     }
 }
 
-/// Reads a secret file (an APNs .p8, a service-account JSON) after checking that only its owner can read it.
+/// Reads a secret file (an APNs .p8, a service-account JSON) after checking that only its owner can read it,
+/// and writes one (a TLS key) that only its owner can read.
 public enum SecretFile {
+    /// Creates `path` readable and writable by its owner only (mode 0600) with `text` in it.
+    public static func write(_ text: String, to path: String) throws(SecretFileError) {
+        guard FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw .unwritable(path: path)
+        }
+    }
+
     public static func read(_ path: String, variable: String) throws(SecretFileError) -> String {
         var info = stat()
         guard stat(path, &info) == 0 else {

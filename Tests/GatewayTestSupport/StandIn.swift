@@ -255,7 +255,7 @@ public final class RelayServerProcess: @unchecked Sendable {
         process.arguments = ["--data", directory, "--listen", "127.0.0.1:\(port)", "--max-item-bytes", "65536"]
         if tls {
             let made = try SelfSignedCertificate.generate(commonName: "test relay", ipAddresses: ["127.0.0.1"])
-            _ = FileManager.default.createFile(atPath: directory + "/relay-key.pem", contents: Data(made.keyPEM.utf8), attributes: [.posixPermissions: 0o600])
+            try SecretFile.write(made.keyPEM, to: directory + "/relay-key.pem")
             try made.certificatePEM.write(toFile: certificatePath, atomically: true, encoding: .utf8)
             process.arguments! += ["--tls-cert", certificatePath, "--tls-key", directory + "/relay-key.pem"]
         }

@@ -139,16 +139,9 @@ struct RelayPathsTests {
         try made.certificatePEM.write(toFile: directory + "/cert.pem", atomically: true, encoding: .utf8)
         for (arguments, expected) in [(["--tls-cert", directory + "/cert.pem", "--tls-key", directory + "/key.pem"], "key.pem is readable by group or others"),
                                       (["--tls-cert", directory + "/cert.pem"], "--tls-cert and --tls-key go together")] {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: RepositoryPaths.root + "/.build/debug/soulacy-relay")
-            process.arguments = ["--data", directory + "/data", "--listen", "127.0.0.1:\(freePort())"] + arguments
-            let errors = Pipe()
-            process.standardError = errors
-            process.standardOutput = FileHandle.nullDevice
-            try process.run()
-            process.waitUntilExit()
-            let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            #expect(process.terminationStatus != 0)
+            let (status, text) = try runProgram(RepositoryPaths.root + "/.build/debug/soulacy-relay",
+                                                ["--data", directory + "/data", "--listen", "127.0.0.1:\(freePort())"] + arguments)
+            #expect(status != 0)
             #expect(text.contains(expected), "\(text)")
             #expect(!text.contains("PRIVATE KEY"))
         }

@@ -49,6 +49,16 @@ struct SealingTests {
         #expect(early < late)
     }
 
+    @Test("a secret written by SecretFile is readable by its owner only, and reads back; an impossible path is refused")
+    func secretFileWrite() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("secret-\(UUID().uuidString).pem").path
+        try SecretFile.write("-----BEGIN PRIVATE KEY-----\nabc\n", to: path)
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        #expect(try SecretFile.read(path, variable: "TEST_KEY") == "-----BEGIN PRIVATE KEY-----\nabc\n")
+        #expect(throws: SecretFileError.unwritable(path: "/nonexistent-dir/key.pem")) { try SecretFile.write("x", to: "/nonexistent-dir/key.pem") }
+    }
+
     @Test("HKDF-SHA256 matches RFC 5869 test case 1")
     func hkdf() throws {
         let ikm = [UInt8](repeating: 0x0b, count: 22)

@@ -299,9 +299,7 @@ public final class Gateway: Sendable {
             }
             let addresses = host == "0.0.0.0" || host == "::" ? ["127.0.0.1"] : [host]
             let made = try SelfSignedCertificate.generate(commonName: "soulacy gateway", ipAddresses: addresses)
-            guard FileManager.default.createFile(atPath: keyPath, contents: Data(made.keyPEM.utf8), attributes: [.posixPermissions: 0o600]) else {
-                throw GatewayStartError.listen("cannot write the LAN listener's key to \(keyPath)")
-            }
+            try SecretFile.write(made.keyPEM, to: keyPath)
             try made.certificatePEM.write(toFile: certPath, atomically: true, encoding: .utf8)
             return (made.keyPEM, made.certificatePEM, try SelfSignedCertificate.fingerprint(pem: made.certificatePEM))
         } catch {
