@@ -1,5 +1,6 @@
 import Foundation
 import Gateway
+import GatewayTestSupport
 import Testing
 
 /// SOUL.yaml loading and `soulacy check`: every problem with its line and column.
@@ -135,30 +136,17 @@ struct SoulConfigTests {
 
     @Test("soulacy check prints file:line:col: message and exits 1; a valid file exits 0")
     func checkCommand() throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardized
-        let binary = root.appendingPathComponent(".build/debug/soulacy").path
+        let binary = RepositoryPaths.soulacyBinary
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the soulacy binary first (swift build)")
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("check-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let bad = dir.appendingPathComponent("SOUL.yaml")
         try "agents:\n  - id: a\n    runner: {command: [x]}\n    shedule: {}\n".write(to: bad, atomically: true, encoding: .utf8)
 
-        func run(_ args: [String]) throws -> (Int32, String) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = args
-            let pipe = Pipe()
-            process.standardError = pipe
-            process.standardOutput = pipe
-            try process.run()
-            let data = pipe.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-        }
-        let (status, text) = try run(["check", bad.path])
+        let (status, text) = try runProgram(binary, ["check", bad.path])
         #expect(status == 1)
         #expect(text.contains("\(bad.path):4:5: unknown key 'shedule' in an agent"))
-        let (okStatus, okText) = try run(["check", root.appendingPathComponent("examples/SOUL.yaml").path])
+        let (okStatus, okText) = try runProgram(binary, ["check", RepositoryPaths.root + "/examples/SOUL.yaml"])
         #expect(okStatus == 0)
         #expect(okText.contains("ok"))
     }
