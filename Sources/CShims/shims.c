@@ -10,6 +10,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <ctype.h>
+#include <stdlib.h>
 
 void soulacy_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t length) {
     buffer[0] = 0;
@@ -22,11 +24,48 @@ void soulacy_mhd_client_address(struct MHD_Connection *connection, char *buffer,
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buffer, (socklen_t)length);
 }
 
+/* %HH decoding as MHD's own, except that %00 becomes the byte 0xFF: a NUL would silently cut the path or
+   value short, while 0xFF is never valid UTF-8, so the request is refused as malformed instead. */
+static size_t soulacy_unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls; (void)c;
+    char *out = s;
+    const char *in = s;
+    while (*in) {
+        if (in[0] == '%' && isxdigit((unsigned char)in[1]) && isxdigit((unsigned char)in[2])) {
+            char hex[3] = { in[1], in[2], 0 };
+            unsigned long byte = strtoul(hex, NULL, 16);
+            *out++ = byte == 0 ? (char)0xFF : (char)byte;
+            in += 3;
+        } else {
+            *out++ = *in++;
+        }
+    }
+    *out = 0;
+    return (size_t)(out - s);
+}
+
+int soulacy_mhd_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? info->connect_fd : -1;
+}
+
+struct soulacy_values_context { soulacy_mhd_value_fn fn; void *cls; };
+static enum MHD_Result soulacy_values_iterator(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                               const char *value, size_t value_size) {
+    (void)kind;
+    struct soulacy_values_context *context = cls;
+    return context->fn(context->cls, key, key_size, value, value_size) ? MHD_YES : MHD_NO;
+}
+void soulacy_mhd_values(struct MHD_Connection *connection, enum MHD_ValueKind kind, soulacy_mhd_value_fn fn, void *cls) {
+    struct soulacy_values_context context = { fn, cls };
+    MHD_get_connection_values_n(connection, kind, soulacy_values_iterator, &context);
+}
+
 struct MHD_Daemon *soulacy_mhd_start(unsigned int flags, uint16_t port,
                                      MHD_AccessHandlerCallback handler, void *handler_cls,
                                      MHD_RequestCompletedCallback completed, void *completed_cls,
                                      const struct soulacy_mhd_options *o) {
-    struct MHD_OptionItem items[12];
+    struct MHD_OptionItem items[16];
     int n = 0;
     items[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, completed_cls };
     if (o->thread_pool_size > 1)
@@ -42,6 +81,12 @@ struct MHD_Daemon *soulacy_mhd_start(unsigned int flags, uint16_t port,
         items[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)o->https_key_pem };
         items[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)o->https_cert_pem };
     }
+    if (o->per_ip_connection_limit > 0)
+        items[n++] = (struct MHD_OptionItem){ MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->per_ip_connection_limit, NULL };
+    items[n++] = (struct MHD_OptionItem){ MHD_OPTION_STRICT_FOR_CLIENT, o->strict_for_client, NULL };
+    items[n++] = (struct MHD_OptionItem){ MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)soulacy_unescape, NULL };
+    if (o->notify_connection)
+        items[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)o->notify_connection, o->notify_connection_cls };
     items[n++] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
     return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_ARRAY, items, MHD_OPTION_END);

@@ -121,9 +121,12 @@ public enum SelfSignedCertificate {
     /// SHA-256 of the certificate's DER, as 64 lower-case hex digits.
     public static func fingerprint(pem: String) throws(SealError) -> String {
         let bytes = Array(pem.utf8)
-        let bio = bytes.withUnsafeBytes { BIO_new_mem_buf($0.baseAddress, Int32($0.count)) }
-        defer { BIO_free(bio) }
-        guard let x509 = PEM_read_bio_X509(bio, nil, nil, nil) else { throw .crypto("not a PEM certificate") }
+        let parsed: OpaquePointer? = bytes.withUnsafeBytes { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_X509(bio, nil, nil, nil)
+        }
+        guard let x509 = parsed else { throw .crypto("not a PEM certificate") }
         defer { X509_free(x509) }
         var der: UnsafeMutablePointer<UInt8>? = nil
         let length = i2d_X509(x509, &der)

@@ -29,10 +29,14 @@ public final class SigningKey: @unchecked Sendable {
     public let algorithm: Algorithm
 
     public init(pem: String, algorithm: Algorithm) throws(SigningKeyError) {
+        // The memory BIO reads the bytes in place, so it must be used up inside the closure that lends them.
         let bytes = Array(pem.utf8)
-        let bio = bytes.withUnsafeBytes { BIO_new_mem_buf($0.baseAddress, Int32($0.count)) }
-        defer { BIO_free(bio) }
-        guard let pkey = PEM_read_bio_PrivateKey(bio, nil, nil, nil) else {
+        let parsed: OpaquePointer? = bytes.withUnsafeBytes { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+        }
+        guard let pkey = parsed else {
             ERR_clear_error()
             throw .unreadablePEM
         }
@@ -62,9 +66,8 @@ public final class SigningKey: @unchecked Sendable {
     }
 
     private static func rawECDSA(fromDER der: [UInt8]) throws(SigningKeyError) -> [UInt8] {
-        var pointer: UnsafePointer<UInt8>? = nil
         let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
-            pointer = buffer.baseAddress
+            var pointer = buffer.baseAddress
             return d2i_ECDSA_SIG(nil, &pointer, buffer.count)
         }
         guard let sig = parsed else { throw .signingFailed }

@@ -17,6 +17,12 @@ public struct HTTPServerConfiguration: Sendable {
     public var idleTimeoutSeconds: Int
     /// PEM key and certificate: serve HTTPS instead of HTTP.
     public var tls: (keyPEM: String, certificatePEM: String)?
+    /// Connections one client address may hold at once, so a few slow clients cannot take every slot.
+    public var perAddressConnectionLimit: Int = 128
+    /// The most a client may take to send a whole request (head and body), counted from the connection's start
+    /// or the end of its previous request; a connection still sending after that is closed (a slow-loris guard:
+    /// the idle timeout alone resets with every byte).
+    public var requestReceiveSeconds: Int = 30
 
     public init(host: String = "127.0.0.1", port: UInt16 = 8080, threadPoolSize: Int = 4, maximumBodyBytes: Int = 1 << 20,
                 connectionMemoryBytes: Int = 32 * 1024, connectionLimit: Int = 1024, idleTimeoutSeconds: Int = 60,
@@ -49,7 +55,8 @@ public final class HTTPServer: Sendable {
     public init(configuration: HTTPServerConfiguration, immediate: (@Sendable (HTTPRequest) -> HTTPResponse?)? = nil,
                 handler: @escaping @Sendable (HTTPRequest) async -> HTTPResponse) {
         self.configuration = configuration
-        core = ServerCore(handler: handler, immediate: immediate, maximumBodyBytes: configuration.maximumBodyBytes)
+        core = ServerCore(handler: handler, immediate: immediate, maximumBodyBytes: configuration.maximumBodyBytes,
+                          receiveDeadlines: ReceiveDeadlines(seconds: configuration.requestReceiveSeconds))
     }
 
     /// The bound port (the chosen one when configured with port 0).
@@ -60,14 +67,16 @@ public final class HTTPServer: Sendable {
     public func start() throws(HTTPServerError) {
         var storage = sockaddr_storage()
         var isV6 = false
-        if inet_pton(AF_INET, configuration.host, &withUnsafeMutableBytes(of: &storage) { $0 }.baseAddress!.assumingMemoryBound(to: sockaddr_in.self).pointee.sin_addr) == 1 {
-            withUnsafeMutablePointer(to: &storage) { p in
-                p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sin in
-                    sin.pointee.sin_family = sa_family_t(AF_INET)
-                    sin.pointee.sin_port = configuration.port.bigEndian
-                }
+        let isV4 = withUnsafeMutablePointer(to: &storage) { p in
+            p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sin -> Bool in
+                guard inet_pton(AF_INET, configuration.host, &sin.pointee.sin_addr) == 1 else { return false }
+                sin.pointee.sin_family = sa_family_t(AF_INET)
+                sin.pointee.sin_port = configuration.port.bigEndian
+                return true
             }
-        } else {
+        }
+        if !isV4 {
+            storage = sockaddr_storage()
             let ok = withUnsafeMutablePointer(to: &storage) { p in
                 p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { sin6 -> Bool in
                     sin6.pointee.sin6_family = sa_family_t(AF_INET6)
@@ -91,7 +100,9 @@ public final class HTTPServer: Sendable {
                             connection_limit: UInt32(configuration.connectionLimit),
                             connection_timeout_seconds: UInt32(configuration.idleTimeoutSeconds),
                             connection_memory_limit: configuration.connectionMemoryBytes,
-                            bind_address: sa, https_key_pem: key, https_cert_pem: cert)
+                            bind_address: sa, https_key_pem: key, https_cert_pem: cert,
+                            per_ip_connection_limit: UInt32(configuration.perAddressConnectionLimit),
+                            strict_for_client: 0, notify_connection: connectionNotified, notify_connection_cls: context)
                         return soulacy_mhd_start(flags, configuration.port, accessHandler, context, requestCompleted, context, &options)
                     }
                 }
@@ -101,6 +112,7 @@ public final class HTTPServer: Sendable {
             throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port): \(String(cString: strerror(errno)))")
         }
         daemon.withLock { $0 = UInt(bitPattern: started) }
+        core.receiveDeadlines.startSweeping()
     }
 
     /// Stops accepting connections, lets running handlers finish (up to `drainTimeout`), then closes.
@@ -116,12 +128,14 @@ public final class HTTPServer: Sendable {
             if d != 0 { MHD_stop_daemon(OpaquePointer(bitPattern: d)) }
             d = 0
         }
+        core.receiveDeadlines.stopSweeping()
     }
 
     deinit {
         daemon.withLock { d in
             if d != 0 { MHD_stop_daemon(OpaquePointer(bitPattern: d)) }
         }
+        core.receiveDeadlines.stopSweeping()
     }
 }
 
@@ -135,12 +149,158 @@ final class ServerCore: Sendable {
     let immediate: (@Sendable (HTTPRequest) -> HTTPResponse?)?
     let maximumBodyBytes: Int
     let inFlight = Atomic<Int>(0)
+    let receiveDeadlines: ReceiveDeadlines
 
-    init(handler: @escaping @Sendable (HTTPRequest) async -> HTTPResponse, immediate: (@Sendable (HTTPRequest) -> HTTPResponse?)?, maximumBodyBytes: Int) {
+    init(handler: @escaping @Sendable (HTTPRequest) async -> HTTPResponse, immediate: (@Sendable (HTTPRequest) -> HTTPResponse?)?, maximumBodyBytes: Int,
+         receiveDeadlines: ReceiveDeadlines) {
         self.handler = handler
         self.immediate = immediate
         self.maximumBodyBytes = maximumBodyBytes
+        self.receiveDeadlines = receiveDeadlines
     }
+}
+
+/// Connections still sending a request, each with the time by which it must have sent it. A sweeper thread shuts
+/// down the socket of one that is late; libmicrohttpd then sees the close and cleans the connection up itself.
+/// Entries leave under the lock when libmicrohttpd reports the connection closed, so a socket is never shut
+/// down after its descriptor was closed and reused.
+final class ReceiveDeadlines: Sendable {
+    private let seconds: Int
+    private let pending = Mutex<[UInt: (fd: Int32, deadline: ContinuousClock.Instant)]>([:])
+    private let sweeping = Atomic<Bool>(false)
+
+    init(seconds: Int) { self.seconds = seconds }
+
+    func arm(_ connection: UInt, fd: Int32) {
+        guard seconds > 0, fd >= 0 else { return }
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        pending.withLock { $0[connection] = (fd, deadline) }
+    }
+
+    /// The whole request has arrived (or the connection is gone).
+    func disarm(_ connection: UInt) { _ = pending.withLock { $0.removeValue(forKey: connection) } }
+
+    var count: Int { pending.withLock { $0.count } }
+
+    func startSweeping() {
+        guard seconds > 0, !sweeping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        Thread.detachNewThread { [self] in
+            while sweeping.load(ordering: .acquiring) {
+                usleep(250_000)
+                let now = ContinuousClock.now
+                pending.withLock { entries in
+                    for (connection, entry) in entries where entry.deadline <= now {
+                        Glibc.shutdown(entry.fd, Int32(SHUT_RDWR))
+                        entries[connection] = nil
+                    }
+                }
+            }
+        }
+    }
+
+    func stopSweeping() { sweeping.store(false, ordering: .releasing) }
+}
+
+private let connectionNotified: MHD_NotifyConnectionCallback = { cls, connection, _, code in
+    guard let cls, let connection else { return }
+    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    let key = UInt(bitPattern: connection)
+    if code == MHD_ConnectionNotificationCode(rawValue: 0) {  // MHD_CONNECTION_NOTIFY_STARTED
+        core.receiveDeadlines.arm(key, fd: soulacy_mhd_connection_fd(connection))
+    } else {
+        core.receiveDeadlines.disarm(key)
+    }
+}
+
+/// What the first look at a request's head found wrong with its framing or bytes (nil: nothing).
+/// libmicrohttpd 0.9.75 has no strict discipline for these, so they are checked here before any handler runs.
+private func framingRefusal(_ connection: OpaquePointer?, version: UnsafePointer<CChar>?) -> HTTPResponse? {
+    final class Scan {
+        var contentLengths: [String] = []
+        var transferEncodings: [String] = []
+        var hasHost = false
+        var problem: String?
+    }
+    let scan = Scan()
+    let opaque = Unmanaged.passUnretained(scan).toOpaque()
+    soulacy_mhd_values(connection, MHD_ValueKind.HEADER_KIND, { cls, key, keySize, value, valueSize in
+        let scan = Unmanaged<Scan>.fromOpaque(cls!).takeUnretainedValue()
+        guard let key else { return 1 }
+        let name = UnsafeBufferPointer(start: UnsafeRawPointer(key).assumingMemoryBound(to: UInt8.self), count: keySize)
+        let text = value.map { UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: valueSize) }
+        // A header name is an RFC 9110 token; a value has no NUL or other control byte but tab.
+        let tokenBytes = Set("!#$%&'*+-.^_`|~".utf8)
+        guard !name.isEmpty, name.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) || tokenBytes.contains($0) }) else {
+            scan.problem = "a header name is not a token (spaces, control bytes or NUL)"
+            return 0
+        }
+        if let text, text.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) {
+            scan.problem = "a header value holds a NUL or control byte"
+            return 0
+        }
+        let lower = String(decoding: name, as: UTF8.self).lowercased()
+        let valueText = text.map { String(decoding: $0, as: UTF8.self) } ?? ""
+        switch lower {
+        case "content-length": scan.contentLengths.append(valueText)
+        case "transfer-encoding": scan.transferEncodings.append(valueText)
+        case "host": scan.hasHost = true
+        default: break
+        }
+        return 1
+    }, opaque)
+    let found = withExtendedLifetime(scan) { scan }
+    func refuse(_ status: Int, _ code: String, _ message: String) -> HTTPResponse {
+        var response = APIError(status: status, code: code, message: message).response
+        response.headers.append(("Connection", "close"))
+        return response
+    }
+    if let problem = found.problem { return refuse(400, "bad_request", "malformed request: \(problem)") }
+    if version.map({ String(cString: $0) }) == "HTTP/1.1", !found.hasHost {
+        return refuse(400, "bad_request", "malformed request: HTTP/1.1 needs a Host header")
+    }
+    if found.contentLengths.count > 1 {
+        return refuse(400, "bad_request", "malformed request: more than one Content-Length header")
+    }
+    if let length = found.contentLengths.first {
+        let digits = length.trimmingCharacters(in: .whitespaces)
+        guard !digits.isEmpty, digits.count <= 18, digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+            return refuse(400, "bad_request", "malformed request: Content-Length must be a whole number of bytes")
+        }
+    }
+    if !found.transferEncodings.isEmpty {
+        let codings = found.transferEncodings.joined(separator: ",").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        guard codings == ["chunked"] else {
+            return refuse(501, "not_implemented", "Transfer-Encoding: only 'chunked' is supported")
+        }
+        if !found.contentLengths.isEmpty {
+            return refuse(400, "bad_request", "malformed request: both Content-Length and Transfer-Encoding")
+        }
+    }
+    return nil
+}
+
+/// Path, query names and values must be UTF-8 without NUL (`%00` arrives here as the invalid byte 0xFF).
+private func decodedText(_ pointer: UnsafePointer<CChar>?) -> String? {
+    guard let pointer else { return "" }
+    return String(validatingCString: pointer)
+}
+
+private func queryArguments(_ connection: OpaquePointer?) -> [String: String]? {
+    final class Box { var values: [String: String] = [:]; var bad = false }
+    let box = Box()
+    let opaque = Unmanaged.passUnretained(box).toOpaque()
+    soulacy_mhd_values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, { cls, key, keySize, value, valueSize in
+        let box = Unmanaged<Box>.fromOpaque(cls!).takeUnretainedValue()
+        guard let key, strlen(key) == keySize, let name = String(validatingCString: key) else { box.bad = true; return 0 }
+        var text = ""
+        if let value {
+            guard strlen(value) == valueSize, let decoded = String(validatingCString: value) else { box.bad = true; return 0 }
+            text = decoded
+        }
+        if box.values[name] == nil { box.values[name] = text }
+        return 1
+    }, opaque)
+    return withExtendedLifetime(box) { box.bad ? nil : box.values }
 }
 
 /// Per-request state, owned by MHD's con_cls from the first callback until completion.
@@ -182,14 +342,18 @@ private func collectValues(_ connection: OpaquePointer?, kind: MHD_ValueKind, lo
     return withExtendedLifetime(box) { box.values }
 }
 
-private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, _, uploadData, uploadDataSize, conCls in
+private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadDataSize, conCls in
     guard let cls, let conCls, let uploadDataSize else { return MHD_Result.NO }
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
 
     guard let existing = conCls.pointee else {
-        // First call: headers only. Refuse an announced oversized body before reading it.
+        // First call: headers only. Refuse bad framing, and an announced oversized body before reading it.
         let state = RequestState()
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
+        if let refusal = framingRefusal(connection, version: version) {
+            state.bodyTooLarge = true
+            return queue(refusal, on: connection)
+        }
         if let length = MHD_lookup_connection_value(connection, MHD_ValueKind.HEADER_KIND, "Content-Length").flatMap({ Int(String(cString: $0)) }),
            length > core.maximumBodyBytes {
             state.bodyTooLarge = true
@@ -221,12 +385,19 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         return MHD_Result.YES
     case .receiving:
         if state.bodyTooLarge { return queue(tooLarge(core.maximumBodyBytes), on: connection) }
+        // The whole request is in: its receive deadline is met.
+        core.receiveDeadlines.disarm(UInt(bitPattern: connection))
+        guard let path = decodedText(url), let query = queryArguments(connection) else {
+            var refusal = APIError.badRequest("the path or query holds a NUL (%00) or is not UTF-8", code: "bad_request").response
+            refusal.headers.append(("Connection", "close"))
+            return queue(refusal, on: connection)
+        }
         var buffer = [CChar](repeating: 0, count: 64)
         soulacy_mhd_client_address(connection, &buffer, buffer.count)
         let request = HTTPRequest(
             method: method.map { String(cString: $0) } ?? "GET",
-            path: url.map { String(cString: $0) } ?? "/",
-            query: collectValues(connection, kind: MHD_ValueKind.GET_ARGUMENT_KIND, lowercaseKeys: false),
+            path: path.isEmpty ? "/" : path,
+            query: query,
             headers: collectValues(connection, kind: MHD_ValueKind.HEADER_KIND, lowercaseKeys: true),
             body: state.body,
             remoteAddress: buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
@@ -254,7 +425,12 @@ private func tooLarge(_ limit: Int) -> HTTPResponse {
     return response
 }
 
-private let requestCompleted: MHD_RequestCompletedCallback = { cls, _, conCls, _ in
+private let requestCompleted: MHD_RequestCompletedCallback = { cls, connection, conCls, code in
+    if let cls, let connection, code == MHD_RequestTerminationCode(rawValue: 0) {  // MHD_REQUEST_TERMINATED_COMPLETED_OK
+        // Kept alive: the next request has the same time to arrive as the first had.
+        Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().receiveDeadlines
+            .arm(UInt(bitPattern: connection), fd: soulacy_mhd_connection_fd(connection))
+    }
     guard let conCls, let existing = conCls.pointee else { return }
     let state = Unmanaged<RequestState>.fromOpaque(existing)
     // The answer has been sent (or the client went away): only now may a graceful stop close the daemon.

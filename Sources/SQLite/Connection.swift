@@ -114,7 +114,9 @@ public final class Connection {
                     }
                 }
             case .blob(let v):
-                rc = v.withUnsafeBytes { sqlite3_bind_blob(statement, index, $0.baseAddress, Int32($0.count), transient) }
+                // An empty array may have no address, and a nil pointer would bind NULL instead of an empty blob.
+                rc = v.isEmpty ? sqlite3_bind_zeroblob(statement, index, 0)
+                    : v.withUnsafeBytes { sqlite3_bind_blob(statement, index, $0.baseAddress, Int32($0.count), transient) }
             }
             guard rc == SQLITE_OK else { throw error(rc, sql: sql) }
         }
@@ -127,7 +129,11 @@ public final class Connection {
             switch sqlite3_column_type(statement, i) {
             case SQLITE_INTEGER: values.append(.integer(sqlite3_column_int64(statement, i)))
             case SQLITE_FLOAT: values.append(.real(sqlite3_column_double(statement, i)))
-            case SQLITE_TEXT: values.append(.text(String(cString: sqlite3_column_text(statement, i))))
+            case SQLITE_TEXT:
+                // By length, not up to the first NUL: text may hold NUL characters and must read back whole.
+                let count = Int(sqlite3_column_bytes(statement, i))
+                let text = sqlite3_column_text(statement, i).map { String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self) } ?? ""
+                values.append(.text(text))
             case SQLITE_BLOB:
                 let count = Int(sqlite3_column_bytes(statement, i))
                 if count == 0 { values.append(.blob([])) } else {

@@ -40,7 +40,11 @@ public func runProgram(_ path: String, _ arguments: [String], environment: [Stri
 public enum RepositoryPaths {
     public static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardized.path
     public static let standIns = root + "/Tests/StandIns"
-    public static let soulacyBinary = root + "/.build/debug/soulacy"
+    /// Where the built executables are: `.build/debug` unless SOULACY_BUILD_DIR names another (the
+    /// release AddressSanitizer run in scripts/test).
+    public static let buildDirectory = ProcessInfo.processInfo.environment["SOULACY_BUILD_DIR"] ?? root + "/.build/debug"
+    public static let soulacyBinary = buildDirectory + "/soulacy"
+    public static let relayBinary = buildDirectory + "/soulacy-relay"
 }
 
 /// A stand-in service run as a Python process (hypercorn, HTTP/2 over TLS) with a plain-HTTP control port.
@@ -250,7 +254,7 @@ public final class RelayServerProcess: @unchecked Sendable {
 
     public func start(environment: [String: String] = [:]) async throws {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: RepositoryPaths.root + "/.build/debug/soulacy-relay")
+        process.executableURL = URL(fileURLWithPath: RepositoryPaths.relayBinary)
         process.environment = ["PATH": "/usr/bin:/bin"].merging(environment) { $1 }
         process.arguments = ["--data", directory, "--listen", "127.0.0.1:\(port)", "--max-item-bytes", "65536"]
         if tls {

@@ -2,7 +2,7 @@ import ChannelAPI
 import Foundation
 import GatewayTestSupport
 import HTTPServer
-@testable import Mobile
+import Mobile
 import SQLite
 import Testing
 

@@ -139,7 +139,7 @@ struct RelayPathsTests {
         try made.certificatePEM.write(toFile: directory + "/cert.pem", atomically: true, encoding: .utf8)
         for (arguments, expected) in [(["--tls-cert", directory + "/cert.pem", "--tls-key", directory + "/key.pem"], "key.pem is readable by group or others"),
                                       (["--tls-cert", directory + "/cert.pem"], "--tls-cert and --tls-key go together")] {
-            let (status, text) = try runProgram(RepositoryPaths.root + "/.build/debug/soulacy-relay",
+            let (status, text) = try runProgram(RepositoryPaths.relayBinary,
                                                 ["--data", directory + "/data", "--listen", "127.0.0.1:\(freePort())"] + arguments)
             #expect(status != 0)
             #expect(text.contains(expected), "\(text)")

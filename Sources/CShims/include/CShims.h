@@ -16,7 +16,18 @@ struct soulacy_mhd_options {
     const struct sockaddr *bind_address;     /* NULL: any address on `port` */
     const char *https_key_pem;               /* NULL: plain HTTP */
     const char *https_cert_pem;
+    unsigned int per_ip_connection_limit;    /* 0: none */
+    int strict_for_client;                   /* MHD_OPTION_STRICT_FOR_CLIENT */
+    MHD_NotifyConnectionCallback notify_connection;  /* NULL: none */
+    void *notify_connection_cls;
 };
+
+/* The socket of a connection (for shutting down one that takes too long to send its request). */
+int soulacy_mhd_connection_fd(struct MHD_Connection *connection);
+
+/* Every value of one kind with its length, so NUL bytes inside a name or value can be seen. */
+typedef int (*soulacy_mhd_value_fn)(void *cls, const char *key, size_t key_size, const char *value, size_t value_size);
+void soulacy_mhd_values(struct MHD_Connection *connection, enum MHD_ValueKind kind, soulacy_mhd_value_fn fn, void *cls);
 
 struct MHD_Daemon *soulacy_mhd_start(unsigned int flags, uint16_t port,
                                      MHD_AccessHandlerCallback handler, void *handler_cls,

@@ -5,30 +5,36 @@ import Synchronization
 /// every app start, far more often than it changes; a page is rendered once per change, then copied out.
 /// Correctness rests on `DatabasePool.changeGeneration`: a page is used only while no write has committed
 /// since the generation read before its queries ran.
-final class InboxPageCache: Sendable {
-    struct Key: Hashable, Sendable {
+public final class InboxPageCache: Sendable {
+    public struct Key: Hashable, Sendable {
         let subject: String
         let deviceID: String?
         let cursor: Int64?
         let limit: Int
+        public init(subject: String, deviceID: String?, cursor: Int64?, limit: Int) {
+            self.subject = subject
+            self.deviceID = deviceID
+            self.cursor = cursor
+            self.limit = limit
+        }
     }
 
-    struct Page: Sendable {
+    public struct Page: Sendable {
         let generation: UInt64
-        let body: [UInt8]
+        public let body: [UInt8]
         /// A strong validator of the body, for If-None-Match.
-        let etag: String
+        public let etag: String
     }
 
     private let state = Mutex<(pages: [Key: Page], bytes: Int)>(([:], 0))
     /// Memory the pages may hold in all (a page of 200 long lines is about 1 MB; one of 20 short ones 8 KB).
     let budgetBytes: Int
 
-    init(budgetBytes: Int = 8 << 20) {
+    public init(budgetBytes: Int = 8 << 20) {
         self.budgetBytes = budgetBytes
     }
 
-    func page(for key: Key, generation: UInt64) -> Page? {
+    public func page(for key: Key, generation: UInt64) -> Page? {
         state.withLock { state in
             guard let page = state.pages[key], page.generation == generation else { return nil }
             return page
@@ -38,7 +44,7 @@ final class InboxPageCache: Sendable {
     /// Keeps `body` as the page for `key` at `generation` (unless it alone would take a quarter of the budget);
     /// returns the page with its validator either way.
     @discardableResult
-    func store(_ body: [UInt8], for key: Key, generation: UInt64) -> Page {
+    public func store(_ body: [UInt8], for key: Key, generation: UInt64) -> Page {
         let page = Page(generation: generation, body: body, etag: "\"" + Hex.encode(Array(SHA256.hash(body).prefix(16))) + "\"")
         guard body.count <= budgetBytes / 4 else { return page }
         state.withLock { state in
@@ -56,5 +62,5 @@ final class InboxPageCache: Sendable {
     }
 
     /// Bytes held now (for tests and diagnostics).
-    var heldBytes: Int { state.withLock { $0.bytes } }
+    public var heldBytes: Int { state.withLock { $0.bytes } }
 }

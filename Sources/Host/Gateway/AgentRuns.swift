@@ -112,7 +112,8 @@ public actor AgentRuns {
         if let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
         let runID = "run_" + Hex.encode(SecureBytes.random(count: 10))
         let sessionID = "ses_" + Hex.encode(SecureBytes.random(count: 10))
-        let record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
+        var record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
+        record.subject = subject
         var request = RunRequest(agentID: agentID, runID: runID, sessionID: sessionID, input: input, trigger: trigger,
                                  timeout: timeout ?? agent.runner.timeout)
         request.subject = subject
@@ -172,7 +173,7 @@ public actor AgentRuns {
         } catch let error as RunError {
             record.status = .failed
             record.error = error.description
-            log.warning("run \(record.id) of agent \(agent.id) failed: \(error)")
+            log.warning("run \(record.id) of agent \(agent.id) failed: \(error.logDescription)")
             await notifyFailure(agent: agent, record: record, error: error)
         } catch {
             // The reply existed but no channel took it: the run failed to deliver.

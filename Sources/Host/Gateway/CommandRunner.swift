@@ -46,6 +46,15 @@ public enum RunError: Error, Sendable, Equatable, CustomStringConvertible {
         case let .outputTooLarge(limit): return "the command wrote more than \(limit) bytes"
         }
     }
+
+    /// What a log line may say: stderr is agent output, so only its size goes to the log; the full text stays
+    /// with the run, which only the run's person can read.
+    public var logDescription: String {
+        switch self {
+        case let .exited(status, stderr): return "the command exited with status \(status) (\(stderr.utf8.count) bytes on stderr, kept with the run)"
+        default: return description
+        }
+    }
 }
 
 /// The runner plugin seam: something that turns a run request into a reply.

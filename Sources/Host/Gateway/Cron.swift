@@ -51,11 +51,27 @@ public struct CronSchedule: Sendable, Equatable, CustomStringConvertible {
         daysOfWeek = dow
         dayOfMonthRestricted = !fields[2].hasPrefix("*")
         dayOfWeekRestricted = !fields[4].hasPrefix("*")
+        // With a free day-of-week, only the day-of-month decides: a day no chosen month has never comes.
+        if dayOfMonthRestricted && !dayOfWeekRestricted {
+            let longest = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+            let possible = (1...12).contains { month in
+                months & (1 << UInt64(month)) != 0 && (1...longest[month - 1]).contains { daysOfMonth & (1 << UInt64($0)) != 0 }
+            }
+            guard possible else {
+                throw CronError(message: "'\(trimmed)' never fires: no chosen month has day \(fields[2]) (day-of-month field)")
+            }
+        }
+    }
+
+    /// A cron number: digits only (no sign), so '+5' and '-5' are not read as numbers.
+    private static func number(_ token: Substring) -> Int? {
+        guard !token.isEmpty, token.count <= 4, token.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return Int(token)
     }
 
     private static func field(_ text: String, name: String, range: ClosedRange<Int>, names: [String], firstNameValue: Int = 0) throws(CronError) -> UInt64 {
         func value(_ token: Substring) throws(CronError) -> Int {
-            if let n = Int(token) {
+            if let n = number(token) {
                 guard range.contains(n) else { throw CronError(message: "\(name) value \(n) is outside \(range.lowerBound)-\(range.upperBound)") }
                 return n
             }
@@ -70,24 +86,31 @@ public struct CronSchedule: Sendable, Equatable, CustomStringConvertible {
             guard pieces.count <= 2 else { throw CronError(message: "\(name) field: '\(item)' has more than one step") }
             var step = 1
             if pieces.count == 2 {
-                guard let s = Int(pieces[1]), s > 0 else { throw CronError(message: "\(name) field: step in '\(item)' must be a positive number") }
+                guard let s = number(pieces[1]), s > 0 else { throw CronError(message: "\(name) field: step in '\(item)' must be a positive number") }
                 step = s
             }
             let span = pieces[0]
+            guard !span.isEmpty else {
+                throw CronError(message: "\(name) field: '\(item)' has a step with nothing to step over; write */\(pieces[1]) or a-b/\(pieces[1])")
+            }
+            // The highest value a step may reach: day-of-week's 7 is Sunday again, so steps stop at 6 as `*` does.
+            let stepCeiling = name == "day-of-week" ? 6 : range.upperBound
             var low: Int
             var high: Int
             if span == "*" {
                 low = range.lowerBound
-                high = range.upperBound
-                if name == "day-of-week" { high = 6 }
+                high = stepCeiling
             } else if let dash = span.firstIndex(of: "-") {
+                guard dash != span.startIndex else {
+                    throw CronError(message: "\(name) field: '\(span)' is not a value; a range is a-b and negative numbers do not exist in cron")
+                }
                 low = try value(span[..<dash])
                 high = try value(span[span.index(after: dash)...])
                 guard low <= high else { throw CronError(message: "\(name) field: range '\(span)' runs backwards") }
             } else {
                 low = try value(span)
                 // `a/n` means from a to the end of the field, stepping n.
-                high = pieces.count == 2 ? range.upperBound : low
+                high = pieces.count == 2 ? stepCeiling : low
             }
             for v in stride(from: low, through: high, by: step) { bits |= 1 << UInt64(v) }
         }
@@ -113,7 +136,9 @@ public struct CronSchedule: Sendable, Equatable, CustomStringConvertible {
         // Work on "naive" local wall-clock time, expressed as seconds in a UTC calendar.
         let naiveNow = Int(floor(date.timeIntervalSince1970)) + timeZone.secondsFromGMT(for: date)
         var candidate = (naiveNow / 60 + 1) * 60
-        let limit = naiveNow + 5 * 366 * 86400
+        // 28 years: the Gregorian calendar's weekday-and-leap-day pattern repeats within it (outside century
+        // years), so any expression that can fire fires before this.
+        let limit = naiveNow + 28 * 366 * 86400 + 86400
         while candidate < limit {
             let c = utc.dateComponents([.year, .month, .day, .hour, .minute, .weekday], from: Date(timeIntervalSince1970: Double(candidate)))
             let dayStart = candidate - c.hour! * 3600 - c.minute! * 60

@@ -223,8 +223,8 @@ public final class Gateway: Sendable {
             lanFingerprint = identity.fingerprint
             lanServer = HTTPServer(configuration: HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                                           tls: (identity.keyPEM, identity.certificatePEM)),
-                                   immediate: { request in Self.doorRefusal(request)?.response ?? answerAtOnce(request) }) { request in
-                if let refusal = Self.doorRefusal(request) { return refusal.response }
+                                   immediate: { request in Self.doorRefusal(request, principal: routerCopy.principal)?.response ?? answerAtOnce(request) }) { request in
+                if let refusal = Self.doorRefusal(request, principal: routerCopy.principal) { return refusal.response }
                 return await answer(request)
             }
         } else {
@@ -280,15 +280,29 @@ public final class Gateway: Sendable {
         return APIError.internal("the gateway could not complete the request").response
     }
 
-    /// The door's checks for the LAN listener, in order: a browser (any Origin) is refused, and a mutating call
-    /// must carry an Idempotency-Key so a retry over another path cannot apply it twice.
-    static func doorRefusal(_ request: HTTPRequest) -> APIError? {
+    /// The door's checks for the LAN listener, in the documented order: a browser (any Origin) is refused (403);
+    /// a missing, unknown or revoked bearer is 401 (pairing and health need none); a path outside what a phone may
+    /// call is 404; a mutating call without an Idempotency-Key is 422, so a retry over another path cannot apply it twice.
+    static func doorRefusal(_ request: HTTPRequest, principal: (HTTPRequest) -> Principal?) -> APIError? {
         if request.header("origin") != nil { return APIError.forbidden("browsers may not call this listener") }
-        if IdempotencyLog.isMutating(request.method), request.header(IdempotencyLog.header) == nil, request.path != "/api/v1/pairing/redeem", request.path != "/pairing/redeem" {
+        let path = request.path
+        let open = Self.doorOpenPaths.contains(path)
+        if !open, principal(request) == nil {
+            var error = request.header("authorization") == nil
+                ? APIError.unauthorized("an API key is required (Authorization: Bearer <key>)")
+                : APIError.unauthorized("the API key is unknown or has been revoked")
+            error.extraHeaders["WWW-Authenticate"] = "Bearer"
+            return error
+        }
+        guard !path.hasPrefix("/admin/"), path != "/admin" else { return APIError.notFound("no route for \(request.method) \(path) on this listener") }
+        if IdempotencyLog.isMutating(request.method), request.header(IdempotencyLog.header) == nil, !open {
             return APIError(status: 422, code: "idempotency_key_required", message: "Idempotency-Key: every \(request.method) on this listener needs one (one key per intent)", field: "Idempotency-Key")
         }
         return nil
     }
+
+    /// What the door lets through without a key: redeeming a pairing code and the liveness check.
+    static let doorOpenPaths: Set<String> = ["/api/v1/pairing/redeem", "/pairing/redeem", "/health", "/api/v1/health", "/ping"]
 
     /// The LAN certificate and key, made on first use and kept in the data directory (the key readable by the owner only).
     static func lanIdentity(directory: String, host: String) throws(GatewayStartError) -> (keyPEM: String, certificatePEM: String, fingerprint: String) {

@@ -158,6 +158,18 @@ struct ApprovalsAPI: Sendable {
         guard arguments.utf8.count <= 64 * 1024 else { throw APIError.invalidField("arguments", "must be at most 64 KiB of JSON") }
         let timeout = try body.optionalInteger("timeout_seconds", in: 1...3600).map(TimeInterval.init)
         let wait = try body.optionalBool("wait") ?? true
+        // The lock screen the prompt lands on is the session's person's: only they (or their run) may ask in it.
+        let activity: ActivityRun?
+        if caller.keyID.hasPrefix("run:") {
+            activity = await runs.activityRun(runID: String(caller.keyID.dropFirst(4)))
+            if !sessionID.isEmpty, sessionID != activity?.sessionID { throw APIError.notFound("no session \(sessionID) of yours") }
+        } else if !sessionID.isEmpty {
+            activity = await runs.activityRun(sessionID: sessionID)
+            let owner = try activity?.subject ?? runs.store.subject(ofSession: sessionID)
+            if let owner, owner != caller.subject { throw APIError.notFound("no session \(sessionID) of yours") }
+        } else {
+            activity = nil
+        }
         let approval: Approval
         do {
             approval = try broker.open(callID: callID, subject: caller.subject, agentID: agentID, agentName: agent.name, sessionID: sessionID,
@@ -166,12 +178,6 @@ struct ApprovalsAPI: Sendable {
             throw APIError.conflict(error.description, code: "call_id_taken")
         }
         // The run waiting on this approval shows on the lock screen with Approve/Deny, whatever started it.
-        let activity: ActivityRun?
-        if caller.keyID.hasPrefix("run:") {
-            activity = await runs.activityRun(runID: String(caller.keyID.dropFirst(4)))
-        } else {
-            activity = sessionID.isEmpty ? nil : await runs.activityRun(sessionID: sessionID)
-        }
         if let activity, approval.state == .pending {
             await runs.liveActivities?.waitingForApproval(activity, callID: approval.callID, tool: tool)
         }

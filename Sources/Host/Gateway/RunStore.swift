@@ -14,6 +14,8 @@ public struct RunRecord: Sendable, Equatable {
     public var finishedAt: Date?
     public var error: String?
     public var deliveryID: String?
+    /// The person the run acts for; only they may read it. Scheduled runs and runs older than this column are the owner's.
+    public var subject: String = "owner"
     /// The reply itself, kept in memory for the caller waiting on the run (chat); never stored here.
     public var reply: String? = nil
 }
@@ -39,6 +41,10 @@ public final class RunStore: Sendable {
                 last_fire_at INTEGER NOT NULL
             );
             """),
+        Migration("runs.2-subject", """
+            ALTER TABLE runs ADD COLUMN subject TEXT NOT NULL DEFAULT 'owner';
+            CREATE INDEX runs_by_session ON runs (session_id);
+            """),
     ]
 
     let database: DatabasePool
@@ -53,8 +59,8 @@ public final class RunStore: Sendable {
 
     public func begin(_ run: RunRecord) throws {
         try database.transaction { db in
-            try db.run("INSERT INTO runs (id, agent_id, session_id, trigger, status, started_at) VALUES (?, ?, ?, ?, 'running', ?)",
-                       run.id, run.agentID, run.sessionID, run.trigger, Self.ms(run.startedAt))
+            try db.run("INSERT INTO runs (id, agent_id, session_id, trigger, status, started_at, subject) VALUES (?, ?, ?, ?, 'running', ?, ?)",
+                       run.id, run.agentID, run.sessionID, run.trigger, Self.ms(run.startedAt), run.subject)
         }
     }
 
@@ -73,14 +79,21 @@ public final class RunStore: Sendable {
     }
 
     public func run(id: String) throws -> RunRecord? {
-        try database.read { db in
-            try db.query("SELECT * FROM runs WHERE id = ?", id).first.map { row in
-                RunRecord(id: row.string("id") ?? "", agentID: row.string("agent_id") ?? "", sessionID: row.string("session_id") ?? "",
-                          trigger: row.string("trigger") ?? "", status: RunRecord.Status(rawValue: row.string("status") ?? "") ?? .failed,
-                          startedAt: Self.date(row.int("started_at")) ?? Date(timeIntervalSince1970: 0),
-                          finishedAt: Self.date(row.int("finished_at")), error: row.string("error"), deliveryID: row.string("delivery_id"))
-            }
-        }
+        try database.read { db in try db.query("SELECT * FROM runs WHERE id = ?", id).first.map(Self.record) }
+    }
+
+    /// The person whose run a session belongs to (nil: no run has this session).
+    public func subject(ofSession sessionID: String) throws -> String? {
+        try database.read { db in try db.query("SELECT subject FROM runs WHERE session_id = ? LIMIT 1", sessionID).first?.string("subject") }
+    }
+
+    private static func record(_ row: Row) -> RunRecord {
+        var record = RunRecord(id: row.string("id") ?? "", agentID: row.string("agent_id") ?? "", sessionID: row.string("session_id") ?? "",
+                               trigger: row.string("trigger") ?? "", status: RunRecord.Status(rawValue: row.string("status") ?? "") ?? .failed,
+                               startedAt: Self.date(row.int("started_at")) ?? Date(timeIntervalSince1970: 0),
+                               finishedAt: Self.date(row.int("finished_at")), error: row.string("error"), deliveryID: row.string("delivery_id"))
+        record.subject = row.string("subject") ?? "owner"
+        return record
     }
 
     public func lastFire(agentID: String) throws -> Date? {

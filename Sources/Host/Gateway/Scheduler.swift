@@ -43,8 +43,8 @@ public struct Scheduler: Sendable {
         let start = clock.now()
         let last = (try? store.lastFire(agentID: agent.id)) ?? nil
         if let last {
-            if schedule.runMissedOnStartup, let missed = schedule.cron.nextFire(after: last, in: schedule.timeZone), missed <= start,
-               start.timeIntervalSince(missed) <= Double(schedule.missedStartupWindow.components.seconds) {
+            if schedule.runMissedOnStartup,
+               let missed = Self.latestMissedFire(of: schedule.cron, in: schedule.timeZone, window: schedule.missedStartupWindow, lastFire: last, start: start) {
                 log.info("agent \(agent.id): replaying the fire of \(missed.formatted(.iso8601)) missed while the gateway was down")
                 await fire(agent, schedule: schedule, at: start, trigger: "cron-missed")
             }
@@ -62,6 +62,19 @@ public struct Scheduler: Sendable {
             await fire(agent, schedule: schedule, at: next, trigger: "cron")
             after = next
         }
+    }
+
+    /// The latest fire after `lastFire` and not after `start` that lies inside the missed-startup window, if any:
+    /// after a weekend off a daily 07:00 agent replays this morning's fire, not Saturday's.
+    public static func latestMissedFire(of cron: CronSchedule, in timeZone: TimeZone, window: Duration, lastFire: Date, start: Date) -> Date? {
+        let seconds = Double(window.components.seconds)
+        var after = max(lastFire, start.addingTimeInterval(-seconds - 0.001))
+        var latest: Date?
+        while let next = cron.nextFire(after: after, in: timeZone), next <= start {
+            latest = next
+            after = next
+        }
+        return latest
     }
 
     private func fire(_ agent: AgentConfig, schedule: ScheduleConfig, at date: Date, trigger: String) async {
