@@ -5,6 +5,9 @@ extension JSONValue {
     /// Parses a request body. Errors name what is wrong in a way a client can fix.
     public static func parse(_ bytes: [UInt8]) throws(APIError) -> JSONValue {
         guard !bytes.isEmpty else { throw APIError.badRequest("the request body is empty; send a JSON object", code: "invalid_json") }
+        if let offset = trailingCommaOffset(bytes) {
+            throw APIError.badRequest("the request body is not valid JSON: a trailing comma at byte \(offset)", code: "invalid_json")
+        }
         do {
             return try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
         } catch {
@@ -12,6 +15,27 @@ extension JSONValue {
         }
     }
 
+    /// Foundation's decoder accepts `[1,]` and `{"a":1,}`, which RFC 8259 does not: the offset of the first
+    /// comma that closes an array or object, outside strings (nil when there is none).
+    static func trailingCommaOffset(_ bytes: [UInt8]) -> Int? {
+        var inString = false, escaped = false
+        var lastSignificant: (byte: UInt8, offset: Int)?
+        for (offset, byte) in bytes.enumerated() {
+            if inString {
+                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: " "), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"): continue
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "]"), UInt8(ascii: "}"):
+                if let last = lastSignificant, last.byte == UInt8(ascii: ",") { return last.offset }
+            default: break
+            }
+            lastSignificant = (byte, offset)
+        }
+        return nil
+    }
 }
 
 /// A JSON object read field by field; each accessor throws an `APIError` naming the field.

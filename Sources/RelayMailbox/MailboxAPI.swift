@@ -75,7 +75,7 @@ public struct MailboxAPI: Sendable {
     @Sendable func putDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
         let mailbox = try requireGateway(request)
         let body = try JSONObject(body: request.body)
-        let cursor = Int64(try body.optionalInteger("cursor", in: 0...Int(Int32.max)) ?? 0)
+        let cursor = Int64(try body.optionalInteger("cursor", in: Self.sequenceRange) ?? 0)
         try store.putDevice(mailbox: mailbox, device: request.parameter("dev"), secretSHA256: try Self.hash(try body.string("secret_sha256"), field: "secret_sha256"), cursor: cursor)
         return .noContent
     }
@@ -93,8 +93,11 @@ public struct MailboxAPI: Sendable {
         }
         let body = try JSONObject(body: request.body)
         let ciphertext = try body.string("ciphertext")
+        let kindText = try body.optionalString("kind") ?? MailboxStore.ItemKind.record.rawValue
+        guard let kind = MailboxStore.ItemKind(rawValue: kindText) else { throw APIError.invalidField("kind", "must be \"record\" or \"result\", got \"\(kindText)\"") }
+        let seq = try body.optionalInteger("seq", in: Self.sequenceRange).map(Int64.init)
         let tooLarge = ciphertext.utf8.count > maximumItemBytes
-        let n = try store.appendItem(mailbox: mailbox, device: device, ciphertext: tooLarge ? nil : ciphertext, tooLarge: tooLarge)
+        let n = try store.appendItem(mailbox: mailbox, device: device, ciphertext: tooLarge ? nil : ciphertext, tooLarge: tooLarge, kind: kind, seq: seq)
         return .json(["stored": true, "n": .number(Double(n)), "too_large": .bool(tooLarge)], status: 201)
     }
 
@@ -110,12 +113,20 @@ public struct MailboxAPI: Sendable {
     @Sendable func ack(_ request: HTTPRequest) async throws -> HTTPResponse {
         let (mailbox, device) = try requirePhone(request)
         let body = try JSONObject(body: request.body)
-        guard let through = try body.optionalInteger("through", in: 0...Int(Int32.max)) ?? body.optionalInteger("cursor", in: 0...Int(Int32.max)) else {
+        // {through: n}: items up to number n were read. {cursor: seq}: records up to the gateway's store
+        // sequence seq are had; results stay until read.
+        if let through = try body.optionalInteger("through", in: Self.sequenceRange) {
+            try store.ack(mailbox: mailbox, device: device, through: Int64(through))
+        } else if let cursor = try body.optionalInteger("cursor", in: Self.sequenceRange) {
+            try store.ack(mailbox: mailbox, device: device, recordsThroughSeq: Int64(cursor))
+        } else {
             throw APIError.missingField("through")
         }
-        try store.ack(mailbox: mailbox, device: device, through: Int64(through))
         return .noContent
     }
+
+    /// Item numbers and sequences are 64-bit in storage; JSON carries them exactly up to 2^53 - 1.
+    static let sequenceRange = 0...(1 << 53) - 1
 
     @Sendable func postCommand(_ request: HTTPRequest) async throws -> HTTPResponse {
         let (mailbox, device) = try requirePhone(request)
@@ -136,7 +147,7 @@ public struct MailboxAPI: Sendable {
         let (mailbox, device) = try requirePhone(request)
         let body = try JSONObject(body: request.body)
         guard let on = try body.optionalBool("on") else { throw APIError.missingField("on") }
-        let cursor = try body.optionalInteger("cursor", in: 0...Int(Int32.max)).map(Int64.init)
+        let cursor = try body.optionalInteger("cursor", in: Self.sequenceRange).map(Int64.init)
         try store.setCarriage(mailbox: mailbox, device: device, on: on, cursor: cursor)
         return .noContent
     }

@@ -27,6 +27,12 @@ public final class MailboxStore: Sendable {
                 PRIMARY KEY (mailbox_id, device_id, id)
             );
             """),
+        // Down items carry the gateway's store sequence (records) and their kind, so a cursor ack can drop the
+        // records a phone has seen without touching a result it has not read.
+        Migration("relay.2-item-kind", """
+            ALTER TABLE mailbox_items ADD COLUMN kind TEXT NOT NULL DEFAULT 'record';
+            ALTER TABLE mailbox_items ADD COLUMN seq INTEGER;
+            """),
     ]
 
     public let database: DatabasePool
@@ -111,12 +117,15 @@ public final class MailboxStore: Sendable {
     }
 
     /// Appends a down item; returns its sequence number (one higher than any before, never reused).
-    public func appendItem(mailbox: String, device: String, ciphertext: String?, tooLarge: Bool) throws -> Int64 {
+    public enum ItemKind: String, Sendable { case record, result }
+
+    public func appendItem(mailbox: String, device: String, ciphertext: String?, tooLarge: Bool, kind: ItemKind = .record, seq: Int64? = nil) throws -> Int64 {
         try database.transaction { db in
             let last = try db.query("SELECT MAX(n) AS n FROM mailbox_items WHERE mailbox_id = ? AND device_id = ?", mailbox, device).first?.int("n")
             let cursor = try db.query("SELECT cursor FROM mailbox_devices WHERE mailbox_id = ? AND device_id = ?", mailbox, device).first?.int("cursor") ?? 0
             let n = max(last ?? 0, cursor) + 1
-            try db.run("INSERT INTO mailbox_items (mailbox_id, device_id, n, ciphertext, too_large) VALUES (?, ?, ?, ?, ?)", mailbox, device, n, ciphertext, tooLarge)
+            try db.run("INSERT INTO mailbox_items (mailbox_id, device_id, n, ciphertext, too_large, kind, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       mailbox, device, n, ciphertext, tooLarge, kind.rawValue, seq)
             return n
         }
     }
@@ -128,7 +137,15 @@ public final class MailboxStore: Sendable {
         }
     }
 
-    /// Acknowledged items are gone for good; the cursor only moves forward.
+    /// A cursor ack: the phone has the gateway's records up to store sequence `seq` (read over another path,
+    /// say). Those records go; results are never dropped this way, since only reading one acknowledges it.
+    public func ack(mailbox: String, device: String, recordsThroughSeq seq: Int64) throws {
+        try database.transaction { db in
+            try db.run("DELETE FROM mailbox_items WHERE mailbox_id = ? AND device_id = ? AND kind = 'record' AND seq IS NOT NULL AND seq <= ?", mailbox, device, seq)
+        }
+    }
+
+    /// Acknowledged items (by item number) are gone for good; the cursor only moves forward.
     public func ack(mailbox: String, device: String, through: Int64) throws {
         try database.transaction { db in
             try db.run("DELETE FROM mailbox_items WHERE mailbox_id = ? AND device_id = ? AND n <= ?", mailbox, device, through)

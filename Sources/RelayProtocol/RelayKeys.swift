@@ -33,7 +33,9 @@ public struct RelayKeys: Sendable, Equatable {
 public enum RelayEnvelope {
     public static let version = 1
 
-    public enum Kind: String, Sendable { case record, result, command }
+    /// `push` is the sealed payload of a wake-up: sealed under its own header, so a relay cannot pass a push off
+    /// as a down item (or an item as a push).
+    public enum Kind: String, Sendable { case record, result, command, push }
 
     public static func header(_ kind: Kind) -> String { "soulacy-relay v\(version) \(kind.rawValue)" }
 

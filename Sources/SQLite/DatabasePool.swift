@@ -46,7 +46,15 @@ public final class DatabasePool: Sendable {
     @discardableResult
     /// Runs `body` in one IMMEDIATE transaction on the writer: all of it commits, or none.
     public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
-        try write { try $0.transaction(body) }
+        let hook = CommitHook.current
+        return try write { db in
+            try db.transaction { db in
+                let before = db.totalChanges
+                let value = try body(db)
+                if let hook, db.totalChanges != before { try hook.run(in: db) }
+                return value
+            }
+        }
     }
 
     /// A reader connection; reads see the last committed state.

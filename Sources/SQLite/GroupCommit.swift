@@ -93,10 +93,14 @@ extension DatabasePool {
     /// `body` may run twice (again after another caller's failure rolled the first attempt back): it must only
     /// touch the database, and only its last run counts.
     public func groupTransaction<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+        // The job runs on the commit thread, where task-locals are not bound: the hook travels with it.
+        let hook = CommitHook.current
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             let result = Mutex<T?>(nil)
             groupCommit.submit(GroupCommit.Job(run: { db in
+                let before = db.totalChanges
                 let value = try body(db)
+                if let hook, db.totalChanges != before { try hook.run(in: db) }
                 result.withLock { $0 = value }
             }, finish: { error in
                 if let error { continuation.resume(throwing: error) } else {

@@ -183,10 +183,17 @@ public actor GatewayClient {
 
     /// Reads new items from the relay (results and records) and acknowledges them.
     public func readRelay() async {
+        // The relay answers a page at a time: read until a page comes back empty, so a long backlog arrives whole.
+        while await readRelayPage() > 0 {}
+    }
+
+    /// Reads and acknowledges one page of items; returns how many it held.
+    private func readRelayPage() async -> Int {
         guard let relay = paths.relay, let keys = try? RelayKeys(secret: relay.secret, deviceID: relay.deviceID),
-              let (status, body) = try? await relayCall("GET", "/items?after=\(relayCursor)"), status == 200 else { return }
+              let (status, body) = try? await relayCall("GET", "/items?after=\(relayCursor)"), status == 200 else { return 0 }
         var last = relayCursor
-        for item in body["items"] as? [[String: Any]] ?? [] {
+        let items = body["items"] as? [[String: Any]] ?? []
+        for item in items {
             let n = (item["n"] as? NSNumber)?.int64Value ?? 0
             last = max(last, n)
             if item["too_large"] as? Bool == true {
@@ -204,10 +211,10 @@ public actor GatewayClient {
                                            fields: line.compactMapValues { $0 as? String }))
             }
         }
-        if last > relayCursor {
-            relayCursor = last
-            _ = try? await relayCall("POST", "/ack", json: ["through": last])
-        }
+        guard last > relayCursor else { return 0 }
+        relayCursor = last
+        _ = try? await relayCall("POST", "/ack", json: ["through": last])
+        return items.count
     }
 
     /// Inbox lines that came down through the relay (or too_large markers for ones to read over a direct path).

@@ -335,6 +335,24 @@ public final class MobileStore: Sendable {
         }
     }
 
+    /// The lines `subject` sees with a sequence above `seq`, oldest first, at most `limit` (the relay carriage
+    /// sends a backlog down in order, page by page).
+    public func lines(subject: String, after seq: Int64, limit: Int) throws -> [Delivery] {
+        try database.readSnapshot { db in
+            let (readColumn, readArgs) = Self.readState(subject: subject, deviceID: nil)
+            let kinds = Self.lineKinds(subject: subject, deviceID: nil)
+            let oldest = kinds.map { kind in
+                (sql: "SELECT seq FROM (SELECT seq FROM mobile_deliveries WHERE \(kind.sql) AND seq > ? ORDER BY seq ASC LIMIT ?)",
+                 args: kind.args + [seq, limit])
+            }
+            return try db.query("""
+                SELECT d.*, \(readColumn) AS read_at FROM mobile_deliveries d
+                WHERE d.seq IN (\(oldest.map(\.sql).joined(separator: " UNION ALL ")))
+                ORDER BY d.seq ASC LIMIT ?
+                """, arguments: readArgs + oldest.flatMap(\.args) + [limit]).map(Self.delivery)
+        }
+    }
+
     /// Lines visible minus lines read. Both are counts along an index: receipts exist only for lines their
     /// device could see, and a line's visibility to a device never changes while both exist.
     private static func unreadCount(of kinds: [LineKind], subject: String, deviceID: String?, in db: Connection) throws -> Int {

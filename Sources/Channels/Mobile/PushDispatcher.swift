@@ -62,9 +62,30 @@ public actor PushDispatcher {
         } catch {
             log.error("push: could not release abandoned leases: \(error)")
         }
-        while !Task.isCancelled {
-            let handled = await dispatchDue()
-            if handled == 0 { await doorbell.wait(timeout: waitTime()) }
+        // A sliding window, not batches: each wake-up settles on its own and frees its place at once, so one
+        // slow answer never holds back the others or the next ones due.
+        let inFlight = InFlightCount()
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                let room = batchSize - inFlight.value
+                var claimed: [OutboxEntry] = []
+                if room > 0 {
+                    do {
+                        claimed = try store.outbox.claimDue(owner: owner, now: clock.now(), lease: lease, limit: room)
+                    } catch {
+                        log.error("push: cannot read the outbox: \(error)")
+                    }
+                }
+                for entry in claimed {
+                    inFlight.add(1)
+                    group.addTask {
+                        await self.dispatch(entry)
+                        inFlight.add(-1)
+                        self.poke()
+                    }
+                }
+                if claimed.isEmpty { await doorbell.wait(timeout: waitTime()) }
+            }
         }
     }
 
@@ -204,4 +225,11 @@ final class Doorbell: Sendable {
         }
         waiter?.resume()
     }
+}
+
+/// Wake-ups being sent right now by the dispatcher's window.
+final class InFlightCount: Sendable {
+    private let count = Atomic<Int>(0)
+    var value: Int { count.load(ordering: .acquiring) }
+    func add(_ n: Int) { count.add(n, ordering: .acquiringAndReleasing) }
 }

@@ -167,7 +167,9 @@ public final class Gateway: Sendable {
         let credentials = runs.credentials
         var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
         router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
-        router.add(GatewayAPI(config: config, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock).routes)
+        let carriageBox = CarriageBox()
+        router.add(GatewayAPI(config: config, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
+                              revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         do {
             router.add(DeviceCommandsAPI(store: mobileStore, commands: try DeviceCommands(store: mobileStore, dispatcher: dispatcher, clock: options.clock)).routes)
@@ -176,7 +178,6 @@ public final class Gateway: Sendable {
         }
         let port = boundPort
         let publicURL = options.publicURL
-        let carriageBox = CarriageBox()
         let lanLink = self.lanLink
         router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
                                 gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" },
@@ -192,7 +193,10 @@ public final class Gateway: Sendable {
         self.router = router
         let routerCopy = router
         let idempotency: IdempotencyLog
-        do { idempotency = try IdempotencyLog(database: database, clock: options.clock) } catch { throw .storage("cannot open the idempotency log: \(error)") }
+        do {
+            idempotency = try IdempotencyLog(database: database, clock: options.clock,
+                                             killAfterEffect: options.environment["SOULACY_FAULT_KILL_AFTER_EFFECT"] == "1")
+        } catch { throw .storage("cannot open the idempotency log: \(error)") }
         self.idempotency = idempotency
         housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)
         let answer: @Sendable (HTTPRequest) async -> HTTPResponse = { request in
@@ -207,8 +211,8 @@ public final class Gateway: Sendable {
         if let relayURL = options.environment["SOULACY_RELAY_MAILBOX_URL"] {
             do {
                 carriage = try RelayCarriage(url: relayURL, caFile: options.environment["SOULACY_RELAY_MAILBOX_CA_FILE"], database: database,
-                                             mobile: mobileStore, keys: keys, log: log) { request, principal in
-                    await idempotency.answer(request, principal: principal) { await routerCopy.handle($0, authenticated: principal) }
+                                             mobile: mobileStore, keys: keys, log: log) { request, principal, secret in
+                    await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }
                 }
             } catch {
                 throw .storage("cannot open the relay tables: \(error)")

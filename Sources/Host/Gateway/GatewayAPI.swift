@@ -14,6 +14,8 @@ struct GatewayAPI: Sendable {
     let mobile: MobileStore
     let scheduler: Scheduler
     let clock: any WallClock
+    /// Told of every revoked key (the relay carriage forgets the phone).
+    var revoked: @Sendable (String) async -> Void = { _ in }
 
     var routes: [Route] {
         [
@@ -156,6 +158,8 @@ struct GatewayAPI: Sendable {
         guard try keys.revoke(id: id) else { throw APIError.notFound("no active key \(id)") }
         // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
         try mobile.removeDevices(registeredByKey: id)
+        // And through the relay: no more sealed records for it, and the relay drops its place and bearer.
+        await revoked(id)
         return .noContent
     }
 }

@@ -1,13 +1,22 @@
 import ChannelAPI
+import Crypto
 import Foundation
+import Glibc
 import HTTPServer
 import Identity
 import SQLite
 import Synchronization
 
 /// Answers a replayed mutating call from its log: one key per intent, whichever path (Wi-Fi, tailnet, relay)
-/// carried it, across restarts. The first answer is kept with its status and body; 5xx answers are not kept,
-/// so a retry after a failure really runs again.
+/// carried it, across restarts. 5xx answers are not kept, so a retry after a failure really runs again.
+///
+/// Exactly once: the line "this intent was applied" is written by a `CommitHook` inside the very transaction that
+/// makes the effect, so a crash right after the effect still leaves the line, and a retry is answered, never
+/// applied again. The answer itself is added when the handler returns; a retry that finds the line without an
+/// answer (the process died in between) gets `200 {"applied": true, "answer_lost": true}`.
+///
+/// Answers are stored sealed (AES-256-GCM) under a key derived from the caller's own bearer token, which the
+/// gateway never stores: minted API keys or pairing codes in an answer are not readable from the database.
 public final class IdempotencyLog: Sendable {
     public static let header = "idempotency-key"
     public static let migrations: [Migration] = [
@@ -24,15 +33,27 @@ public final class IdempotencyLog: Sendable {
                 PRIMARY KEY (scope, idempotency_key)
             );
             """),
+        // Answers are sealed from now on; plain ones of routes that mint secrets are dropped (their replay
+        // protection ends, but no key or code stays readable on disk).
+        Migration("idempotency.2-sealed", """
+            ALTER TABLE idempotency_log ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;
+            DELETE FROM idempotency_log WHERE path IN ('/admin/api-keys', '/api/v1/pairing/tokens', '/pairing/tokens', '/api/v1/pairing/redeem', '/pairing/redeem');
+            """),
     ]
+
+    /// The status of a line whose effect committed but whose answer was not recorded (yet).
+    static let appliedWithoutAnswer = 0
 
     let database: DatabasePool
     let clock: any WallClock
+    /// Test-only fault: die between the effect's commit and the answer's (SOULACY_FAULT_KILL_AFTER_EFFECT=1).
+    let killAfterEffect: Bool
     private let inFlight = Mutex<Set<String>>([])
 
-    public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
+    public init(database: DatabasePool, clock: any WallClock = SystemWallClock(), killAfterEffect: Bool = false) throws {
         self.database = database
         self.clock = clock
+        self.killAfterEffect = killAfterEffect
         try database.migrate(Self.migrations)
     }
 
@@ -45,8 +66,11 @@ public final class IdempotencyLog: Sendable {
     static func isMutating(_ method: String) -> Bool { ["POST", "PUT", "PATCH", "DELETE"].contains(method) }
 
     /// Runs `handle` once per (caller, key); a replay gets the stored answer with `Idempotent-Replayed: true`.
-    /// `principal` is asked only for a mutating call that carries a key (reads pay nothing here).
-    public func answer(_ request: HTTPRequest, principal: @autoclosure () -> Principal?, handle: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
+    /// `principal` is asked only for a mutating call that carries a key (reads pay nothing here). The answer is
+    /// sealed with the request's bearer token or, for a call that came without one (the relay carriage), with
+    /// `sealingSecret`.
+    public func answer(_ request: HTTPRequest, principal: @autoclosure () -> Principal?, sealingSecret: [UInt8]? = nil,
+                       handle: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
         guard Self.isMutating(request.method), let key = request.header(Self.header), let principal = principal() else { return await handle(request) }
         guard (1...200).contains(key.utf8.count), key.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
             return APIError.invalidField("Idempotency-Key", "must be 1 to 200 visible ASCII characters").response
@@ -58,26 +82,78 @@ public final class IdempotencyLog: Sendable {
             try? await Task.sleep(for: .milliseconds(10))
         }
         defer { _ = inFlight.withLock { $0.remove(slot) } }
+        let sealingKey = Self.sealingKey(secret: Self.bearer(of: request).map { Array($0.utf8) } ?? sealingSecret, scope: scope, key: key)
         if let stored = try? database.read({ db in
-            try db.query("SELECT method, path, status, content_type, body FROM idempotency_log WHERE scope = ? AND idempotency_key = ?", scope, key).first
+            try db.query("SELECT method, path, status, content_type, body, sealed FROM idempotency_log WHERE scope = ? AND idempotency_key = ?", scope, key).first
         }) {
-            guard stored.string("method") == request.method, stored.string("path") == request.path else {
-                return APIError.conflict("Idempotency-Key: this key was used for \(stored.string("method") ?? "") \(stored.string("path") ?? ""); use a new key for a new intent",
-                                         code: "idempotency_key_reused").response
-            }
-            var headers = [("Idempotent-Replayed", "true")]
-            if let type = stored.string("content_type") { headers.append(("Content-Type", type)) }
-            return HTTPResponse(status: Int(stored.int("status") ?? 200), headers: headers, body: stored.blob("body") ?? [])
+            return replay(stored, of: request, sealingKey: sealingKey)
         }
-        let response = await handle(request)
-        if response.status < 500 {
-            // Not recorded (the disk is full, say): a retry is applied again, as a call without a key would be.
-            _ = try? database.transaction { db in
-                try db.run("INSERT OR IGNORE INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           scope, key, request.method, request.path, response.status, response.header("content-type"), response.body,
-                           clock.now().sqliteMillis)
-            }
+        let now = clock.now().sqliteMillis
+        let hook = CommitHook { db in
+            try db.run("INSERT OR IGNORE INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at, sealed) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, 0)",
+                       scope, key, request.method, request.path, Self.appliedWithoutAnswer, [UInt8](), now)
+        }
+        let response = await CommitHook.$current.withValue(hook) { await handle(request) }
+        hook.close()
+        if killAfterEffect, hook.runCount > 0 { kill(getpid(), SIGKILL) }
+        guard response.status < 500 || hook.runCount > 0 else { return response }
+        // Not recorded (the disk is full, say): a retry is applied again, as a call without a key would be,
+        // unless the effect's own line already says it was applied.
+        let body: [UInt8]
+        let sealed: Bool
+        if let sealingKey, let box = try? SealedBox.seal(response.body, key: sealingKey, header: Self.sealHeader) {
+            body = Array(box.utf8)
+            sealed = true
+        } else {
+            body = []
+            sealed = false
+        }
+        _ = try? database.transaction { db in
+            try db.run("""
+                INSERT INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (scope, idempotency_key) DO UPDATE SET status = excluded.status, content_type = excluded.content_type, body = excluded.body, sealed = excluded.sealed
+                """, scope, key, request.method, request.path, response.status, response.header("content-type"), body, now, sealed)
         }
         return response
+    }
+
+    private func replay(_ stored: Row, of request: HTTPRequest, sealingKey: [UInt8]?) -> HTTPResponse {
+        guard stored.string("method") == request.method, stored.string("path") == request.path else {
+            return APIError.conflict("Idempotency-Key: this key was used for \(stored.string("method") ?? "") \(stored.string("path") ?? ""); use a new key for a new intent",
+                                     code: "idempotency_key_reused").response
+        }
+        var headers = [("Idempotent-Replayed", "true")]
+        let status = Int(stored.int("status") ?? 200)
+        guard status != Self.appliedWithoutAnswer else {
+            headers.append(("Content-Type", "application/json"))
+            return HTTPResponse(status: 200, headers: headers, body: JSONValue.object([
+                "applied": true, "answer_lost": true,
+                "message": "this intent was applied once already; its answer was lost when the gateway stopped, so it is not applied again",
+            ]).serializedBytes())
+        }
+        var body = stored.blob("body") ?? []
+        if stored.bool("sealed") == true {
+            guard let sealingKey, let opened = try? SealedBox.open(String(decoding: body, as: UTF8.self), key: sealingKey, header: Self.sealHeader) else {
+                return APIError.conflict("Idempotency-Key: this intent was applied already; its answer cannot be opened with this credential",
+                                         code: "idempotency_answer_sealed").response
+            }
+            body = opened
+        }
+        if let type = stored.string("content_type") { headers.append(("Content-Type", type)) }
+        return HTTPResponse(status: status, headers: headers, body: body)
+    }
+
+    static let sealHeader = "soulacy idempotency answer v1"
+
+    /// HKDF of the caller's secret, bound to the line: one line's key opens no other.
+    static func sealingKey(secret: [UInt8]?, scope: String, key: String) -> [UInt8]? {
+        guard let secret, !secret.isEmpty else { return nil }
+        return try? HKDF.deriveKey(secret: secret, salt: Array("soulacy idempotency v1".utf8), info: Array((scope + "\u{0}" + key).utf8))
+    }
+
+    static func bearer(of request: HTTPRequest) -> String? {
+        guard let header = request.header("authorization"), header.count > 7, header.prefix(7).lowercased() == "bearer " else { return nil }
+        let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
+        return token.isEmpty ? nil : token
     }
 }

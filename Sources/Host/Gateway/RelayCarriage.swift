@@ -20,6 +20,9 @@ public actor RelayCarriage {
                 last_seq INTEGER NOT NULL DEFAULT 0, registered INTEGER NOT NULL DEFAULT 0
             );
             """),
+        // A revoked phone is marked at once (nothing more goes down for it) and forgotten once the relay has
+        // removed its place, bearer and held items.
+        Migration("relaycarriage.2-revoked", "ALTER TABLE relay_devices ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;"),
     ]
     /// Down items larger than this go as a too_large marker; the phone reads them over a direct path.
     public static let maximumItemBytes = 192 * 1024
@@ -37,11 +40,12 @@ public actor RelayCarriage {
     let mobile: MobileStore
     let keys: APIKeyStore
     let log: Log
-    let apply: @Sendable (HTTPRequest, Principal) async -> HTTPResponse
+    /// Applies a phone's command as the phone (its principal); the third argument seals the idempotency answer.
+    let apply: @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse
     private var mailbox: (id: String, bearer: String)?
 
     public init(url: String, caFile: String?, database: DatabasePool, mobile: MobileStore, keys: APIKeyStore, log: Log,
-                apply: @escaping @Sendable (HTTPRequest, Principal) async -> HTTPResponse) throws {
+                apply: @escaping @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse) throws {
         self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
         self.database = database
         self.mobile = mobile
@@ -99,6 +103,19 @@ public actor RelayCarriage {
         }
     }
 
+    /// A phone's key was revoked: nothing more is sealed for it, and the relay drops its place, its bearer and
+    /// what it holds for it (now, or on a later round if the relay cannot be reached).
+    public func revoke(keyID: String) async {
+        _ = try? database.transaction { db in try db.run("UPDATE relay_devices SET revoked = 1 WHERE device_id = ?", keyID) }
+        if let box = try? await ensureMailbox() { await removeAtRelay(deviceID: keyID, box: box) }
+    }
+
+    private func removeAtRelay(deviceID: String, box: (id: String, bearer: String)) async {
+        guard let (status, _) = try? await call("DELETE", "/v1/mailboxes/\(box.id)/devices/\(deviceID)", bearer: box.bearer),
+              status == 204 || status == 404 else { return }
+        _ = try? database.transaction { db in try db.run("DELETE FROM relay_devices WHERE device_id = ? AND revoked = 1", deviceID) }
+    }
+
     /// Runs until cancelled, polling the mailbox twice a second while the gateway is up.
     public func run() async {
         while !Task.isCancelled {
@@ -110,7 +127,16 @@ public actor RelayCarriage {
     /// One round: register waiting phones, apply held commands, send new records down.
     public func tick() async throws {
         let box = try await ensureMailbox()
-        let devices = try database.read { db in try db.query("SELECT * FROM relay_devices") }
+        var devices = try database.read { db in try db.query("SELECT * FROM relay_devices") }
+        // A key revoked by any path (or gone) counts as revoked here too.
+        for row in devices {
+            guard let id = row.string("device_id") else { continue }
+            if row.bool("revoked") == true || keys.principal(keyID: id) == nil {
+                _ = try? database.transaction { db in try db.run("UPDATE relay_devices SET revoked = 1 WHERE device_id = ?", id) }
+                await removeAtRelay(deviceID: id, box: box)
+            }
+        }
+        devices = devices.filter { row in row.bool("revoked") != true && row.string("device_id").flatMap { keys.principal(keyID: $0) } != nil }
         for row in devices where row.bool("registered") == false {
             if let id = row.string("device_id"), let secret = row.blob("secret") { try? await register(deviceID: id, secret: secret, box: box) }
         }
@@ -147,7 +173,7 @@ public actor RelayCarriage {
             // The command's id is its Idempotency-Key: the same intent sent again on any path is applied once.
             let request = HTTPRequest(method: method, path: String(parts[0]), query: query,
                                       headers: ["idempotency-key": id, "content-type": "application/json"], body: bodyBytes, remoteAddress: "relay")
-            let response = await apply(request, principal)
+            let response = await apply(request, principal, keys.up)
             result = ["id": id, "status": response.status, "content_type": response.header("content-type") ?? "application/json",
                       "body_b64": Data(response.body).base64EncodedString()]
             if response.body.count > Self.maximumItemBytes { result = ["id": id, "status": 413, "error": "result_too_large"] }
@@ -156,7 +182,8 @@ public actor RelayCarriage {
             result = ["id": id, "status": 401, "error": "not_openable"]
         }
         if let envelope = try? RelayEnvelope.seal(result, kind: .result, key: keys.down),
-           let (status, _) = try? await call("POST", "/v1/mailboxes/\(box.id)/devices/\(device)/items", bearer: box.bearer, json: ["ciphertext": .string(envelope)]),
+           let (status, _) = try? await call("POST", "/v1/mailboxes/\(box.id)/devices/\(device)/items", bearer: box.bearer,
+                                             json: ["ciphertext": .string(envelope), "kind": "result"]),
            status == 201 || status == 200 {
             _ = try? await call("POST", "/v1/mailboxes/\(box.id)/commands/\(device)/\(id)/applied", bearer: box.bearer)
         }
@@ -164,21 +191,31 @@ public actor RelayCarriage {
 
     private func sendRecords(deviceID: String, subject: String, secret: [UInt8], after: Int64, box: (id: String, bearer: String)) async throws {
         let keys = try RelayKeys(secret: secret, deviceID: deviceID)
-        let page = try mobile.deliveries(subject: subject, deviceID: nil, before: nil, limit: 200)
-        let fresh = page.items.filter { $0.seq > after }.sorted { $0.seq < $1.seq }
         var previous = after
-        for delivery in fresh {
+        // The whole backlog, oldest first, a page at a time: each record's `after` is the one before it, so a
+        // phone that sees a gap knows it.
+        while true {
+            let page = try mobile.lines(subject: subject, after: previous, limit: 200)
+            if page.isEmpty { return }
+            guard try await sendPage(page, deviceID: deviceID, keys: keys, previous: &previous, box: box) else { return }
+        }
+    }
+
+    /// Sends lines down in order; false when the relay stopped taking them (the rest go on a later round).
+    private func sendPage(_ page: [Delivery], deviceID: String, keys: RelayKeys, previous: inout Int64, box: (id: String, bearer: String)) async throws -> Bool {
+        for delivery in page {
             var record: [String: Any] = ["after": previous, "seq": delivery.seq, "kind": "delivery", "id": delivery.id]
             let line: [String: Any] = ["id": delivery.id, "agent_id": delivery.agentID, "agent_name": delivery.agentName, "title": delivery.title,
                                        "body": delivery.body, "created_at": delivery.createdAt.timeIntervalSince1970, "destination": delivery.destination.description]
             let size = (try? JSONSerialization.data(withJSONObject: line).count) ?? 0
             if size > Self.maximumItemBytes { record["too_large"] = true } else { record["record"] = line }
             let envelope = try RelayEnvelope.seal(record, kind: .record, key: keys.down)
-            let (status, body) = try await call("POST", "/v1/mailboxes/\(box.id)/devices/\(deviceID)/items", bearer: box.bearer, json: ["ciphertext": .string(envelope)])
-            guard status == 201 || (status == 200 && body["stored"] == false) else { return }
+            let (status, body) = try await call("POST", "/v1/mailboxes/\(box.id)/devices/\(deviceID)/items", bearer: box.bearer,
+                                                json: ["ciphertext": .string(envelope), "kind": "record", "seq": .number(Double(delivery.seq))])
+            guard status == 201 || (status == 200 && body["stored"] == false) else { return false }
             if status == 201 {
                 // A wake-up through the relay: its payload is sealed too, its collapse id keyed (HMAC) so the relay learns no thread.
-                let nudge = try RelayEnvelope.seal(["id": delivery.id, "seq": delivery.seq, "title": delivery.title], kind: .record, key: keys.down)
+                let nudge = try RelayEnvelope.seal(["id": delivery.id, "seq": delivery.seq, "title": delivery.title], kind: .push, key: keys.down)
                 _ = try? await call("POST", "/v1/mailboxes/\(box.id)/push", bearer: box.bearer,
                                     json: ["device_id": .string(deviceID), "collapse_id": .string(String(keys.collapseID(threadID: "agent-\(delivery.agentID)").prefix(64))),
                                            "ciphertext": .string(nudge)])
@@ -186,5 +223,6 @@ public actor RelayCarriage {
             previous = delivery.seq
             try database.transaction { db in try db.run("UPDATE relay_devices SET last_seq = ? WHERE device_id = ?", delivery.seq, deviceID) }
         }
+        return true
     }
 }

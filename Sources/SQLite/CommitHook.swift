@@ -1,0 +1,29 @@
+import Synchronization
+
+/// Work that must commit in the same transaction as whatever a task writes: while a hook is bound to a task
+/// (`CommitHook.$current.withValue`), every write transaction of that task that changes rows runs it just before
+/// its COMMIT. The idempotency log uses it to record "this intent was applied" atomically with the effect, so a
+/// crash can never leave the effect without its record (and a retry applying it a second time).
+public final class CommitHook: Sendable {
+    @TaskLocal public static var current: CommitHook?
+
+    private let work: @Sendable (Connection) throws -> Void
+    private let ran = Atomic<Int>(0)
+    private let closed = Atomic<Bool>(false)
+
+    public init(_ work: @escaping @Sendable (Connection) throws -> Void) {
+        self.work = work
+    }
+
+    /// How many committing transactions ran the hook.
+    public var runCount: Int { ran.load(ordering: .acquiring) }
+
+    /// No more work from now on (tasks the request started may outlive it and inherit the binding).
+    public func close() { closed.store(true, ordering: .releasing) }
+
+    func run(in db: Connection) throws {
+        guard !closed.load(ordering: .acquiring) else { return }
+        try work(db)
+        ran.add(1, ordering: .releasing)
+    }
+}
