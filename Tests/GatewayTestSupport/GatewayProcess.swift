@@ -17,7 +17,7 @@ public final class GatewayProcess: @unchecked Sendable {
     public init(directory: String, config: String = TestGateway.defaultConfig, environment: [String: String] = [:]) throws {
         dataDirectory = directory + "/data"
         configPath = directory + "/SOUL.yaml"
-        logPath = directory + "/gateway.log"
+        logPath = directory + "/gateway-\(UUID().uuidString.prefix(8)).log"
         port = freePort()
         self.environment = environment
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
@@ -26,11 +26,12 @@ public final class GatewayProcess: @unchecked Sendable {
     public var baseURL: String { "http://127.0.0.1:\(port)" }
 
     /// One call to the running process: its status and JSON body (null when the body is not JSON).
-    public func call(_ method: String, _ path: String, key: String?, json: JSONValue? = nil) async throws -> (status: Int, json: JSONValue) {
+    public func call(_ method: String, _ path: String, key: String?, json: JSONValue? = nil, headers: [String: String] = [:]) async throws -> (status: Int, json: JSONValue) {
         var request = URLRequest(url: URL(string: baseURL + path)!)
         request.httpMethod = method
         request.timeoutInterval = 10
         if let key { request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization") }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         if let json { request.httpBody = Data(json.serialized().utf8) }
         let (data, response) = try await URLSession.shared.data(for: request)
         return ((response as! HTTPURLResponse).statusCode, (try? JSONValue.parse(Array(data))) ?? .null)

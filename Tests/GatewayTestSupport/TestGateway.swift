@@ -116,7 +116,8 @@ public final class TestGateway: Sendable {
         guard started.status == 202, let runID = started.json["run_id"]?.stringValue else {
             throw TestFailure("run did not start: \(started.status) \(started.text)")
         }
-        return try await request("GET", "/api/v1/runs/\(runID)?wait=true").json
+        // A run is its person's: it is read back with the key that started it.
+        return try await request("GET", "/api/v1/runs/\(runID)?wait=true", key: .some(key)).json
     }
 }
 

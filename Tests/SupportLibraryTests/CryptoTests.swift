@@ -87,3 +87,23 @@ struct SealingTests {
         #expect(try SelfSignedCertificate.fingerprint(pem: made.certificatePEM) == fp)
     }
 }
+
+/// Keys as Google and Apple issue them load: the PEM is read while its bytes are still lent to OpenSSL.
+@Suite("Signing keys from PEM")
+struct SigningKeyPEMTests {
+    @Test("RSA keys of 2048 and 3072 bits (Google's service accounts) and an EC P-256 key (APNs .p8) load and sign", arguments: ["2048", "3072", "ec"])
+    func loads(_ kind: String) throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("key-\(UUID().uuidString).pem").path
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        process.arguments = kind == "ec" ? ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", file]
+            : ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:\(kind)", "-out", file]
+        try process.run()
+        process.waitUntilExit()
+        let pem = try String(contentsOfFile: file, encoding: .utf8)
+        let key = try SigningKey(pem: pem, algorithm: kind == "ec" ? .es256 : .rs256)
+        let signature = try key.sign(Array("message".utf8))
+        #expect(signature.count == (kind == "ec" ? 64 : Int(kind)! / 8))
+    }
+}

@@ -1,0 +1,345 @@
+import ChannelAPI
+import ChannelTesting
+import Crypto
+import Foundation
+import Gateway
+import GatewayTestSupport
+import Glibc
+import HTTPClient
+import HTTPServer
+import Mobile
+import RelayMailbox
+import RelayProtocol
+import SQLite
+import Testing
+
+/// Regressions for the defects found when the gateway was tried from outside: each test states the contract
+/// the outside check used, and fails on the code before its fix.
+@Suite("Defects found from outside")
+struct DefectRegressionTests {
+    // MARK: Exactly once
+
+    @Test("a command applied just before a crash is not applied again by its retry (kill between effect and answer)")
+    func exactlyOnceAcrossCrash() async throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let dying = try GatewayProcess(directory: directory, environment: ["SOULACY_FAULT_KILL_AFTER_EFFECT": "1"])
+        let admin = try #require(try await dying.start())
+        let key = ["Idempotency-Key": "remember-tea-1"]
+        // The process dies after the fact commits and before its answer is recorded: the client sees no answer.
+        await #expect(throws: (any Error).self) { _ = try await dying.call("POST", "/api/v1/memory/facts", key: admin, json: ["text": "likes tea"], headers: key) }
+        dying.kill9()
+        let back = try GatewayProcess(directory: directory)
+        try await back.start()
+        defer { back.terminate() }
+        let retry = try await back.call("POST", "/api/v1/memory/facts", key: admin, json: ["text": "likes tea"], headers: key)
+        #expect(retry.status == 200 && retry.json["applied"] == true && retry.json["answer_lost"] == true)
+        let facts = try await back.call("GET", "/api/v1/memory/facts", key: admin)
+        #expect(facts.json["facts"]?.arrayValue?.count == 1)
+        // A fresh intent is applied as usual.
+        let other = try await back.call("POST", "/api/v1/memory/facts", key: admin, json: ["text": "likes coffee"], headers: ["Idempotency-Key": "remember-2"])
+        #expect(other.status == 201)
+    }
+
+    @Test("a minted API key in an idempotent answer is not readable from the database file; its replay still answers it")
+    func sealedAnswers() async throws {
+        try await withTestGateway { gw in
+            let headers = ["Idempotency-Key": "mint-phone-key"]
+            let minted = try await gw.request("POST", "/admin/api-keys", json: ["name": "Phone", "role": "viewer"], headers: headers)
+            #expect(minted.status == 201)
+            let token = try #require(minted.json["key"]?.stringValue)
+            let again = try await gw.request("POST", "/admin/api-keys", json: ["name": "Phone", "role": "viewer"], headers: headers)
+            #expect(again.json["key"]?.stringValue == token && again.headers["idempotent-replayed"] == "true")
+            try await Task.sleep(for: .milliseconds(100))
+            var bytes = Data()
+            for suffix in ["", "-wal"] {
+                bytes.append((try? Data(contentsOf: URL(fileURLWithPath: gw.directory + "/data/soulacy.db" + suffix))) ?? Data())
+            }
+            #expect(bytes.range(of: Data(token.utf8)) == nil)
+        }
+    }
+
+    // MARK: Isolation
+
+    @Test("a run is its person's: another key gets 404 for GET /runs/:id, with or without wait")
+    func runsBelongToTheirPerson() async throws {
+        try await withTestGateway { gw in
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            let sam = try await gw.mintKey(subject: "sam", role: "operator")
+            let run = try await gw.runAgent("echo", input: "hello", key: priya)
+            let id = try #require(run["id"]?.stringValue)
+            #expect(try await gw.request("GET", "/api/v1/runs/\(id)?wait=true", key: .some(priya)).status == 200)
+            #expect(try await gw.request("GET", "/api/v1/runs/\(id)", key: .some(sam)).status == 404)
+            #expect(try await gw.request("GET", "/api/v1/runs/\(id)?wait=true", key: .some(sam)).status == 404)
+            #expect(try await gw.request("GET", "/api/v1/runs/\(id)").status == 404)  // not even the admin
+        }
+    }
+
+    @Test("an approval in someone else's session is 404 and reaches no lock screen")
+    func approvalSessionsBelongToTheirPerson() async throws {
+        let config = """
+            agents:
+              - id: slow
+                name: Slow
+                runner:
+                  command: ["/bin/sleep", "3"]
+                  timeout: 10s
+            """
+        try await withTestGateway(config: config) { gw in
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            let sam = try await gw.mintKey(subject: "sam", role: "operator")
+            let run = try await gw.request("POST", "/api/v1/agents/slow/run", json: ["input": ""], key: .some(priya))
+            let session = try #require(run.json["session_id"]?.stringValue)
+            let intruder = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "slow", "tool": "shell", "session_id": .string(session), "wait": false], key: .some(sam))
+            #expect(intruder.status == 404)
+            let owner = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "slow", "tool": "shell", "session_id": .string(session), "wait": false], key: .some(priya))
+            #expect(owner.status == 201)
+        }
+    }
+
+    @Test("a failing agent's stderr never reaches the log; its person reads it with the run")
+    func stderrStaysWithTheRun() async throws {
+        let canary = "CANARY-\(UUID().uuidString)"
+        let config = """
+            agents:
+              - id: broken
+                name: Broken
+                runner:
+                  command: ["/bin/sh", "-c", "echo \(canary) >&2; exit 3"]
+                  timeout: 10s
+            """
+        let directory = TestGateway.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let process = try GatewayProcess(directory: directory, config: config)
+        let admin = try #require(try await process.start())
+        defer { process.terminate() }
+        let started = try await process.call("POST", "/api/v1/agents/broken/run", key: admin, json: ["input": ""])
+        let id = try #require(started.json["run_id"]?.stringValue)
+        let run = try await process.call("GET", "/api/v1/runs/\(id)?wait=true", key: admin)
+        #expect(run.json["status"] == "failed" && run.json["error"]?.stringValue?.contains(canary) == true)
+        #expect(process.output.contains("exited with status 3"))
+        #expect(!process.output.contains(canary))
+    }
+
+    // MARK: Relay mailbox
+
+    @Test("relay acks: a cursor ack drops records up to the store sequence and never an unread result; item numbers pass 2^31")
+    func relayAckSemantics() throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try MailboxStore(path: directory + "/relay.db")
+        let box = try store.createMailbox(secretSHA256: SHA256.hash(Array("gateway".utf8)))
+        try store.putDevice(mailbox: box, device: "phone", secretSHA256: SHA256.hash(Array("phone".utf8)), cursor: 0)
+        let first = try store.appendItem(mailbox: box, device: "phone", ciphertext: "r1", tooLarge: false, kind: .record, seq: 5)
+        let result = try store.appendItem(mailbox: box, device: "phone", ciphertext: "res", tooLarge: false, kind: .result)
+        let later = try store.appendItem(mailbox: box, device: "phone", ciphertext: "r2", tooLarge: false, kind: .record, seq: 9)
+        #expect((first, result, later) == (1, 2, 3))
+        try store.ack(mailbox: box, device: "phone", recordsThroughSeq: 5)
+        #expect(try store.items(mailbox: box, device: "phone", after: 0).map(\.n) == [2, 3])
+        try store.ack(mailbox: box, device: "phone", recordsThroughSeq: 100)
+        #expect(try store.items(mailbox: box, device: "phone", after: 0).map(\.n) == [2])  // the unread result stays
+        try store.ack(mailbox: box, device: "phone", through: 2_147_483_647)
+        let next = try store.appendItem(mailbox: box, device: "phone", ciphertext: "r3", tooLarge: false, seq: 10)
+        #expect(next == 2_147_483_648)
+        try store.ack(mailbox: box, device: "phone", through: next)
+        #expect(try store.items(mailbox: box, device: "phone", after: 0).isEmpty)
+    }
+
+    @Test("a push's sealed payload is its own type: it never opens as a down item, nor an item as a push")
+    func pushesSealedAsTheirOwnType() throws {
+        let keys = try RelayKeys(secret: SecureBytes.random(count: 32), deviceID: "phone")
+        let push = try RelayEnvelope.seal(["id": "dlv_1"], kind: .push, key: keys.down)
+        #expect(throws: (any Error).self) { _ = try RelayEnvelope.open(push, kind: .record, key: keys.down) }
+        #expect(throws: (any Error).self) { _ = try RelayEnvelope.open(push, kind: .result, key: keys.down) }
+        #expect((try RelayEnvelope.open(push, kind: .push, key: keys.down))["id"] as? String == "dlv_1")
+        let record = try RelayEnvelope.seal(["id": "dlv_1"], kind: .record, key: keys.down)
+        #expect(throws: (any Error).self) { _ = try RelayEnvelope.open(record, kind: .push, key: keys.down) }
+    }
+
+    @Test("the LAN door checks in order: Origin 403, bad bearer 401, outside the allowlist 404, missing key 422")
+    func doorOrder() async throws {
+        try await withTestGateway(lan: true) { gw in
+            let fingerprint = try #require(gw.gateway.lanFingerprint)
+            let key = try await gw.mintKey(subject: "owner", role: "operator")
+            let client = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedCertificateSHA256: Hex.decode(fingerprint)))
+            let base = "https://127.0.0.1:\(gw.gateway.lanPort!)"
+            func post(_ path: String, _ headers: [(String, String)]) async throws -> Int {
+                try await client.send(ClientRequest(method: "POST", url: base + path, headers: headers, body: Array(#"{"text":"x"}"#.utf8))).status
+            }
+            #expect(try await post("/api/v1/memory/facts", [("origin", "https://evil.example"), ("authorization", "Bearer nope")]) == 403)
+            #expect(try await post("/api/v1/memory/facts", [("authorization", "Bearer nope")]) == 401)
+            #expect(try await post("/api/v1/memory/facts", []) == 401)
+            #expect(try await post("/admin/api-keys", [("authorization", "Bearer \(key)")]) == 404)
+            #expect(try await post("/api/v1/memory/facts", [("authorization", "Bearer \(key)")]) == 422)
+            #expect(try await post("/api/v1/memory/facts", [("authorization", "Bearer \(key)"), ("idempotency-key", "k1")]) == 201)
+        }
+    }
+
+    // MARK: Scheduling
+
+    @Test("after a weekend off, the latest missed fire inside the window is replayed, not the earliest")
+    func latestMissedFire() throws {
+        let cron = try CronSchedule("0 7 * * *")
+        let utc = TimeZone(identifier: "UTC")!
+        let friday = try Date("2026-01-02T07:00:00Z", strategy: .iso8601)
+        let monday = try Date("2026-01-05T09:00:00Z", strategy: .iso8601)
+        let replay = Scheduler.latestMissedFire(of: cron, in: utc, window: .seconds(24 * 3600), lastFire: friday, start: monday)
+        #expect(replay == (try Date("2026-01-05T07:00:00Z", strategy: .iso8601)))
+        // Nothing inside the window: nothing replayed.
+        let tuesday = try Date("2026-01-06T06:59:00Z", strategy: .iso8601)
+        #expect(Scheduler.latestMissedFire(of: cron, in: utc, window: .seconds(3600), lastFire: friday, start: tuesday) == nil)
+    }
+
+    @Test("cron: weekday steps stop at Saturday, rare days are found decades ahead, impossible days and signs are refused")
+    func cronDefects() throws {
+        let utc = TimeZone(identifier: "UTC")!
+        let from = try Date("2026-01-01T00:00:00Z", strategy: .iso8601)
+        var at = from
+        var weekdays: Set<Int> = []
+        for _ in 0..<8 {
+            at = try #require(try CronSchedule("0 0 * * 1/2").nextFire(after: at, in: utc))
+            weekdays.insert(Calendar(identifier: .gregorian).component(.weekday, from: at) - 1)
+        }
+        #expect(weekdays == [1, 3, 5])  // Monday, Wednesday, Friday: never Sunday
+        #expect(try CronSchedule("0 0 * * MON/2").nextFire(after: try Date("2026-01-03T00:00:00Z", strategy: .iso8601), in: utc)
+                == (try Date("2026-01-05T00:00:00Z", strategy: .iso8601)))
+        // Feb 29 on a Sunday: `*/7` leaves the day-of-week field unrestricted-looking but only Sunday in it.
+        #expect(try CronSchedule("0 0 29 2 */7").nextFire(after: from, in: utc) == (try Date("2032-02-29T00:00:00Z", strategy: .iso8601)))
+        for never in ["* * 31 2 *", "0 0 31 4,6,9,11 *", "0 0 30 2 *"] {
+            #expect(throws: CronError.self) { _ = try CronSchedule(never) }
+        }
+        #expect(throws: CronError.self) { _ = try CronSchedule("+5 * * * *") }
+        do { _ = try CronSchedule("-5 * * * *"); Issue.record("-5 accepted") } catch { #expect(!error.message.contains("''")) }
+        do { _ = try CronSchedule("/5 * * * *"); Issue.record("/5 accepted") } catch { #expect(error.message.contains("*/5")) }
+    }
+
+    // MARK: HTTP framing and input
+
+    @Test("hostile framing gets one clean 400 or 501 and the connection closes; nothing smuggled runs")
+    func framing() async throws {
+        try await withTestGateway { gw in
+            let port = gw.gateway.port
+            func statusLines(_ reply: String) -> Int {
+                reply.split(separator: "\r\n", omittingEmptySubsequences: false).filter { $0.wholeMatch(of: /HTTP\/1\.1 [0-9]{3} .*/) != nil }.count
+            }
+            let smuggle = RawHTTP.exchange(port: port, "POST /api/v1/memory/facts HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 40\r\n\r\n{}\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(smuggle.hasPrefix("HTTP/1.1 400") && statusLines(smuggle) == 1)
+            for coding in ["gzip, chunked", "xchunked"] {
+                let reply = RawHTTP.exchange(port: port, "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \(coding)\r\n\r\n0\r\n\r\n")
+                #expect(reply.hasPrefix("HTTP/1.1 501") && statusLines(reply) == 1)
+            }
+            let both = RawHTTP.exchange(port: port, "POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+            #expect(both.hasPrefix("HTTP/1.1 400"))
+            let noHost = RawHTTP.exchange(port: port, "GET /health HTTP/1.1\r\n\r\n")
+            #expect(noHost.hasPrefix("HTTP/1.1 400") && statusLines(noHost) == 1 && noHost.contains("Host"))
+            let spaced = RawHTTP.exchange(port: port, "GET /health HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n\r\n")
+            #expect(spaced.hasPrefix("HTTP/1.1 400"))
+            let nul = RawHTTP.exchange(port: port, "GET /api/v1/runs/abc%00def HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(nul.hasPrefix("HTTP/1.1 400"))
+            let nulQuery = RawHTTP.exchange(port: port, "GET /api/v1/mobile/deliveries?device_id=a%00b HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(nulQuery.hasPrefix("HTTP/1.1 400"))
+        }
+    }
+
+    @Test("text with a NUL reads back whole; a trailing comma is invalid_json")
+    func textAndJSON() async throws {
+        try await withTestGateway { gw in
+            let saved = try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "before\u{0}after"])
+            #expect(saved.status == 201)
+            let facts = try await gw.request("GET", "/api/v1/memory/facts")
+            #expect(facts.json["facts"]?.arrayValue?.contains { $0["text"]?.stringValue == "before\u{0}after" } == true)
+            for body in [#"{"text":"x",}"#, #"{"text":["a",]}"#] {
+                let refused = try await gw.request("POST", "/api/v1/memory/facts", body: Array(body.utf8))
+                #expect(refused.status == 400 && refused.errorCode == "invalid_json")
+            }
+            #expect(try await gw.request("POST", "/api/v1/memory/facts", body: Array(#"{"text":"a, b"}"#.utf8)).status == 201)
+        }
+    }
+
+    @Test("1,100 slow connections from one address: a normal client is still served, and the slow ones are closed at the deadline")
+    func slowClients() async throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.perAddressConnectionLimit = 64
+        configuration.requestReceiveSeconds = 2
+        let server = HTTPServer(configuration: configuration) { _ in .json(["ok": true]) }
+        try server.start()
+        defer { Task { await server.stop() } }
+        let port = server.port
+        // The slow clients come from 127.0.0.2 and send half a request head, then nothing.
+        var slow: [Int32] = []
+        defer { slow.forEach { close($0) } }
+        for _ in 0..<1100 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr("127.0.0.2")
+            var remote = sockaddr_in()
+            remote.sin_family = sa_family_t(AF_INET)
+            remote.sin_port = port.bigEndian
+            remote.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let bound = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            let connected = withUnsafePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            #expect(bound == 0 && connected == 0)
+            _ = "GET /slow HTTP/1.1\r\nHost: x\r\n".withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            slow.append(fd)
+        }
+        // The burst of 1,100 handshakes may still fill the kernel's accept queue for a moment.
+        let served = await eventually(timeout: .seconds(5)) {
+            RawHTTP.exchange(port: port, Array("GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), timeout: 1).hasPrefix("HTTP/1.1 200")
+        }
+        #expect(served)
+        // Past the receive deadline every slow connection has been closed by the server.
+        try await Task.sleep(for: .seconds(3))
+        var open = 0
+        for fd in slow {
+            var byte: UInt8 = 0
+            var tv = timeval(tv_sec: 0, tv_usec: 1000)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            if recv(fd, &byte, 1, 0) < 0 && errno == EAGAIN { open += 1 }
+        }
+        #expect(open == 0)
+        #expect(RawHTTP.exchange(port: port, "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").hasPrefix("HTTP/1.1 200"))
+    }
+
+    @Test("one stalled wake-up does not hold back the others: they settle while it waits")
+    func stalledPush() async throws {
+        let transport = StallingTransport(stalledDevice: "stuck", stall: .seconds(4))
+        let directory = TestGateway.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try MobileStore(database: try DatabasePool(path: directory + "/soulacy.db"))
+        let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([transport]), log: Log(minimum: .error), pollInterval: .milliseconds(50))
+        let channel = MobileChannel(store: store, dispatcher: dispatcher)
+        for id in ["stuck", "a", "b"] {
+            try store.register(try DeviceRegistration(json: JSONObject(["id": .string(id), "push_token": .string(String(repeating: "ab", count: 32))])), subject: "owner")
+        }
+        let running = Task { await dispatcher.run() }
+        defer { running.cancel() }
+        _ = try await channel.deliver(Output(agentID: "brief", agentName: "Brief", sessionID: "s", parts: ["one"]), to: "all")
+        try await Task.sleep(for: .milliseconds(300))
+        // While "stuck" is still waiting, a second delivery goes out to the other phones.
+        _ = try await channel.deliver(Output(agentID: "brief", agentName: "Brief", sessionID: "s", parts: ["two"]), to: "device:a")
+        let quick = await eventually(timeout: .seconds(2)) { transport.sent.filter { $0 == "a" }.count == 2 && transport.sent.contains("b") }
+        #expect(quick)
+        #expect(!transport.sent.contains("stuck"))
+    }
+}
+
+/// Sends at once, except to one device, whose answer takes `stall`.
+final class StallingTransport: WakeTransport, @unchecked Sendable {
+    let name = "stalling"
+    let stalledDevice: String
+    let stall: Duration
+    private let lock = NSLock()
+    private var log: [String] = []
+    init(stalledDevice: String, stall: Duration) {
+        self.stalledDevice = stalledDevice
+        self.stall = stall
+    }
+    var sent: [String] { lock.withLock { log } }
+    func canWake(_ target: WakeTarget) -> Bool { true }
+    func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
+        if target.deviceID == stalledDevice { try? await Task.sleep(for: stall) }
+        lock.withLock { log.append(target.deviceID) }
+        return .delivered
+    }
+}
