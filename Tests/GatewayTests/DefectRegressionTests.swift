@@ -256,7 +256,10 @@ struct DefectRegressionTests {
         }
     }
 
-    @Test("1,100 slow connections from one address: a normal client is still served, and the slow ones are closed at the deadline")
+    // Longer run only (SOULACY_SLOW_CLIENT_TEST=1): a thousand descriptors in the test process trip Foundation's
+    // Process.run in tests running beside it.
+    @Test("1,100 slow connections from one address: a normal client is still served, and the slow ones are closed at the deadline",
+          .enabled(if: ProcessInfo.processInfo.environment["SOULACY_SLOW_CLIENT_TEST"] == "1"))
     func slowClients() async throws {
         var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
         configuration.perAddressConnectionLimit = 64
