@@ -245,6 +245,53 @@ struct RelayPathsTests {
         }
     }
 
+    @Test("a revoked phone reads nothing more through the relay: its place and bearer are gone there, no new record is sealed for it")
+    func revokedPhone() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+            let (token, endpoint) = try await pairPhone(gw)
+            try await gw.gateway.carriage!.tick()
+            let keys = try RelayKeys(secret: endpoint.secret, deviceID: endpoint.deviceID)
+            func items() async throws -> (status: Int, count: Int) {
+                var request = URLRequest(url: URL(string: "\(relay.url)/v1/mailboxes/\(endpoint.mailboxID)/devices/\(endpoint.deviceID)/items?after=0")!)
+                request.setValue("Bearer \(keys.bearer)", forHTTPHeaderField: "Authorization")
+                let (data, response) = try await URLSession.shared.data(for: request)
+                return ((response as! HTTPURLResponse).statusCode, (try? JSONValue.parse(Array(data)))?["items"]?.arrayValue?.count ?? 0)
+            }
+            _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": "before"])
+            try await gw.gateway.carriage!.tick()
+            #expect(try await items() == (200, 1))
+            let keyID = try #require(try await gw.request("GET", "/admin/api-keys").json["keys"]?.arrayValue?.first { $0["kind"] == "managed" || $0["name"] == "Test phone" }?["id"]?.stringValue)
+            #expect(try await gw.request("DELETE", "/admin/api-keys/\(keyID)").status == 204)
+            _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": .string(Self.secretText)])
+            try await gw.gateway.carriage!.tick()
+            // The relay refuses the revoked phone's bearer and holds nothing for it.
+            #expect(try await items().status == 401)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(token)).status == 401)
+        }
+    }
+
+    @Test("more than 200 lines written while the phone was away all come down, in order, with no gap")
+    func backlog() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+            let (token, endpoint) = try await pairPhone(gw)
+            for n in 0..<230 { _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": .string("line \(n)")]) }
+            try await gw.gateway.carriage!.tick()
+            let phone = client(nil, token: token, relay: endpoint)
+            await phone.readRelay()
+            let records = await phone.relayRecords()
+            #expect(records.count == 230)
+            let seqs = records.compactMap(\.seq)
+            #expect(seqs == seqs.sorted() && Set(seqs).count == 230)
+            #expect(records.first?.fields["body"] == "line 0" && records.last?.fields["body"] == "line 229")
+        }
+    }
+
     @Test("with the relay off for a phone nothing is held for it: no records, no commands")
     func relayOff() async throws {
         let relay = RelayServerProcess()

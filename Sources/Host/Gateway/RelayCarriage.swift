@@ -124,8 +124,24 @@ public actor RelayCarriage {
         }
     }
 
-    /// One round: register waiting phones, apply held commands, send new records down.
+    /// One round: register waiting phones, apply held commands, send new records down. Rounds never overlap:
+    /// the actor is reentrant at every network call, and two rounds would send the same lines twice.
     public func tick() async throws {
+        while roundRunning { await withCheckedContinuation { waitingForRound.append($0) } }
+        roundRunning = true
+        defer {
+            roundRunning = false
+            let waiting = waitingForRound
+            waitingForRound = []
+            waiting.forEach { $0.resume() }
+        }
+        try await round()
+    }
+
+    private var roundRunning = false
+    private var waitingForRound: [CheckedContinuation<Void, Never>] = []
+
+    private func round() async throws {
         let box = try await ensureMailbox()
         var devices = try database.read { db in try db.query("SELECT * FROM relay_devices") }
         // A key revoked by any path (or gone) counts as revoked here too.
