@@ -38,6 +38,20 @@ public struct HTTPRequest: Sendable {
 
     public func parameter(_ name: String) -> String { pathParameters[name] ?? "" }
 
+    /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive, blanks around the token
+    /// ignored); nil when there is no such header or it names another scheme or no token.
+    public var bearerToken: String? {
+        guard let header = header("authorization") else { return nil }
+        // Byte-wise: this runs on every call, and Foundation's trimming costs more than the rest of routing.
+        let bytes = header.utf8
+        let scheme = "bearer ".utf8
+        guard bytes.count > scheme.count, zip(bytes, scheme).allSatisfy({ $0 | 0x20 == $1 }) else { return nil }
+        var rest = bytes.dropFirst(scheme.count)
+        while let first = rest.first, first == 0x20 || first == 0x09 { rest.removeFirst() }
+        while let last = rest.last, last == 0x20 || last == 0x09 { rest.removeLast() }
+        return rest.isEmpty ? nil : String(Substring(rest))
+    }
+
     /// True when If-None-Match names `etag` (or is `*`): the caller already holds this representation.
     /// Weak comparison, as RFC 9110 asks for If-None-Match.
     public func alreadyHas(etag: String) -> Bool {

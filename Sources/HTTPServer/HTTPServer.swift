@@ -180,8 +180,6 @@ final class ReceiveDeadlines: Sendable {
     /// The whole request has arrived (or the connection is gone).
     func disarm(_ connection: UInt) { _ = pending.withLock { $0.removeValue(forKey: connection) } }
 
-    var count: Int { pending.withLock { $0.count } }
-
     func startSweeping() {
         guard seconds > 0, !sweeping.exchange(true, ordering: .acquiringAndReleasing) else { return }
         Thread.detachNewThread { [self] in
@@ -212,95 +210,94 @@ private let connectionNotified: MHD_NotifyConnectionCallback = { cls, connection
     }
 }
 
-/// What the first look at a request's head found wrong with its framing or bytes (nil: nothing).
-/// libmicrohttpd 0.9.75 has no strict discipline for these, so they are checked here before any handler runs.
-private func framingRefusal(_ connection: OpaquePointer?, version: UnsafePointer<CChar>?) -> HTTPResponse? {
-    final class Scan {
-        var contentLengths: [String] = []
-        var transferEncodings: [String] = []
-        var hasHost = false
-        var problem: String?
+/// The names and values of one kind (headers, or query arguments), read with their lengths so a NUL inside one
+/// is seen; the first value of a repeated name is kept. `problem` says what makes the request malformed:
+/// a header name that is not a token or a value with control bytes; a query name or value that is not UTF-8 or
+/// holds a NUL (`%00` arrives as the invalid byte 0xFF, see the unescape callback in CShims).
+private final class ValueScan {
+    let isHeader: Bool
+    var values: [String: String] = [:]
+    var contentLengths: [String] = []
+    var transferEncodings: [String] = []
+    var problem: String?
+
+    init(_ connection: OpaquePointer?, kind: MHD_ValueKind) {
+        isHeader = kind == MHD_ValueKind.HEADER_KIND
+        soulacy_mhd_values(connection, kind, { cls, key, keySize, value, valueSize in
+            let scan = Unmanaged<ValueScan>.fromOpaque(cls!).takeUnretainedValue()
+            guard let key else { return 1 }
+            let name = UnsafeBufferPointer(start: UnsafeRawPointer(key).assumingMemoryBound(to: UInt8.self), count: keySize)
+            let text = value.map { UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: valueSize) }
+                ?? UnsafeBufferPointer(start: nil, count: 0)
+            return scan.add(name: name, value: text) ? 1 : 0
+        }, Unmanaged.passUnretained(self).toOpaque())
     }
-    let scan = Scan()
-    let opaque = Unmanaged.passUnretained(scan).toOpaque()
-    soulacy_mhd_values(connection, MHD_ValueKind.HEADER_KIND, { cls, key, keySize, value, valueSize in
-        let scan = Unmanaged<Scan>.fromOpaque(cls!).takeUnretainedValue()
-        guard let key else { return 1 }
-        let name = UnsafeBufferPointer(start: UnsafeRawPointer(key).assumingMemoryBound(to: UInt8.self), count: keySize)
-        let text = value.map { UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: valueSize) }
-        // A header name is an RFC 9110 token; a value has no NUL or other control byte but tab.
-        let tokenBytes = Set("!#$%&'*+-.^_`|~".utf8)
-        guard !name.isEmpty, name.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) || tokenBytes.contains($0) }) else {
-            scan.problem = "a header name is not a token (spaces, control bytes or NUL)"
-            return 0
+
+    private func add(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard isHeader else {
+            guard let key = String(validating: name, as: UTF8.self),
+                  let text = String(validating: value, as: UTF8.self), !key.utf8.contains(0), !text.utf8.contains(0) else {
+                problem = "the path or query holds a NUL (%00) or is not UTF-8"
+                return false
+            }
+            if values[key] == nil { values[key] = text }
+            return true
         }
-        if let text, text.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) {
-            scan.problem = "a header value holds a NUL or control byte"
-            return 0
+        guard !name.isEmpty, name.allSatisfy({ Self.isTokenByte[Int($0)] }) else {
+            problem = "malformed request: a header name is not a token (spaces, control bytes or NUL)"
+            return false
         }
-        let lower = String(decoding: name, as: UTF8.self).lowercased()
-        let valueText = text.map { String(decoding: $0, as: UTF8.self) } ?? ""
-        switch lower {
-        case "content-length": scan.contentLengths.append(valueText)
-        case "transfer-encoding": scan.transferEncodings.append(valueText)
-        case "host": scan.hasHost = true
+        guard !value.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) else {
+            problem = "malformed request: a header value holds a NUL or control byte"
+            return false
+        }
+        // Most clients already send lower-case names (HTTP/2 must); lower-case only the others.
+        let raw = String(decoding: name, as: UTF8.self)
+        let key = name.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) ? raw.lowercased() : raw
+        let text = String(decoding: value, as: UTF8.self)
+        switch key {
+        case "content-length": contentLengths.append(text)
+        case "transfer-encoding": transferEncodings.append(text)
         default: break
         }
-        return 1
-    }, opaque)
-    let found = withExtendedLifetime(scan) { scan }
-    func refuse(_ status: Int, _ code: String, _ message: String) -> HTTPResponse {
-        var response = APIError(status: status, code: code, message: message).response
-        response.headers.append(("Connection", "close"))
-        return response
+        if values[key] == nil { values[key] = text }
+        return true
     }
-    if let problem = found.problem { return refuse(400, "bad_request", "malformed request: \(problem)") }
-    if version.map({ String(cString: $0) }) == "HTTP/1.1", !found.hasHost {
-        return refuse(400, "bad_request", "malformed request: HTTP/1.1 needs a Host header")
+
+    /// RFC 9110 token characters: letters, digits and !#$%&'*+-.^_`|~
+    private static let isTokenByte: [Bool] = (0..<256).map { byte in
+        let b = UInt8(byte)
+        return (b >= 0x30 && b <= 0x39) || (b | 0x20 >= 0x61 && b | 0x20 <= 0x7A) || "!#$%&'*+-.^_`|~".utf8.contains(b)
     }
-    if found.contentLengths.count > 1 {
-        return refuse(400, "bad_request", "malformed request: more than one Content-Length header")
+}
+
+/// What the first look at a request's head finds wrong with its framing (nil: nothing). libmicrohttpd 0.9.75 has
+/// no strict discipline for these, so they are checked here before any handler runs.
+private func framingProblem(_ head: ValueScan, version: UnsafePointer<CChar>?) -> (status: Int, code: String, message: String)? {
+    if let problem = head.problem { return (400, "bad_request", problem) }
+    if version.map({ String(cString: $0) }) == "HTTP/1.1", head.values["host"] == nil {
+        return (400, "bad_request", "malformed request: HTTP/1.1 needs a Host header")
     }
-    if let length = found.contentLengths.first {
+    if head.contentLengths.count > 1 { return (400, "bad_request", "malformed request: more than one Content-Length header") }
+    if let length = head.contentLengths.first {
         let digits = length.trimmingCharacters(in: .whitespaces)
         guard !digits.isEmpty, digits.count <= 18, digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
-            return refuse(400, "bad_request", "malformed request: Content-Length must be a whole number of bytes")
+            return (400, "bad_request", "malformed request: Content-Length must be a whole number of bytes")
         }
     }
-    if !found.transferEncodings.isEmpty {
-        let codings = found.transferEncodings.joined(separator: ",").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-        guard codings == ["chunked"] else {
-            return refuse(501, "not_implemented", "Transfer-Encoding: only 'chunked' is supported")
-        }
-        if !found.contentLengths.isEmpty {
-            return refuse(400, "bad_request", "malformed request: both Content-Length and Transfer-Encoding")
-        }
+    if !head.transferEncodings.isEmpty {
+        let codings = head.transferEncodings.joined(separator: ",").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        guard codings == ["chunked"] else { return (501, "not_implemented", "Transfer-Encoding: only 'chunked' is supported") }
+        if !head.contentLengths.isEmpty { return (400, "bad_request", "malformed request: both Content-Length and Transfer-Encoding") }
     }
     return nil
 }
 
-/// Path, query names and values must be UTF-8 without NUL (`%00` arrives here as the invalid byte 0xFF).
-private func decodedText(_ pointer: UnsafePointer<CChar>?) -> String? {
-    guard let pointer else { return "" }
-    return String(validatingCString: pointer)
-}
-
-private func queryArguments(_ connection: OpaquePointer?) -> [String: String]? {
-    final class Box { var values: [String: String] = [:]; var bad = false }
-    let box = Box()
-    let opaque = Unmanaged.passUnretained(box).toOpaque()
-    soulacy_mhd_values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, { cls, key, keySize, value, valueSize in
-        let box = Unmanaged<Box>.fromOpaque(cls!).takeUnretainedValue()
-        guard let key, strlen(key) == keySize, let name = String(validatingCString: key) else { box.bad = true; return 0 }
-        var text = ""
-        if let value {
-            guard strlen(value) == valueSize, let decoded = String(validatingCString: value) else { box.bad = true; return 0 }
-            text = decoded
-        }
-        if box.values[name] == nil { box.values[name] = text }
-        return 1
-    }, opaque)
-    return withExtendedLifetime(box) { box.bad ? nil : box.values }
+/// A refusal that also ends the connection: after bad framing, nothing more on it can be trusted.
+private func refusal(_ status: Int, _ code: String, _ message: String) -> HTTPResponse {
+    var response = APIError(status: status, code: code, message: message).response
+    response.headers.append(("Connection", "close"))
+    return response
 }
 
 /// Per-request state, owned by MHD's con_cls from the first callback until completion.
@@ -310,6 +307,8 @@ final class RequestState: @unchecked Sendable {
     let lock = Mutex(())
     var phase: Phase = .receiving
     var body: [UInt8] = []
+    /// Read once, on the first call (they do not change after it).
+    var headers: [String: String] = [:]
     var bodyTooLarge = false
     /// Counted in `inFlight` from the handler's start until MHD has finished sending the answer.
     var counted = false
@@ -326,22 +325,6 @@ private func queue(_ response: HTTPResponse, on connection: OpaquePointer?) -> M
     return result
 }
 
-private func collectValues(_ connection: OpaquePointer?, kind: MHD_ValueKind, lowercaseKeys: Bool) -> [String: String] {
-    final class Box { var values: [String: String] = [:]; let lower: Bool; init(_ lower: Bool) { self.lower = lower } }
-    let box = Box(lowercaseKeys)
-    let opaque = Unmanaged.passUnretained(box).toOpaque()
-    MHD_get_connection_values(connection, kind, { cls, _, key, value in
-        guard let cls, let key else { return MHD_Result.YES }
-        let box = Unmanaged<Box>.fromOpaque(cls).takeUnretainedValue()
-        let name = String(cString: key)
-        // Most clients already send lower-case names (HTTP/2 must); lower-case only the others.
-        let k = box.lower && name.utf8.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) ? name.lowercased() : name
-        if box.values[k] == nil { box.values[k] = value.map { String(cString: $0) } ?? "" }
-        return MHD_Result.YES
-    }, opaque)
-    return withExtendedLifetime(box) { box.values }
-}
-
 private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadDataSize, conCls in
     guard let cls, let conCls, let uploadDataSize else { return MHD_Result.NO }
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
@@ -350,10 +333,12 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         // First call: headers only. Refuse bad framing, and an announced oversized body before reading it.
         let state = RequestState()
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
-        if let refusal = framingRefusal(connection, version: version) {
+        let head = ValueScan(connection, kind: MHD_ValueKind.HEADER_KIND)
+        if let problem = framingProblem(head, version: version) {
             state.bodyTooLarge = true
-            return queue(refusal, on: connection)
+            return queue(refusal(problem.status, problem.code, problem.message), on: connection)
         }
+        state.headers = head.values
         if let length = MHD_lookup_connection_value(connection, MHD_ValueKind.HEADER_KIND, "Content-Length").flatMap({ Int(String(cString: $0)) }),
            length > core.maximumBodyBytes {
             state.bodyTooLarge = true
@@ -387,18 +372,17 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         if state.bodyTooLarge { return queue(tooLarge(core.maximumBodyBytes), on: connection) }
         // The whole request is in: its receive deadline is met.
         core.receiveDeadlines.disarm(UInt(bitPattern: connection))
-        guard let path = decodedText(url), let query = queryArguments(connection) else {
-            var refusal = APIError.badRequest("the path or query holds a NUL (%00) or is not UTF-8", code: "bad_request").response
-            refusal.headers.append(("Connection", "close"))
-            return queue(refusal, on: connection)
+        let query = ValueScan(connection, kind: MHD_ValueKind.GET_ARGUMENT_KIND)
+        guard let path = url.map({ String(validatingCString: $0) }) ?? "", query.problem == nil else {
+            return queue(refusal(400, "bad_request", "the path or query holds a NUL (%00) or is not UTF-8"), on: connection)
         }
         var buffer = [CChar](repeating: 0, count: 64)
         soulacy_mhd_client_address(connection, &buffer, buffer.count)
         let request = HTTPRequest(
             method: method.map { String(cString: $0) } ?? "GET",
             path: path.isEmpty ? "/" : path,
-            query: query,
-            headers: collectValues(connection, kind: MHD_ValueKind.HEADER_KIND, lowercaseKeys: true),
+            query: query.values,
+            headers: state.headers,
             body: state.body,
             remoteAddress: buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
         state.body = []
@@ -420,9 +404,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
 }
 
 private func tooLarge(_ limit: Int) -> HTTPResponse {
-    var response = APIError(status: 413, code: "body_too_large", message: "the request body is larger than the limit of \(limit) bytes").response
-    response.headers.append(("Connection", "close"))
-    return response
+    refusal(413, "body_too_large", "the request body is larger than the limit of \(limit) bytes")
 }
 
 private let requestCompleted: MHD_RequestCompletedCallback = { cls, connection, conCls, code in

@@ -21,9 +21,15 @@ public final class CommitHook: Sendable {
     /// No more work from now on (tasks the request started may outlive it and inherit the binding).
     public func close() { closed.store(true, ordering: .releasing) }
 
-    func run(in db: Connection) throws {
-        guard !closed.load(ordering: .acquiring) else { return }
-        try work(db)
-        ran.add(1, ordering: .releasing)
+    /// Runs `body` in the caller's open transaction and then, if it changed rows, the task's hook (if any),
+    /// still before the COMMIT.
+    static func withCurrent<T>(_ hook: CommitHook?, in db: Connection, _ body: (Connection) throws -> T) throws -> T {
+        let before = db.totalChanges
+        let value = try body(db)
+        if let hook, db.totalChanges != before, !hook.closed.load(ordering: .acquiring) {
+            try hook.work(db)
+            hook.ran.add(1, ordering: .releasing)
+        }
+        return value
     }
 }

@@ -47,14 +47,7 @@ public final class DatabasePool: Sendable {
     /// Runs `body` in one IMMEDIATE transaction on the writer: all of it commits, or none.
     public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
         let hook = CommitHook.current
-        return try write { db in
-            try db.transaction { db in
-                let before = db.totalChanges
-                let value = try body(db)
-                if let hook, db.totalChanges != before { try hook.run(in: db) }
-                return value
-            }
-        }
+        return try write { db in try db.transaction { db in try CommitHook.withCurrent(hook, in: db, body) } }
     }
 
     /// A reader connection; reads see the last committed state.

@@ -98,9 +98,7 @@ extension DatabasePool {
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             let result = Mutex<T?>(nil)
             groupCommit.submit(GroupCommit.Job(run: { db in
-                let before = db.totalChanges
-                let value = try body(db)
-                if let hook, db.totalChanges != before { try hook.run(in: db) }
+                let value = try CommitHook.withCurrent(hook, in: db, body)
                 result.withLock { $0 = value }
             }, finish: { error in
                 if let error { continuation.resume(throwing: error) } else {

@@ -68,14 +68,7 @@ public actor PushDispatcher {
         await withDiscardingTaskGroup { group in
             while !Task.isCancelled {
                 let room = batchSize - inFlight.value
-                var claimed: [OutboxEntry] = []
-                if room > 0 {
-                    do {
-                        claimed = try store.outbox.claimDue(owner: owner, now: clock.now(), lease: lease, limit: room)
-                    } catch {
-                        log.error("push: cannot read the outbox: \(error)")
-                    }
-                }
+                let claimed = room > 0 ? claimDue(limit: room) : []
                 for entry in claimed {
                     inFlight.add(1)
                     group.addTask {
@@ -89,6 +82,16 @@ public actor PushDispatcher {
         }
     }
 
+    /// Leases up to `limit` due wake-ups to this dispatcher (none when the outbox cannot be read; that is logged).
+    private func claimDue(limit: Int) -> [OutboxEntry] {
+        do {
+            return try store.outbox.claimDue(owner: owner, now: clock.now(), lease: lease, limit: limit)
+        } catch {
+            log.error("push: cannot read the outbox: \(error)")
+            return []
+        }
+    }
+
     private func waitTime() -> Duration {
         guard let next = try? store.outbox.nextDue() else { return pollInterval }
         let seconds = next.timeIntervalSince(clock.now())
@@ -99,13 +102,7 @@ public actor PushDispatcher {
     /// Claims and sends every due wake-up once; returns how many rows it handled.
     @discardableResult
     public func dispatchDue() async -> Int {
-        let claimed: [OutboxEntry]
-        do {
-            claimed = try store.outbox.claimDue(owner: owner, now: clock.now(), lease: lease, limit: batchSize)
-        } catch {
-            log.error("push: cannot read the outbox: \(error)")
-            return 0
-        }
+        let claimed = claimDue(limit: batchSize)
         guard !claimed.isEmpty else { return 0 }
         await withTaskGroup(of: Void.self) { group in
             for entry in claimed {

@@ -82,7 +82,7 @@ public final class IdempotencyLog: Sendable {
             try? await Task.sleep(for: .milliseconds(10))
         }
         defer { _ = inFlight.withLock { $0.remove(slot) } }
-        let sealingKey = Self.sealingKey(secret: Self.bearer(of: request).map { Array($0.utf8) } ?? sealingSecret, scope: scope, key: key)
+        let sealingKey = Self.sealingKey(secret: request.bearerToken.map { Array($0.utf8) } ?? sealingSecret, scope: scope, key: key)
         if let stored = try? database.read({ db in
             try db.query("SELECT method, path, status, content_type, body, sealed FROM idempotency_log WHERE scope = ? AND idempotency_key = ?", scope, key).first
         }) {
@@ -151,9 +151,4 @@ public final class IdempotencyLog: Sendable {
         return try? HKDF.deriveKey(secret: secret, salt: Array("soulacy idempotency v1".utf8), info: Array((scope + "\u{0}" + key).utf8))
     }
 
-    static func bearer(of request: HTTPRequest) -> String? {
-        guard let header = request.header("authorization"), header.count > 7, header.prefix(7).lowercased() == "bearer " else { return nil }
-        let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
-        return token.isEmpty ? nil : token
-    }
 }

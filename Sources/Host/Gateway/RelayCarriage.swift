@@ -106,11 +106,18 @@ public actor RelayCarriage {
     /// A phone's key was revoked: nothing more is sealed for it, and the relay drops its place, its bearer and
     /// what it holds for it (now, or on a later round if the relay cannot be reached).
     public func revoke(keyID: String) async {
-        _ = try? database.transaction { db in try db.run("UPDATE relay_devices SET revoked = 1 WHERE device_id = ?", keyID) }
-        if let box = try? await ensureMailbox() { await removeAtRelay(deviceID: keyID, box: box) }
+        // Marked before anything else, so no round seals another record for it; removed at the relay now, or on
+        // a later round if the relay cannot be reached.
+        markRevoked(keyID)
+        if let box = try? await ensureMailbox() { await forget(deviceID: keyID, box: box) }
     }
 
-    private func removeAtRelay(deviceID: String, box: (id: String, bearer: String)) async {
+    private func markRevoked(_ deviceID: String) {
+        _ = try? database.transaction { db in try db.run("UPDATE relay_devices SET revoked = 1 WHERE device_id = ? AND revoked = 0", deviceID) }
+    }
+
+    /// Has the relay remove a revoked phone, and forgets it here once the relay has.
+    private func forget(deviceID: String, box: (id: String, bearer: String)) async {
         guard let (status, _) = try? await call("DELETE", "/v1/mailboxes/\(box.id)/devices/\(deviceID)", bearer: box.bearer),
               status == 204 || status == 404 else { return }
         _ = try? database.transaction { db in try db.run("DELETE FROM relay_devices WHERE device_id = ? AND revoked = 1", deviceID) }
@@ -143,16 +150,17 @@ public actor RelayCarriage {
 
     private func round() async throws {
         let box = try await ensureMailbox()
-        var devices = try database.read { db in try db.query("SELECT * FROM relay_devices") }
-        // A key revoked by any path (or gone) counts as revoked here too.
-        for row in devices {
+        var devices: [Row] = []
+        for row in try database.read({ db in try db.query("SELECT * FROM relay_devices") }) {
             guard let id = row.string("device_id") else { continue }
+            // A key revoked by any path (or gone) counts as revoked here too.
             if row.bool("revoked") == true || keys.principal(keyID: id) == nil {
-                _ = try? database.transaction { db in try db.run("UPDATE relay_devices SET revoked = 1 WHERE device_id = ?", id) }
-                await removeAtRelay(deviceID: id, box: box)
+                markRevoked(id)
+                await forget(deviceID: id, box: box)
+            } else {
+                devices.append(row)
             }
         }
-        devices = devices.filter { row in row.bool("revoked") != true && row.string("device_id").flatMap { keys.principal(keyID: $0) } != nil }
         for row in devices where row.bool("registered") == false {
             if let id = row.string("device_id"), let secret = row.blob("secret") { try? await register(deviceID: id, secret: secret, box: box) }
         }
@@ -220,6 +228,8 @@ public actor RelayCarriage {
     /// Sends lines down in order; false when the relay stopped taking them (the rest go on a later round).
     private func sendPage(_ page: [Delivery], deviceID: String, keys: RelayKeys, previous: inout Int64, box: (id: String, bearer: String)) async throws -> Bool {
         for delivery in page {
+            // A revocation may land while this round waits on the relay: it stops the very next record.
+            guard self.keys.principal(keyID: deviceID) != nil else { return false }
             var record: [String: Any] = ["after": previous, "seq": delivery.seq, "kind": "delivery", "id": delivery.id]
             let line: [String: Any] = ["id": delivery.id, "agent_id": delivery.agentID, "agent_name": delivery.agentName, "title": delivery.title,
                                        "body": delivery.body, "created_at": delivery.createdAt.timeIntervalSince1970, "destination": delivery.destination.description]
