@@ -38,6 +38,20 @@ public struct HTTPRequest: Sendable {
 
     public func parameter(_ name: String) -> String { pathParameters[name] ?? "" }
 
+    /// A query value that must be one of `allowed` (`fallback` when absent); anything else is a 400 naming it.
+    public func queryChoice(_ name: String, among allowed: [String], fallback: String) throws(APIError) -> String {
+        guard let value = query[name] else { return fallback }
+        guard allowed.contains(value) else {
+            throw APIError.invalidField(name, "must be one of \(allowed.joined(separator: ", ")), got \"\(value)\"")
+        }
+        return value
+    }
+
+    /// A true/false query flag (false when absent).
+    public func queryFlag(_ name: String) throws(APIError) -> Bool {
+        try queryChoice(name, among: ["true", "false"], fallback: "false") == "true"
+    }
+
     /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive, blanks around the token
     /// ignored); nil when there is no such header or it names another scheme or no token.
     public var bearerToken: String? {

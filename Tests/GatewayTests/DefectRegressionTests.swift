@@ -256,6 +256,25 @@ struct DefectRegressionTests {
         }
     }
 
+    @Test("what openapi.yaml forbids is refused, naming the field; unknown agents are 404, as in the original")
+    func describedValuesOnly() async throws {
+        try await withTestGateway { gw in
+            for (path, field) in [("/api/v1/approvals?state=AAA", "state"), ("/approvals?state=done", "state"), ("/api/v1/runs/run_x?wait=maybe", "wait"),
+                                  ("/api/v1/approvals/call_x?wait=1", "wait")] {
+                let refused = try await gw.request("GET", path)
+                #expect(refused.status == 400 && refused.errorField == field, "\(path)")
+            }
+            #expect(try await gw.request("GET", "/api/v1/approvals?state=all").status == 200)
+            let emptyCall = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "shell", "call_id": "", "wait": false])
+            #expect(emptyCall.status == 400 && emptyCall.errorField == "call_id")
+            #expect(try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "nobody", "tool": "shell", "wait": false]).status == 404)
+            #expect(try await gw.request("POST", "/api/v1/chat", json: ["agent_id": "nobody", "text": "hi"]).status == 404)
+            try await gw.registerDevice(id: "pixel", key: nil, platform: "android")
+            let android = try await gw.request("POST", "/api/v1/mobile/activities", json: ["device_id": "pixel", "agent_id": "echo", "session_id": "s", "token": "abcd"])
+            #expect(android.status == 409 && android.errorField == "device_id")
+        }
+    }
+
     @Test("1,100 slow connections from one address: a normal client is still served, and the slow ones are closed at the deadline")
     func slowClients() async throws {
         var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)

@@ -159,7 +159,8 @@ public struct MobileAPI: Sendable {
         let body = try JSONObject(body: request.body)
         let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: DeviceRegistration.maximumIDLength), subject: caller.subject)
         guard device.platform == .ios else {
-            throw APIError.invalidField("device_id", "Live Activities are an iOS feature; they are never sent to Android devices")
+            // A well-formed request about a device whose platform cannot have it: a conflict with that device.
+            throw APIError(status: 409, code: "wrong_platform", message: "device_id: Live Activities are an iOS feature; they are never sent to Android devices", field: "device_id")
         }
         let agentID = try body.string("agent_id", maxLength: 64)
         guard !agentID.isEmpty else { throw APIError.invalidField("agent_id", "must not be empty") }

@@ -92,9 +92,13 @@ struct GatewayAPI: Sendable {
     @Sendable func getRun(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let id = request.parameter("id")
+        let wait = try request.queryFlag("wait")
         // A run is its person's, like their inbox: another key (even an admin's) learns nothing, not even that it exists.
-        guard let started = try runStore.run(id: id), started.subject == caller.subject else { throw APIError.notFound("no run \(id) of yours") }
-        if request.query["wait"] == "true", started.status == .running { _ = await runs.wait(runID: id) }
+        // A run just started may not be stored yet: then the run in flight says whose it is.
+        var owner = try runStore.run(id: id)?.subject
+        if owner == nil { owner = await runs.activityRun(runID: id)?.subject }
+        guard owner == caller.subject else { throw APIError.notFound("no run \(id) of yours") }
+        if wait { _ = await runs.wait(runID: id) }
         guard let run = try runStore.run(id: id) else { throw APIError.notFound("no run \(id) of yours") }
         return .json(.object([
             "id": .string(run.id), "agent_id": .string(run.agentID), "session_id": .string(run.sessionID),

@@ -149,10 +149,12 @@ struct ApprovalsAPI: Sendable {
         let caller = try request.caller()
         let body = try JSONObject(body: request.body)
         let agentID = try body.string("agent_id", maxLength: 64)
-        guard let agent = config.agent(id: agentID) else { throw APIError.invalidField("agent_id", "no agent '\(agentID)' in SOUL.yaml") }
+        // An unknown agent is a missing resource, as in the original (404 "agent not found").
+        guard let agent = config.agent(id: agentID) else { throw APIError.notFound("agent_id: no agent '\(agentID)' in SOUL.yaml") }
         let tool = try body.string("tool", maxLength: 200)
         guard !tool.isEmpty else { throw APIError.invalidField("tool", "must not be empty") }
         let callID = try body.optionalString("call_id", maxLength: 128)
+        if callID?.isEmpty == true { throw APIError.invalidField("call_id", "must not be empty; leave it out to get one made") }
         let sessionID = try body.optionalString("session_id", maxLength: 128) ?? ""
         let arguments = body.fields["arguments"].map { $0.serialized() } ?? "{}"
         guard arguments.utf8.count <= 64 * 1024 else { throw APIError.invalidField("arguments", "must be at most 64 KiB of JSON") }
@@ -190,16 +192,17 @@ struct ApprovalsAPI: Sendable {
 
     @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
-        let all = request.query["state"] == "all"
+        let all = try request.queryChoice("state", among: ["pending", "all"], fallback: "pending") == "all"
         return .json(["approvals": .array(try broker.approvals(subject: caller.subject, all: all).map { Self.json($0) })])
     }
 
     @Sendable func get(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
+        let wait = try request.queryFlag("wait")
         guard var approval = try broker.approval(callID: request.parameter("id")), approval.subject == caller.subject else {
             throw APIError.notFound("no approval \(request.parameter("id")) for you")
         }
-        if request.query["wait"] == "true", approval.state == .pending {
+        if wait, approval.state == .pending {
             _ = await broker.wait(callID: approval.callID, atMost: longPoll)
             approval = try broker.approval(callID: approval.callID) ?? approval
         }
@@ -281,7 +284,8 @@ struct AssistantAPI: Sendable {
         } else {
             throw APIError.missingField("agent_id")
         }
-        guard visible.contains(where: { $0.id == agentID }) else { throw APIError.invalidField("agent_id", "no agent '\(agentID)'") }
+        // An unknown agent is a missing resource, as in the original (404 "agent not found").
+        guard visible.contains(where: { $0.id == agentID }) else { throw APIError.notFound("agent_id: no agent '\(agentID)'") }
         let started: StartedRun
         do {
             started = try await runs.start(agentID: agentID, input: text, trigger: "chat", destination: nil, subject: caller.subject)
