@@ -49,9 +49,9 @@ public struct JSONObject: Sendable {
         self.path = path
     }
 
-    /// The body must be a JSON object; an empty body counts as `{}` when `allowEmpty`.
+    /// The body must be a JSON object; no body at all counts as `{}` when `allowEmpty` (blanks alone are not JSON).
     public init(body: [UInt8], allowEmpty: Bool = false) throws(APIError) {
-        if allowEmpty && body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
+        if allowEmpty && body.isEmpty {
             self.init([:])
             return
         }
