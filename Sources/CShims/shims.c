@@ -49,6 +49,11 @@ int soulacy_mhd_connection_fd(struct MHD_Connection *connection) {
     return info ? info->connect_fd : -1;
 }
 
+void *soulacy_mhd_socket_context(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? info->socket_context : NULL;
+}
+
 struct soulacy_values_context { soulacy_mhd_value_fn fn; void *cls; };
 static enum MHD_Result soulacy_values_iterator(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
                                                const char *value, size_t value_size) {

@@ -162,34 +162,54 @@ final class ServerCore: Sendable {
 
 /// Connections still sending a request, each with the time by which it must have sent it. A sweeper thread shuts
 /// down the socket of one that is late; libmicrohttpd then sees the close and cleans the connection up itself.
-/// Entries leave under the lock when libmicrohttpd reports the connection closed, so a socket is never shut
-/// down after its descriptor was closed and reused.
+/// The set changes only when a connection opens or closes (under the lock, so a socket is never shut down after
+/// its descriptor was closed and reused); each request just moves its own connection's deadline, an atomic.
 final class ReceiveDeadlines: Sendable {
-    private let seconds: Int
-    private let pending = Mutex<[UInt: (fd: Int32, deadline: ContinuousClock.Instant)]>([:])
-    private let sweeping = Atomic<Bool>(false)
-
-    init(seconds: Int) { self.seconds = seconds }
-
-    func arm(_ connection: UInt, fd: Int32) {
-        guard seconds > 0, fd >= 0 else { return }
-        let deadline = ContinuousClock.now + .seconds(seconds)
-        pending.withLock { $0[connection] = (fd, deadline) }
+    /// One connection's socket and deadline (nanoseconds on the uptime clock; 0 while none runs).
+    final class Entry: Sendable {
+        let fd: Int32
+        let deadline = Atomic<UInt64>(0)
+        init(fd: Int32) { self.fd = fd }
     }
 
-    /// The whole request has arrived (or the connection is gone).
-    func disarm(_ connection: UInt) { _ = pending.withLock { $0.removeValue(forKey: connection) } }
+    private let nanoseconds: UInt64
+    private let open = Mutex<[UInt: Entry]>([:])
+    private let sweeping = Atomic<Bool>(false)
+
+    init(seconds: Int) { nanoseconds = UInt64(max(0, seconds)) * 1_000_000_000 }
+
+    private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    /// A new connection: kept in the set (its entry also rides in MHD's socket context) with its deadline running.
+    func opened(_ connection: UInt, fd: Int32) -> Entry? {
+        guard nanoseconds > 0, fd >= 0 else { return nil }
+        let entry = Entry(fd: fd)
+        arm(entry)
+        open.withLock { $0[connection] = entry }
+        return entry
+    }
+
+    func closed(_ connection: UInt) { _ = open.withLock { $0.removeValue(forKey: connection) } }
+
+    /// The next request on the connection must arrive whole within the limit from now.
+    func arm(_ entry: Entry) { entry.deadline.store(Self.now() + nanoseconds, ordering: .relaxed) }
+
+    /// The whole request has arrived.
+    func disarm(_ entry: Entry) { entry.deadline.store(0, ordering: .relaxed) }
 
     func startSweeping() {
-        guard seconds > 0, !sweeping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard nanoseconds > 0, !sweeping.exchange(true, ordering: .acquiringAndReleasing) else { return }
         Thread.detachNewThread { [self] in
             while sweeping.load(ordering: .acquiring) {
                 usleep(250_000)
-                let now = ContinuousClock.now
-                pending.withLock { entries in
-                    for (connection, entry) in entries where entry.deadline <= now {
-                        Glibc.shutdown(entry.fd, Int32(SHUT_RDWR))
-                        entries[connection] = nil
+                let now = Self.now()
+                open.withLock { entries in
+                    for entry in entries.values {
+                        let deadline = entry.deadline.load(ordering: .relaxed)
+                        if deadline != 0, deadline <= now {
+                            entry.deadline.store(0, ordering: .relaxed)
+                            Glibc.shutdown(entry.fd, Int32(SHUT_RDWR))
+                        }
                     }
                 }
             }
@@ -199,14 +219,25 @@ final class ReceiveDeadlines: Sendable {
     func stopSweeping() { sweeping.store(false, ordering: .releasing) }
 }
 
-private let connectionNotified: MHD_NotifyConnectionCallback = { cls, connection, _, code in
-    guard let cls, let connection else { return }
+/// The deadline entry of a connection (nil when deadlines are off), kept in MHD's socket context.
+private func deadlineEntry(_ connection: OpaquePointer?) -> ReceiveDeadlines.Entry? {
+    soulacy_mhd_socket_context(connection).map { Unmanaged<ReceiveDeadlines.Entry>.fromOpaque($0).takeUnretainedValue() }
+}
+
+private let connectionNotified: MHD_NotifyConnectionCallback = { cls, connection, socketContext, code in
+    guard let cls, let connection, let socketContext else { return }
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
     let key = UInt(bitPattern: connection)
     if code == MHD_ConnectionNotificationCode(rawValue: 0) {  // MHD_CONNECTION_NOTIFY_STARTED
-        core.receiveDeadlines.arm(key, fd: soulacy_mhd_connection_fd(connection))
+        if let entry = core.receiveDeadlines.opened(key, fd: soulacy_mhd_connection_fd(connection)) {
+            socketContext.pointee = Unmanaged.passRetained(entry).toOpaque()
+        }
     } else {
-        core.receiveDeadlines.disarm(key)
+        core.receiveDeadlines.closed(key)
+        if let held = socketContext.pointee {
+            Unmanaged<ReceiveDeadlines.Entry>.fromOpaque(held).release()
+            socketContext.pointee = nil
+        }
     }
 }
 
@@ -235,15 +266,24 @@ private final class ValueScan {
 
     private func add(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) -> Bool {
         guard isHeader else {
-            guard let key = String(validating: name, as: UTF8.self),
-                  let text = String(validating: value, as: UTF8.self), !key.utf8.contains(0), !text.utf8.contains(0) else {
+            // `%00` arrives as 0xFF, which no UTF-8 holds: validating refuses NUL and bad UTF-8 alike.
+            guard let key = String(validating: name, as: UTF8.self), let text = String(validating: value, as: UTF8.self) else {
                 problem = "the path or query holds a NUL (%00) or is not UTF-8"
                 return false
             }
             if values[key] == nil { values[key] = text }
             return true
         }
-        guard !name.isEmpty, name.allSatisfy({ Self.isTokenByte[Int($0)] }) else {
+        // One pass over the name (this runs for every header of every request): token bytes only, and any upper case?
+        var isToken = !name.isEmpty
+        var hasUpper = false
+        Self.isTokenByte.withUnsafeBufferPointer { table in
+            for byte in name {
+                if !table[Int(byte)] { isToken = false; break }
+                if byte >= 0x41 && byte <= 0x5A { hasUpper = true }
+            }
+        }
+        guard isToken else {
             problem = "malformed request: a header name is not a token (spaces, control bytes or NUL)"
             return false
         }
@@ -253,12 +293,14 @@ private final class ValueScan {
         }
         // Most clients already send lower-case names (HTTP/2 must); lower-case only the others.
         let raw = String(decoding: name, as: UTF8.self)
-        let key = name.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) ? raw.lowercased() : raw
+        let key = hasUpper ? raw.lowercased() : raw
         let text = String(decoding: value, as: UTF8.self)
-        switch key {
-        case "content-length": contentLengths.append(text)
-        case "transfer-encoding": transferEncodings.append(text)
-        default: break
+        if name.count == 14 || name.count == 17 {
+            switch key {
+            case "content-length": contentLengths.append(text)
+            case "transfer-encoding": transferEncodings.append(text)
+            default: break
+            }
         }
         if values[key] == nil { values[key] = text }
         return true
@@ -371,7 +413,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
     case .receiving:
         if state.bodyTooLarge { return queue(tooLarge(core.maximumBodyBytes), on: connection) }
         // The whole request is in: its receive deadline is met.
-        core.receiveDeadlines.disarm(UInt(bitPattern: connection))
+        if let entry = deadlineEntry(connection) { core.receiveDeadlines.disarm(entry) }
         let query = ValueScan(connection, kind: MHD_ValueKind.GET_ARGUMENT_KIND)
         guard let path = url.map({ String(validatingCString: $0) }) ?? "", query.problem == nil else {
             return queue(refusal(400, "bad_request", "the path or query holds a NUL (%00) or is not UTF-8"), on: connection)
@@ -408,10 +450,9 @@ private func tooLarge(_ limit: Int) -> HTTPResponse {
 }
 
 private let requestCompleted: MHD_RequestCompletedCallback = { cls, connection, conCls, code in
-    if let cls, let connection, code == MHD_RequestTerminationCode(rawValue: 0) {  // MHD_REQUEST_TERMINATED_COMPLETED_OK
+    if let cls, code == MHD_RequestTerminationCode(rawValue: 0), let entry = deadlineEntry(connection) {  // MHD_REQUEST_TERMINATED_COMPLETED_OK
         // Kept alive: the next request has the same time to arrive as the first had.
-        Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().receiveDeadlines
-            .arm(UInt(bitPattern: connection), fd: soulacy_mhd_connection_fd(connection))
+        Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().receiveDeadlines.arm(entry)
     }
     guard let conCls, let existing = conCls.pointee else { return }
     let state = Unmanaged<RequestState>.fromOpaque(existing)

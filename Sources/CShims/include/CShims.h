@@ -25,6 +25,9 @@ struct soulacy_mhd_options {
 /* The socket of a connection (for shutting down one that takes too long to send its request). */
 int soulacy_mhd_connection_fd(struct MHD_Connection *connection);
 
+/* What the connection-notify callback stored in the connection's socket context (NULL when nothing). */
+void *soulacy_mhd_socket_context(struct MHD_Connection *connection);
+
 /* Every value of one kind with its length, so NUL bytes inside a name or value can be seen. */
 typedef int (*soulacy_mhd_value_fn)(void *cls, const char *key, size_t key_size, const char *value, size_t value_size);
 void soulacy_mhd_values(struct MHD_Connection *connection, enum MHD_ValueKind kind, soulacy_mhd_value_fn fn, void *cls);
