@@ -26,6 +26,14 @@ struct RelayPathsTests {
                                      deviceID: relay["device_id"]!.stringValue!, secret: Base64URL.decode(relay["secret"]!.stringValue!)!))
     }
 
+    /// A relay mailbox server and a gateway that carries through it, both stopped afterwards.
+    func withRelayGateway(_ body: (RelayServerProcess, TestGateway) async throws -> Void) async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { gw in try await body(relay, gw) }
+    }
+
     func client(_ gw: TestGateway?, token: String, relay: RelayEndpoint?, lanPin: String? = nil, readBack: Duration = .seconds(6)) -> GatewayClient {
         var paths = GatewayPaths(relay: relay)
         if let gw, let port = gw.gateway.lanPort { paths.lan = ("https://127.0.0.1:\(port)", lanPin ?? gw.gateway.lanFingerprint!) }
@@ -81,10 +89,7 @@ struct RelayPathsTests {
 
     @Test("with neither direct path answering, the phone falls back to the relay and reads its inbox through it, sealed")
     func relayFallback() async throws {
-        let relay = RelayServerProcess()
-        try await relay.start()
-        defer { relay.stop() }
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+        try await withRelayGateway { relay, gw in
             let (token, endpoint) = try await pairPhone(gw)
             _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone"], key: .some(token))
             _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": .string(Self.secretText)])
@@ -149,10 +154,7 @@ struct RelayPathsTests {
 
     @Test("every command replayed through the relay gives one effect")
     func replayThroughRelay() async throws {
-        let relay = RelayServerProcess()
-        try await relay.start()
-        defer { relay.stop() }
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+        try await withRelayGateway { relay, gw in
             let (token, endpoint) = try await pairPhone(gw)
             let phone = client(nil, token: token, relay: endpoint)
             #expect(await phone.probe() == .relay)
@@ -227,10 +229,7 @@ struct RelayPathsTests {
 
     @Test("an item too large for the relay comes down as a too_large marker; a result too large is 413")
     func tooLarge() async throws {
-        let relay = RelayServerProcess()
-        try await relay.start()
-        defer { relay.stop() }
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+        try await withRelayGateway { relay, gw in
             let (token, endpoint) = try await pairPhone(gw)
             let channel = try gw.gateway.channels.channel(named: "mobile")
             _ = try await channel.deliver(.init(agentID: "echo", agentName: "Echo", sessionID: "s", parts: [String(repeating: "x", count: 200_000)]), to: "all")
@@ -247,10 +246,7 @@ struct RelayPathsTests {
 
     @Test("a revoked phone reads nothing more through the relay: its place and bearer are gone there, no new record is sealed for it")
     func revokedPhone() async throws {
-        let relay = RelayServerProcess()
-        try await relay.start()
-        defer { relay.stop() }
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+        try await withRelayGateway { relay, gw in
             let (token, endpoint) = try await pairPhone(gw)
             try await gw.gateway.carriage!.tick()
             let keys = try RelayKeys(secret: endpoint.secret, deviceID: endpoint.deviceID)
@@ -275,10 +271,7 @@ struct RelayPathsTests {
 
     @Test("more than 200 lines written while the phone was away all come down, in order, with no gap")
     func backlog() async throws {
-        let relay = RelayServerProcess()
-        try await relay.start()
-        defer { relay.stop() }
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+        try await withRelayGateway { relay, gw in
             let (token, endpoint) = try await pairPhone(gw)
             for n in 0..<230 { _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": .string("line \(n)")]) }
             try await gw.gateway.carriage!.tick()
@@ -294,10 +287,7 @@ struct RelayPathsTests {
 
     @Test("with the relay off for a phone nothing is held for it: no records, no commands")
     func relayOff() async throws {
-        let relay = RelayServerProcess()
-        try await relay.start()
-        defer { relay.stop() }
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+        try await withRelayGateway { relay, gw in
             let (token, endpoint) = try await pairPhone(gw)
             let phone = client(nil, token: token, relay: endpoint, readBack: .seconds(1))
             #expect(await phone.setRelay(on: false))
