@@ -24,9 +24,11 @@ public final class CommitHook: Sendable {
     /// Runs `body` in the caller's open transaction and then, if it changed rows, the task's hook (if any),
     /// still before the COMMIT.
     static func withCurrent<T>(_ hook: CommitHook?, in db: Connection, _ body: (Connection) throws -> T) throws -> T {
+        // Most transactions have no hook: they pay nothing here.
+        guard let hook else { return try body(db) }
         let before = db.totalChanges
         let value = try body(db)
-        if let hook, db.totalChanges != before, !hook.closed.load(ordering: .acquiring) {
+        if db.totalChanges != before, !hook.closed.load(ordering: .acquiring) {
             try hook.work(db)
             hook.ran.add(1, ordering: .releasing)
         }
