@@ -48,7 +48,9 @@ let package = Package(
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/Relay"),
-        .target(name: "Gateway", dependencies: ["ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
+        // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
+        .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
+        .target(name: "Gateway", dependencies: ["LLM", "JSON", "ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).

@@ -28,6 +28,8 @@ public struct ChannelRegistry: Sendable {
 
     public var names: [String] { channels.keys.sorted() }
 
+    public func has(_ name: String) -> Bool { channels[name] != nil }
+
     public func channel(named name: String) throws(ChannelRegistryError) -> any Channel {
         guard let channel = channels[name] else {
             throw ChannelRegistryError(description: "unknown channel '\(name)'; registered: \(names.joined(separator: ", "))")

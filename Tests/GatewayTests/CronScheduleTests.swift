@@ -36,6 +36,21 @@ struct CronScheduleTests {
         #expect(try fires("0 0 * * 7", after: "2026-01-01T00:00:00Z", count: 1) == ["2026-01-04T00:00:00Z"])
     }
 
+    @Test("Soulacy's cron: a leading seconds field, ?, @every, and CRON_TZ= / TZ= prefixes")
+    func soulacyExtensions() throws {
+        #expect(try fires("30 */15 9 * * *", after: "2026-01-05T09:14:00Z", count: 3) ==
+                ["2026-01-05T09:15:30Z", "2026-01-05T09:30:30Z", "2026-01-05T09:45:30Z"])
+        #expect(try fires("0 0 12 ? * MON", after: "2026-01-05T00:00:00Z", count: 1) == ["2026-01-05T12:00:00Z"])
+        #expect(try fires("@every 1h30m", after: "2026-01-05T09:14:07.250Z", count: 2) == ["2026-01-05T10:44:07Z", "2026-01-05T12:14:07Z"])
+        // The prefix wins over the zone the schedule is read in.
+        #expect(try fires("CRON_TZ=Europe/Berlin 0 8 * * *", after: "2026-01-05T00:00:00Z", in: Self.newYork, count: 1) == ["2026-01-05T07:00:00Z"])
+        #expect(try fires("TZ=America/New_York 0 8 * * *", after: "2026-01-05T00:00:00Z", count: 1) == ["2026-01-05T13:00:00Z"])
+        #expect(try CronSchedule("CRON_TZ=Europe/Berlin 0 8 * * *").timeZone?.identifier == "Europe/Berlin")
+        #expect(throws: CronError.self) { try CronSchedule("CRON_TZ=Mars/Base 0 8 * * *") }
+        #expect(throws: CronError.self) { try CronSchedule("@every 0s") }
+        #expect(throws: CronError.self) { try CronSchedule("0 0 0 8 * * *") }
+    }
+
     @Test("macros")
     func macros() throws {
         #expect(try fires("@daily", after: "2026-01-01T10:00:00Z", count: 1) == ["2026-01-02T00:00:00Z"])
@@ -104,7 +119,7 @@ struct CronScheduleTests {
         ("*/0 * * * *", "step"),
         ("5-1 * * * *", "runs backwards"),
         ("1,,2 * * * *", "empty list item"),
-        ("@reboot", "unknown cron macro"),
+        ("@reboot", "unknown cron descriptor"),
     ])
     func errors(expression: String, expected: String) {
         #expect {

@@ -98,27 +98,46 @@ struct ScheduleDeliveryTests {
         }
     }
 
-    @Test("a failing run sends its failure notice without the error text unless include_error is set")
+    @Test("a failing run sends Soulacy's failure notice: the default template with the error; a custom one with the error only on include_error")
     func failureNotice() async throws {
         let config = """
             agents:
               - id: broken
                 name: Broken
                 runner:
-                  command: ["/bin/sh", "-c", "echo secret-stderr-detail >&2; exit 3"]
+                  command: ["/bin/sh", "-c", "echo disk-full-detail >&2; exit 3"]
                 notify_on_failure:
                   channel: mobile
                   to: all
+              - id: quiet
+                runner:
+                  command: ["/bin/sh", "-c", "echo quiet-detail >&2; exit 4"]
+                notify_on_failure: {channel: mobile, to: all, template: "{agent_name} stopped at {timestamp}"}
+              - id: loud
+                runner:
+                  command: ["/bin/sh", "-c", "echo loud-detail >&2; exit 5"]
+                notify_on_failure: {channel: mobile, to: all, template: "{agent_id} stopped", include_error: true}
             """
         try await withTestGateway(config: config) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             let run = try await gw.runAgent("broken", input: "")
             #expect(run["status"] == "failed")
             #expect(run["error"]?.stringValue?.contains("status 3") == true)
-            let lines = try await inbox(gw)
+            var lines = try await inbox(gw)
             #expect(lines.count == 1)
             #expect(lines.first?["title"] == "Broken failed")
-            #expect(lines.first?["body"]?.stringValue?.contains("secret-stderr-detail") == false)
+            let body = lines.first?["body"]?.stringValue ?? ""
+            #expect(body.hasPrefix("🚨 Soulacy agent broken failed at 20") && body.contains("status 3: disk-full-detail"), "\(body)")
+
+            _ = try await gw.runAgent("quiet", input: "")
+            lines = try await inbox(gw)
+            let quiet = lines.first { $0["title"] == "quiet failed" }?["body"]?.stringValue ?? ""
+            #expect(quiet.hasPrefix("quiet stopped at 20") && !quiet.contains("quiet-detail") && !quiet.contains("{timestamp}"), "\(quiet)")
+
+            _ = try await gw.runAgent("loud", input: "")
+            lines = try await inbox(gw)
+            let loud = lines.first { $0["title"] == "loud failed" }?["body"]?.stringValue ?? ""
+            #expect(loud.hasPrefix("loud stopped\n\n") && loud.contains("status 5: loud-detail"), "\(loud)")
         }
     }
 }

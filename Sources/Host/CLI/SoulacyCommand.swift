@@ -14,7 +14,8 @@ struct SoulacyCommand {
           soulacy serve --config FILE --data DIR [--listen ADDR:PORT] [--lan ADDR:PORT]
                                                                         run the gateway (default listen 127.0.0.1:8080); --lan adds the
                                                                         same-Wi-Fi HTTPS listener whose certificate pairing links pin
-          soulacy check FILE                                            validate a SOUL.yaml; errors as file:line:col: message
+          soulacy check PATH [--strict]                                 validate a SOUL.yaml or an agents directory; problems as
+                                                                        file:line:col: message, and each schedule's next fires
           soulacy pair [--data DIR] [--name NAME --role operator|viewer] [--url URL] [--lan ADDR:PORT]
                                                                         print a pairing code, link and QR code (default data .soulacy)
           soulacy version
@@ -52,19 +53,50 @@ struct SoulacyCommand {
         return result
     }
 
+    /// `soulacy check PATH [--strict]`: every problem as file:line:col, what each agent is, what of it is not run
+    /// here, and each schedule's next three fires in its time zone. Exits 1 when any file or agent has an error.
     static func check(_ arguments: [String]) {
-        guard arguments.count == 1 else { fail("usage: soulacy check FILE", code: 64) }
-        do {
-            let config = try SoulConfigLoader.load(path: arguments[0], destinations: Gateway.destinationValidators)
-            print("\(arguments[0]): ok, \(config.agents.count) agent(s)")
-        } catch {
-            fail(error.description, code: 1)
+        let strict = arguments.contains("--strict")
+        let paths = arguments.filter { $0 != "--strict" }
+        guard paths.count == 1, !paths[0].hasPrefix("--") else { fail("usage: soulacy check PATH [--strict]   (PATH: a SOUL.yaml or an agents directory)", code: 64) }
+        let result = AgentFiles.load(path: paths[0], destinations: Gateway.destinationValidators, strict: strict)
+        for problem in result.problems { print(problem.description) }
+        let now = Date()
+        for agent in result.config.agents {
+            var line = "\(agent.id): \(agent.trigger == .unset ? "no trigger" : agent.trigger.rawValue)"
+            switch agent.runner {
+            case .command(let command): line += ", runs \(command.argv.first ?? "?")"
+            case .llm(let llm): line += ", model \(llm.provider.isEmpty ? "(default provider)" : llm.provider)\(llm.model.isEmpty ? "" : "/" + llm.model)"
+            }
+            if let reason = agent.disabledReason { line += ", PARKED: \(reason)" } else if !agent.enabled { line += ", disabled (enabled: false)" }
+            print(line)
+            if !agent.notRunHere.isEmpty { print("  accepted, not run here: \(agent.notRunHere.joined(separator: "; "))") }
+            if let schedule = agent.schedule, let cron = schedule.cron {
+                var fires: [Date] = []
+                var after = now
+                while fires.count < 3, let next = cron.nextFire(after: after, in: schedule.timeZone) {
+                    fires.append(next)
+                    after = next
+                }
+                let formatter = DateFormatter()
+                formatter.timeZone = schedule.timeZone
+                formatter.dateFormat = "EEE yyyy-MM-dd HH:mm:ss zzz"
+                print("  '\(cron.expression)' in \(schedule.timeZone.identifier), next: \(fires.map(formatter.string(from:)).joined(separator: ", "))")
+            } else if let at = agent.schedule?.at {
+                print("  fires once at \(at.formatted(.iso8601))\(at < now ? " (already past: fires at start unless it fired before)" : "")")
+            }
+            if let output = agent.schedule?.output { print("  delivers to \(output.channel) \(output.to)") }
         }
+        let errors = result.problems.filter { $0.severity == .error }.count
+        let warnings = result.problems.count - errors
+        let summary = "\(paths[0]): \(result.config.agents.count) agent(s), \(errors) error(s), \(warnings) warning(s)"
+        if errors > 0 { fail(summary, code: 1) }
+        print(errors == 0 && warnings == 0 ? "\(paths[0]): ok, \(result.config.agents.count) agent(s)" : summary)
     }
 
     static func serve(_ arguments: [String]) async {
         let opts = options(arguments, allowed: ["config", "data", "listen", "lan"])
-        guard let config = opts["config"], let data = opts["data"] else { fail("serve needs --config FILE and --data DIR\n\(usage)", code: 64) }
+        guard let config = opts["config"], let data = opts["data"] else { fail("serve needs --config PATH (a SOUL.yaml or an agents directory) and --data DIR\n\(usage)", code: 64) }
         let listen = opts["listen"] ?? "127.0.0.1:8080"
         guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else {
             fail("--listen must be ADDR:PORT, for example 127.0.0.1:8080", code: 64)
@@ -99,7 +131,7 @@ struct SoulacyCommand {
         print("soulacy is listening on http://\(listen) (Ctrl-C stops it)")
         fflush(nil)
 
-        await waitForTermination()
+        await waitForTermination(reload: { gateway.catalog.reload() })
         FileHandle.standardError.write(Data("soulacy: stopping; letting requests and runs finish\n".utf8))
         await gateway.stop()
     }
@@ -141,9 +173,10 @@ struct SoulacyCommand {
         }
     }
 
-    static func waitForTermination() async {
+    /// Returns on SIGINT or SIGTERM; SIGHUP reloads the agent files.
+    static func waitForTermination(reload: @escaping @Sendable () -> Void) async {
         let stream = AsyncStream<Int32> { continuation in
-            let sources = [SIGINT, SIGTERM].map { sig in
+            let sources = [SIGINT, SIGTERM, SIGHUP].map { sig in
                 signal(sig, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
                 source.setEventHandler { continuation.yield(sig) }
@@ -154,6 +187,13 @@ struct SoulacyCommand {
             nonisolated(unsafe) let retained = sources
             continuation.onTermination = { _ in retained.forEach { $0.cancel() } }
         }
-        for await _ in stream { return }
+        for await sig in stream {
+            if sig == SIGHUP {
+                FileHandle.standardError.write(Data("soulacy: SIGHUP: reloading the agent files\n".utf8))
+                reload()
+                continue
+            }
+            return
+        }
     }
 }

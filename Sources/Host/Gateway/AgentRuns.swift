@@ -8,10 +8,13 @@ import Synchronization
 public enum RunStartError: Error, Sendable, Equatable, CustomStringConvertible {
     case unknownAgent(String)
     case alreadyRunning(agentID: String, runID: String)
+    /// `enabled: false`, or parked by a validation error.
+    case disabled(agentID: String, reason: String?)
 
     public var description: String {
         switch self {
         case .unknownAgent(let id): return "no agent '\(id)' in SOUL.yaml"
+        case let .disabled(id, reason): return "agent '\(id)' is disabled" + (reason.map { ": \($0)" } ?? " (enabled: false in its file)")
         case let .alreadyRunning(agentID, runID): return "agent '\(agentID)' is already running (run \(runID)); its runs never overlap"
         }
     }
@@ -25,6 +28,10 @@ public struct RunDestination: Sendable, Equatable {
     public var botName: String?
     /// Added to the delivery's metadata (location.event, location.name, …).
     public var metadata: [String: String]
+
+    public init(_ output: OutputConfig, metadata: [String: String] = [:]) {
+        self.init(channel: output.channel, to: output.to, template: output.template, botName: output.botName, metadata: metadata)
+    }
 
     public init(channel: String, to: String, template: String? = nil, botName: String? = nil, metadata: [String: String] = [:]) {
         self.channel = channel
@@ -67,7 +74,7 @@ public struct StartedRun: Sendable, Equatable {
 public actor AgentRuns {
     public typealias RunnerFactory = @Sendable (AgentConfig) -> any AgentRunner
 
-    let config: SoulConfig
+    public nonisolated let catalog: AgentCatalog
     let channels: ChannelRegistry
     let store: RunStore
     let makeRunner: RunnerFactory
@@ -82,11 +89,11 @@ public actor AgentRuns {
     private var recent: [String: RunRecord] = [:]
     private var recentOrder: [String] = []
 
-    public init(config: SoulConfig, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: Log,
+    public init(catalog: AgentCatalog, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: Log,
                 credentials: RunCredentials = RunCredentials(), liveActivities: LiveActivityPublisher? = nil, makeRunner: @escaping RunnerFactory) {
         self.credentials = credentials
         self.liveActivities = liveActivities
-        self.config = config
+        self.catalog = catalog
         self.channels = channels
         self.store = store
         self.clock = clock
@@ -108,14 +115,15 @@ public actor AgentRuns {
     @discardableResult
     public func start(agentID: String, input: String, trigger: String, destination: RunDestination?, timeout: Duration? = nil,
                       subject: String = "owner") throws(RunStartError) -> StartedRun {
-        guard let agent = config.agent(id: agentID) else { throw .unknownAgent(agentID) }
+        guard let agent = catalog.agent(id: agentID) else { throw .unknownAgent(agentID) }
+        guard agent.isOn else { throw .disabled(agentID: agentID, reason: agent.disabledReason) }
         if let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
         let runID = "run_" + Hex.encode(SecureBytes.random(count: 10))
         let sessionID = "ses_" + Hex.encode(SecureBytes.random(count: 10))
         var record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
         record.subject = subject
         var request = RunRequest(agentID: agentID, runID: runID, sessionID: sessionID, input: input, trigger: trigger,
-                                 timeout: timeout ?? agent.runner.timeout)
+                                 timeout: timeout ?? agent.effectiveRunTimeout)
         request.subject = subject
         let credential = credentials.issue(runID: runID, subject: subject)
         request.environment["SOULACY_RUN_TOKEN"] = credential
@@ -167,6 +175,10 @@ public actor AgentRuns {
             record.reply = reply
             if reply.isEmpty {
                 log.info("run \(record.id) finished with no output; nothing to deliver")
+            } else if let destination, !channels.has(destination.channel) {
+                // A Soulacy file may name a channel this gateway does not have (telegram, slack, …): the result stays in the history.
+                record.note = "no channel '\(destination.channel)' registered"
+                log.warning("run \(record.id) of agent \(agent.id): delivered nowhere: \(record.note!)")
             } else if let destination {
                 record.deliveryID = try await deliver(reply: reply, agent: agent, record: record, destination: destination)
             }
@@ -183,15 +195,36 @@ public actor AgentRuns {
         }
         record.finishedAt = clock.now()
         do {
-            try store.finish(id: record.id, status: record.status, error: record.error, deliveryID: record.deliveryID, at: record.finishedAt!)
+            try store.finish(id: record.id, status: record.status, error: record.error, deliveryID: record.deliveryID, note: record.note, at: record.finishedAt!)
         } catch {
             log.error("run \(record.id): could not record its end: \(error)")
         }
         return record
     }
 
+    /// Soulacy's names for what started a run, as templates show them.
+    static func templateTrigger(_ trigger: String) -> String {
+        switch trigger {
+        case "cron-missed": return "cron_missed_startup"
+        case "api": return "manual"
+        default: return trigger
+        }
+    }
+
+    /// `{reply}`, `{agent_id}`, `{agent_name}`, `{trigger}`, `{timestamp}` (delivery time, UTC, RFC 3339); no template sends the reply.
+    func render(_ template: String?, reply: String, agent: AgentConfig, trigger: String) -> String {
+        guard let template, !template.isEmpty else { return reply }
+        // The reply goes in last, so placeholders written inside it stay as they are.
+        return template
+            .replacingOccurrences(of: "{agent_id}", with: agent.id)
+            .replacingOccurrences(of: "{agent_name}", with: agent.name)
+            .replacingOccurrences(of: "{trigger}", with: Self.templateTrigger(trigger))
+            .replacingOccurrences(of: "{timestamp}", with: clock.now().formatted(.iso8601))
+            .replacingOccurrences(of: "{reply}", with: reply)
+    }
+
     private func deliver(reply: String, agent: AgentConfig, record: RunRecord, destination: RunDestination) async throws -> String {
-        let text = destination.template.map { $0.replacingOccurrences(of: "{reply}", with: reply) } ?? reply
+        let text = render(destination.template, reply: reply, agent: agent, trigger: record.trigger)
         let name = destination.botName ?? agent.name
         var metadata = destination.metadata
         metadata["trigger"] = record.trigger
@@ -202,12 +235,23 @@ public actor AgentRuns {
         return receipt.deliveryID
     }
 
+    /// Soulacy's failure notice: the template (default `🚨 Soulacy agent {agent_id} failed at {timestamp}: {error}`), and with
+    /// `include_error` the error appended when the template does not show it.
     private func notifyFailure(agent: AgentConfig, record: RunRecord, error: RunError) async {
         guard let notice = agent.notifyOnFailure else { return }
-        var text = "\(agent.name) did not finish its \(record.trigger) run."
-        if notice.includeError { text += "\n\n\(error.description)" }
+        let template = notice.template ?? FailureNotice.defaultTemplate
+        var text = template
+            .replacingOccurrences(of: "{agent_id}", with: agent.id)
+            .replacingOccurrences(of: "{agent_name}", with: agent.name)
+            .replacingOccurrences(of: "{timestamp}", with: clock.now().formatted(.iso8601))
+            .replacingOccurrences(of: "{error}", with: error.description)
+        if notice.includeError, !template.contains("{error}") { text += "\n\n\(error.description)" }
         let output = Output(agentID: agent.id, agentName: agent.name, sessionID: record.sessionID, title: "\(agent.name) failed",
                             parts: [text], metadata: ["trigger": record.trigger, "run_id": record.id, "failure": "true"])
+        guard channels.has(notice.channel) else {
+            log.warning("run \(record.id): the failure notice was not sent: no channel '\(notice.channel)' registered")
+            return
+        }
         do {
             _ = try await channels.channel(named: notice.channel).deliver(output, to: notice.to)
         } catch {

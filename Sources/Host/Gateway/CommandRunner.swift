@@ -1,5 +1,6 @@
 internal import CShims
 import Foundation
+import LLM
 import Glibc
 
 /// What a run gets: who asked and what to read on stdin.
@@ -14,6 +15,8 @@ public struct RunRequest: Sendable {
     public var subject: String = "owner"
     /// Variables for this run only (its credential for calling back into the gateway).
     public var environment: [String: String] = [:]
+    /// Earlier turns of this conversation (chat with a session), oldest first.
+    public var history: [ChatMessage] = []
 
     public init(agentID: String, runID: String, sessionID: String, input: String, trigger: String, timeout: Duration) {
         self.agentID = agentID
@@ -36,6 +39,8 @@ public enum RunError: Error, Sendable, Equatable, CustomStringConvertible {
     case exited(status: Int32, stderr: String)
     case killedBySignal(Int32)
     case outputTooLarge(limit: Int)
+    /// The model provider failed, refused, or is not configured (LLM agents).
+    case model(String)
 
     public var description: String {
         switch self {
@@ -44,6 +49,7 @@ public enum RunError: Error, Sendable, Equatable, CustomStringConvertible {
         case let .exited(status, stderr): return "the command exited with status \(status)" + (stderr.isEmpty ? "" : ": \(stderr)")
         case let .killedBySignal(signal): return "the command was killed by signal \(signal)"
         case let .outputTooLarge(limit): return "the command wrote more than \(limit) bytes"
+        case let .model(message): return message
         }
     }
 

@@ -5,12 +5,19 @@ public struct CronError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// A five-field cron expression (minute hour day-of-month month day-of-week) or an @macro.
+/// A cron expression as Soulacy reads it (robfig/cron v3): five fields (minute hour day-of-month month
+/// day-of-week), or six with a leading seconds field, or a descriptor (`@daily`, `@every 1h30m`, …), optionally
+/// prefixed with `CRON_TZ=<zone> ` or `TZ=<zone> `.
 ///
-/// Fields take `*`, numbers, names (JAN–DEC, SUN–SAT), ranges `a-b`, steps `*/n` and `a-b/n`, and lists.
+/// Fields take `*`, `?`, numbers, names (JAN–DEC, SUN–SAT), ranges `a-b`, steps `*/n` and `a-b/n`, and lists.
 /// As in Vixie cron, when both day fields are restricted a day matching either one fires.
 public struct CronSchedule: Sendable, Equatable, CustomStringConvertible {
     public let expression: String
+    /// The zone named by a `CRON_TZ=`/`TZ=` prefix; it overrides the schedule's zone.
+    public let timeZone: TimeZone?
+    /// `@every <duration>`: fires at this interval from when the schedule starts, not on a calendar.
+    public let interval: Duration?
+    let seconds: UInt64
     let minutes: UInt64
     let hours: UInt64
     let daysOfMonth: UInt64
@@ -29,19 +36,45 @@ public struct CronSchedule: Sendable, Equatable, CustomStringConvertible {
     private static let dayNames = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
 
     public init(_ text: String) throws(CronError) {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        var trimmed = text.trimmingCharacters(in: .whitespaces)
         expression = trimmed
+        var zone: TimeZone?
+        for prefix in ["CRON_TZ=", "TZ="] where trimmed.hasPrefix(prefix) {
+            let rest = trimmed.dropFirst(prefix.count)
+            let name = String(rest.prefix { $0 != " " && $0 != "\t" })
+            guard let tz = TimeZone(identifier: name) else {
+                throw CronError(message: "unknown time zone '\(name)' in \(prefix); use an IANA name such as Europe/Berlin or UTC")
+            }
+            zone = tz
+            trimmed = rest.dropFirst(name.count).trimmingCharacters(in: .whitespaces)
+        }
+        timeZone = zone
         var source = trimmed
-        if trimmed.hasPrefix("@") {
+        var interval: Duration?
+        if trimmed.lowercased().hasPrefix("@every") {
+            let text = trimmed.dropFirst("@every".count).trimmingCharacters(in: .whitespaces)
+            guard let every = DurationText.parse(text), every >= .seconds(1) else {
+                throw CronError(message: "@every needs a duration of at least 1s such as 90s, 15m or 1h30m; got '\(text)'")
+            }
+            interval = every
+            source = "* * * * *"
+        } else if trimmed.hasPrefix("@") {
             guard let expanded = Self.macros[trimmed.lowercased()] else {
-                throw CronError(message: "unknown cron macro '\(trimmed)'; use one of \(Self.macros.keys.sorted().joined(separator: ", ")) or five fields")
+                throw CronError(message: "unknown cron descriptor '\(trimmed)'; use one of \(Self.macros.keys.sorted().joined(separator: ", ")), @every <duration>, or five fields")
             }
             source = expanded
         }
-        let fields = source.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
-        guard fields.count == 5 else {
-            throw CronError(message: "cron needs five fields (minute hour day-of-month month day-of-week), got \(fields.count) in '\(trimmed)'")
+        self.interval = interval
+        var fields = source.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+        if fields.count == 6 {
+            seconds = try Self.field(fields.removeFirst(), name: "second", range: 0...59, names: [])
+        } else {
+            seconds = 1
         }
+        guard fields.count == 5 else {
+            throw CronError(message: "cron needs five fields (minute hour day-of-month month day-of-week), or six with seconds first; got \(fields.count) in '\(trimmed)'")
+        }
+        fields = fields.map { $0 == "?" ? "*" : $0 }
         minutes = try Self.field(fields[0], name: "minute", range: 0...59, names: [])
         hours = try Self.field(fields[1], name: "hour", range: 0...23, names: [])
         daysOfMonth = try Self.field(fields[2], name: "day-of-month", range: 1...31, names: [])
@@ -131,13 +164,18 @@ public struct CronSchedule: Sendable, Equatable, CustomStringConvertible {
     /// Daylight saving: a local time skipped by a spring-forward fires once at the moment of the change;
     /// a local time repeated by a fall-back fires once, at its first occurrence.
     public func nextFire(after date: Date, in timeZone: TimeZone) -> Date? {
+        if let interval {
+            // robfig/cron: the next whole second after `date` plus the interval.
+            let whole = floor(date.timeIntervalSince1970)
+            return Date(timeIntervalSince1970: whole + Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18)
+        }
+        let timeZone = self.timeZone ?? timeZone
         var utc = Calendar(identifier: .gregorian)
         utc.timeZone = TimeZone(identifier: "UTC")!
         // Work on "naive" local wall-clock time, expressed as seconds in a UTC calendar.
         let naiveNow = Int(floor(date.timeIntervalSince1970)) + timeZone.secondsFromGMT(for: date)
-        var candidate = (naiveNow / 60 + 1) * 60
-        // 28 years: the Gregorian calendar's weekday-and-leap-day pattern repeats within it (outside century
-        // years), so any expression that can fire fires before this.
+        // This minute may still hold a later second (six-field expressions).
+        var candidate = naiveNow / 60 * 60
         let limit = naiveNow + 28 * 366 * 86400 + 86400
         while candidate < limit {
             let c = utc.dateComponents([.year, .month, .day, .hour, .minute, .weekday], from: Date(timeIntervalSince1970: Double(candidate)))
@@ -161,8 +199,10 @@ public struct CronSchedule: Sendable, Equatable, CustomStringConvertible {
                 candidate += 60
                 continue
             }
-            if let instant = Self.instant(forNaive: candidate, in: timeZone), instant > date {
-                return instant
+            for second in 0..<60 where has(seconds, second) {
+                if let instant = Self.instant(forNaive: candidate + second, in: timeZone), instant > date {
+                    return instant
+                }
             }
             candidate += 60
         }

@@ -6,6 +6,7 @@ import Foundation
 import Glibc
 import HTTPServer
 import Identity
+import LLM
 import Mobile
 import Crypto
 import SQLite
@@ -87,7 +88,10 @@ public final class Gateway: Sendable {
     public let household: HouseholdStore
     public let approvals: ApprovalsBroker
     public let memory: MemoryFactStore
-    public let config: SoulConfig
+    /// The agents, reloaded when their files change.
+    public let catalog: AgentCatalog
+    /// The agents as they are now.
+    public var config: SoulConfig { catalog.current }
     public let channels: ChannelRegistry
     public let dispatcher: PushDispatcher
     public let liveActivities: LiveActivityPublisher
@@ -104,6 +108,7 @@ public final class Gateway: Sendable {
     private let carriageTask = LockedTask()
     public let router: Router
     private let schedulerTask = LockedTask()
+    private let watcherTask = LockedTask()
     private let dispatcherTask = LockedTask()
     private let boundPort = BoundPort()
 
@@ -111,13 +116,13 @@ public final class Gateway: Sendable {
         self.options = options
         signal(SIGPIPE, SIG_IGN)
         let log = options.log
-        let config: SoulConfig
+        let catalog: AgentCatalog
         do {
-            config = try SoulConfigLoader.load(path: options.configPath, destinations: Self.destinationValidators)
+            catalog = try AgentCatalog(path: options.configPath, destinations: Self.destinationValidators, environment: options.environment, log: log)
         } catch {
             throw .config(error)
         }
-        self.config = config
+        self.catalog = catalog
         do {
             try FileManager.default.createDirectory(atPath: options.dataDirectory, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
@@ -157,18 +162,31 @@ public final class Gateway: Sendable {
         channels = ChannelRegistry([mobile])
         let boundPort = self.boundPort
         let hostForURL = options.host.contains(":") ? "[\(options.host)]" : options.host
-        runs = AgentRuns(config: config, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities) { agent in
-            // Agents call back into the gateway (mobile.invoke, approvals) at this address.
-            CommandRunner(config: agent.runner, gatewayEnvironment: ["SOULACY_API_URL": "http://\(hostForURL):\(boundPort.value.load(ordering: .relaxed))"])
+        let providers = LLMProviders(environment: options.environment)
+        for agent in catalog.current.agents where agent.isOn {
+            if case .llm(let settings) = agent.runner {
+                do { _ = try providers.provider(named: settings.provider, baseURL: settings.baseURL) } catch {
+                    log.warning("agent \(agent.id) cannot run until a model provider is configured: \(error)")
+                }
+            }
         }
-        scheduler = Scheduler(config: config, runs: runs, store: runStore, clock: options.clock, log: log)
+        runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities) { agent in
+            switch agent.runner {
+            case .command(let command):
+                // Agents call back into the gateway (mobile.invoke, approvals) at this address.
+                return CommandRunner(config: command, gatewayEnvironment: ["SOULACY_API_URL": "http://\(hostForURL):\(boundPort.value.load(ordering: .relaxed))"])
+            case .llm:
+                return LLMRunner(agent: agent, providers: providers)
+            }
+        }
+        scheduler = Scheduler(catalog: catalog, runs: runs, store: runStore, clock: options.clock, log: log)
 
         let keys = self.keys
         let credentials = runs.credentials
         var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
         router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
         let carriageBox = CarriageBox()
-        router.add(GatewayAPI(config: config, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
+        router.add(GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
                               revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         do {
@@ -183,10 +201,10 @@ public final class Gateway: Sendable {
                                 gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" },
                                 lan: { lanLink.value }, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) }).routes)
         let longPoll = Duration.seconds(options.environment["SOULACY_LONG_POLL_SECONDS"].flatMap(Int.init) ?? 25)
-        router.add(ApprovalsAPI(broker: approvals, config: config, runs: runs, longPoll: longPoll).routes)
-        router.add(AssistantAPI(memory: memory, runs: runs, config: config).routes)
+        router.add(ApprovalsAPI(broker: approvals, catalog: catalog, runs: runs, longPoll: longPoll).routes)
+        router.add(AssistantAPI(memory: memory, runs: runs, catalog: catalog).routes)
         do {
-            router.add(TriggersAPI(config: config, runs: runs, mobile: mobileStore, cooldowns: try TriggerCooldowns(database: database), clock: options.clock).routes)
+            router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStore, cooldowns: try TriggerCooldowns(database: database), clock: options.clock).routes)
         } catch {
             throw .storage("cannot open the trigger table: \(error)")
         }
@@ -357,17 +375,20 @@ public final class Gateway: Sendable {
         boundPort.value.store(server.port, ordering: .relaxed)
         let scheduler = self.scheduler
         schedulerTask.set(Task { await scheduler.run() })
+        let catalog = self.catalog
+        watcherTask.set(Task { await catalog.watch() })
         let dispatcher = self.dispatcher
         dispatcherTask.set(Task { await dispatcher.run() })
         let housekeeping = self.housekeeping
         housekeepingTask.set(Task { await housekeeping.run() })
         if let carriage { carriageTask.set(Task { await carriage.run() }) }
-        options.log.info("soulacy \(GatewayVersion.current) listening on \(options.host):\(port) with \(config.agents.count) agent(s)")
+        options.log.info("soulacy \(GatewayVersion.current) listening on \(options.host):\(port) with \(config.agents.count) agent(s) from \(catalog.path)")
     }
 
     /// Stops schedules, drains the API, and lets runs in flight finish.
     public func stop() async {
         schedulerTask.cancel()
+        watcherTask.cancel()
         housekeepingTask.cancel()
         await server.stop()
         await lanServer?.stop()

@@ -7,7 +7,7 @@ import SQLite
 
 /// The host's own routes: health, agents and runs, and API-key administration.
 struct GatewayAPI: Sendable {
-    let config: SoulConfig
+    let catalog: AgentCatalog
     let runs: AgentRuns
     let runStore: RunStore
     let keys: APIKeyStore
@@ -37,17 +37,19 @@ struct GatewayAPI: Sendable {
     @Sendable func listAgents(_ request: HTTPRequest) async throws -> HTTPResponse {
         let next = scheduler.nextFires(after: clock.now())
         var agents: [JSONValue] = []
-        for agent in config.agents where !SoulConfigLoader.reservedAgentIDs.contains(agent.id) {
+        for agent in catalog.current.visibleAgents {
             var entry: [String: JSONValue] = [
                 "id": .string(agent.id), "name": .string(agent.name), "trigger": .string(agent.trigger.rawValue),
                 "description": agent.description.map(JSONValue.string) ?? .null,
-                "running": .bool(await runs.isRunning(agent.id)),
+                "running": .bool(await runs.isRunning(agent.id)), "enabled": .bool(agent.isOn),
             ]
-            if let s = agent.schedule {
-                entry["schedule"] = .object([
-                    "cron": .string(s.cron.expression), "timezone": .string(s.timeZone.identifier),
+            if let s = agent.schedule, s.cron != nil || s.at != nil {
+                var schedule: [String: JSONValue] = [
+                    "cron": s.cron.map { .string($0.expression) } ?? .null, "timezone": .string(s.timeZone.identifier),
                     "next_run_at": next[agent.id].map { JSONValue.timestamp($0) } ?? .null,
-                ])
+                ]
+                if let at = s.at { schedule["at"] = .timestamp(at) }
+                entry["schedule"] = .object(schedule)
             }
             agents.append(.object(entry))
         }
@@ -59,10 +61,10 @@ struct GatewayAPI: Sendable {
         let body = try JSONObject(body: request.body, allowEmpty: true)
         let input = try body.optionalString("input", maxLength: 100_000) ?? ""
         let agentID = request.parameter("id")
-        guard let agent = config.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
+        guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
             throw APIError.notFound("no agent '\(agentID)'")
         }
-        var destination = agent.schedule.map { RunDestination(channel: $0.output.channel, to: $0.output.to, template: $0.output.template, botName: $0.output.botName) }
+        var destination = agent.schedule?.output.map { RunDestination($0) }
             ?? RunDestination(channel: "mobile", to: "user:\(caller.subject)")
         if let to = try body.optionalString("to") {
             do { _ = try Destination(parsing: to) } catch { throw APIError.invalidField("to", error.description) }
@@ -75,7 +77,7 @@ struct GatewayAPI: Sendable {
         switch await startRun(agentID: agentID, input: input, destination: destination, subject: caller.subject) {
         case .success(let run): started = run
         case .failure(let error):
-            throw APIError.conflict(error.description, code: "already_running")
+            throw APIError.runRefused(error)
         }
         return .json(.object(["ok": .bool(true), "run_id": .string(started.runID), "session_id": .string(started.sessionID),
                               "agent_id": .string(agentID)]), status: 202)
@@ -105,6 +107,7 @@ struct GatewayAPI: Sendable {
             "trigger": .string(run.trigger), "status": .string(run.status.rawValue),
             "started_at": JSONValue.timestamp(run.startedAt), "finished_at": run.finishedAt.map(JSONValue.timestamp) ?? .null,
             "error": run.error.map(JSONValue.string) ?? .null, "delivery_id": run.deliveryID.map(JSONValue.string) ?? .null,
+            "note": run.note.map(JSONValue.string) ?? .null,
         ]))
     }
 
@@ -170,4 +173,15 @@ struct GatewayAPI: Sendable {
 
 public enum GatewayVersion {
     public static let current = "0.1.0"
+}
+
+extension APIError {
+    /// A run that could not start: a missing agent is 404, a running or disabled one 409.
+    static func runRefused(_ error: RunStartError) -> APIError {
+        switch error {
+        case .unknownAgent: return .notFound(error.description)
+        case .alreadyRunning: return .conflict(error.description, code: "already_running")
+        case .disabled: return .conflict(error.description, code: "agent_disabled")
+        }
+    }
 }

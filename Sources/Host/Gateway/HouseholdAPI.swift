@@ -116,7 +116,7 @@ struct HouseholdAPI: Sendable {
 /// Approvals over HTTP: runs ask, people answer from any surface; the broker keeps it to one decision.
 struct ApprovalsAPI: Sendable {
     let broker: ApprovalsBroker
-    let config: SoulConfig
+    let catalog: AgentCatalog
     let runs: AgentRuns
     /// The longest one request waits for a decision; a run still waiting asks again (GET …/approvals/:id?wait=true).
     let longPoll: Duration
@@ -150,7 +150,7 @@ struct ApprovalsAPI: Sendable {
         let body = try JSONObject(body: request.body)
         let agentID = try body.string("agent_id", maxLength: 64)
         // An unknown agent is a missing resource, as in the original (404 "agent not found").
-        guard let agent = config.agent(id: agentID) else { throw APIError.notFound("agent_id: no agent '\(agentID)' in SOUL.yaml") }
+        guard let agent = catalog.agent(id: agentID) else { throw APIError.notFound("agent_id: no agent '\(agentID)' in SOUL.yaml") }
         let tool = try body.string("tool", maxLength: 200)
         guard !tool.isEmpty else { throw APIError.invalidField("tool", "must not be empty") }
         let callID = try body.optionalString("call_id", maxLength: 128)
@@ -235,7 +235,7 @@ struct ApprovalsAPI: Sendable {
 struct AssistantAPI: Sendable {
     let memory: MemoryFactStore
     let runs: AgentRuns
-    let config: SoulConfig
+    let catalog: AgentCatalog
 
     var routes: [Route] {
         [
@@ -275,7 +275,7 @@ struct AssistantAPI: Sendable {
         let caller = try request.caller()
         let body = try JSONObject(body: request.body)
         let text = try body.string("text", maxLength: 100_000)
-        let visible = config.agents.filter { !SoulConfigLoader.reservedAgentIDs.contains($0.id) }
+        let visible = catalog.current.visibleAgents
         let agentID: String
         if let id = try body.optionalString("agent_id") {
             agentID = id
@@ -290,7 +290,7 @@ struct AssistantAPI: Sendable {
         do {
             started = try await runs.start(agentID: agentID, input: text, trigger: "chat", destination: nil, subject: caller.subject)
         } catch {
-            throw APIError.conflict(error.description, code: "already_running")
+            throw APIError.runRefused(error)
         }
         guard let record = await runs.wait(runID: started.runID) else { throw APIError.internal("the run vanished") }
         guard record.status == .succeeded else {
@@ -300,7 +300,7 @@ struct AssistantAPI: Sendable {
     }
 
     @Sendable func agents(_ request: HTTPRequest) async throws -> HTTPResponse {
-        .json(["agents": .array(config.agents.filter { !SoulConfigLoader.reservedAgentIDs.contains($0.id) }.map {
+        .json(["agents": .array(catalog.current.visibleAgents.map {
             ["id": .string($0.id), "name": .string($0.name)]
         })])
     }

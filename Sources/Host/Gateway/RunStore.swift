@@ -14,6 +14,8 @@ public struct RunRecord: Sendable, Equatable {
     public var finishedAt: Date?
     public var error: String?
     public var deliveryID: String?
+    /// What happened to a result that went nowhere (`no channel 'telegram' registered`).
+    public var note: String? = nil
     /// The person the run acts for; only they may read it. Scheduled runs and runs older than this column are the owner's.
     public var subject: String = "owner"
     /// The reply itself, kept in memory for the caller waiting on the run (chat); never stored here.
@@ -45,6 +47,7 @@ public final class RunStore: Sendable {
             ALTER TABLE runs ADD COLUMN subject TEXT NOT NULL DEFAULT 'owner';
             CREATE INDEX runs_by_session ON runs (session_id);
             """),
+        Migration("runs.3-note", "ALTER TABLE runs ADD COLUMN note TEXT;"),
     ]
 
     let database: DatabasePool
@@ -64,10 +67,10 @@ public final class RunStore: Sendable {
         }
     }
 
-    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, at date: Date) throws {
+    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String? = nil, at date: Date) throws {
         try database.transaction { db in
-            try db.run("UPDATE runs SET status = ?, finished_at = ?, error = ?, delivery_id = ? WHERE id = ?",
-                       status.rawValue, Self.ms(date), error, deliveryID, id)
+            try db.run("UPDATE runs SET status = ?, finished_at = ?, error = ?, delivery_id = ?, note = ? WHERE id = ?",
+                       status.rawValue, Self.ms(date), error, deliveryID, note, id)
         }
     }
 
@@ -93,6 +96,7 @@ public final class RunStore: Sendable {
                                startedAt: Self.date(row.int("started_at")) ?? Date(timeIntervalSince1970: 0),
                                finishedAt: Self.date(row.int("finished_at")), error: row.string("error"), deliveryID: row.string("delivery_id"))
         record.subject = row.string("subject") ?? "owner"
+        record.note = row.string("note")
         return record
     }
 

@@ -1,52 +1,94 @@
 import ChannelAPI
 import Foundation
 
-/// Fires each scheduled agent at its cron times in its time zone.
+/// Fires each scheduled agent at its cron times in its time zone, and each one-shot once.
 ///
 /// A fire while the agent's previous run is still going is skipped (runs never overlap). The last fire is
-/// stored, so `run_missed_on_startup` can replay at most one fire missed while the gateway was down.
+/// stored, so `run_missed_on_startup` can replay at most one fire missed while the gateway was down, and a
+/// one-shot that fired never fires again, across restarts. When the agent files change, schedules that changed
+/// are restarted and removed or disabled agents stop; output and prompt edits apply at the next fire.
 public struct Scheduler: Sendable {
-    let agents: [AgentConfig]
+    let catalog: AgentCatalog
     let runs: AgentRuns
     let store: RunStore
     let clock: any WallClock
     let log: Log
 
-    public init(config: SoulConfig, runs: AgentRuns, store: RunStore, clock: any WallClock, log: Log) {
-        agents = config.agents.filter { $0.trigger == .cron && $0.schedule != nil }
+    public init(catalog: AgentCatalog, runs: AgentRuns, store: RunStore, clock: any WallClock, log: Log) {
+        self.catalog = catalog
         self.runs = runs
         self.store = store
         self.clock = clock
         self.log = log
     }
 
-    /// Runs until cancelled.
-    public func run() async {
-        await withTaskGroup(of: Void.self) { group in
-            for agent in agents {
-                group.addTask { await self.loop(agent) }
-            }
+    /// Whether the scheduler registers the agent: on, and cron with a cron, or one-shot with an instant.
+    static func isScheduled(_ agent: AgentConfig) -> Bool {
+        guard agent.isOn, let schedule = agent.schedule else { return false }
+        switch agent.trigger {
+        case .cron: return schedule.cron != nil
+        case .oneshot: return schedule.at != nil
+        default: return agent.surfaces.contains("schedule") && (schedule.cron != nil || schedule.at != nil)
         }
+    }
+
+    /// What restarts an agent's schedule when it changes (Soulacy: enabled, trigger, cron, at, timeout).
+    static func signature(_ agent: AgentConfig) -> String {
+        let s = agent.schedule
+        return [agent.trigger.rawValue, s?.cron?.expression ?? "", s?.timeZone.identifier ?? "",
+                s?.at.map { "\($0.timeIntervalSince1970)" } ?? "", s.map { "\($0.runMissedOnStartup)" } ?? ""].joined(separator: "|")
+    }
+
+    /// Runs until cancelled, following the agent files.
+    public func run() async {
+        var loops: [String: (signature: String, task: Task<Void, Never>)] = [:]
+        var startup = true
+        for await config in catalog.updates() {
+            let wanted = Dictionary(config.agents.filter(Self.isScheduled).map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+            for (id, entry) in loops where wanted[id].map(Self.signature) != entry.signature {
+                entry.task.cancel()
+                loops[id] = nil
+                if wanted[id] == nil { log.info("agent \(id): no longer scheduled") }
+            }
+            for (id, agent) in wanted where loops[id] == nil {
+                let catchUp = startup
+                loops[id] = (Self.signature(agent), Task { await self.loop(agent, startup: catchUp) })
+            }
+            startup = false
+        }
+        for entry in loops.values { entry.task.cancel() }
     }
 
     /// The next fire of each scheduled agent after `date`.
     public func nextFires(after date: Date) -> [String: Date] {
         var result: [String: Date] = [:]
-        for agent in agents {
-            if let s = agent.schedule, let next = s.cron.nextFire(after: date, in: s.timeZone) { result[agent.id] = next }
+        for agent in catalog.current.agents where Self.isScheduled(agent) {
+            guard let s = agent.schedule else { continue }
+            if let cron = s.cron, let next = cron.nextFire(after: date, in: s.timeZone) {
+                result[agent.id] = next
+            } else if let at = s.at, (try? store.lastFire(agentID: Self.oneShotKey(agent.id))).flatMap({ $0 }).map({ $0 < at }) ?? true {
+                result[agent.id] = max(at, date)
+            }
         }
         return result
     }
 
-    private func loop(_ agent: AgentConfig) async {
+    static func oneShotKey(_ agentID: String) -> String { "oneshot:" + agentID }
+
+    private func loop(_ agent: AgentConfig, startup: Bool) async {
         guard let schedule = agent.schedule else { return }
+        if agent.trigger == .oneshot || schedule.cron == nil {
+            await oneShot(agent, at: schedule.at)
+            return
+        }
+        guard let cron = schedule.cron else { return }
         let start = clock.now()
         let last = (try? store.lastFire(agentID: agent.id)) ?? nil
         if let last {
-            if schedule.runMissedOnStartup,
-               let missed = Self.latestMissedFire(of: schedule.cron, in: schedule.timeZone, window: schedule.missedStartupWindow, lastFire: last, start: start) {
+            if startup, schedule.runMissedOnStartup,
+               let missed = Self.latestMissedFire(of: cron, in: schedule.timeZone, window: schedule.missedStartupWindow, lastFire: last, start: start) {
                 log.info("agent \(agent.id): replaying the fire of \(missed.formatted(.iso8601)) missed while the gateway was down")
-                await fire(agent, schedule: schedule, at: start, trigger: "cron-missed")
+                await fire(agent.id, at: start, trigger: "cron-missed")
             }
         } else {
             // First start: this is the baseline from which missed fires are counted.
@@ -54,14 +96,33 @@ public struct Scheduler: Sendable {
         }
         var after = clock.now()
         while !Task.isCancelled {
-            guard let next = schedule.cron.nextFire(after: after, in: schedule.timeZone) else {
-                log.warning("agent \(agent.id): cron '\(schedule.cron)' never fires again")
+            guard let next = cron.nextFire(after: after, in: schedule.timeZone) else {
+                log.warning("agent \(agent.id): cron '\(cron)' never fires again")
                 return
             }
             do { try await clock.sleep(until: next) } catch { return }
-            await fire(agent, schedule: schedule, at: next, trigger: "cron")
+            if Task.isCancelled { return }
+            await fire(agent.id, at: next, trigger: "cron")
             after = next
         }
+    }
+
+    /// A one-shot fires at its instant, or at once if that has passed, and is recorded so no restart repeats it.
+    private func oneShot(_ agent: AgentConfig, at: Date?) async {
+        guard let at else { return }
+        let key = Self.oneShotKey(agent.id)
+        if let fired = (try? store.lastFire(agentID: key)) ?? nil, fired >= at {
+            return
+        }
+        if at > clock.now() {
+            do { try await clock.sleep(until: at) } catch { return }
+            if Task.isCancelled { return }
+        }
+        do { try store.recordFire(agentID: key, at: at) } catch {
+            log.error("agent \(agent.id): could not record the one-shot fire, so it is not run (it would repeat after a restart): \(error)")
+            return
+        }
+        await fire(agent.id, at: at, trigger: "oneshot")
     }
 
     /// The latest fire after `lastFire` and not after `start` that lies inside the missed-startup window, if any:
@@ -77,14 +138,17 @@ public struct Scheduler: Sendable {
         return latest
     }
 
-    private func fire(_ agent: AgentConfig, schedule: ScheduleConfig, at date: Date, trigger: String) async {
-        do { try store.recordFire(agentID: agent.id, at: date) } catch { log.error("agent \(agent.id): could not record the fire: \(error)") }
-        let destination = RunDestination(channel: schedule.output.channel, to: schedule.output.to,
-                                         template: schedule.output.template, botName: schedule.output.botName)
+    /// Reads the agent again at fire time: output, template and prompt edits apply to the next fire.
+    private func fire(_ agentID: String, at date: Date, trigger: String) async {
+        guard let agent = catalog.agent(id: agentID), agent.isOn else { return }
+        if trigger != "oneshot" {
+            do { try store.recordFire(agentID: agentID, at: date) } catch { log.error("agent \(agentID): could not record the fire: \(error)") }
+        }
+        let destination = agent.schedule?.output.map { RunDestination($0) }
         do {
-            try await runs.start(agentID: agent.id, input: "", trigger: trigger, destination: destination, timeout: schedule.timeout)
+            try await runs.start(agentID: agentID, input: "", trigger: trigger, destination: destination, timeout: agent.schedule?.timeout)
         } catch {
-            log.warning("agent \(agent.id): scheduled fire skipped: \(error)")
+            log.warning("agent \(agentID): scheduled fire skipped: \(error)")
         }
     }
 }

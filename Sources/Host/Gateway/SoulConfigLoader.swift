@@ -1,348 +1,710 @@
 import ChannelAPI
 import Crypto
 import Foundation
+import JSON
 import YAML
 
 public typealias DestinationValidator = @Sendable (String) throws(DestinationError) -> Void
 
-/// Reads SOUL.yaml into a `SoulConfig`, reporting every problem with its line and column.
-/// Unknown keys are errors: a misspelt key must not silently turn a schedule off.
+/// Reads agent files into a `SoulConfig`: Soulacy's form (one agent per file, fields at the top level) and this
+/// gateway's older bundle (`version: 1` + `agents:`), with Soulacy's three tiers of problems
+/// (SOULACY-AGENTS.md §2–3):
+/// - a YAML or type error, or a missing id, **rejects the file**;
+/// - a failed validation (a bad cron, an unknown trigger, a bad duration, …) **parks the agent**: it loads, and is
+///   neither scheduled nor run until the file is fixed;
+/// - unknown keys and questionable settings are **warnings** (errors with `strict`, like Soulacy's validator).
 public struct SoulConfigLoader {
     public static let reservedAgentIDs: Set<String> = ["system"]
     public static let maximumTimeout: Duration = .seconds(24 * 3600)
 
     let file: String
-    /// Channel names SOUL.yaml may use, each with its destination check.
+    /// Channel names agents may deliver to, each with its destination check.
     let destinations: [String: DestinationValidator]
     /// Where `secret_env` names are looked up.
     let environment: [String: String]
-    private var errors: [ConfigError] = []
+    /// Unknown keys are errors (Soulacy's save-time validator) instead of warnings (its loader).
+    let strict: Bool
+    public private(set) var problems: [ConfigError] = []
+    private var rejected = false
+    private var agentErrors: [String] = []
 
-    public init(file: String, destinations: [String: DestinationValidator], environment: [String: String] = ProcessInfo.processInfo.environment) {
+    public init(file: String, destinations: [String: DestinationValidator], environment: [String: String] = ProcessInfo.processInfo.environment,
+                strict: Bool = false) {
         self.file = file
         self.destinations = destinations
         self.environment = environment
+        self.strict = strict
     }
 
+    // MARK: - Entry points
+
+    /// Loads a file or an agents directory; any error (rejected file or parked agent) throws, warnings do not.
     public static func load(path: String, destinations: [String: DestinationValidator],
-                            environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigErrors) -> SoulConfig {
-        let text: String
-        do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw ConfigErrors(errors: [ConfigError(file: path, line: 1, column: 1, message: "cannot read the file: \(error.localizedDescription)")])
-        }
-        var loader = SoulConfigLoader(file: path, destinations: destinations, environment: environment)
-        return try loader.load(text: text)
+                            environment: [String: String] = ProcessInfo.processInfo.environment, strict: Bool = false) throws(ConfigErrors) -> SoulConfig {
+        let result = AgentFiles.load(path: path, destinations: destinations, environment: environment, strict: strict)
+        if result.hasErrors { throw ConfigErrors(errors: result.problems.filter { $0.severity == .error }) }
+        return result.config
     }
 
+    /// Parses one file's text; any error throws (warnings are in `problems`).
     public mutating func load(text: String) throws(ConfigErrors) -> SoulConfig {
+        let agents = parse(text: text)
+        let errors = problems.filter { $0.severity == .error }
+        if !errors.isEmpty { throw ConfigErrors(errors: errors) }
+        return SoulConfig(agents: agents ?? [])
+    }
+
+    /// Parses one file's text: its agents, or nil when the file is rejected. Problems collect in `problems`.
+    public mutating func parse(text: String) -> [AgentConfig]? {
         let root: YAMLNode?
         do {
             root = try YAMLParser.parse(text)
         } catch {
-            throw ConfigErrors(errors: [ConfigError(file: file, line: error.mark.line, column: error.mark.column, message: error.message)])
+            problems.append(ConfigError(file: file, line: error.mark.line, column: error.mark.column, message: error.message))
+            return nil
         }
         guard let root, !root.isNull else {
-            throw ConfigErrors(errors: [ConfigError(file: file, line: 1, column: 1, message: "the file is empty; it needs an 'agents' list")])
+            reject(Mark(line: 1, column: 1), "the file is empty; an agent file needs at least an id")
+            return nil
         }
-        let config = parseRoot(root)
-        if !errors.isEmpty { throw ConfigErrors(errors: errors) }
-        return config
+        guard let entries = root.mappingEntries else {
+            reject(root.mark, "an agent file must be a mapping of fields (id, name, trigger, …), got \(root.kindName)")
+            return nil
+        }
+        let isBundle = entries.contains { $0.key == "agents" } && !entries.contains { $0.key == "id" }
+        let agents = isBundle ? parseBundle(root) : parseAgent(root, bundle: false).map { [$0] } ?? []
+        return rejected ? nil : agents
     }
 
-    private mutating func fail(_ node: YAMLNode, _ message: String) {
-        errors.append(ConfigError(file: file, line: node.mark.line, column: node.mark.column, message: message))
+    // MARK: - Problems
+
+    private mutating func reject(_ mark: Mark, _ message: String) {
+        rejected = true
+        problems.append(ConfigError(file: file, line: mark.line, column: mark.column, message: message))
     }
 
-    private mutating func fail(_ mark: Mark, _ message: String) {
-        errors.append(ConfigError(file: file, line: mark.line, column: mark.column, message: message))
+    private mutating func reject(_ node: YAMLNode, _ message: String) { reject(node.mark, message) }
+
+    /// A validation error: the agent loads but is parked.
+    private mutating func invalid(_ mark: Mark, _ message: String) {
+        agentErrors.append(message)
+        problems.append(ConfigError(file: file, line: mark.line, column: mark.column, message: message))
     }
 
-    /// The entries of a mapping, with unknown keys reported.
-    private mutating func mapping(_ node: YAMLNode, _ what: String, allowed: [String], required: [String] = []) -> [String: YAMLNode]? {
+    private mutating func invalid(_ node: YAMLNode, _ message: String) { invalid(node.mark, message) }
+
+    private mutating func warn(_ mark: Mark, _ message: String) {
+        problems.append(ConfigError(file: file, line: mark.line, column: mark.column, message: message, severity: .warning))
+    }
+
+    private mutating func warn(_ node: YAMLNode, _ message: String) { warn(node.mark, message) }
+
+    // MARK: - Typed reads (a mismatch rejects the file, as Soulacy's decoder does)
+
+    /// The entries of a mapping; unknown keys warn (or, strict, fail validation) with a did-you-mean.
+    private mutating func mapping(_ node: YAMLNode, _ what: String, known: [String], open: Bool = false) -> [String: YAMLNode]? {
+        if node.isNull { return [:] }
         guard let entries = node.mappingEntries else {
-            fail(node, "\(what) must be a mapping, got \(node.kindName)")
+            reject(node, "\(what) must be a mapping, got \(node.kindName)")
             return nil
         }
         var result: [String: YAMLNode] = [:]
         for entry in entries {
-            if allowed.contains(entry.key) {
-                result[entry.key] = entry.value
-            } else {
-                fail(entry.keyMark, "unknown key '\(entry.key)' in \(what); allowed: \(allowed.joined(separator: ", "))")
-            }
-        }
-        for key in required where result[key] == nil {
-            fail(node, "\(what) is missing '\(key)'")
+            result[entry.key] = entry.value
+            guard !open, !known.contains(entry.key), !entry.key.hasPrefix("studio_") || what != "the agent" else { continue }
+            var message = "unknown key '\(entry.key)' in \(what)"
+            if let near = Self.nearest(entry.key, in: known) { message += "; did you mean '\(near)'?" }
+            if strict { invalid(entry.keyMark, message) } else { warn(entry.keyMark, message + " (ignored)") }
         }
         return result
     }
 
+    static func nearest(_ key: String, in candidates: [String]) -> String? {
+        let scored = candidates.map { ($0, editDistance(key.lowercased(), $0)) }.min { $0.1 < $1.1 }
+        guard let (name, distance) = scored, distance <= max(1, min(3, name.count / 3)) else { return nil }
+        return name
+    }
+
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var previous = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...max(b.count, 1) where !b.isEmpty {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return a.isEmpty ? b.count : previous[b.count]
+    }
+
+    /// A string field takes any scalar's text (`version: 1.0` is "1.0", `to: 123` is "123"); null is absent.
     private mutating func string(_ node: YAMLNode?, _ what: String) -> String? {
-        guard let node else { return nil }
-        guard case .scalar(let s) = node, !node.isNull else {
-            fail(node, "\(what) must be text, got \(node.isNull ? "nothing" : node.kindName)")
+        guard let node, !node.isNull else { return nil }
+        guard case .scalar(let s) = node else {
+            reject(node, "\(what) must be text, got \(node.kindName)")
             return nil
         }
         return s.value
     }
 
     private mutating func bool(_ node: YAMLNode?, _ what: String) -> Bool? {
-        guard let node else { return nil }
+        guard let node, !node.isNull else { return nil }
         guard case .scalar(let s) = node, !s.isQuoted else {
-            fail(node, "\(what) must be true or false")
+            reject(node, "\(what) must be true or false, got \(node.kindName == "a scalar" ? "a quoted string" : node.kindName)")
             return nil
         }
         switch s.value {
-        case "true", "True", "TRUE", "yes", "on": return true
-        case "false", "False", "FALSE", "no", "off": return false
+        case "true", "True", "TRUE", "yes", "Yes", "YES", "y", "Y", "on", "On", "ON": return true
+        case "false", "False", "FALSE", "no", "No", "NO", "n", "N", "off", "Off", "OFF": return false
         default:
-            fail(node, "\(what) must be true or false, got '\(s.value)'")
+            reject(node, "\(what) must be true or false, got '\(s.value)'")
             return nil
         }
     }
 
-    private mutating func duration(_ node: YAMLNode?, _ what: String, range: ClosedRange<Duration>) -> Duration? {
-        guard let text = string(node, what), let node else { return nil }
-        guard let d = DurationText.parse(text) else {
-            fail(node, "\(what) '\(text)' is not a duration such as 30s, 5m, 1h30m or 2d")
-            return nil
-        }
-        guard range.contains(d) else {
-            fail(node, "\(what) must be from \(DurationText.format(range.lowerBound)) to \(DurationText.format(range.upperBound)), got \(text)")
-            return nil
-        }
-        return d
-    }
-
-    private mutating func parseRoot(_ root: YAMLNode) -> SoulConfig {
-        guard let top = mapping(root, "the top level", allowed: ["version", "agents"], required: ["agents"]) else {
-            return SoulConfig(agents: [])
-        }
-        if let version = top["version"], string(version, "version") != "1" {
-            fail(version, "version must be 1")
-        }
-        guard let list = top["agents"] else { return SoulConfig(agents: []) }
-        guard case .sequence(let items, _) = list else {
-            fail(list, "agents must be a list, got \(list.kindName)")
-            return SoulConfig(agents: [])
-        }
-        var agents: [AgentConfig] = []
-        var seen: [String: Mark] = [:]
-        for item in items {
-            // Duplicates are reported even when the first agent has errors of its own.
-            if let id = item.mappingEntries?.first(where: { $0.key == "id" })?.value.scalarValue {
-                if let first = seen[id] {
-                    fail(item, "agent id '\(id)' is already used at line \(first.line)")
-                    continue
-                }
-                seen[id] = item.mark
-            }
-            if let agent = parseAgent(item) { agents.append(agent) }
-        }
-        return SoulConfig(agents: agents)
-    }
-
-    private static func isValidID(_ id: String) -> Bool {
-        guard let first = id.unicodeScalars.first, id.count <= 64 else { return false }
-        guard ("a"..."z").contains(first) || ("0"..."9").contains(first) else { return false }
-        return id.unicodeScalars.allSatisfy { ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" }
-    }
-
-    private mutating func parseAgent(_ node: YAMLNode) -> AgentConfig? {
-        guard let fields = mapping(node, "an agent", allowed: ["id", "name", "description", "runner", "trigger", "schedule", "location", "webhook", "notify_on_failure"], required: ["id", "runner"]) else { return nil }
-        let errorCount = errors.count
-        let id = string(fields["id"], "id") ?? ""
-        if let idNode = fields["id"], !id.isEmpty || idNode.scalarValue != nil {
-            if !Self.isValidID(id) {
-                fail(idNode, "agent id '\(id)' must be 1-64 lower-case letters, digits, - or _, starting with a letter or digit")
-            } else if Self.reservedAgentIDs.contains(id) {
-                fail(idNode, "agent id '\(id)' is reserved for the gateway's own System agent")
-            }
-        }
-        let name = string(fields["name"], "name") ?? id
-        let description = string(fields["description"], "description")
-        let runner = fields["runner"].flatMap { parseRunner($0) }
-        var trigger: AgentConfig.Trigger = fields["schedule"] != nil ? .cron : fields["location"] != nil ? .location : fields["webhook"] != nil ? .webhook : .manual
-        if let triggerNode = fields["trigger"], let text = string(triggerNode, "trigger") {
-            if let t = AgentConfig.Trigger(rawValue: text) {
-                trigger = t
-            } else {
-                let later = ["channel", "oneshot", "internal"]
-                fail(triggerNode, later.contains(text)
-                     ? "trigger '\(text)' is not supported by this gateway yet; use cron, location, webhook or manual"
-                     : "trigger must be one of cron, location, webhook, manual; got '\(text)'")
-            }
-        }
-        // Each trigger has its block, and a block belongs to its trigger only.
-        let blocks: [(AgentConfig.Trigger, String)] = [(.cron, "schedule"), (.location, "location"), (.webhook, "webhook")]
-        for (kind, key) in blocks {
-            if trigger == kind, fields[key] == nil {
-                fail(fields["trigger"] ?? node, "trigger \(kind.rawValue) needs a '\(key)' block")
-            } else if trigger != kind, let block = fields[key] {
-                fail(block, "a '\(key)' block needs trigger: \(kind.rawValue) (this agent's trigger is \(trigger.rawValue))")
-            }
-        }
-        let schedule = trigger == .cron ? fields["schedule"].flatMap { parseSchedule($0) } : nil
-        let location = trigger == .location ? fields["location"].flatMap { parseLocation($0) } : nil
-        let webhook = trigger == .webhook ? fields["webhook"].flatMap { parseWebhook($0) } : nil
-        let notice = fields["notify_on_failure"].flatMap { parseFailureNotice($0) }
-        guard errors.count == errorCount, let runner else { return nil }
-        return AgentConfig(id: id, name: name, description: description, runner: runner, trigger: trigger,
-                           schedule: schedule, location: location, webhook: webhook, notifyOnFailure: notice)
-    }
-
-    private mutating func number(_ node: YAMLNode?, _ what: String, range: ClosedRange<Double>) -> Double? {
-        guard let node else { return nil }
-        guard case .scalar(let s) = node, !s.isQuoted, let value = Double(s.value), value.isFinite else {
-            fail(node, "\(what) must be a number")
-            return nil
-        }
-        guard range.contains(value) else {
-            fail(node, "\(what) must be from \(range.lowerBound.formatted()) to \(range.upperBound.formatted()), got \(s.value)")
+    private mutating func integer(_ node: YAMLNode?, _ what: String) -> Int? {
+        guard let node, !node.isNull else { return nil }
+        guard case .scalar(let s) = node, !s.isQuoted, let value = Int(s.value.replacingOccurrences(of: "_", with: "")) else {
+            reject(node, "\(what) must be a whole number, got \(node.scalarValue.map { "'\($0)'" } ?? node.kindName)")
             return nil
         }
         return value
     }
 
-    private mutating func parseLocation(_ node: YAMLNode) -> LocationTrigger? {
-        guard let fields = mapping(node, "location", allowed: ["name", "latitude", "longitude", "radius_m", "on", "device", "cooldown"],
-                                   required: ["latitude", "longitude", "radius_m", "on"]) else { return nil }
-        let name = string(fields["name"], "name") ?? "Region"
-        let latitude = number(fields["latitude"], "latitude", range: -90...90)
-        let longitude = number(fields["longitude"], "longitude", range: -180...180)
-        let radius = number(fields["radius_m"], "radius_m", range: LocationTrigger.radiusRange)
-        var event: LocationTrigger.Event?
-        if let onNode = fields["on"], let text = string(onNode, "on") {
-            event = LocationTrigger.Event(rawValue: text)
-            if event == nil { fail(onNode, "on must be enter or exit, got '\(text)'") }
+    private mutating func number(_ node: YAMLNode?, _ what: String) -> Double? {
+        guard let node, !node.isNull else { return nil }
+        guard case .scalar(let s) = node, !s.isQuoted, let value = Double(s.value), value.isFinite else {
+            reject(node, "\(what) must be a number, got \(node.scalarValue.map { "'\($0)'" } ?? node.kindName)")
+            return nil
         }
-        var devices: [String] = []
-        if let deviceNode = fields["device"] {
-            switch deviceNode {
-            case .sequence(let items, _):
-                devices = items.compactMap { string($0, "each device") }
-            default:
-                if !deviceNode.isNull, let one = string(deviceNode, "device"), !one.isEmpty { devices = [one] }
-            }
-        }
-        let cooldown = duration(fields["cooldown"], "cooldown", range: .seconds(0) ... .seconds(7 * 86400)) ?? .seconds(30 * 60)
-        guard let latitude, let longitude, let radius, let event else { return nil }
-        return LocationTrigger(name: name, latitude: latitude, longitude: longitude, radiusMeters: radius, on: event, devices: devices, cooldown: cooldown)
+        return value
     }
 
-    private mutating func parseWebhook(_ node: YAMLNode) -> WebhookTrigger? {
-        guard let fields = mapping(node, "webhook", allowed: ["secret", "secret_env", "output"]) else { return nil }
-        var secret: String?
-        switch (fields["secret"], fields["secret_env"]) {
-        case (nil, nil):
-            fail(node, "webhook needs secret_env (the name of an environment variable holding the secret) or secret")
-        case (.some, .some(let envNode)):
-            fail(envNode, "give either secret or secret_env, not both")
-        case (.some(let secretNode), nil):
-            secret = string(secretNode, "secret")
-        case (nil, .some(let envNode)):
-            if let name = string(envNode, "secret_env") {
-                secret = environment[name]
-                if secret == nil { fail(envNode, "environment variable \(name) is not set") }
-            }
+    /// A list of strings; null is absent (nil), `[]` is empty.
+    private mutating func strings(_ node: YAMLNode?, _ what: String) -> [String]? {
+        guard let node, !node.isNull else { return nil }
+        guard case .sequence(let items, _) = node else {
+            reject(node, "\(what) must be a list, got \(node.kindName)")
+            return nil
         }
-        if let s = secret, s.utf8.count < 16 {
-            fail(fields["secret"] ?? fields["secret_env"] ?? node, "the webhook secret must be at least 16 characters")
-            secret = nil
-        }
-        let output = fields["output"].flatMap { parseOutput($0) }
-        guard let secret else { return nil }
-        return WebhookTrigger(secretSHA256: SHA256.hash(secret), output: output)
+        return items.compactMap { string($0, "each item of \(what)") }
     }
 
-    private mutating func parseRunner(_ node: YAMLNode) -> CommandRunnerConfig? {
-        guard let fields = mapping(node, "runner", allowed: ["type", "command", "env", "timeout", "working_directory"], required: ["command"]) else { return nil }
-        if let typeNode = fields["type"], let type = string(typeNode, "runner type"), type != "command" {
-            fail(typeNode, "runner type must be 'command', got '\(type)'")
+    /// Text or a list of texts (`must:` is either in real files).
+    private mutating func lines(_ node: YAMLNode?, _ what: String) -> [String] {
+        guard let node, !node.isNull else { return [] }
+        if case .scalar = node { return string(node, what).map { [$0] } ?? [] }
+        return strings(node, what) ?? []
+    }
+
+    private mutating func duration(_ node: YAMLNode?, _ what: String) -> Duration? {
+        guard let node, let text = string(node, what) else { return nil }
+        guard let d = DurationText.parse(text) else {
+            invalid(node, "\(what) '\(text)' is not a duration such as 30s, 500ms, 5m, 1.5h or 1h30m")
+            return nil
+        }
+        return d
+    }
+
+    // MARK: - The bundle (`version: 1` + `agents:`)
+
+    private mutating func parseBundle(_ root: YAMLNode) -> [AgentConfig] {
+        guard let top = mapping(root, "the top level", known: ["version", "agents"]) else { return [] }
+        if let version = top["version"], string(version, "version") != "1" {
+            reject(version, "version must be 1")
+        }
+        guard let list = top["agents"], case .sequence(let items, _) = list else {
+            if let list = top["agents"] { reject(list, "agents must be a list, got \(list.kindName)") }
+            return []
+        }
+        var agents: [AgentConfig] = []
+        var seen: [String: Mark] = [:]
+        for item in items {
+            guard let agent = parseAgent(item, bundle: true) else { continue }
+            if let first = seen[agent.id] {
+                warn(item, "agent id '\(agent.id)' is already used at line \(first.line); the later one wins")
+                agents.removeAll { $0.id == agent.id }
+            }
+            seen[agent.id] = item.mark
+            agents.append(agent)
+        }
+        return agents
+    }
+
+    // MARK: - One agent
+
+    static let topLevelKeys = [
+        "id", "name", "description", "version", "tags", "labels", "kind", "routes", "surfaces", "trigger", "channels", "schedule",
+        "location", "webhook", "system_prompt", "llm", "identity", "personality", "non_negotiables", "tools", "builtins", "skills",
+        "knowledge", "agents", "parallel_peer_calls", "structured_peer_results", "mcp_servers", "mcp_tools", "plugin_tools",
+        "system_tools", "allow_shell", "capabilities", "env", "confirm_tools", "unattended", "memory", "reasoning", "brain_memory",
+        "learning", "policy", "execution", "dry_run", "hooks", "workflow", "outcome", "mission", "tool_schemas", "budget", "max_turns",
+        "stream_reply", "enabled", "run_timeout", "notify_on_failure", "security",
+        // This gateway's own: a program instead of a model.
+        "runner",
+    ]
+
+    /// The builtins this gateway runs; any other named builtin is reported as not run here.
+    public static let runnableBuiltins: Set<String> = ["mobile.list_nodes", "mobile.invoke", "mobile.command_status"]
+
+    private mutating func parseAgent(_ node: YAMLNode, bundle: Bool) -> AgentConfig? {
+        let rejectedBefore = rejected
+        rejected = false
+        agentErrors = []
+        defer { rejected = rejected || rejectedBefore }
+        guard let fields = mapping(node, "the agent", known: Self.topLevelKeys) else { return nil }
+        guard let id = string(fields["id"], "id"), !id.trimmingCharacters(in: .whitespaces).isEmpty else {
+            reject(fields["id"] ?? node, "id is missing; every agent needs an id")
+            return nil
+        }
+        if let idNode = fields["id"] {
+            if id.contains(where: { $0.isWhitespace || $0 == "/" || $0 == "\\" }) {
+                warn(idNode, "id '\(id)' has whitespace or a path separator; it still works, but URLs must escape it")
+            }
+        }
+        let name = string(fields["name"], "name").flatMap { $0.isEmpty ? nil : $0 } ?? id
+        let description = string(fields["description"], "description")
+
+        // The trigger; without one, the blocks say what starts the agent (the seed's bare `schedule:` is scheduled).
+        var trigger: AgentConfig.Trigger = .unset
+        if let triggerNode = fields["trigger"], let text = string(triggerNode, "trigger"), !text.isEmpty {
+            if let known = AgentConfig.Trigger(rawValue: text), known != .unset {
+                trigger = known
+            } else {
+                invalid(triggerNode, "trigger must be one of cron, oneshot, webhook, location, internal, channel; got '\(text)'")
+            }
+        } else if fields["trigger"] == nil || fields["trigger"]?.isNull == true || fields["trigger"]?.scalarValue == "" {
+            let schedule = fields["schedule"]?.mappingEntries
+            if schedule?.contains(where: { $0.key == "cron" }) == true { trigger = .cron }
+            else if schedule?.contains(where: { $0.key == "at" }) == true { trigger = .oneshot }
+            else if fields["location"] != nil { trigger = .location }
+            else if fields["webhook"] != nil { trigger = .webhook }
+            else if bundle { trigger = .manual }
+            else { warn(node, "agent '\(id)' has no trigger; it runs only when asked (chat or the API)") }
+        }
+
+        var enabled = bundle
+        if let enabledNode = fields["enabled"] {
+            enabled = bool(enabledNode, "enabled") ?? false
+        } else if !bundle {
+            warn(node, "agent '\(id)' has no 'enabled: true', so it is off (Soulacy's default); add enabled: true to run it")
+        }
+
+        let runner = parseRunner(fields, agentID: id)
+        var agent = AgentConfig(id: id, name: name, description: description, runner: runner ?? .llm(LLMSettings()), trigger: trigger, enabled: enabled)
+        agent.file = file
+
+        if let scheduleNode = fields["schedule"] { agent.schedule = parseSchedule(scheduleNode) }
+        switch trigger {
+        case .cron:
+            let cronWritten = fields["schedule"]?.mappingEntries?.contains { $0.key == "cron" && !($0.value.scalarValue ?? "").isEmpty } == true
+            if !cronWritten {
+                invalid(fields["schedule"] ?? fields["trigger"] ?? node, "trigger cron needs a 'schedule' block with a cron expression")
+            }
+            if let schedule = agent.schedule, schedule.cron != nil, schedule.output == nil,
+               fields["schedule"]?.mappingEntries?.contains(where: { $0.key == "output" }) != true {
+                warn(fields["schedule"] ?? node, "agent '\(id)' has no schedule.output; its fires are recorded in the run history only")
+            }
+        case .oneshot:
+            if fields["schedule"]?.mappingEntries?.contains(where: { $0.key == "at" && !$0.value.isNull }) != true {
+                invalid(fields["schedule"] ?? fields["trigger"] ?? node, "trigger oneshot needs schedule.at, the instant to fire (RFC 3339)")
+            }
+        case .channel:
+            if (strings(fields["channels"], "channels") ?? []).isEmpty {
+                warn(fields["trigger"] ?? node, "trigger channel without 'channels'; it answers chat (POST /api/v1/chat) here")
+            }
+        default:
+            break
+        }
+
+        if let locationNode = fields["location"] {
+            if trigger == .location {
+                agent.location = parseLocation(locationNode)
+            } else {
+                warn(locationNode, "a 'location' block needs trigger: location (this agent's trigger is \(trigger == .unset ? "not set" : trigger.rawValue)); it is ignored")
+            }
+        } else if trigger == .location {
+            invalid(fields["trigger"] ?? node, "trigger location needs a 'location' block (latitude, longitude, radius_m, on)")
+        }
+        if let webhookNode = fields["webhook"] {
+            let hook = parseWebhook(webhookNode)
+            if trigger == .webhook { agent.webhook = hook } else {
+                warn(webhookNode, "a 'webhook' block needs trigger: webhook (this agent's trigger is \(trigger == .unset ? "not set" : trigger.rawValue)); it is ignored")
+            }
+        } else if trigger == .webhook {
+            agent.webhook = WebhookTrigger()
+        }
+        if let notice = fields["notify_on_failure"] { agent.notifyOnFailure = parseFailureNotice(notice) }
+        if let timeoutNode = fields["run_timeout"], let d = duration(timeoutNode, "run_timeout") {
+            agent.runTimeout = d > .zero ? d : nil
+        }
+
+        agent.systemPrompt = string(fields["system_prompt"], "system_prompt") ?? ""
+        agent.persona = parsePersona(fields)
+        agent.builtins = strings(fields["builtins"], "builtins")
+        agent.confirmTools = strings(fields["confirm_tools"], "confirm_tools") ?? []
+        agent.unattended = bool(fields["unattended"], "unattended") ?? false
+        agent.channels = strings(fields["channels"], "channels") ?? []
+        agent.surfaces = strings(fields["surfaces"], "surfaces") ?? []
+        if let maxTurns = fields["max_turns"] { agent.maxTurns = integer(maxTurns, "max_turns") ?? 0 }
+        if let memoryNode = fields["memory"],
+           let memory = mapping(memoryNode, "memory", known: ["read_scopes", "write_scopes", "max_tokens", "adaptive"]) {
+            _ = strings(memory["read_scopes"], "memory.read_scopes")
+            _ = strings(memory["write_scopes"], "memory.write_scopes")
+            if let entries = integer(memory["max_tokens"], "memory.max_tokens") {
+                if entries < 0 { invalid(memory["max_tokens"]!, "memory.max_tokens must not be negative, got \(entries)") }
+                agent.memoryEntries = max(0, entries)
+            }
+            agent.adaptiveMemory = bool(memory["adaptive"], "memory.adaptive")
+        }
+        checkAcceptedFields(fields, agent: &agent)
+        if case .llm(let settings) = agent.runner, !settings.allowedProviders.isEmpty, !settings.allowedProviders.contains(settings.provider) {
+            invalid(fields["llm"] ?? node, "llm.provider '\(settings.provider)' is not in allowed_providers (\(settings.allowedProviders.joined(separator: ", ")))")
+        }
+
+        if Self.reservedAgentIDs.contains(id) {
+            // The System agent: always on, on the gateway's own channel only, never shown to phones.
+            agent.enabled = true
+            agent.channels = ["http"]
+            if agent.confirmTools.isEmpty { agent.confirmTools = ["*"] }
+        }
+        if rejected { return nil }
+        if let first = agentErrors.first { agent.disabledReason = first }
+        return agent
+    }
+
+    private mutating func parseRunner(_ fields: [String: YAMLNode], agentID: String) -> AgentRunnerConfig? {
+        let llm = fields["llm"].flatMap { parseLLM($0) } ?? LLMSettings()
+        guard let node = fields["runner"] else { return .llm(llm) }
+        if let llmNode = fields["llm"] { warn(llmNode, "agent '\(agentID)' has a runner; its llm block is not used") }
+        guard let runner = mapping(node, "runner", known: ["type", "command", "env", "timeout", "working_directory"]) else { return nil }
+        if let typeNode = runner["type"], let type = string(typeNode, "runner type"), type != "command" {
+            invalid(typeNode, "runner type must be 'command', got '\(type)'")
         }
         var argv: [String] = []
-        if let command = fields["command"] {
+        if let command = runner["command"] {
             if case .sequence(let items, _) = command {
                 for item in items { if let s = string(item, "each command argument") { argv.append(s) } }
-                if items.isEmpty { fail(command, "command must name a program: [\"/usr/bin/program\", \"arg\"]") }
+                if items.isEmpty { invalid(command, "command must name a program: [\"/usr/bin/program\", \"arg\"]") }
             } else {
-                fail(command, "command must be a list of arguments, for example [\"/bin/sh\", \"-c\", \"echo hi\"]")
+                reject(command, "command must be a list of arguments, for example [\"/bin/sh\", \"-c\", \"echo hi\"]")
             }
+        } else {
+            invalid(node, "runner is missing 'command'")
         }
         var environment: [String: String] = [:]
-        if let envNode = fields["env"] {
+        if let envNode = runner["env"] {
             if let entries = envNode.mappingEntries {
                 for entry in entries {
                     if entry.key.isEmpty || entry.key.contains("=") || entry.key.contains(where: \.isWhitespace) {
-                        fail(entry.keyMark, "environment variable name '\(entry.key)' is not valid")
+                        invalid(entry.keyMark, "environment variable name '\(entry.key)' is not valid")
                     } else if let value = string(entry.value, "env \(entry.key)") {
                         environment[entry.key] = value
                     }
                 }
             } else {
-                fail(envNode, "env must be a mapping of NAME: value")
+                reject(envNode, "env must be a mapping of NAME: value")
             }
         }
-        let timeout = duration(fields["timeout"], "timeout", range: .seconds(1) ... Self.maximumTimeout) ?? .seconds(300)
-        let directory = string(fields["working_directory"], "working_directory")
-        return CommandRunnerConfig(argv: argv, environment: environment, timeout: timeout, workingDirectory: directory)
+        var timeout = Duration.seconds(300)
+        if let timeoutNode = runner["timeout"], let d = duration(timeoutNode, "timeout") {
+            if d < .seconds(1) || d > Self.maximumTimeout {
+                invalid(timeoutNode, "timeout must be from 1s to \(DurationText.format(Self.maximumTimeout)), got \(timeoutNode.scalarValue ?? "")")
+            } else {
+                timeout = d
+            }
+        }
+        let directory = string(runner["working_directory"], "working_directory")
+        return .command(CommandRunnerConfig(argv: argv, environment: environment, timeout: timeout, workingDirectory: directory))
+    }
+
+    private mutating func parseLLM(_ node: YAMLNode) -> LLMSettings? {
+        guard let fields = mapping(node, "llm", known: [
+            "provider", "model", "temperature", "top_p", "presence_penalty", "frequency_penalty", "reasoning_effort", "response_format",
+            "max_tokens", "base_url", "tool_choice", "allowed_providers", "output_schema", "allowed_models", "data_classification",
+        ]) else { return nil }
+        var llm = LLMSettings()
+        llm.provider = string(fields["provider"], "llm.provider")?.trimmingCharacters(in: .whitespaces) ?? ""
+        llm.model = string(fields["model"], "llm.model")?.trimmingCharacters(in: .whitespaces) ?? ""
+        llm.temperature = number(fields["temperature"], "llm.temperature")
+        if let t = llm.temperature, t < 0 { invalid(fields["temperature"]!, "llm.temperature must not be negative, got \(t)") }
+        llm.topP = number(fields["top_p"], "llm.top_p")
+        _ = number(fields["presence_penalty"], "llm.presence_penalty")
+        _ = number(fields["frequency_penalty"], "llm.frequency_penalty")
+        _ = string(fields["reasoning_effort"], "llm.reasoning_effort")
+        _ = string(fields["response_format"], "llm.response_format")
+        if let maxTokens = integer(fields["max_tokens"], "llm.max_tokens") {
+            if maxTokens < 0 { invalid(fields["max_tokens"]!, "llm.max_tokens must not be negative, got \(maxTokens)") }
+            llm.maxTokens = max(0, maxTokens)
+        }
+        llm.baseURL = string(fields["base_url"], "llm.base_url").flatMap { $0.isEmpty ? nil : $0 }
+        llm.toolChoice = string(fields["tool_choice"], "llm.tool_choice").flatMap { $0.isEmpty ? nil : $0 }
+        llm.allowedProviders = strings(fields["allowed_providers"], "llm.allowed_providers") ?? []
+        _ = strings(fields["allowed_models"], "llm.allowed_models")
+        if let schema = fields["output_schema"], !schema.isNull { llm.outputSchema = Self.json(schema).serialized() }
+        return llm
+    }
+
+    /// A YAML value as JSON (for `output_schema`): plain scalars that read as numbers or booleans stay typed.
+    static func json(_ node: YAMLNode) -> JSONValue {
+        switch node {
+        case .scalar(let s):
+            if node.isNull { return .null }
+            if !s.isQuoted {
+                if ["true", "True", "TRUE"].contains(s.value) { return .bool(true) }
+                if ["false", "False", "FALSE"].contains(s.value) { return .bool(false) }
+                if let n = Double(s.value), n.isFinite { return .number(n) }
+            }
+            return .string(s.value)
+        case .sequence(let items, _): return .array(items.map(json))
+        case .mapping:
+            var object: [String: JSONValue] = [:]
+            for entry in node.mappingEntries ?? [] { object[entry.key] = json(entry.value) }
+            return .object(object)
+        }
+    }
+
+    private mutating func parsePersona(_ fields: [String: YAMLNode]) -> Persona {
+        var persona = Persona()
+        if let node = fields["identity"], let identity = mapping(node, "identity", known: ["role", "expertise", "audience", "backstory"]) {
+            persona.role = string(identity["role"], "identity.role")
+            persona.expertise = lines(identity["expertise"], "identity.expertise")
+            persona.audience = string(identity["audience"], "identity.audience")
+            persona.backstory = string(identity["backstory"], "identity.backstory")
+        }
+        if let node = fields["personality"], let personality = mapping(node, "personality", known: ["tone", "voice", "avoid", "prefer"]) {
+            persona.tone = string(personality["tone"], "personality.tone")
+            persona.voice = string(personality["voice"], "personality.voice")
+            persona.avoid = lines(personality["avoid"], "personality.avoid")
+            persona.prefer = lines(personality["prefer"], "personality.prefer")
+        }
+        if let node = fields["non_negotiables"], let rules = mapping(node, "non_negotiables", known: ["must", "must_not", "output_constraints"]) {
+            persona.must = lines(rules["must"], "non_negotiables.must")
+            persona.mustNot = lines(rules["must_not"], "non_negotiables.must_not")
+            if let constraintsNode = rules["output_constraints"],
+               let constraints = mapping(constraintsNode, "output_constraints", known: ["max_length", "min_length", "format"]) {
+                persona.maxLength = integer(constraints["max_length"], "output_constraints.max_length")
+                persona.minLength = integer(constraints["min_length"], "output_constraints.min_length")
+                persona.format = string(constraints["format"], "output_constraints.format")
+            }
+        }
+        return persona
+    }
+
+    /// Type-checks the fields this gateway accepts but does not execute, and lists them on the agent.
+    private mutating func checkAcceptedFields(_ fields: [String: YAMLNode], agent: inout AgentConfig) {
+        var notRun: [String] = []
+        if let toolsNode = fields["tools"] {
+            guard case .sequence(let items, _) = toolsNode else {
+                if !toolsNode.isNull { reject(toolsNode, "tools must be a list, got \(toolsNode.kindName)") }
+                return
+            }
+            var names: [String] = []
+            for item in items {
+                guard let tool = mapping(item, "a tool", known: ["name", "description", "python_file", "inline", "parameters", "timeout", "retries", "retry_backoff"]) else { continue }
+                let name = string(tool["name"], "tools[].name") ?? ""
+                if name.isEmpty { invalid(item, "a tool needs a name") } else { names.append(name) }
+                _ = duration(tool["timeout"], "tools[].timeout")
+                _ = integer(tool["retries"], "tools[].retries")
+            }
+            if !names.isEmpty { notRun.append("Python tools (\(names.joined(separator: ", ")))") }
+        }
+        for key in ["skills", "knowledge", "agents", "mcp_servers", "mcp_tools", "plugin_tools", "env", "capabilities", "tags"] {
+            if let list = strings(fields[key], key), !list.isEmpty, key != "tags" { notRun.append(key) }
+        }
+        for key in ["system_tools", "allow_shell", "parallel_peer_calls", "structured_peer_results", "dry_run", "stream_reply"] {
+            if bool(fields[key], key) == true, key != "stream_reply" { notRun.append(key) }
+        }
+        if let kind = string(fields["kind"], "kind"), kind == "router" { notRun.append("kind: router") }
+        for key in ["reasoning", "brain_memory", "learning", "policy", "execution", "hooks", "workflow", "outcome", "mission", "tool_schemas", "budget", "routes"]
+        where fields[key].map({ !$0.isNull }) == true {
+            notRun.append(key)
+        }
+        for key in fields.keys.sorted() where key.hasPrefix("studio_") { notRun.append(key) }
+        if let security = fields["security"], let block = mapping(security, "security", known: ["passphrase", "passphrase_prompt", "intent_gate"]) {
+            if block["passphrase"] != nil { notRun.append("security.passphrase") }
+            if block["intent_gate"] != nil { notRun.append("security.intent_gate") }
+        }
+        // Chat adapters this gateway does not have (telegram, slack, …): the agent answers chat through the API only.
+        let foreignChannels = agent.channels.filter { !["http", "internal", "mobile"].contains($0) }
+        if !foreignChannels.isEmpty { notRun.append("channels \(foreignChannels.joined(separator: ", ")) (chat here is POST /api/v1/chat)") }
+        let otherBuiltins = (agent.builtins ?? []).filter { !Self.runnableBuiltins.contains($0) && $0 != "*" && $0 != "all" }
+        if !otherBuiltins.isEmpty { notRun.append("builtins \(otherBuiltins.joined(separator: ", "))") }
+        if case .llm(let llm) = agent.runner, llm.outputSchema != nil { notRun.append("llm.output_schema repair") }
+        agent.notRunHere = notRun
+    }
+
+    private mutating func parseLocation(_ node: YAMLNode) -> LocationTrigger? {
+        guard let fields = mapping(node, "location", known: ["name", "latitude", "longitude", "radius_m", "on", "device", "cooldown"]) else { return nil }
+        let name = string(fields["name"], "location.name").flatMap { $0.isEmpty ? nil : $0 } ?? "Region"
+        func ranged(_ key: String, _ range: ClosedRange<Double>) -> Double? {
+            guard let valueNode = fields[key] else {
+                invalid(node, "location is missing '\(key)'")
+                return nil
+            }
+            guard let value = number(valueNode, key) else { return nil }
+            guard range.contains(value) else {
+                invalid(valueNode, "\(key) must be from \(range.lowerBound.formatted()) to \(range.upperBound.formatted()), got \(valueNode.scalarValue ?? "")")
+                return nil
+            }
+            return value
+        }
+        let latitude = ranged("latitude", -90...90)
+        let longitude = ranged("longitude", -180...180)
+        let radius = ranged("radius_m", LocationTrigger.radiusRange)
+        var event: LocationTrigger.Event?
+        if let onNode = fields["on"], let text = string(onNode, "on") {
+            event = LocationTrigger.Event(rawValue: text)
+            if event == nil { invalid(onNode, "on must be enter or exit, got '\(text)'") }
+        } else {
+            invalid(node, "location is missing 'on' (enter or exit)")
+        }
+        var devices: [String] = []
+        if let deviceNode = fields["device"] {
+            if case .sequence = deviceNode {
+                devices = strings(deviceNode, "device") ?? []
+            } else if let one = string(deviceNode, "device"), !one.isEmpty {
+                devices = [one]
+            }
+        }
+        // Absent, invalid or negative means 30 minutes, as in Soulacy; 0s means none.
+        var cooldown = Duration.seconds(30 * 60)
+        if let cooldownNode = fields["cooldown"], let d = duration(cooldownNode, "cooldown") {
+            if d > .seconds(7 * 86400) {
+                invalid(cooldownNode, "cooldown must be at most 7d, got \(cooldownNode.scalarValue ?? "")")
+            } else if d >= .zero {
+                cooldown = d
+            }
+        }
+        guard let latitude, let longitude, let radius, let event else { return nil }
+        return LocationTrigger(name: name, latitude: latitude, longitude: longitude, radiusMeters: radius, on: event, devices: devices, cooldown: cooldown)
+    }
+
+    private mutating func parseWebhook(_ node: YAMLNode) -> WebhookTrigger? {
+        guard let fields = mapping(node, "webhook", known: [
+            "secret", "secret_env", "output", "text_path", "user_id_path", "username_path", "session_id_path", "thread_id_path", "include_raw",
+        ]) else { return nil }
+        var hook = WebhookTrigger()
+        hook.textPath = string(fields["text_path"], "webhook.text_path").flatMap { $0.isEmpty ? nil : $0 }
+        for key in ["user_id_path", "username_path", "session_id_path", "thread_id_path"] { _ = string(fields[key], "webhook.\(key)") }
+        _ = bool(fields["include_raw"], "webhook.include_raw")
+        var secret: String?
+        switch (fields["secret"], fields["secret_env"]) {
+        case (nil, nil):
+            break
+        case (.some, .some(let envNode)):
+            invalid(envNode, "give either secret or secret_env, not both")
+        case (.some(let secretNode), nil):
+            secret = string(secretNode, "secret")
+        case (nil, .some(let envNode)):
+            if let name = string(envNode, "secret_env") {
+                secret = environment[name]
+                if secret == nil { invalid(envNode, "environment variable \(name) is not set") }
+            }
+        }
+        if let s = secret {
+            if s.utf8.count < 16 {
+                invalid(fields["secret"] ?? fields["secret_env"] ?? node, "the webhook secret must be at least 16 characters")
+            } else {
+                hook.secretSHA256 = SHA256.hash(s)
+            }
+        }
+        hook.output = fields["output"].flatMap { parseOutput($0, "webhook.output") }
+        return hook
     }
 
     private mutating func parseSchedule(_ node: YAMLNode) -> ScheduleConfig? {
-        guard let fields = mapping(node, "schedule", allowed: ["cron", "timezone", "timeout", "run_missed_on_startup", "missed_startup_window", "output"], required: ["cron", "output"]) else { return nil }
+        guard let fields = mapping(node, "schedule", known: ["cron", "at", "timeout", "run_missed_on_startup", "missed_startup_window", "output", "timezone"]) else { return nil }
         var cron: CronSchedule?
-        if let cronNode = fields["cron"], let text = string(cronNode, "cron") {
-            do { cron = try CronSchedule(text) } catch { fail(cronNode, error.message) }
+        if let cronNode = fields["cron"], let text = string(cronNode, "cron"), !text.isEmpty {
+            do { cron = try CronSchedule(text) } catch { invalid(cronNode, error.message) }
+        }
+        var at: Date?
+        if let atNode = fields["at"], !atNode.isNull, case .scalar(let s) = atNode {
+            at = Self.timestamp(s.value, quoted: s.isQuoted)
+            // Soulacy's decoder cannot read such a value into its time field: the file is rejected.
+            if at == nil { reject(atNode, "schedule.at '\(s.value)' is not a timestamp; write RFC 3339, for example 2026-06-01T09:00:00+02:00") }
+        } else if let atNode = fields["at"], !atNode.isNull {
+            reject(atNode, "schedule.at must be a timestamp, got \(atNode.kindName)")
         }
         var timeZone = TimeZone.current
         if let tzNode = fields["timezone"], let name = string(tzNode, "timezone") {
             if let tz = TimeZone(identifier: name) { timeZone = tz } else {
-                fail(tzNode, "unknown time zone '\(name)'; use an IANA name such as Europe/Berlin or UTC")
+                invalid(tzNode, "unknown time zone '\(name)'; use an IANA name such as Europe/Berlin or UTC")
             }
         }
-        let timeout = duration(fields["timeout"], "timeout", range: .seconds(1) ... Self.maximumTimeout)
+        let timeout = duration(fields["timeout"], "schedule.timeout").flatMap { $0 > .zero ? $0 : nil }
         let runMissed = bool(fields["run_missed_on_startup"], "run_missed_on_startup") ?? false
-        let window = duration(fields["missed_startup_window"], "missed_startup_window", range: .seconds(60) ... .seconds(30 * 86400)) ?? .seconds(86400)
-        let output = fields["output"].flatMap { parseOutput($0) }
-        guard let cron, let output else { return nil }
-        return ScheduleConfig(cron: cron, timeZone: timeZone, timeout: timeout, runMissedOnStartup: runMissed,
+        // Soulacy does not validate the window: invalid or not positive falls back to 24h.
+        var window = Duration.seconds(86400)
+        if let text = string(fields["missed_startup_window"], "missed_startup_window"), let d = DurationText.parse(text), d > .zero { window = d }
+        let output = fields["output"].flatMap { parseOutput($0, "schedule.output") }
+        return ScheduleConfig(cron: cron, at: at, timeZone: timeZone, timeout: timeout, runMissedOnStartup: runMissed,
                               missedStartupWindow: window, output: output)
     }
 
-    /// Checks `channel` is registered and `to` is a destination that channel understands.
-    private mutating func destination(channelNode: YAMLNode?, toNode: YAMLNode?) -> (String, String)? {
-        guard let channelNode, let channelName = string(channelNode, "channel") else { return nil }
-        guard let validate = destinations[channelName] else {
-            fail(channelNode, "unknown channel '\(channelName)'; registered: \(destinations.keys.sorted().joined(separator: ", "))")
-            return nil
+    /// A YAML timestamp as Soulacy's decoder reads one: RFC 3339; unquoted also `2026-6-1 9:00:00` (UTC) or a bare date.
+    public static func timestamp(_ text: String, quoted: Bool) -> Date? {
+        let t = text.trimmingCharacters(in: .whitespaces)
+        let rfc = /(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})/
+        let loose = /(\d{4})-(\d{1,2})-(\d{1,2})(?:(?:[Tt]|[ \t]+)(\d{1,2}):(\d{2}):(\d{2})(\.\d+)?(?:[ \t]*([Zz]|[+-]\d{1,2}(?::\d{2})?))?)?/
+        var parts: (Int, Int, Int, Int, Int, Int, Double, Int)?
+        func offset(_ zone: Substring?) -> Int? {
+            guard let zone, !zone.isEmpty, zone != "Z", zone != "z" else { return 0 }
+            let sign = zone.first == "-" ? -1 : 1
+            let digits = zone.dropFirst().split(separator: ":")
+            guard let hours = Int(digits[0]) else { return nil }
+            let minutes = digits.count > 1 ? Int(digits[1]) ?? 0 : 0
+            return sign * (hours * 3600 + minutes * 60)
         }
-        guard let toNode, let to = string(toNode, "to") else { return nil }
-        do {
-            try validate(to)
-        } catch {
-            fail(toNode, error.description)
-            return nil
+        if let m = t.wholeMatch(of: rfc), let o = offset(m.8) {
+            parts = (Int(m.1)!, Int(m.2)!, Int(m.3)!, Int(m.4)!, Int(m.5)!, Int(m.6)!, m.7.flatMap { Double("0" + $0) } ?? 0, o)
+        } else if !quoted, let m = t.wholeMatch(of: loose), let o = offset(m.8) {
+            parts = (Int(m.1)!, Int(m.2)!, Int(m.3)!, m.4.flatMap { Int($0) } ?? 0, m.5.flatMap { Int($0) } ?? 0, m.6.flatMap { Int($0) } ?? 0,
+                     m.7.flatMap { Double("0" + $0) } ?? 0, o)
         }
-        return (channelName, to)
+        guard let p = parts, (1...12).contains(p.1), (1...31).contains(p.2), p.3 < 24, p.4 < 60, p.5 < 61 else { return nil }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        guard let date = calendar.date(from: DateComponents(year: p.0, month: p.1, day: p.2, hour: p.3, minute: p.4, second: p.5)),
+              calendar.component(.day, from: date) == p.2 else { return nil }
+        return date.addingTimeInterval(p.6 - Double(p.7))
     }
 
-    private mutating func parseOutput(_ node: YAMLNode) -> OutputConfig? {
-        guard let fields = mapping(node, "output", allowed: ["channel", "to", "template", "bot_name"], required: ["channel", "to"]) else { return nil }
-        let template = string(fields["template"], "template")
-        if let template, let templateNode = fields["template"], !template.contains("{reply}") {
-            fail(templateNode, "template must contain {reply}, where the agent's reply goes")
+    /// `channel` and `to`: a channel this gateway lacks is a warning (its runs record it), a bad `to` for one it has is an error.
+    private mutating func destination(_ fields: [String: YAMLNode], _ node: YAMLNode, _ what: String) -> (String, String)? {
+        let channel = string(fields["channel"], "\(what).channel")?.trimmingCharacters(in: .whitespaces) ?? ""
+        let to = string(fields["to"], "\(what).to")?.trimmingCharacters(in: .whitespaces) ?? ""
+        if channel.isEmpty && to.isEmpty { return nil }
+        guard !channel.isEmpty, !to.isEmpty else {
+            invalid(node, "\(what) needs both channel and to (got only \(channel.isEmpty ? "to" : "channel"))")
+            return nil
         }
-        let botName = string(fields["bot_name"], "bot_name")
-        guard let (channel, to) = destination(channelNode: fields["channel"], toNode: fields["to"]) else { return nil }
-        return OutputConfig(channel: channel, to: to, template: template, botName: botName)
+        if let validate = destinations[channel] {
+            do { try validate(to) } catch {
+                invalid(fields["to"] ?? node, error.description)
+                return nil
+            }
+        } else {
+            warn(fields["channel"] ?? node, "no channel '\(channel)' registered on this gateway (registered: \(destinations.keys.sorted().joined(separator: ", "))); \(what) delivers nothing and each run records that")
+        }
+        return (channel, to)
+    }
+
+    private mutating func parseOutput(_ node: YAMLNode, _ what: String) -> OutputConfig? {
+        guard let fields = mapping(node, what, known: ["channel", "to", "template", "bot_name"]) else { return nil }
+        let template = string(fields["template"], "\(what).template")
+        let botName = string(fields["bot_name"], "\(what).bot_name").flatMap { $0.isEmpty ? nil : $0 }
+        guard let (channel, to) = destination(fields, node, what) else { return nil }
+        return OutputConfig(channel: channel, to: to, template: template.flatMap { $0.isEmpty ? nil : $0 }, botName: botName)
     }
 
     private mutating func parseFailureNotice(_ node: YAMLNode) -> FailureNotice? {
-        guard let fields = mapping(node, "notify_on_failure", allowed: ["channel", "to", "include_error"], required: ["channel", "to"]) else { return nil }
+        guard let fields = mapping(node, "notify_on_failure", known: ["channel", "to", "include_error", "template"]) else { return nil }
         let include = bool(fields["include_error"], "include_error") ?? false
-        guard let (channel, to) = destination(channelNode: fields["channel"], toNode: fields["to"]) else { return nil }
-        return FailureNotice(channel: channel, to: to, includeError: include)
+        let template = string(fields["template"], "notify_on_failure.template").flatMap { $0.isEmpty ? nil : $0 }
+        guard let (channel, to) = destination(fields, node, "notify_on_failure") else { return nil }
+        return FailureNotice(channel: channel, to: to, includeError: include, template: template)
     }
 }

@@ -51,7 +51,7 @@ public final class TriggerCooldowns: Sendable {
 struct TriggersAPI: Sendable {
     static let maximumRegions = 20
 
-    let config: SoulConfig
+    let catalog: AgentCatalog
     let runs: AgentRuns
     let mobile: MobileStore
     let cooldowns: TriggerCooldowns
@@ -72,8 +72,8 @@ struct TriggersAPI: Sendable {
     @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let device = try mobile.ownedDevice(request.query["device_id"], subject: caller.subject)
-        let triggers = config.agents.compactMap { agent -> JSONValue? in
-            guard let location = agent.location, Self.allows(location, device: device.id) else { return nil }
+        let triggers = catalog.current.agents.compactMap { agent -> JSONValue? in
+            guard agent.isOn, let location = agent.location, Self.allows(location, device: device.id) else { return nil }
             return [
                 "agent_id": .string(agent.id), "agent_name": .string(agent.name), "name": .string(location.name),
                 "latitude": .number(location.latitude), "longitude": .number(location.longitude), "radius_m": .number(location.radiusMeters),
@@ -87,8 +87,9 @@ struct TriggersAPI: Sendable {
     @Sendable func fire(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let agentID = request.parameter("id")
-        guard let agent = config.agent(id: agentID), let location = agent.location else {
-            throw APIError.notFound("no location trigger '\(agentID)'")
+        guard let agent = catalog.agent(id: agentID) else { throw APIError.notFound("no agent '\(agentID)'") }
+        guard agent.isOn, agent.trigger == .location, let location = agent.location else {
+            throw APIError.conflict("agent '\(agentID)' is not an enabled location trigger", code: "not_a_location_trigger")
         }
         let body = try JSONObject(body: request.body)
         let eventText = try body.optionalString("event")
@@ -126,7 +127,7 @@ struct TriggersAPI: Sendable {
             return .json(["ok": true, "run_id": .string(started.runID), "session_id": .string(started.sessionID), "agent_id": .string(agentID)], status: 202)
         } catch {
             try? cooldowns.release(agentID: agentID, deviceID: device.id)
-            throw APIError.conflict(error.description, code: "already_running")
+            throw APIError.runRefused(error)
         }
     }
 
@@ -135,19 +136,19 @@ struct TriggersAPI: Sendable {
         // The same refusal for an unknown hook and a wrong secret: a caller learns nothing by guessing ids.
         let presented = request.header("x-soulacy-secret")
             ?? request.header("authorization").flatMap { $0.lowercased().hasPrefix("bearer ") ? String($0.dropFirst(7)) : nil } ?? ""
-        let expected = config.agent(id: agentID)?.webhook?.secretSHA256 ?? SHA256.hash("no hook: \(agentID)")
-        guard SecureBytes.constantTimeEqual(SHA256.hash(presented), expected), let agent = config.agent(id: agentID), let hook = agent.webhook else {
+        let expected = catalog.agent(id: agentID)?.webhook?.secretSHA256 ?? SHA256.hash("no hook: \(agentID)")
+        guard SecureBytes.constantTimeEqual(SHA256.hash(presented), expected), let agent = catalog.agent(id: agentID), let hook = agent.webhook else {
             var error = APIError.unauthorized("the webhook secret is wrong or the hook does not exist")
             error.extraHeaders["WWW-Authenticate"] = "Bearer"
             throw error
         }
         let input = String(decoding: request.body, as: UTF8.self)
-        let destination = hook.output.map { RunDestination(channel: $0.channel, to: $0.to, template: $0.template, botName: $0.botName, metadata: ["trigger": "webhook"]) }
+        let destination = hook.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
         do {
             let started = try await runs.start(agentID: agent.id, input: input, trigger: "webhook", destination: destination)
             return .json(["ok": true, "run_id": .string(started.runID), "session_id": .string(started.sessionID), "agent_id": .string(agent.id)], status: 202)
         } catch {
-            throw APIError.conflict(error.description, code: "already_running")
+            throw APIError.runRefused(error)
         }
     }
 }

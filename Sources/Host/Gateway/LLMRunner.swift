@@ -1,0 +1,201 @@
+import Foundation
+import HTTPServer
+import LLM
+
+/// A tool an LLM run may call in-process (the phone builtins).
+public protocol AgentTool: Sendable {
+    var spec: ToolSpec { get }
+    /// The tool's result as the model reads it (JSON text); a failure is `error: <message>`, and the run goes on.
+    func call(_ arguments: JSONValue, run: ToolRunContext) async -> String
+}
+
+/// Who a tool call acts for.
+public struct ToolRunContext: Sendable {
+    public var runID: String
+    public var sessionID: String
+    public var agentID: String
+    public var subject: String
+}
+
+/// What an LLM run needs from the gateway besides the model: tools, approvals, facts and progress.
+public struct LLMRunEnvironment: Sendable {
+    /// Every in-process tool by name; an agent is offered those its `builtins` allow.
+    public var tools: [String: any AgentTool] = [:]
+    /// Asks the run's person to approve a tool call (`confirm_tools`); true means approved.
+    public var approve: (@Sendable (_ call: ToolCall, _ run: ToolRunContext, _ timeout: Duration) async -> Bool)?
+    /// The person's remembered facts, newest first, for the memory-and-preferences block.
+    public var facts: (@Sendable (_ subject: String) -> [String])?
+    /// Told about each tool call, so a Live Activity can count the steps.
+    public var toolCalled: (@Sendable (_ sessionID: String, _ tool: String) async -> Void)?
+
+    public init() {}
+}
+
+/// Runs a Soulacy agent that is a prompt: the system message (persona, `system_prompt`, the person's facts),
+/// the input, and up to `max_turns` model turns with the phone tools it is allowed.
+public struct LLMRunner: AgentRunner {
+    public static let maximumTurnsCeiling = 50
+    let agent: AgentConfig
+    let settings: LLMSettings
+    let providers: LLMProviders
+    let environment: LLMRunEnvironment
+
+    public init(agent: AgentConfig, providers: LLMProviders, environment: LLMRunEnvironment = LLMRunEnvironment()) {
+        self.agent = agent
+        if case .llm(let settings) = agent.runner { self.settings = settings } else { self.settings = LLMSettings() }
+        self.providers = providers
+        self.environment = environment
+    }
+
+    /// The tools this agent is offered: the phone builtins only when named exactly (Soulacy personal's gate).
+    var offeredTools: [any AgentTool] {
+        guard let names = agent.builtins else { return [] }
+        return names.compactMap { environment.tools[$0] }
+    }
+
+    /// The user text Soulacy sends for each kind of start.
+    static func userText(input: String, trigger: String) -> String {
+        switch trigger {
+        case "cron": return "__trigger:cron__"
+        case "cron-missed": return "__trigger:cron_missed_startup__"
+        case "oneshot": return "__trigger:oneshot__"
+        case "api" where input.isEmpty: return "__trigger:manual__"
+        default: return input.isEmpty ? "__trigger:\(trigger)__" : input
+        }
+    }
+
+    func systemMessage(subject: String, trigger: String) -> String {
+        var sections: [String] = []
+        let prefix = Self.personaPrefix(agent.persona)
+        if !prefix.isEmpty { sections.append(prefix) }
+        if !agent.systemPrompt.isEmpty { sections.append(agent.systemPrompt) }
+        // Facts go to runs on a person's behalf; scheduled runs act for nobody in particular.
+        let personal = !["cron", "cron-missed", "oneshot"].contains(trigger)
+        if personal, agent.adaptiveMemory != false, let facts = environment.facts?(subject), !facts.isEmpty {
+            sections.append("### 🧠 MEMORY & PREFERENCES\n" + facts.prefix(5).map { "- \($0)" }.joined(separator: "\n"))
+        }
+        return sections.joined(separator: "\n\n")
+    }
+
+    static func personaPrefix(_ p: Persona) -> String {
+        var blocks: [String] = []
+        var identity: [String] = []
+        if let role = p.role { identity.append("You are \(role).") }
+        if !p.expertise.isEmpty { identity.append("Expertise: \(p.expertise.joined(separator: ", ")).") }
+        if let audience = p.audience { identity.append("Audience: \(audience).") }
+        if let backstory = p.backstory { identity.append(backstory) }
+        if !identity.isEmpty { blocks.append("## Identity\n" + identity.joined(separator: "\n")) }
+        var style: [String] = []
+        if let tone = p.tone { style.append("Tone: \(tone).") }
+        if let voice = p.voice { style.append("Voice: \(voice).") }
+        if !p.prefer.isEmpty { style.append("Prefer: " + p.prefer.joined(separator: "; ") + ".") }
+        if !p.avoid.isEmpty { style.append("Avoid: " + p.avoid.joined(separator: "; ") + ".") }
+        if !style.isEmpty { blocks.append("## Style\n" + style.joined(separator: "\n")) }
+        var rules: [String] = p.must.map { "- MUST: \($0)" } + p.mustNot.map { "- MUST NOT: \($0)" }
+        if let max = p.maxLength { rules.append("- Output at most \(max) words.") }
+        if let min = p.minLength { rules.append("- Output at least \(min) words.") }
+        if let format = p.format { rules.append("- Output format: \(format).") }
+        if !rules.isEmpty { blocks.append("## Hard rules (non-negotiable)\n" + rules.joined(separator: "\n")) }
+        return blocks.isEmpty ? "" : blocks.joined(separator: "\n\n") + "\n\n---"
+    }
+
+    public func run(_ request: RunRequest) async throws(RunError) -> RunResult {
+        let started = ContinuousClock.now
+        let outcome: Result<String, RunError> = await withTaskGroup(of: Result<String, RunError>?.self) { group in
+            group.addTask { await self.conversation(request) }
+            group.addTask {
+                try? await Task.sleep(for: request.timeout)
+                return Task.isCancelled ? nil : .failure(.timedOut(after: request.timeout))
+            }
+            var first: Result<String, RunError>?
+            while let next = await group.next() {
+                if let next { first = next; break }
+            }
+            group.cancelAll()
+            return first ?? .failure(.timedOut(after: request.timeout))
+        }
+        switch outcome {
+        case .success(let reply): return RunResult(reply: reply, duration: ContinuousClock.now - started)
+        case .failure(let error): throw error
+        }
+    }
+
+    private func conversation(_ request: RunRequest) async -> Result<String, RunError> {
+        let provider: any ChatProvider
+        do {
+            if !settings.allowedProviders.isEmpty, !settings.allowedProviders.contains(settings.provider) {
+                return .failure(.model("provider '\(settings.provider)' is not in this agent's allowed_providers (\(settings.allowedProviders.joined(separator: ", ")))"))
+            }
+            provider = try providers.provider(named: settings.provider, baseURL: settings.baseURL)
+        } catch {
+            return .failure(.model(error.description))
+        }
+        let model = settings.model.isEmpty ? provider.defaultModel : settings.model
+        guard !model.isEmpty else { return .failure(.model("no model: set llm.model in the agent file or the provider's default model")) }
+        let context = ToolRunContext(runID: request.runID, sessionID: request.sessionID, agentID: request.agentID, subject: request.subject)
+        let tools = offeredTools
+        var messages: [ChatMessage] = []
+        let system = systemMessage(subject: request.subject, trigger: request.trigger)
+        if !system.isEmpty { messages.append(.system(system)) }
+        messages += request.history
+        messages.append(.user(Self.userText(input: request.input, trigger: request.trigger)))
+        let turns = min(agent.maxTurns <= 0 ? 10 : agent.maxTurns, Self.maximumTurnsCeiling)
+        var seen: [String: String] = [:]
+        for turn in 1...turns {
+            if Task.isCancelled { return .failure(.timedOut(after: request.timeout)) }
+            var chat = ChatRequest(model: model, messages: messages)
+            chat.tools = tools.map(\.spec)
+            chat.temperature = settings.temperature
+            chat.topP = settings.topP
+            chat.maxTokens = settings.maxTokens
+            chat.toolChoice = turn == 1 && !tools.isEmpty ? settings.toolChoice : nil
+            chat.timeout = request.timeout
+            let reply: ChatReply
+            do {
+                reply = try await provider.complete(chat)
+            } catch {
+                return .failure(.model(error.description))
+            }
+            guard !reply.toolCalls.isEmpty else { return .success(reply.text) }
+            messages.append(.assistant(reply.text, toolCalls: reply.toolCalls))
+            var onlyRepeats = true
+            for call in reply.toolCalls {
+                let key = call.name + "\u{0}" + call.arguments.serialized()
+                if let earlier = seen[key] {
+                    messages.append(.toolResult(earlier + "\n(This is the earlier result of the same call; do not repeat it.)", for: call))
+                    continue
+                }
+                onlyRepeats = false
+                let result = await callTool(call, tools: tools, context: context, timeout: request.timeout)
+                seen[key] = result
+                messages.append(.toolResult(result, for: call))
+            }
+            if onlyRepeats { break }
+        }
+        // Out of turns (or only repeats): one tool-free call for the answer, as Soulacy does.
+        var final = ChatRequest(model: model, messages: messages)
+        final.temperature = settings.temperature
+        final.maxTokens = settings.maxTokens
+        final.timeout = request.timeout
+        do {
+            let reply = try await provider.complete(final)
+            return .success(reply.text.isEmpty ? "(no final response produced)" : reply.text)
+        } catch {
+            return .failure(.model(error.description))
+        }
+    }
+
+    private func callTool(_ call: ToolCall, tools: [any AgentTool], context: ToolRunContext, timeout: Duration) async -> String {
+        guard let tool = tools.first(where: { $0.spec.name == call.name }) else {
+            return "error: there is no tool \"\(call.name)\" for this agent"
+        }
+        await environment.toolCalled?(context.sessionID, call.name)
+        let gated = agent.confirmTools.contains(call.name) || agent.confirmTools.contains("*") || agent.confirmTools.contains("all")
+        if gated {
+            // The seed's override: a background run waits for a phone decision rather than failing closed.
+            let approved = await environment.approve?(call, context, timeout) ?? false
+            guard approved else { return "error: tool \"\(call.name)\" was denied by the user" }
+        }
+        return await tool.call(call.arguments, run: context)
+    }
+}
