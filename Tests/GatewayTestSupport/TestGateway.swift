@@ -25,12 +25,13 @@ public final class TestGateway: Sendable {
     public let baseURL: String
 
     /// Starts a gateway on a fresh (or the given) data directory; the config text is written to SOUL.yaml there.
-    public static func start(config: String = defaultConfig, directory: String? = nil, clock: any WallClock = SystemWallClock(),
+    /// With `agents`, the gateway reads that file or directory instead (hot-reload tests edit it while it runs).
+    public static func start(config: String = defaultConfig, agents: String? = nil, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                              maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:],
                              transports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
-        let configPath = dir + "/SOUL.yaml"
-        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+        var configPath = dir + "/SOUL.yaml"
+        if let agents { configPath = agents } else { try config.write(toFile: configPath, atomically: true, encoding: .utf8) }
         var options = GatewayOptions(configPath: configPath, dataDirectory: dir + "/data", host: "127.0.0.1", port: 0,
                                      clock: clock, log: Log(minimum: .warning), maximumBodyBytes: maximumBodyBytes,
                                      environment: environment, extraTransports: transports, retryPolicy: retryPolicy)
@@ -157,10 +158,10 @@ public func eventually(timeout: Duration = .seconds(10), _ condition: @Sendable 
 }
 
 /// Starts a gateway, runs `body` with it, and stops it afterwards whatever happened.
-public func withTestGateway<T>(config: String = TestGateway.defaultConfig, directory: String? = nil, clock: any WallClock = SystemWallClock(),
+public func withTestGateway<T>(config: String = TestGateway.defaultConfig, agents: String? = nil, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                                maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:], transports: [any WakeTransport] = [],
                                retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false, _ body: (TestGateway) async throws -> T) async throws -> T {
-    let gateway = try await TestGateway.start(config: config, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
+    let gateway = try await TestGateway.start(config: config, agents: agents, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
                                               environment: environment, transports: transports, retryPolicy: retryPolicy, lan: lan)
     do {
         let result = try await body(gateway)

@@ -95,7 +95,7 @@ public final class Gateway: Sendable {
     public let channels: ChannelRegistry
     public let dispatcher: PushDispatcher
     public let liveActivities: LiveActivityPublisher
-    let scheduler: Scheduler
+    public let scheduler: Scheduler
     let server: HTTPServer
     let lanServer: HTTPServer?
     /// SHA-256 of the LAN listener's certificate, as pairing links carry it.
@@ -375,8 +375,11 @@ public final class Gateway: Sendable {
         boundPort.value.store(server.port, ordering: .relaxed)
         let scheduler = self.scheduler
         schedulerTask.set(Task { await scheduler.run() })
-        let catalog = self.catalog
-        watcherTask.set(Task { await catalog.watch() })
+        // SOULACY_AGENT_WATCH=off leaves reloads to SIGHUP (read-only or network file systems where polling is unwanted).
+        if options.environment["SOULACY_AGENT_WATCH"] != "off" {
+            let catalog = self.catalog
+            watcherTask.set(Task { await catalog.watch() })
+        }
         let dispatcher = self.dispatcher
         dispatcherTask.set(Task { await dispatcher.run() })
         let housekeeping = self.housekeeping
