@@ -127,6 +127,8 @@ public enum JSONValue: Sendable, Equatable, Codable {
     public var numberValue: Double? { if case .number(let d) = self { return d } else { return nil } }
 
     public subscript(key: String) -> JSONValue? { objectValue?[key] }
+    /// An array's element, nil past its end or when this is not an array.
+    public subscript(index: Int) -> JSONValue? { arrayValue.flatMap { $0.indices.contains(index) ? $0[index] : nil } }
 }
 
 extension JSONValue {

@@ -289,3 +289,26 @@ public final class RelayServerProcess: @unchecked Sendable {
         ["", "-wal", "-shm"].compactMap { try? Data(contentsOf: URL(fileURLWithPath: databasePath + $0)) }.reduce(Data(), +)
     }
 }
+
+/// The model-provider stand-in: OpenAI chat completions, Ollama chat and Anthropic Messages on one TLS port,
+/// each request checked against the provider's documented shape, replies scripted per test.
+public final class LLMStandIn: StandInProcess, @unchecked Sendable {
+    public static let openAIKey = "sk-test-standin-openai-key"
+    public static let anthropicKey = "sk-ant-test-standin-key"
+
+    public static func start() async throws -> LLMStandIn {
+        let standIn = LLMStandIn(directory: TestGateway.makeTemporaryDirectory())
+        try await standIn.start()
+        return standIn
+    }
+
+    init(directory: String) {
+        super.init(script: "llm_standin.py", directory: directory, arguments: ["--openai-key", Self.openAIKey, "--anthropic-key", Self.anthropicKey])
+    }
+
+    /// The settings that point a gateway's providers at this stand-in (the names Soulacy users already set).
+    public var environment: [String: String] {
+        ["OPENAI_API_KEY": Self.openAIKey, "OPENAI_BASE_URL": baseURL + "/v1", "ANTHROPIC_API_KEY": Self.anthropicKey,
+         "ANTHROPIC_BASE_URL": baseURL, "OLLAMA_HOST": baseURL, "SOULACY_LLM_CA_FILE": caFile]
+    }
+}

@@ -170,15 +170,25 @@ public final class Gateway: Sendable {
                 }
             }
         }
+        let commands: DeviceCommands
+        do {
+            commands = try DeviceCommands(store: mobileStore, dispatcher: dispatcher, clock: options.clock)
+        } catch {
+            throw .storage("cannot open the device command table: \(error)")
+        }
+        let runsBox = LateBound<AgentRuns>()
+        let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(store: mobileStore, commands: commands, clock: options.clock),
+                                                 approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox)
         runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities) { agent in
             switch agent.runner {
             case .command(let command):
                 // Agents call back into the gateway (mobile.invoke, approvals) at this address.
                 return CommandRunner(config: command, gatewayEnvironment: ["SOULACY_API_URL": "http://\(hostForURL):\(boundPort.value.load(ordering: .relaxed))"])
             case .llm:
-                return LLMRunner(agent: agent, providers: providers)
+                return LLMRunner(agent: agent, providers: providers, environment: llmEnvironment)
             }
         }
+        runsBox.set(runs)
         scheduler = Scheduler(catalog: catalog, runs: runs, store: runStore, clock: options.clock, log: log)
 
         let keys = self.keys
@@ -189,11 +199,7 @@ public final class Gateway: Sendable {
         router.add(GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
                               revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
-        do {
-            router.add(DeviceCommandsAPI(store: mobileStore, commands: try DeviceCommands(store: mobileStore, dispatcher: dispatcher, clock: options.clock)).routes)
-        } catch {
-            throw .storage("cannot open the device command table: \(error)")
-        }
+        router.add(DeviceCommandsAPI(store: mobileStore, commands: commands).routes)
         let port = boundPort
         let publicURL = options.publicURL
         let lanLink = self.lanLink
@@ -253,6 +259,27 @@ public final class Gateway: Sendable {
             lanFingerprint = nil
             lanServer = nil
         }
+    }
+
+    /// What LLM runs use in-process: the phone tools, approvals on the same broker phones answer (the run shows
+    /// "waiting on you" on the lock screen), the person's facts, and a Live Activity step per tool call.
+    static func llmEnvironment(tools: [String: any AgentTool], approvals: ApprovalsBroker, memory: MemoryFactStore,
+                               liveActivities: LiveActivityPublisher, runs: LateBound<AgentRuns>) -> LLMRunEnvironment {
+        var environment = LLMRunEnvironment()
+        environment.tools = tools
+        environment.facts = { subject in ((try? memory.facts(subject: subject)) ?? []).map(\.text) }
+        environment.toolCalled = { sessionID, tool in await liveActivities.toolCalled(sessionID: sessionID, tool: tool) }
+        environment.approve = { call, run, timeout in
+            let activity = await runs.value?.activityRun(sessionID: run.sessionID)
+            guard let approval = try? approvals.open(callID: nil, subject: run.subject, agentID: run.agentID, agentName: activity?.agentName ?? run.agentID,
+                                                     sessionID: run.sessionID, tool: call.name, arguments: call.arguments.serialized(),
+                                                     timeout: TimeInterval(timeout.components.seconds)) else { return false }
+            if let activity { await liveActivities.waitingForApproval(activity, callID: approval.callID, tool: call.name) }
+            let state = await approvals.wait(callID: approval.callID)
+            if activity != nil { await liveActivities.approvalAnswered(sessionID: run.sessionID) }
+            return state == .approved
+        }
+        return environment
     }
 
     /// The wake-up transports in order of preference; the choice is logged once at start.
@@ -421,6 +448,13 @@ final class LockedTask: @unchecked Sendable {
 /// The API's port once bound, read by runners that need the gateway's address.
 final class BoundPort: Sendable {
     let value = Atomic<UInt16>(0)
+}
+
+/// A value filled in after what needs it is built (runs need tools that need the runs).
+final class LateBound<Value: Sendable>: Sendable {
+    private let box = Mutex<Value?>(nil)
+    func set(_ v: Value) { box.withLock { $0 = v } }
+    var value: Value? { box.withLock { $0 } }
 }
 
 /// Filled once the carriage exists (the routes that enroll phones are built before it).

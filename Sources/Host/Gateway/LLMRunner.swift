@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import JSON
 import LLM
 
 /// A tool an LLM run may call in-process (the phone builtins).
@@ -54,8 +55,13 @@ public struct LLMRunner: AgentRunner {
     }
 
     /// The user text Soulacy sends for each kind of start.
-    static func userText(input: String, trigger: String) -> String {
+    static func userText(input: String, trigger: String, regionLabel: String? = nil) -> String {
         switch trigger {
+        case "location":
+            // The crossing as the original words it: `__trigger:location__ enter Home`.
+            let crossing = try? JSONDecoder().decode(JSONValue.self, from: Data(input.utf8))
+            let label = regionLabel ?? crossing?["region_name"]?.stringValue ?? "the region"
+            return "__trigger:location__ \(crossing?["event"]?.stringValue ?? "enter") \(label)"
         case "cron": return "__trigger:cron__"
         case "cron-missed": return "__trigger:cron_missed_startup__"
         case "oneshot": return "__trigger:oneshot__"
@@ -138,7 +144,7 @@ public struct LLMRunner: AgentRunner {
         let system = systemMessage(subject: request.subject, trigger: request.trigger)
         if !system.isEmpty { messages.append(.system(system)) }
         messages += request.history
-        messages.append(.user(Self.userText(input: request.input, trigger: request.trigger)))
+        messages.append(.user(Self.userText(input: request.input, trigger: request.trigger, regionLabel: agent.location?.name)))
         let turns = min(agent.maxTurns <= 0 ? 10 : agent.maxTurns, Self.maximumTurnsCeiling)
         var seen: [String: String] = [:]
         for turn in 1...turns {
