@@ -71,6 +71,6 @@ let package = Package(
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

@@ -74,6 +74,16 @@ public final class HTTP2Client: Sendable {
         return try result.get()
     }
 
+    /// Like `send`, but hands each piece of the body to `onBody` as it arrives (server-sent events, NDJSON).
+    /// `onBody` runs on the client's I/O thread: it must only hand the bytes on. The returned response keeps
+    /// the first 64 KiB of the body, enough for an error answer.
+    public func send(_ request: ClientRequest, onBody: @escaping @Sendable ([UInt8]) -> Void) async throws(ClientTransportError) -> ClientResponse {
+        let result: Result<ClientResponse, ClientTransportError> = await withCheckedContinuation { continuation in
+            engine.submit(Transfer(request: request, continuation: continuation, onBody: onBody))
+        }
+        return try result.get()
+    }
+
     /// How many connections libcurl opened so far (one per host when multiplexing works).
     public var connectionsOpened: Int { engine.connectionsOpened.load(ordering: .relaxed) }
 }
@@ -87,10 +97,14 @@ final class Transfer: @unchecked Sendable {
     var body: [UInt8] = []
     var headerList: UnsafeMutablePointer<curl_slist>?
     var easy: UnsafeMutableRawPointer?
+    let onBody: (@Sendable ([UInt8]) -> Void)?
+    static let streamedBodyKept = 64 * 1024
 
-    init(request: ClientRequest, continuation: CheckedContinuation<Result<ClientResponse, ClientTransportError>, Never>) {
+    init(request: ClientRequest, continuation: CheckedContinuation<Result<ClientResponse, ClientTransportError>, Never>,
+         onBody: (@Sendable ([UInt8]) -> Void)? = nil) {
         self.request = request
         self.continuation = continuation
+        self.onBody = onBody
     }
 }
 
@@ -203,7 +217,16 @@ final class CurlEngine: @unchecked Sendable {
         soulacy_curl_set_callbacks(easy, { data, size, count, user in
             let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
             let n = size * count
-            if let data { data.withMemoryRebound(to: UInt8.self, capacity: n) { transfer.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: n)) } }
+            guard let data else { return n }
+            data.withMemoryRebound(to: UInt8.self, capacity: n) { bytes in
+                let chunk = UnsafeBufferPointer(start: bytes, count: n)
+                if let onBody = transfer.onBody {
+                    onBody(Array(chunk))
+                    if transfer.body.count < Transfer.streamedBodyKept { transfer.body.append(contentsOf: chunk.prefix(Transfer.streamedBodyKept - transfer.body.count)) }
+                } else {
+                    transfer.body.append(contentsOf: chunk)
+                }
+            }
             return n
         }, { data, size, count, user in
             let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()

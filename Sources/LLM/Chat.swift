@@ -105,4 +105,7 @@ public protocol ChatProvider: Sendable {
     var id: String { get }
     var defaultModel: String { get }
     func complete(_ request: ChatRequest) async throws(LLMError) -> ChatReply
+    /// The same turn, its text handed to `onText` piece by piece as the provider streams it. Only a turn without
+    /// tools streams (as Soulacy streams a tool-less agent's reply); with tools this is `complete`.
+    func stream(_ request: ChatRequest, onText: @escaping @Sendable (String) -> Void) async throws(LLMError) -> ChatReply
 }

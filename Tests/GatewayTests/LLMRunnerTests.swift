@@ -4,6 +4,8 @@ import Foundation
 import Gateway
 import GatewayTestSupport
 import HTTPServer
+import LLM
+import Synchronization
 import Testing
 
 /// Soulacy agents that are prompts, run against a stand-in that speaks OpenAI's, Ollama's and Anthropic's wire
@@ -234,5 +236,25 @@ struct LLMRunnerTests {
             #expect(last?["role"] == "tool" && last?["content"] == "error: tool \"mobile.invoke\" was denied by the user" && last?["tool_name"] == "mobile.invoke")
             #expect(try await gw.request("GET", "/api/v1/mobile/commands?device_id=phone").json["commands"] == [])
         }
+    }
+
+    @Test("streaming: each provider's stream arrives piece by piece and adds up to the reply", arguments: ["openai", "ollama", "anthropic"])
+    func streaming(provider: String) async throws {
+        let llm = try await LLMStandIn.start()
+        defer { llm.stop() }
+        let text = "Streaming works across many small pieces."
+        try await llm.script([["text": .string(text)]])
+        var loader = SoulConfigLoader(file: "s.yaml", destinations: Gateway.destinationValidators, environment: [:])
+        let agent = try #require(loader.parse(text: Self.agent("streamer", provider: provider))?.first)
+        let runner = LLMRunner(agent: agent, providers: LLMProviders(environment: llm.environment))
+        let pieces = Mutex<[String]>([])
+        var request = RunRequest(agentID: agent.id, runID: "run_1", sessionID: "ses_1", input: "hi", trigger: "chat", timeout: .seconds(10))
+        request.onText = { piece in pieces.withLock { $0.append(piece) } }
+        let result = try await runner.run(request)
+        let received = pieces.withLock { $0 }
+        #expect(result.reply == text)
+        #expect(received.count > 5 && received.joined() == text, "\(received)")
+        let sent = try await lastRequest(llm)
+        #expect(sent["body"]?["stream"] == true)
     }
 }

@@ -17,6 +17,8 @@ public struct RunRequest: Sendable {
     public var environment: [String: String] = [:]
     /// Earlier turns of this conversation (chat with a session), oldest first.
     public var history: [ChatMessage] = []
+    /// Receives the reply's text as the model streams it (chat streaming); nil when nobody is listening.
+    public var onText: (@Sendable (String) -> Void)?
 
     public init(agentID: String, runID: String, sessionID: String, input: String, trigger: String, timeout: Duration) {
         self.agentID = agentID

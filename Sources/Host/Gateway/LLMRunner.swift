@@ -158,7 +158,12 @@ public struct LLMRunner: AgentRunner {
             chat.timeout = request.timeout
             let reply: ChatReply
             do {
-                reply = try await provider.complete(chat)
+                // A tool-less turn streams when someone listens; a turn with tools needs the whole answer first.
+                if let onText = request.onText, chat.tools.isEmpty {
+                    reply = try await provider.stream(chat, onText: onText)
+                } else {
+                    reply = try await provider.complete(chat)
+                }
             } catch {
                 return .failure(.model(error.description))
             }
