@@ -51,6 +51,9 @@ public struct LLMProviders: Sendable {
 
     public var registered: [String] { providers.keys.sorted() }
 
+    /// Ollama, when it is the provider agents will reach (to probe it at start).
+    public var ollama: OllamaProvider? { providers["ollama"] as? OllamaProvider }
+
     /// The provider an agent's `llm` block names: its id ("" means the default), or an OpenAI-compatible server at `base_url`.
     public func provider(named id: String, baseURL: String?) throws(LLMError) -> any ChatProvider {
         let id = id.isEmpty ? defaultProvider : id

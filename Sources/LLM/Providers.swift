@@ -149,10 +149,31 @@ public struct OllamaProvider: ChatProvider {
         return .object(body)
     }
 
+    /// What to tell a person whose Ollama does not answer.
+    var notRunningHint: String { "; is Ollama running there? Start it with `ollama serve` (and `ollama pull <model>`), or set OLLAMA_HOST or another provider" }
+
+    /// The models this Ollama has pulled (`GET /api/tags`), to say at start what is missing.
+    public func installedModels(timeout: Duration = .seconds(3)) async throws(LLMError) -> [String] {
+        let request = ClientRequest(method: "GET", url: baseURL + "/api/tags", timeout: timeout)
+        let response: ClientResponse
+        do { response = try await post.client.send(request) } catch {
+            throw LLMError(.unreachable, "could not reach ollama at \(JSONPost.origin(baseURL)): \(error.description)" + notRunningHint)
+        }
+        guard response.status == 200, let json = try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)) else {
+            throw LLMError(.rejected, "ollama at \(JSONPost.origin(baseURL)) answered \(response.status) to /api/tags")
+        }
+        return json["models"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? []
+    }
+
     public func complete(_ request: ChatRequest) async throws(LLMError) -> ChatReply {
         var headers: [(String, String)] = []
         if let apiKey, !apiKey.isEmpty { headers.append(("authorization", "Bearer \(apiKey)")) }
-        let json = try await post.send(url: baseURL + "/api/chat", headers: headers, body: body(request), timeout: request.timeout)
+        let json: JSONValue
+        do {
+            json = try await post.send(url: baseURL + "/api/chat", headers: headers, body: body(request), timeout: request.timeout)
+        } catch where error.kind == .unreachable {
+            throw LLMError(.unreachable, error.message + notRunningHint)
+        }
         guard let message = json["message"] else { throw LLMError(.malformed, "ollama answered without a message") }
         let calls = (message["tool_calls"]?.arrayValue ?? []).enumerated().compactMap { index, call -> ToolCall? in
             guard let name = call["function"]?["name"]?.stringValue else { return nil }

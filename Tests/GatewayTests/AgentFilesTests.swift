@@ -193,4 +193,26 @@ struct AgentFilesTests {
             #expect(run["status"] == "succeeded" && run["note"] == "no channel 'telegram' registered" && run["delivery_id"] == .null)
         }
     }
+
+    @Test("Soulacy's webhook: POST /api/v1/webhooks/<id> with any JSON runs the agent on the mapped text and answers with its reply")
+    func soulacyWebhook() async throws {
+        let dir = TestGateway.makeTemporaryDirectory() + "/agents"
+        try write(dir + "/ci.yaml", "id: ci\nenabled: true\ntrigger: webhook\nrunner: {command: [/bin/cat]}\n")
+        try write(dir + "/alerts.yaml", "id: alerts\nenabled: true\ntrigger: webhook\nwebhook: {text_path: data.summary}\nrunner: {command: [/bin/cat]}\n")
+        try write(dir + "/nightly.yaml", "id: nightly\nenabled: true\nrunner: {command: [/bin/cat]}\nschedule: {cron: '0 3 * * *'}\n")
+        try await withTestGateway(agents: dir) { (gw) async throws in
+            let ci = try await gw.request("POST", "/api/v1/webhooks/ci", json: ["issue": ["title": "Build 42 broke"], "action": "opened"])
+            #expect(ci.status == 200 && ci.json["reply"] == "Build 42 broke" && ci.json["parts"] == [["type": "text", "text": "Build 42 broke"]], "\(ci.json)")
+            #expect(ci.json["user_id"] == "owner" && ci.json["session_id"]?.stringValue?.isEmpty == false)
+            let mapped = try await gw.request("POST", "/api/v1/webhooks/alerts", json: ["text": "not this", "data": ["summary": "disk 91% full"]])
+            #expect(mapped.json["reply"] == "disk 91% full")
+            let raw = try await gw.request("POST", "/api/v1/webhooks/ci", json: ["level": 3])
+            #expect(raw.json["reply"] == "{\"level\":3}", "no known field: the compact JSON")
+            #expect(try await gw.request("POST", "/api/v1/webhooks/nightly", json: [:]).status == 409)
+            #expect(try await gw.request("POST", "/api/v1/webhooks/nope", json: [:]).status == 404)
+            #expect(try await gw.request("POST", "/api/v1/webhooks/ci", json: [:], key: .none).status == 401)
+            let viewer = try await gw.mintKey(subject: "kid", role: "viewer")
+            #expect(try await gw.request("POST", "/api/v1/webhooks/ci", json: [:], key: .some(viewer)).status == 403)
+        }
+    }
 }

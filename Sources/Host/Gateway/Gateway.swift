@@ -96,6 +96,7 @@ public final class Gateway: Sendable {
     public let dispatcher: PushDispatcher
     public let liveActivities: LiveActivityPublisher
     public let scheduler: Scheduler
+    let providers: LLMProviders
     let server: HTTPServer
     let lanServer: HTTPServer?
     /// SHA-256 of the LAN listener's certificate, as pairing links carry it.
@@ -163,6 +164,7 @@ public final class Gateway: Sendable {
         let boundPort = self.boundPort
         let hostForURL = options.host.contains(":") ? "[\(options.host)]" : options.host
         let providers = LLMProviders(environment: options.environment)
+        self.providers = providers
         for agent in catalog.current.agents where agent.isOn {
             if case .llm(let settings) = agent.runner {
                 do { _ = try providers.provider(named: settings.provider, baseURL: settings.baseURL) } catch {
@@ -258,6 +260,27 @@ public final class Gateway: Sendable {
         } else {
             lanFingerprint = nil
             lanServer = nil
+        }
+    }
+
+    /// Says at start, once, when agents that use Ollama cannot reach it or name a model it has not pulled.
+    static func probeOllama(providers: LLMProviders, agents: SoulConfig, log: Log) async {
+        guard let ollama = providers.ollama else { return }
+        var users: [String: String] = [:]
+        for agent in agents.agents where agent.isOn {
+            guard case .llm(let llm) = agent.runner, llm.baseURL == nil,
+                  (llm.provider.isEmpty ? providers.defaultProvider : llm.provider) == "ollama" else { continue }
+            users[agent.id] = llm.model.isEmpty ? ollama.defaultModel : llm.model
+        }
+        guard !users.isEmpty else { return }
+        do {
+            let installed = try await ollama.installedModels()
+            for (id, model) in users.sorted(by: { $0.key < $1.key })
+            where !installed.contains(model) && !installed.contains(model + ":latest") {
+                log.warning("agent \(id) uses the model '\(model)', which this Ollama has not pulled; run `ollama pull \(model)`")
+            }
+        } catch {
+            log.warning("agents \(users.keys.sorted().joined(separator: ", ")) use Ollama and cannot run yet: \(error)")
         }
     }
 
@@ -402,6 +425,10 @@ public final class Gateway: Sendable {
         boundPort.value.store(server.port, ordering: .relaxed)
         let scheduler = self.scheduler
         schedulerTask.set(Task { await scheduler.run() })
+        let providers = self.providers
+        let catalogForProbe = self.catalog
+        let log = options.log
+        Task { await Self.probeOllama(providers: providers, agents: catalogForProbe.current, log: log) }
         // SOULACY_AGENT_WATCH=off leaves reloads to SIGHUP (read-only or network file systems where polling is unwanted).
         if options.environment["SOULACY_AGENT_WATCH"] != "off" {
             let catalog = self.catalog

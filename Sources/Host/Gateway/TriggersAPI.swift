@@ -62,6 +62,8 @@ struct TriggersAPI: Sendable {
             Route(.GET, "/api/v1/mobile/triggers", access: .role(.viewer), summary: "Location triggers this phone should monitor", handler: list),
             Route(.POST, "/api/v1/mobile/triggers/:id/fire", access: .role(.operator), summary: "Report a region crossing", handler: fire),
             Route(.POST, "/hooks/:id", access: .open, summary: "Run a webhook agent (its secret in X-Soulacy-Secret)", handler: webhook),
+            Route(.POST, "/api/v1/webhooks/:id", access: .role(.operator), summary: "Run a webhook or chat agent with any JSON and answer with its reply (Soulacy's webhook)",
+                  handler: soulacyWebhook),
         ]
     }
 
@@ -150,5 +152,48 @@ struct TriggersAPI: Sendable {
         } catch {
             throw APIError.runRefused(error)
         }
+    }
+
+    /// The text a Soulacy webhook run reads: `webhook.text_path`, else the first of the usual fields, else the compact JSON.
+    static func webhookText(_ body: JSONValue, textPath: String?) -> String {
+        func at(_ path: String) -> String? {
+            var node: JSONValue? = body
+            for key in path.split(separator: ".") { node = node?[String(key)] }
+            if let text = node?.stringValue { return text }
+            if let number = node?.numberValue { return number.formatted(.number.grouping(.never)) }
+            return nil
+        }
+        if let textPath, let text = at(textPath) { return text }
+        for path in ["text", "message", "body", "content", "title", "summary", "description", "issue.title", "alert.title"] {
+            if let text = at(path), !text.isEmpty { return text }
+        }
+        return body.serialized()
+    }
+
+    @Sendable func soulacyWebhook(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let agentID = request.parameter("id")
+        guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
+            throw APIError.notFound("no agent '\(agentID)'")
+        }
+        guard agent.trigger == .webhook || agent.trigger == .channel else {
+            throw APIError.conflict("agent '\(agentID)' is not a webhook or chat agent (its trigger is \(agent.trigger.rawValue))", code: "not_a_webhook_agent")
+        }
+        let body = request.body.isEmpty ? JSONValue.object([:]) : try JSONValue.parse(request.body)
+        let text = Self.webhookText(body, textPath: agent.webhook?.textPath)
+        let destination = agent.webhook?.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
+        let started: StartedRun
+        do {
+            started = try await runs.start(agentID: agentID, input: text, trigger: "webhook", destination: destination, subject: caller.subject)
+        } catch {
+            throw APIError.runRefused(error)
+        }
+        guard let record = await runs.wait(runID: started.runID) else { throw APIError.internal("the run vanished") }
+        guard record.status == .succeeded else {
+            throw APIError(status: 502, code: "agent_failed", message: "the agent did not answer: \(record.error ?? "unknown error")")
+        }
+        let reply = record.reply ?? ""
+        return .json(["reply": .string(reply), "parts": [["type": "text", "text": .string(reply)]], "session_id": .string(record.sessionID),
+                      "thread_id": "", "user_id": .string(caller.subject), "run_id": .string(record.id)])
     }
 }
