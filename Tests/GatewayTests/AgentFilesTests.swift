@@ -215,4 +215,20 @@ struct AgentFilesTests {
             #expect(try await gw.request("POST", "/api/v1/webhooks/ci", json: [:], key: .some(viewer)).status == 403)
         }
     }
+
+    @Test("examples/agents, what scripts/serve runs: four agents load cleanly; the LLM one says plainly it needs a provider")
+    func examples() async throws {
+        let dir = RepositoryPaths.root + "/examples/agents"
+        let loaded = AgentFiles.load(path: dir, destinations: Gateway.destinationValidators, environment: [:])
+        #expect(loaded.problems.isEmpty, "\(loaded.problems)")
+        #expect(loaded.config.agents.map(\.trigger) == [.channel, .webhook, .location, .cron])
+        // Nothing listens on this port: the run fails with how to fix it.
+        try await withTestGateway(agents: dir, environment: ["OLLAMA_HOST": "127.0.0.1:\(freePort())"]) { (gw) async throws in
+            let run = try await gw.runAgent("assistant", input: "hello")
+            let error = run["error"]?.stringValue ?? ""
+            #expect(run["status"] == "failed" && error.hasPrefix("could not reach ollama at http://127.0.0.1:") && error.contains("ollama serve"), "\(error)")
+            let hook = try await gw.request("POST", "/api/v1/webhooks/ci-alerts", json: ["alert": ["title": "deploy failed"]])
+            #expect(hook.json["reply"] == "CI: deploy failed")
+        }
+    }
 }
