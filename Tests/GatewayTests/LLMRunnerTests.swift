@@ -257,4 +257,38 @@ struct LLMRunnerTests {
         let sent = try await lastRequest(llm)
         #expect(sent["body"]?["stream"] == true)
     }
+
+    @Test("real Soulacy files run unchanged against the stand-in: a cron briefing, a persona chat agent, the phone brief with its three tools")
+    func realFiles() async throws {
+        let llm = try await LLMStandIn.start()
+        defer { llm.stop() }
+        let samples = RepositoryPaths.root + "/Tests/Fixtures/soulacy-agents"
+        try await withTestGateway(agents: samples, environment: llm.environment) { (gw) async throws in
+            // daily-briefing: cron, Ollama, Python tools that are not run here and so not offered.
+            try await llm.script([["text": "Sunny, 25 minutes to work."]])
+            let briefing = try await gw.runAgent("daily-briefing", input: "")
+            #expect(briefing["status"] == "succeeded", "\(briefing)")
+            var request = try await lastRequest(llm)
+            #expect(request["api"] == "ollama" && request["body"]?["model"] == "gemma4:latest" && request["body"]?["tools"] == nil)
+            #expect(request["body"]?["options"]?["num_predict"] == 8152 && request["body"]?["messages"]?[1]?["content"] == "__trigger:manual__")
+
+            // persona-demo: the persona blocks come first in the system message.
+            try await llm.script([["text": "Hello."]])
+            #expect(try await chat(gw, "persona-demo", "hi").json["reply"] == "Hello.")
+            request = try await lastRequest(llm)
+            let system = request["body"]?["messages"]?[0]?["content"]?.stringValue ?? ""
+            #expect(system.hasPrefix("## Identity\n") && system.contains("## Hard rules (non-negotiable)"), "\(system.prefix(300))")
+
+            // phone-brief: exactly the three phone tools, under the default provider.
+            try await llm.script([["text": "No phone yet."]])
+            #expect(try await chat(gw, "phone-brief-template", "brief me").json["reply"] == "No phone yet.")
+            request = try await lastRequest(llm)
+            let tools = request["body"]?["tools"]?.arrayValue?.compactMap { $0["function"]?["name"]?.stringValue } ?? []
+            #expect(tools == ["mobile.list_nodes", "mobile.invoke", "mobile.command_status"] && request["api"] == "ollama")
+
+            // A disabled template is listed as such and refuses to run.
+            let refused = try await gw.request("POST", "/api/v1/agents/stock-screener-template/run", json: [:])
+            #expect(refused.status == 409)
+        }
+    }
 }

@@ -146,7 +146,7 @@ struct SoulConfigTests {
 
     @Test("all 19 real Soulacy agent files load unchanged, each with its original meaning")
     func realFiles() throws {
-        let samples = RepositoryPaths.root + "/../shared/samples/soulacy-agents"
+        let samples = RepositoryPaths.root + "/Tests/Fixtures/soulacy-agents"
         let result = AgentFiles.load(path: samples, destinations: Gateway.destinationValidators, environment: [:])
         #expect(result.files.count == 19 && result.rejectedFiles.isEmpty)
         #expect(!result.hasErrors, "\(result.problems.filter { $0.severity == .error })")
