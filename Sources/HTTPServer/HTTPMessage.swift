@@ -109,7 +109,8 @@ public struct HTTPResponse: Sendable {
     }
 }
 
-/// A refusal as every route reports it: `{"error": {"code", "message", "field"?}}` with an HTTP status.
+/// A refusal as every route reports it: `{"error": "<message>", "code": "<machine code>", "field"?: "<field>"}` with an
+/// HTTP status. The original Soulacy apps read `error` as a string; `code` and `field` are this gateway's additions.
 public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public let status: Int
     public let code: String
@@ -127,9 +128,9 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { "\(status) \(code): \(message)" }
 
     public var response: HTTPResponse {
-        var error: [String: JSONValue] = ["code": .string(code), "message": .string(message)]
-        if let field { error["field"] = .string(field) }
-        var response = HTTPResponse.json(.object(["error": .object(error)]), status: status)
+        var body: [String: JSONValue] = ["error": .string(message), "code": .string(code)]
+        if let field { body["field"] = .string(field) }
+        var response = HTTPResponse.json(.object(body), status: status)
         for (name, value) in extraHeaders.sorted(by: { $0.key < $1.key }) { response.headers.append((name, value)) }
         return response
     }

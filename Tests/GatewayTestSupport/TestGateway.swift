@@ -129,9 +129,10 @@ public struct TestResponse: Sendable {
     public var text: String { String(decoding: body, as: UTF8.self) }
     public var json: JSONValue { (try? JSONValue.parse(body)) ?? .null }
     /// The `error.code` of a JSON error body.
-    public var errorCode: String? { json["error"]?["code"]?.stringValue }
-    public var errorField: String? { json["error"]?["field"]?.stringValue }
-    public var errorMessage: String? { json["error"]?["message"]?.stringValue }
+    public var errorCode: String? { json["code"]?.stringValue }
+    public var errorField: String? { json["field"]?.stringValue }
+    /// The original's `error`: the message as a string.
+    public var errorMessage: String? { json["error"]?.stringValue }
 }
 
 public struct TestFailure: Error, CustomStringConvertible {

@@ -80,7 +80,7 @@ struct AgentFilesTests {
             try write(dir + "/shout/SOUL.yaml", "id: shout\nenabled: false\nrunner: {command: [/bin/cat]}\n")
             #expect(try await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout")?.enabled == false })
             let refused = try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"])
-            #expect(refused.status == 409 && refused.json["error"]?["code"] == "agent_disabled")
+            #expect(refused.status == 409 && refused.errorCode == "agent_disabled")
             try FileManager.default.removeItem(atPath: dir + "/shout")
             #expect(try await eventually(timeout: .seconds(3)) { try await agentIDs(gw) == ["echo"] })
             #expect(try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"]).status == 404)
@@ -185,10 +185,10 @@ struct AgentFilesTests {
             #expect(gw.gateway.scheduler.nextFires(after: Date()).keys.sorted() == ["tg"])
             for id in ["off", "bad"] {
                 let refused = try await gw.request("POST", "/api/v1/agents/\(id)/run", json: ["input": "x"])
-                #expect(refused.status == 409 && refused.json["error"]?["code"] == "agent_disabled", "\(id): \(refused.json)")
+                #expect(refused.status == 409 && refused.errorCode == "agent_disabled", "\(id): \(refused.json)")
             }
             let bad = try await gw.request("POST", "/api/v1/agents/bad/run", json: [:])
-            #expect(bad.json["error"]?["message"]?.stringValue?.contains("minute value 99") == true)
+            #expect(bad.errorMessage?.contains("minute value 99") == true)
             let run = try await gw.runAgent("tg", input: "")
             #expect(run["status"] == "succeeded" && run["note"] == "no channel 'telegram' registered" && run["delivery_id"] == .null)
         }

@@ -144,9 +144,13 @@ struct LLMRunnerTests {
             let slow = try await gw.runAgent("slow", input: "hi")
             #expect(slow["status"] == "failed" && slow["error"]?.stringValue?.contains("timeout of 1s") == true, "\(slow)")
 
+            try await llm.script([["refusal": "I can't help with that."]])
+            let refused = try await gw.runAgent("flaky", input: "something forbidden")
+            #expect(refused["status"] == "failed" && refused["error"] == "openai refused: I can't help with that.", "\(refused)")
+
             let nokey = try await gw.runAgent("nokey", input: "hi")
             #expect(nokey["error"]?.stringValue?.hasPrefix("no LLM provider 'groq' is configured on this gateway; set SOULACY_LLM_GROQ_BASE_URL") == true, "\(nokey)")
-            for run in [flaky, slow, nokey] {
+            for run in [flaky, slow, refused, nokey] {
                 #expect(!run.serialized().contains(LLMStandIn.openAIKey) && !run.serialized().contains(LLMStandIn.anthropicKey))
             }
         }

@@ -7,7 +7,8 @@
 Each request is checked against the documented shape (auth header, model, messages and their roles, tools as JSON
 Schema, tool results answering the calls before them); a request that breaks it gets the provider's 400 error and
 is recorded with its violations. Replies are scripted per test: {"text"}, {"tool_calls": [{"name", "arguments"}]},
-{"status", "error"}, each optionally with "delay_ms". With "stream": true the reply is streamed in the provider's
+{"status", "error"}, {"refusal"} (OpenAI's message.refusal, Anthropic's stop_reason "refusal"), each optionally
+with "delay_ms". With "stream": true the reply is streamed in the provider's
 format (SSE for OpenAI and Anthropic, NDJSON for Ollama). Unscripted requests get {"text": "ok"}.
 
 Control port (plain HTTP): GET /control/requests, POST /control/script, POST /control/reset, GET /control/health
@@ -177,6 +178,8 @@ class LLM:
     def openai_answer(self, reply, model):
         message = {"role": "assistant", "content": reply.get("text", "")}
         finish = "stop"
+        if reply.get("refusal"):
+            message = {"role": "assistant", "content": None, "refusal": reply["refusal"]}
         if reply.get("tool_calls"):
             message["content"] = reply.get("text") or None
             message["tool_calls"] = [{"id": self.call_id(), "type": "function",
@@ -199,8 +202,9 @@ class LLM:
             content.append({"type": "text", "text": reply["text"]})
         for c in reply.get("tool_calls") or []:
             content.append({"type": "tool_use", "id": "toolu_" + self.call_id(), "name": c["name"], "input": c.get("arguments", {})})
+        stop = "refusal" if reply.get("refusal") else ("tool_use" if reply.get("tool_calls") else "end_turn")
         return {"id": "msg_standin", "type": "message", "role": "assistant", "model": model, "content": content,
-                "stop_reason": "tool_use" if reply.get("tool_calls") else "end_turn",
+                "stop_reason": stop,
                 "usage": {"input_tokens": 1, "output_tokens": 1}}
 
     async def stream(self, send, kind, reply, model):

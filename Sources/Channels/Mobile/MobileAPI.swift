@@ -211,7 +211,7 @@ public struct MobileAPI: Sendable {
             "session_id": .string(delivery.sessionID),
             "title": .string(delivery.title),
             "body": .string(delivery.body),
-            "parts": .array(delivery.parts.map(JSONValue.string)),
+            "parts": (try? JSONValue.parse(Array(delivery.partsJSON.utf8))) ?? .array([]),
             "metadata": .object(delivery.metadata.mapValues(JSONValue.string)),
             "created_at": .timestamp(delivery.createdAt),
             "read": .bool(delivery.readAt != nil),

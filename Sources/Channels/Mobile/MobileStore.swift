@@ -22,8 +22,25 @@ public struct Delivery: Sendable, Equatable {
     /// For the device (or person) the list was read for.
     public var readAt: Date?
 
-    public var parts: [String] { (try? JSONDecoder().decode([String].self, from: Data(partsJSON.utf8))) ?? [] }
+    /// The text of each part (stored as `{"type": "text", "text": …}` objects, as the original app reads them).
+    public var parts: [String] { (try? JSONDecoder().decode([Part].self, from: Data(partsJSON.utf8)))?.compactMap(\.text) ?? [] }
     public var metadata: [String: String] { (try? JSONDecoder().decode([String: String].self, from: Data(metadataJSON.utf8))) ?? [:] }
+}
+
+/// One part of a delivery as the original Soulacy app decodes it: `{type: text|image|audio|file, text?, mime_type?, data?, url?}`.
+public struct Part: Codable, Sendable, Equatable {
+    public var type: String
+    public var text: String?
+    public var mimeType: String?
+    public var data: String?
+    public var url: String?
+
+    enum CodingKeys: String, CodingKey {
+        case type, text, data, url
+        case mimeType = "mime_type"
+    }
+
+    public static func text(_ text: String) -> Part { Part(type: "text", text: text) }
 }
 
 public enum DeviceOwnershipError: Error, Equatable {
@@ -102,6 +119,11 @@ public final class MobileStore: Sendable {
                    OR (d.destination_kind = 'device' AND (d.destination_value <> m.id OR d.destination_subject IS NOT m.subject)));
             DROP INDEX mobile_deliveries_by_destination;
             CREATE INDEX mobile_deliveries_visible ON mobile_deliveries (destination_kind, destination_value, seq, agent_id, destination_subject);
+            """),
+        // Parts as the original app decodes them: objects `{"type": "text", "text": …}`, never bare strings.
+        Migration("mobile.7-part-objects", """
+            UPDATE mobile_deliveries SET parts = (SELECT json_group_array(json_object('type', 'text', 'text', value)) FROM json_each(mobile_deliveries.parts))
+                WHERE json_valid(parts) AND json_type(parts) = 'array' AND json_type(parts, '$[0]') = 'text';
             """),
     ]
 
@@ -274,7 +296,7 @@ public final class MobileStore: Sendable {
             case .user(let s): ("user", s)
             case .device(let d): ("device", d)
             }
-            parts = JSONValue.array(output.parts.map(JSONValue.string)).serialized()
+            parts = JSONValue.array(output.parts.map { ["type": "text", "text": .string($0)] }).serialized()
             metadata = JSONValue.object(output.metadata.mapValues(JSONValue.string)).serialized()
             wakes = output.agentID != MobileStore.systemAgentID
             signal = try PushOutbox.encode(.delivery(id: id, agentID: output.agentID))

@@ -82,7 +82,7 @@ struct SoulacyBench {
             try db.transaction { c in
                 for _ in 0..<min(512, count - i) {
                     let id = "dlv_" + TimeOrderedID.hex()
-                    try c.run("INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, agent_id, agent_name, session_id, title, body, parts, metadata, created_at) VALUES (?, 'all', 'all', '', 'bench', 'Bench', 's', 'Result from Bench', 'a result of ordinary length for an inbox line', '[\"a result of ordinary length for an inbox line\"]', '{}', ?)", id, Int64(i))
+                    try c.run("INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, agent_id, agent_name, session_id, title, body, parts, metadata, created_at) VALUES (?, 'all', 'all', '', 'bench', 'Bench', 's', 'Result from Bench', 'a result of ordinary length for an inbox line', '[{\"type\":\"text\",\"text\":\"a result of ordinary length for an inbox line\"}]', '{}', ?)", id, Int64(i))
                     for device in ["phone-0", "phone-1"] {
                         try c.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", id, device)
                         try c.run("INSERT INTO mobile_push_outbox (wake_id, delivery_id, device_id, signal, next_attempt_at, expires_at, created_at) VALUES (?, ?, ?, ?, 0, 0, 0)",
