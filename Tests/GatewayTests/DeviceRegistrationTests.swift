@@ -17,18 +17,18 @@ struct DeviceRegistrationTests {
         return list.json["devices"]?.arrayValue?.first { $0["id"]?.stringValue == id }
     }
 
-    @Test("platform defaults to ios; a new device is 201, the same id again updates it with 200")
+    @Test("platform defaults to ios; a new device and an update are both 201 {registered, device_id}, as the original answers")
     func platformDefaultAndUpdate() async throws {
         try await withTestGateway { (gw) async throws in
             let first = try await register(gw, ["id": "inst-1", "name": "iPhone", "push_token": .string(Self.iosToken)])
             #expect(first.status == 201)
-            #expect(first.json == .object(["registered": true, "device_id": "inst-1"]))
+            #expect(first.json == .object(["registered": true, "device_id": "inst-1", "created": true]))
             #expect(try await device(gw, "inst-1")?["platform"] == "ios")
             #expect(try await device(gw, "inst-1")?["bundle_id"] == "dev.soulacy.ios")
             #expect(try await device(gw, "inst-1")?["push_environment"] == "production")
 
             let again = try await register(gw, ["id": "inst-1", "name": "Renamed", "push_environment": "development", "notifications_enabled": false])
-            #expect(again.status == 200)
+            #expect(again.status == 201 && again.json["created"] == false)
             let updated = try #require(try await device(gw, "inst-1"))
             #expect(updated["name"] == "Renamed")
             #expect(updated["push_environment"] == "development")
@@ -85,13 +85,16 @@ struct DeviceRegistrationTests {
             let tooLong = try await register(gw, ["id": "a2", "platform": "android", "push_token": .string(exact + "x")])
             #expect(tooLong.status == 400)
             #expect(tooLong.errorField == "push_token")
-            for bad in ["abc def", "abc\tdef", "abc\n", " abc", "", "a\u{00A0}b"] {
+            for bad in ["abc def", "abc\tdef", "abc\n", " abc", "a\u{00A0}b"] {
                 let response = try await register(gw, ["id": "a3", "platform": "android", "push_token": .string(bad)])
                 #expect(response.status == 400, "token \(bad.debugDescription)")
                 #expect(response.errorField == "push_token")
             }
             let wrongType = try await register(gw, ["id": "a3", "platform": "android", "push_token": 12])
             #expect(wrongType.errorField == "push_token")
+            // Empty counts as absent.
+            #expect(try await register(gw, ["id": "a4", "platform": "android", "push_token": ""]).status == 201)
+            #expect(try gw.gateway.mobileStore.device(id: "a4")?.pushToken == nil)
         }
     }
 
@@ -106,20 +109,38 @@ struct DeviceRegistrationTests {
         }
     }
 
-    @Test("iOS push_token is 32 bytes of hex; push_environment is production or development")
+    @Test("iOS, as the original normalises: tokens trimmed and lower-cased, empty is absent, any other environment is production, an absent start token keeps the stored one")
     func iosTokenAndEnvironment() async throws {
         try await withTestGateway { (gw) async throws in
-            for bad in ["abc", String(repeating: "g", count: 64), String(repeating: "ab", count: 33), ""] {
+            for bad in ["abc", String(repeating: "g", count: 64), String(repeating: "ab", count: 33)] {
                 let response = try await register(gw, ["id": "i1", "push_token": .string(bad)])
                 #expect(response.status == 400)
                 #expect(response.errorField == "push_token")
             }
-            let env = try await register(gw, ["id": "i1", "push_environment": "sandbox"])
-            #expect(env.errorField == "push_environment")
-            let live = try await register(gw, ["id": "i1", "live_start_token": "not-hex"])
-            #expect(live.errorField == "live_start_token")
-            #expect(try await register(gw, ["id": "i1", "live_start_token": .string(String(repeating: "ab", count: 40))]).status == 201)
+            #expect(try await register(gw, ["id": "i1", "push_token": ""]).status == 201)
+            #expect(try gw.gateway.mobileStore.device(id: "i1")?.pushToken == nil)
+            #expect(try await register(gw, ["id": "i1", "push_token": .string("  " + String(repeating: "AB", count: 32) + "\n")]).status == 201)
+            #expect(try gw.gateway.mobileStore.device(id: "i1")?.pushToken == String(repeating: "ab", count: 32))
+            for environment: JSONValue in ["sandbox", "PRODUCTION", ""] {
+                #expect(try await register(gw, ["id": "i1", "push_environment": environment]).status == 201)
+                #expect(try await device(gw, "i1")?["push_environment"] == "production")
+            }
+            #expect(try await register(gw, ["id": "i1", "push_environment": "development"]).status == 201)
+            #expect(try await device(gw, "i1")?["push_environment"] == "development")
+            for bad in ["not-hex", String(repeating: "a", count: 30), String(repeating: "ab", count: 257), "abc"] {
+                #expect(try await register(gw, ["id": "i1", "live_start_token": .string(bad)]).errorField == "live_start_token", "\(bad)")
+            }
+            let start = String(repeating: "CD", count: 40)
+            #expect(try await register(gw, ["id": "i1", "live_start_token": .string(start)]).status == 201)
+            #expect(try gw.gateway.mobileStore.device(id: "i1")?.liveStartToken == start.lowercased())
+            // Re-registering without a start token, or with an empty one, keeps the one stored.
+            #expect(try await register(gw, ["id": "i1", "name": "Renamed"]).status == 201)
+            #expect(try await register(gw, ["id": "i1", "live_start_token": ""]).status == 201)
+            #expect(try gw.gateway.mobileStore.device(id: "i1")?.liveStartToken == start.lowercased())
             #expect(try await device(gw, "i1")?["live_activities"] == true)
+            // Blank names become the original's default.
+            #expect(try await register(gw, ["id": " i2 ", "name": "   "]).status == 201)
+            #expect(try await device(gw, "i2")?["name"] == "iPhone")
         }
     }
 

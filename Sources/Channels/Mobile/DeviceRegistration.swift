@@ -1,3 +1,4 @@
+import Foundation
 import ChannelAPI
 import Crypto
 import HTTPServer
@@ -7,7 +8,8 @@ public struct DeviceRegistration: Sendable, Equatable {
     public static let maximumIDLength = 128
     public static let maximumNameLength = 200
     public static let maximumAndroidTokenLength = 4096
-    public static let maximumLiveStartTokenBytes = 1024
+    /// Push-to-start tokens as the original accepts them: 32–512 hex characters, even length.
+    public static let liveStartTokenHexLength = 32...512
 
     public var id: String
     public var name: String
@@ -19,20 +21,20 @@ public struct DeviceRegistration: Sendable, Equatable {
     public var liveStartToken: String?
     public var capabilities: Set<String>
 
-    /// Validates a registration body; each refusal names the field and the rule.
+    /// Validates a registration body with the original's normalisation (trimmed ids and names, lower-cased tokens,
+    /// an empty token counts as absent, an unknown push_environment is production); each refusal names the field.
     public init(json body: JSONObject) throws(APIError) {
-        let id = try body.string("id", maxLength: Self.maximumIDLength)
+        let id = try body.string("id", maxLength: Self.maximumIDLength).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !id.isEmpty else { throw APIError.invalidField("id", "must not be empty") }
         guard id.unicodeScalars.allSatisfy(Self.isIDCharacter) else {
             throw APIError.invalidField("id", "may contain only letters, digits and . _ : - (an installation id such as a UUID)")
         }
         self.id = id
 
-        let name = try body.optionalString("name", maxLength: Self.maximumNameLength) ?? ""
+        let name = (try body.optionalString("name", maxLength: Self.maximumNameLength) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
         guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
             throw APIError.invalidField("name", "must not contain control characters")
         }
-        self.name = name
 
         switch try body.optionalString("platform") {
         case nil, "ios": platform = .ios
@@ -40,6 +42,7 @@ public struct DeviceRegistration: Sendable, Equatable {
         case let other?: throw APIError.invalidField("platform", "must be \"ios\" or \"android\", got \"\(other)\"")
         }
 
+        self.name = name.isEmpty ? (platform == .ios ? "iPhone" : "Android phone") : name
         notificationsEnabled = try body.optionalBool("notifications_enabled") ?? true
         var capabilities: Set<String> = []
         for (i, item) in (try body.optionalArray("capabilities") ?? []).enumerated() {
@@ -53,12 +56,12 @@ public struct DeviceRegistration: Sendable, Equatable {
 
         switch platform {
         case .ios:
-            let bundle = try body.optionalString("bundle_id") ?? Device.iosBundleID
-            guard bundle == Device.iosBundleID else {
-                throw APIError.invalidField("bundle_id", "must be \(Device.iosBundleID) for iOS, got \"\(bundle)\"")
+            let bundle = try body.optionalString("bundle_id") ?? ""
+            guard bundle.isEmpty || bundle == Device.iosBundleID else {
+                throw APIError.invalidField("bundle_id", "must identify the Soulacy iOS app (\(Device.iosBundleID)), got \"\(bundle)\"")
             }
-            bundleID = bundle
-            if let token = try body.optionalString("push_token") {
+            bundleID = Device.iosBundleID
+            if let token = Self.normalisedToken(try body.optionalString("push_token")) {
                 guard token.utf8.count == 64, Hex.decode(token) != nil else {
                     throw APIError.invalidField("push_token", "an iOS push token is 32 bytes written as 64 hex characters")
                 }
@@ -66,14 +69,12 @@ public struct DeviceRegistration: Sendable, Equatable {
             } else {
                 pushToken = nil
             }
-            switch try body.optionalString("push_environment") {
-            case nil, "production": pushEnvironment = .production
-            case "development": pushEnvironment = .development
-            case let other?: throw APIError.invalidField("push_environment", "must be \"production\" or \"development\", got \"\(other)\"")
-            }
-            if let token = try body.optionalString("live_start_token") {
-                guard !token.isEmpty, token.utf8.count % 2 == 0, token.utf8.count <= Self.maximumLiveStartTokenBytes * 2, Hex.decode(token) != nil else {
-                    throw APIError.invalidField("live_start_token", "must be the push-to-start token as hex, at most \(Self.maximumLiveStartTokenBytes) bytes")
+            // As the original: development is kept, anything else (or nothing) is production.
+            pushEnvironment = try body.optionalString("push_environment")?.trimmingCharacters(in: .whitespaces) == "development" ? .development : .production
+            // Absent or empty keeps the token already stored (the store merges it).
+            if let token = Self.normalisedToken(try body.optionalString("live_start_token")) {
+                guard Self.liveStartTokenHexLength.contains(token.utf8.count), token.utf8.count % 2 == 0, Hex.decode(token) != nil else {
+                    throw APIError.invalidField("live_start_token", "must be the push-to-start token as 32 to 512 hex characters")
                 }
                 liveStartToken = token
             } else {
@@ -85,8 +86,8 @@ public struct DeviceRegistration: Sendable, Equatable {
                 throw APIError.invalidField("bundle_id", "must be omitted or \(Device.androidBundleID) for Android, got \"\(bundle)\"")
             }
             bundleID = bundle
-            if let token = try body.optionalString("push_token") {
-                guard !token.isEmpty else { throw APIError.invalidField("push_token", "must not be empty; omit it or send null when there is none") }
+            // An FCM token is opaque and stored as sent; empty counts as absent.
+            if let token = try body.optionalString("push_token"), !token.isEmpty {
                 guard token.count <= Self.maximumAndroidTokenLength else {
                     throw APIError.invalidField("push_token", "must be at most \(Self.maximumAndroidTokenLength) characters, got \(token.count)")
                 }
@@ -101,6 +102,12 @@ public struct DeviceRegistration: Sendable, Equatable {
             pushEnvironment = nil
             liveStartToken = nil
         }
+    }
+
+    /// Trimmed and lower-cased; empty counts as absent.
+    static func normalisedToken(_ text: String?) -> String? {
+        guard let token = text?.trimmingCharacters(in: .whitespacesAndNewlines).lowercased(), !token.isEmpty else { return nil }
+        return token
     }
 
     private static func isIDCharacter(_ scalar: Unicode.Scalar) -> Bool {

@@ -40,9 +40,10 @@ public struct MobileAPI: Sendable {
         do {
             created = try store.register(registration, subject: caller.subject, keyID: caller.keyID)
         } catch DeviceOwnershipError.ownedByAnotherSubject {
-            throw APIError(status: 403, code: "device_owned_by_another_user", message: "id: this installation is registered to another person", field: "id")
+            throw APIError(status: 403, code: "device_owned_by_another_user", message: "device is registered to another user", field: "id")
         }
-        return .json(.object(["registered": .bool(true), "device_id": .string(registration.id)]), status: created ? 201 : 200)
+        // 201 for a new and an updated device alike, as the original answers; `created` tells them apart.
+        return .json(.object(["registered": .bool(true), "device_id": .string(registration.id), "created": .bool(created)]), status: 201)
     }
 
     @Sendable func listDevices(_ request: HTTPRequest) async throws -> HTTPResponse {

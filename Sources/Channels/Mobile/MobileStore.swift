@@ -159,7 +159,8 @@ public final class MobileStore: Sendable {
                 ON CONFLICT (id) DO UPDATE SET
                     name = excluded.name, platform = excluded.platform, bundle_id = excluded.bundle_id,
                     push_token = excluded.push_token, push_environment = excluded.push_environment,
-                    notifications_enabled = excluded.notifications_enabled, live_start_token = excluded.live_start_token,
+                    notifications_enabled = excluded.notifications_enabled,
+                    live_start_token = CASE WHEN excluded.platform = 'ios' THEN COALESCE(excluded.live_start_token, mobile_devices.live_start_token) END,
                     updated_at = excluded.updated_at, registered_by_key = excluded.registered_by_key,
                     capabilities = excluded.capabilities
                 """, registration.id, subject, registration.name, registration.platform.rawValue, registration.bundleID,

@@ -165,7 +165,8 @@ public struct LLMRunner: AgentRunner {
                     reply = try await provider.complete(chat)
                 }
             } catch {
-                return .failure(.model(error.description))
+                // The provider's own deadline is the run's: report it as the run's timeout.
+                return .failure(error.kind == .timedOut ? .timedOut(after: request.timeout) : .model(error.description))
             }
             guard !reply.toolCalls.isEmpty else { return .success(reply.text) }
             messages.append(.assistant(reply.text, toolCalls: reply.toolCalls))
@@ -192,7 +193,7 @@ public struct LLMRunner: AgentRunner {
             let reply = try await provider.complete(final)
             return .success(reply.text.isEmpty ? "(no final response produced)" : reply.text)
         } catch {
-            return .failure(.model(error.description))
+            return .failure(error.kind == .timedOut ? .timedOut(after: request.timeout) : .model(error.description))
         }
     }
 
