@@ -114,7 +114,7 @@ struct HouseholdTests {
         }
     }
 
-    @Test("roles: a viewer reads and chats but cannot approve, run, fire or remember; an operator can")
+    @Test("roles as the original's rbac: a viewer reads, chats and decides its own approvals from the lock screen, but cannot run, fire or remember; an operator can")
     func roles() async throws {
         try await withTestGateway { (gw) async throws in
             let viewer = try await gw.mintKey(subject: "vee", role: "viewer")
@@ -122,11 +122,14 @@ struct HouseholdTests {
             let asked = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "send_email", "wait": false], key: .some(op))
             let callID = try #require(asked.json["call_id"]?.stringValue)
             #expect(try await gw.request("GET", "/approvals", key: .some(viewer)).json["approvals"]?.arrayValue?.count == 1)
-            #expect(try await gw.request("POST", "/approvals/\(callID)/approve", key: .some(viewer)).status == 403)
             #expect(try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "likes tea"], key: .some(viewer)).status == 403)
             #expect(try await gw.request("POST", "/api/v1/agents/echo/run", json: [:], key: .some(viewer)).status == 403)
             #expect(try await gw.request("POST", "/chat", json: ["text": "hello"], key: .some(viewer)).json["reply"] == "hello")
-            #expect(try await gw.request("POST", "/approvals/\(callID)/approve", key: .some(op)).json["state"] == "approved")
+            let decided = try await gw.request("POST", "/approvals/\(callID)/approve", key: .some(viewer))
+            #expect(decided.status == 200 && decided.json["state"] == "approved" && decided.json["ok"] == true && decided.json["approved"] == true)
+            // The operator's second answer reports the decision the viewer took; nothing runs twice.
+            let again = try await gw.request("POST", "/api/v1/approvals/\(callID)/deny", key: .some(op))
+            #expect(again.json["already_decided"] == true && again.json["approved"] == true && again.json["ok"] == true)
             #expect(try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "likes tea"], key: .some(op)).status == 201)
         }
     }

@@ -128,8 +128,9 @@ struct ApprovalsAPI: Sendable {
         ]
         for prefix in ["/api/v1", ""] {
             routes.append(Route(.GET, "\(prefix)/approvals", access: .role(.viewer), summary: "Your pending approvals", handler: list))
-            routes.append(Route(.POST, "\(prefix)/approvals/:id/approve", access: .role(.operator), summary: "Approve (idempotent)", handler: approve))
-            routes.append(Route(.POST, "\(prefix)/approvals/:id/deny", access: .role(.operator), summary: "Deny (idempotent)", handler: deny))
+            // A viewer decides from the lock screen as the original allows (chat:chat): deciding is their own approvals only.
+            routes.append(Route(.POST, "\(prefix)/approvals/:id/approve", access: .role(.viewer), summary: "Approve (idempotent)", handler: approve))
+            routes.append(Route(.POST, "\(prefix)/approvals/:id/deny", access: .role(.viewer), summary: "Deny (idempotent)", handler: deny))
         }
         return routes
     }
@@ -141,7 +142,13 @@ struct ApprovalsAPI: Sendable {
             "created_at": .timestamp(a.createdAt), "expires_at": .timestamp(a.expiresAt),
             "decided_at": a.decidedAt.map(JSONValue.timestamp) ?? .null,
         ]
-        if withArguments { object["arguments"] = (try? JSONValue.parse(Array(a.arguments.utf8))) ?? .string(a.arguments) }
+        if withArguments {
+            let arguments = (try? JSONValue.parse(Array(a.arguments.utf8))) ?? .string(a.arguments)
+            object["arguments"] = arguments
+            // The original's names: `args` (an object, omitted when empty) and `reason`.
+            if case .object(let fields) = arguments, !fields.isEmpty { object["args"] = arguments }
+            object["reason"] = .string("\(a.agentName) wants to run \(a.tool)")
+        }
         return .object(object)
     }
 
@@ -220,6 +227,9 @@ struct ApprovalsAPI: Sendable {
             let (approval, decidedNow) = try await broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
             guard case .object(var body) = Self.json(approval, withArguments: false) else { throw APIError.internal("approval encoding") }
             body["already_decided"] = .bool(!decidedNow)
+            // The original app reads `ok` and `approved`: approved is the decision actually taken (the seed's rule).
+            body["ok"] = true
+            body["approved"] = .bool(approval.state == .approved)
             if !decidedNow {
                 body["message"] = .string(approval.state == .expired ? "this approval expired before it was answered"
                                                                       : "this approval was already \(approval.state.rawValue); nothing ran twice")
