@@ -82,7 +82,8 @@ struct AgentFilesTests {
             let refused = try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"])
             #expect(refused.status == 409 && refused.errorCode == "agent_disabled")
             try FileManager.default.removeItem(atPath: dir + "/shout")
-            #expect(try await eventually(timeout: .seconds(3)) { try await agentIDs(gw) == ["echo"] })
+            #expect(try await agentIDs(gw) == ["echo"], "a disabled agent is not listed, as in the original")
+            #expect(try await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout") == nil })
             #expect(try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"]).status == 404)
         }
     }

@@ -199,6 +199,7 @@ public final class Gateway: Sendable {
         router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
         let carriageBox = CarriageBox()
         router.add(GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
+                              transportNames: transports.transports.map(\.name),
                               revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         router.add(DeviceCommandsAPI(store: mobileStore, commands: commands).routes)

@@ -1,4 +1,5 @@
 import ChannelAPI
+import Crypto
 import Foundation
 import HTTPServer
 import Identity
@@ -14,14 +15,20 @@ struct GatewayAPI: Sendable {
     let mobile: MobileStore
     let scheduler: Scheduler
     let clock: any WallClock
+    /// The wake-up transports configured (apns, relay, fcm, …), for the readiness check.
+    var transportNames: [String] = []
     /// Told of every revoked key (the relay carriage forgets the phone).
     var revoked: @Sendable (String) async -> Void = { _ in }
 
     var routes: [Route] {
         [
             Route(.GET, "/health", access: .open, summary: "Liveness and version", handler: health),
-            Route(.GET, "/api/v1/agents", access: .role(.viewer), summary: "Agents from SOUL.yaml (System hidden)", handler: listAgents),
+            Route(.GET, "/ping", access: .open, summary: "Reachability, as the original's pin probe reads it", handler: ping),
+            Route(.GET, "/api/v1/health", access: .role(.viewer), summary: "Health with dependencies (the original's shape)", handler: apiHealth),
+            Route(.GET, "/api/v1/mobile/status", access: .role(.viewer), summary: "Is the phone set up: devices, wake-ups, agents that deliver", handler: mobileStatus),
+            Route(.GET, "/api/v1/agents", access: .role(.viewer), summary: "Enabled agents as the original lists them (System hidden)", handler: listAgents),
             Route(.POST, "/api/v1/agents/:id/run", access: .role(.operator), summary: "Run an agent now", handler: runAgent),
+            Route(.POST, "/api/v1/agents/:id/trigger", access: .role(.operator), summary: "Run an agent now and answer with its result (the original's synchronous trigger)", handler: triggerAgent),
             Route(.GET, "/api/v1/runs/:id", access: .role(.viewer), summary: "A run's status", handler: getRun),
             Route(.POST, "/api/v1/runs/:id/events", access: .role(.operator), summary: "A running command reports progress (a tool call)", handler: runEvent),
             Route(.POST, "/admin/api-keys", access: .role(.admin), summary: "Mint an API key", handler: createKey),
@@ -34,26 +41,127 @@ struct GatewayAPI: Sendable {
         .json(.object(["ok": .bool(true), "service": .string("soulacy"), "version": .string(GatewayVersion.current)]))
     }
 
+    @Sendable func ping(_ request: HTTPRequest) async throws -> HTTPResponse {
+        .json(["status": "ok", "auth": "required", "mode": "apikey"])
+    }
+
+    @Sendable func apiHealth(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let database: JSONValue
+        do {
+            _ = try keys.isEmpty
+            database = "ok"
+        } catch {
+            database = .string("failing: \(error)")
+        }
+        let status: JSONValue = database == "ok" ? "ok" : "degraded"
+        return .json(["status": status, "version": .string(GatewayVersion.current), "timestamp": .timestamp(clock.now()),
+                      "deps": ["database": database, "agents": .number(Double(catalog.current.visibleAgents.filter(\.isOn).count))],
+                      "request_id": .string("req_" + Hex.encode(SecureBytes.random(count: 8)))])
+    }
+
+    /// The companion's readiness, in the original's shape: each check ok, warn or fail, with what to do next.
+    @Sendable func mobileStatus(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let devices = try mobile.devices(subject: caller.subject)
+        let notified = devices.filter { $0.wakeTarget != nil }
+        let delivering = catalog.current.visibleAgents.filter { $0.isOn && $0.schedule?.output?.channel == "mobile" }
+        var checks: [JSONValue] = []
+        var actions: [JSONValue] = []
+        func check(_ key: String, _ label: String, _ status: String, _ detail: String, action: String? = nil) {
+            checks.append(["key": .string(key), "label": .string(label), "status": .string(status), "detail": .string(detail)])
+            if status != "ok", let action { actions.append(.string(action)) }
+        }
+        check("devices", "A phone is registered", devices.isEmpty ? "fail" : "ok",
+              devices.isEmpty ? "no phone is registered to you" : "\(devices.count) phone(s) registered", action: "Pair a phone and open the Soulacy app")
+        check("push", "Wake-ups can reach a phone", transportNames.isEmpty ? "warn" : (notified.isEmpty ? "warn" : "ok"),
+              transportNames.isEmpty ? "no push transport is configured; the inbox still fills" : notified.isEmpty ? "no phone has notifications on with a push token" : "through \(transportNames.joined(separator: ", "))",
+              action: transportNames.isEmpty ? "Configure APNs, FCM or a relay" : "Allow notifications in the app")
+        check("agents", "Agents deliver to phones", delivering.isEmpty ? "warn" : "ok",
+              delivering.isEmpty ? "no enabled agent's schedule.output is the mobile channel" : delivering.map(\.id).joined(separator: ", "),
+              action: "Add output: {channel: mobile, to: all} to an agent's schedule")
+        let statuses = checks.compactMap { $0["status"]?.stringValue }
+        let ready = statuses.filter { $0 == "ok" }.count
+        let overall = statuses.contains("fail") ? "fail" : statuses.contains("warn") ? "warn" : "ok"
+        return .json(["status": .string(overall), "score": .number(Double(ready * 100 / max(statuses.count, 1))), "ready": .number(Double(ready)),
+                      "total": .number(Double(statuses.count)), "devices": .number(Double(devices.count)), "checks": .array(checks), "next_actions": .array(actions)])
+    }
+
+    /// An agent as the original's definition shows it: always id, name, description (a string), version, trigger,
+    /// system_prompt, llm, memory, max_turns, stream_reply, enabled; the rest when set. Plus this gateway's
+    /// `running` and the schedule's zone and next fire.
+    func definition(_ agent: AgentConfig, next: Date?) async -> JSONValue {
+        var llm: [String: JSONValue] = [:]
+        if case .llm(let settings) = agent.runner {
+            llm["provider"] = .string(settings.provider)
+            llm["model"] = .string(settings.model)
+            if let t = settings.temperature { llm["temperature"] = .number(t) }
+            if settings.maxTokens > 0 { llm["max_tokens"] = .number(Double(settings.maxTokens)) }
+            if !settings.allowedProviders.isEmpty { llm["allowed_providers"] = .array(settings.allowedProviders.map(JSONValue.string)) }
+        } else {
+            llm = ["provider": "", "model": ""]
+        }
+        var entry: [String: JSONValue] = [
+            "id": .string(agent.id), "name": .string(agent.name), "description": .string(agent.description ?? ""),
+            "version": .string(agent.version), "trigger": .string(agent.trigger == .manual ? "" : agent.trigger.rawValue),
+            "system_prompt": .string(agent.systemPrompt), "llm": .object(llm),
+            "memory": ["max_tokens": .number(Double(agent.memoryEntries))],
+            "max_turns": .number(Double(agent.maxTurns)), "stream_reply": .bool(agent.streamReply), "enabled": .bool(agent.isOn),
+            "running": .bool(await runs.isRunning(agent.id)),
+        ]
+        if !agent.tags.isEmpty { entry["tags"] = .array(agent.tags.map(JSONValue.string)) }
+        if !agent.surfaces.isEmpty { entry["surfaces"] = .array(agent.surfaces.map(JSONValue.string)) }
+        if !agent.channels.isEmpty { entry["channels"] = .array(agent.channels.map(JSONValue.string)) }
+        if !agent.toolNames.isEmpty { entry["tools"] = .array(agent.toolNames.map { ["name": .string($0)] }) }
+        if let s = agent.schedule, s.cron != nil || s.at != nil || s.output != nil {
+            var schedule: [String: JSONValue] = ["timezone": .string(s.timeZone.identifier), "run_missed_on_startup": .bool(s.runMissedOnStartup),
+                                                 "next_run_at": next.map { JSONValue.timestamp($0) } ?? .null]
+            if let cron = s.cron { schedule["cron"] = .string(cron.expression) }
+            if let at = s.at { schedule["at"] = .timestamp(at) }
+            if let output = s.output {
+                var out: [String: JSONValue] = ["channel": .string(output.channel), "to": .string(output.to)]
+                if let botName = output.botName { out["bot_name"] = .string(botName) }
+                if let template = output.template { out["template"] = .string(template) }
+                schedule["output"] = .object(out)
+            }
+            entry["schedule"] = .object(schedule)
+        }
+        return .object(entry)
+    }
+
     @Sendable func listAgents(_ request: HTTPRequest) async throws -> HTTPResponse {
         let next = scheduler.nextFires(after: clock.now())
+        let surface = request.query["surface"]?.trimmingCharacters(in: .whitespaces).lowercased()
         var agents: [JSONValue] = []
-        for agent in catalog.current.visibleAgents {
-            var entry: [String: JSONValue] = [
-                "id": .string(agent.id), "name": .string(agent.name), "trigger": .string(agent.trigger.rawValue),
-                "description": agent.description.map(JSONValue.string) ?? .null,
-                "running": .bool(await runs.isRunning(agent.id)), "enabled": .bool(agent.isOn),
-            ]
-            if let s = agent.schedule, s.cron != nil || s.at != nil {
-                var schedule: [String: JSONValue] = [
-                    "cron": s.cron.map { .string($0.expression) } ?? .null, "timezone": .string(s.timeZone.identifier),
-                    "next_run_at": next[agent.id].map { JSONValue.timestamp($0) } ?? .null,
-                ]
-                if let at = s.at { schedule["at"] = .timestamp(at) }
-                entry["schedule"] = .object(schedule)
-            }
-            agents.append(.object(entry))
+        var interfaces: [String: JSONValue] = [:]
+        // As the original: a disabled agent is not listed.
+        for agent in catalog.current.visibleAgents where agent.isOn {
+            let surfaces = agent.effectiveSurfaces
+            if let surface, !surface.isEmpty, !surfaces.contains(where: { $0.lowercased() == surface }) { continue }
+            agents.append(await definition(agent, next: next[agent.id]))
+            interfaces[agent.id] = ["surfaces": .array(surfaces.map(JSONValue.string)), "chat_eligible": .bool(surfaces.contains("chat"))]
         }
-        return .json(.object(["agents": .array(agents)]))
+        return .json(.object(["agents": .array(agents), "count": .number(Double(agents.count)), "interfaces": .object(interfaces)]))
+    }
+
+    /// The original's `POST /agents/:id/trigger`: runs now, waits, answers `{result, delivered}`.
+    @Sendable func triggerAgent(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let agentID = request.parameter("id")
+        guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
+            throw APIError.notFound("agent not found")
+        }
+        let destination = agent.schedule?.output.map { RunDestination($0) }
+        let started: StartedRun
+        switch await startRun(agentID: agentID, input: "", destination: destination, subject: caller.subject) {
+        case .success(let run): started = run
+        case .failure(let error): throw APIError.runRefused(error)
+        }
+        guard let record = await runs.wait(runID: started.runID) else { throw APIError.internal("the run vanished") }
+        guard record.status == .succeeded else {
+            throw APIError(status: 500, code: "agent_failed", message: record.error ?? "the run failed")
+        }
+        return .json(["result": .string(record.reply ?? ""), "delivered": .bool(record.deliveryID != nil), "run_id": .string(record.id),
+                      "session_id": .string(record.sessionID)])
     }
 
     @Sendable func runAgent(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -83,7 +191,7 @@ struct GatewayAPI: Sendable {
                               "agent_id": .string(agentID)]), status: 202)
     }
 
-    private func startRun(agentID: String, input: String, destination: RunDestination, subject: String) async -> Result<StartedRun, RunStartError> {
+    private func startRun(agentID: String, input: String, destination: RunDestination?, subject: String) async -> Result<StartedRun, RunStartError> {
         do {
             return .success(try await runs.start(agentID: agentID, input: input, trigger: "api", destination: destination, subject: subject))
         } catch {

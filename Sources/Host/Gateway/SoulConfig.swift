@@ -43,6 +43,12 @@ public struct AgentConfig: Sendable {
     public var maxTurns: Int = 0
     public var channels: [String] = []
     public var surfaces: [String] = []
+    /// Metadata the original lists with the agent.
+    public var version: String = ""
+    public var tags: [String] = []
+    public var streamReply: Bool = false
+    /// The Python tools' names (listed, not run here).
+    public var toolNames: [String] = []
     /// Fields the file sets that this gateway accepts but does not execute (Python tools, skills, MCP, …).
     public var notRunHere: [String] = []
     /// The file the agent came from.
@@ -64,6 +70,17 @@ public struct AgentConfig: Sendable {
 
     /// Enabled by its file and not parked by a validation error: scheduled, listed and runnable.
     public var isOn: Bool { enabled && disabledReason == nil }
+
+    /// Where the agent shows up (Soulacy's derived surfaces): `surfaces` when given, else by trigger.
+    public var effectiveSurfaces: [String] {
+        if !surfaces.isEmpty { return surfaces }
+        switch trigger {
+        case .cron, .oneshot: return ["schedule"]
+        case .channel: return channels + ["chat"]
+        case .webhook: return ["webhook"]
+        default: return ["chat"]
+        }
+    }
 
     /// Soulacy's default run cap when `run_timeout` is unset, zero or negative.
     public static let defaultRunTimeout: Duration = .seconds(15 * 60)

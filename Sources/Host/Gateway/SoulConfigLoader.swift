@@ -340,6 +340,8 @@ public struct SoulConfigLoader {
             agent.runTimeout = d > .zero ? d : nil
         }
 
+        agent.version = string(fields["version"], "version") ?? ""
+        agent.streamReply = bool(fields["stream_reply"], "stream_reply") ?? false
         agent.systemPrompt = string(fields["system_prompt"], "system_prompt") ?? ""
         agent.persona = parsePersona(fields)
         agent.builtins = strings(fields["builtins"], "builtins")
@@ -509,12 +511,14 @@ public struct SoulConfigLoader {
                 _ = integer(tool["retries"], "tools[].retries")
             }
             if !names.isEmpty { notRun.append("Python tools (\(names.joined(separator: ", ")))") }
+            agent.toolNames = names
         }
-        for key in ["skills", "knowledge", "agents", "mcp_servers", "mcp_tools", "plugin_tools", "env", "capabilities", "tags"] {
-            if let list = strings(fields[key], key), !list.isEmpty, key != "tags" { notRun.append(key) }
+        for key in ["skills", "knowledge", "agents", "mcp_servers", "mcp_tools", "plugin_tools", "env", "capabilities"] {
+            if let list = strings(fields[key], key), !list.isEmpty { notRun.append(key) }
         }
-        for key in ["system_tools", "allow_shell", "parallel_peer_calls", "structured_peer_results", "dry_run", "stream_reply"] {
-            if bool(fields[key], key) == true, key != "stream_reply" { notRun.append(key) }
+        agent.tags = strings(fields["tags"], "tags") ?? []
+        for key in ["system_tools", "allow_shell", "parallel_peer_calls", "structured_peer_results", "dry_run"] {
+            if bool(fields[key], key) == true { notRun.append(key) }
         }
         if let kind = string(fields["kind"], "kind"), kind == "router" { notRun.append("kind: router") }
         for key in ["reasoning", "brain_memory", "learning", "policy", "execution", "hooks", "workflow", "outcome", "mission", "tool_schemas", "budget", "routes"]
