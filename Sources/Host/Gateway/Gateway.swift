@@ -137,7 +137,7 @@ public final class Gateway: Sendable {
             keys = try APIKeyStore(database: database)
             runStore = try RunStore(database: database)
             household = try HouseholdStore(database: database, keys: keys)
-            memory = try MemoryFactStore(database: database)
+            memory = try MemoryFactStore(database: database, clock: options.clock)
             let interrupted = try runStore.markInterrupted(at: options.clock.now())
             if interrupted > 0 { log.warning("\(interrupted) run(s) were interrupted by the last stop") }
         } catch {
@@ -211,6 +211,7 @@ public final class Gateway: Sendable {
                                 lan: { lanLink.value }, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) }).routes)
         let longPoll = Duration.seconds(options.environment["SOULACY_LONG_POLL_SECONDS"].flatMap(Int.init) ?? 25)
         router.add(ApprovalsAPI(broker: approvals, catalog: catalog, runs: runs, longPoll: longPoll).routes)
+        router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
         router.add(AssistantAPI(memory: memory, runs: runs, catalog: catalog).routes)
         do {
             router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStore, cooldowns: try TriggerCooldowns(database: database), clock: options.clock).routes)
@@ -291,7 +292,7 @@ public final class Gateway: Sendable {
                                liveActivities: LiveActivityPublisher, runs: LateBound<AgentRuns>) -> LLMRunEnvironment {
         var environment = LLMRunEnvironment()
         environment.tools = tools
-        environment.facts = { subject in ((try? memory.facts(subject: subject)) ?? []).map(\.text) }
+        environment.facts = { subject in ((try? memory.facts(subject: subject, limit: MemoryFactStore.promptFacts)) ?? []).map(\.content) }
         environment.toolCalled = { sessionID, tool in await liveActivities.toolCalled(sessionID: sessionID, tool: tool) }
         environment.approve = { call, run, timeout in
             let activity = await runs.value?.activityRun(sessionID: run.sessionID)

@@ -241,7 +241,7 @@ struct ApprovalsAPI: Sendable {
     }
 }
 
-/// Remember-a-fact and chat, the Siri/Shortcuts and watch surface.
+/// Chat and the agent list: the Siri/Shortcuts and watch surface.
 struct AssistantAPI: Sendable {
     let memory: MemoryFactStore
     let runs: AgentRuns
@@ -249,36 +249,10 @@ struct AssistantAPI: Sendable {
 
     var routes: [Route] {
         [
-            Route(.POST, "/api/v1/memory/facts", access: .role(.operator), summary: "Remember a fact (yours only)", handler: addFact),
-            Route(.GET, "/api/v1/memory/facts", access: .role(.viewer), summary: "Your remembered facts", handler: listFacts),
-            Route(.DELETE, "/api/v1/memory/facts/:id", access: .role(.operator), summary: "Forget one of your facts", handler: deleteFact),
             Route(.POST, "/api/v1/chat", access: .role(.viewer), summary: "Ask an agent and get its reply", handler: chat),
             Route(.POST, "/chat", access: .role(.viewer), summary: "Ask an agent (watch voice mode)", handler: chat),
             Route(.GET, "/agents", access: .role(.viewer), summary: "Agents (watch)", handler: agents),
         ]
-    }
-
-    @Sendable func addFact(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
-        let body = try JSONObject(body: request.body)
-        let text = try body.string("text", maxLength: MemoryFactStore.maximumLength).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !text.isEmpty else { throw APIError.invalidField("text", "must not be empty") }
-        let fact = try memory.add(text, subject: caller.subject, source: try body.optionalString("source", maxLength: 40) ?? "api")
-        return .json(["id": .string(fact.id), "text": .string(fact.text), "created_at": .timestamp(fact.createdAt)], status: 201)
-    }
-
-    @Sendable func listFacts(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
-        let facts = try memory.facts(subject: caller.subject).map { fact -> JSONValue in
-            ["id": .string(fact.id), "text": .string(fact.text), "source": .string(fact.source), "created_at": .timestamp(fact.createdAt)]
-        }
-        return .json(["facts": .array(facts)])
-    }
-
-    @Sendable func deleteFact(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
-        guard try memory.delete(id: request.parameter("id"), subject: caller.subject) else { throw APIError.notFound("no fact \(request.parameter("id")) of yours") }
-        return .noContent
     }
 
     @Sendable func chat(_ request: HTTPRequest) async throws -> HTTPResponse {

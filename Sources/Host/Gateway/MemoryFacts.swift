@@ -1,10 +1,16 @@
+import ChannelAPI
 import Crypto
 import Foundation
 import SQLite
 
-/// Adaptive-memory facts ("Remember something"), each belonging to one person.
+/// Adaptive-memory facts ("What it remembers", Siri's "Remember something"), each belonging to one person, with a
+/// change feed the phone syncs from (cursor, tombstones) as the original's `/memory/facts/sync` answers it.
 public final class MemoryFactStore: Sendable {
-    public static let maximumLength = 2000
+    public static let maximumLength = 400
+    public static let builtInCategories = ["preference", "identity", "constraint", "entity"]
+    /// How many facts, at most, go into a model's system message.
+    public static let promptFacts = 5
+
     public static let migrations: [Migration] = [
         Migration("memory.1", """
             CREATE TABLE memory_facts (
@@ -16,41 +22,183 @@ public final class MemoryFactStore: Sendable {
             );
             CREATE INDEX memory_facts_by_subject ON memory_facts (subject, created_at);
             """),
+        // The original's fact: category, agent scope, status, expiry, last change; and the change feed phones sync.
+        Migration("memory.2-categories-and-sync", """
+            ALTER TABLE memory_facts ADD COLUMN category TEXT NOT NULL DEFAULT 'preference';
+            ALTER TABLE memory_facts ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
+            ALTER TABLE memory_facts ADD COLUMN status TEXT NOT NULL DEFAULT 'active';
+            ALTER TABLE memory_facts ADD COLUMN expires_at INTEGER;
+            ALTER TABLE memory_facts ADD COLUMN updated_at INTEGER;
+            UPDATE memory_facts SET updated_at = created_at;
+            CREATE TABLE memory_fact_changes (
+                cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+                subject TEXT NOT NULL,
+                fact_id TEXT NOT NULL,
+                agent_id TEXT NOT NULL,
+                event TEXT NOT NULL
+            );
+            CREATE INDEX memory_fact_changes_by_subject ON memory_fact_changes (subject, cursor);
+            INSERT INTO memory_fact_changes (subject, fact_id, agent_id, event) SELECT subject, id, '', 'created' FROM memory_facts ORDER BY created_at;
+            """),
     ]
 
     public struct Fact: Sendable, Equatable {
-        public let id: String
-        public let text: String
-        public let source: String
-        public let createdAt: Date
+        public var id: String
+        public var subject: String
+        public var content: String
+        public var category: String
+        public var agentID: String
+        public var status: String
+        public var source: String
+        public var createdAt: Date
+        public var updatedAt: Date
+        public var expiresAt: Date?
+
+        /// This gateway's older name for the content.
+        public var text: String { content }
+    }
+
+    /// One entry of the change feed: a fact's current state, or a tombstone.
+    public struct Change: Sendable, Equatable {
+        public var cursor: Int64
+        public var factID: String
+        public var event: String
+        public var fact: Fact?
+    }
+
+    /// What a fact edit may change; nil leaves a field as it is.
+    public struct Edit: Sendable {
+        public var content: String?
+        public var category: String?
+        public var agentID: String?
+        /// `.some(nil)` clears the expiry.
+        public var expiresAt: Date??
+
+        public init(content: String? = nil, category: String? = nil, agentID: String? = nil, expiresAt: Date?? = nil) {
+            self.content = content
+            self.category = category
+            self.agentID = agentID
+            self.expiresAt = expiresAt
+        }
     }
 
     let database: DatabasePool
+    let clock: any WallClock
 
-    public init(database: DatabasePool) throws {
+    public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
         self.database = database
+        self.clock = clock
         try database.migrate(Self.migrations)
     }
 
-    public func add(_ text: String, subject: String, source: String) throws -> Fact {
-        let fact = Fact(id: "fact_" + Hex.encode(SecureBytes.random(count: 8)), text: text, source: source, createdAt: Date())
+    private static func fact(_ row: Row) -> Fact {
+        Fact(id: row.string("id") ?? "", subject: row.string("subject") ?? "", content: row.string("text") ?? "",
+             category: row.string("category") ?? "preference", agentID: row.string("agent_id") ?? "", status: row.string("status") ?? "active",
+             source: row.string("source") ?? "manual", createdAt: row.date("created_at") ?? Date(sqliteMillis: 0),
+             updatedAt: row.date("updated_at") ?? row.date("created_at") ?? Date(sqliteMillis: 0), expiresAt: row.date("expires_at"))
+    }
+
+    private static func record(_ event: String, fact: String, subject: String, agentID: String, in db: Connection) throws {
+        try db.run("INSERT INTO memory_fact_changes (subject, fact_id, agent_id, event) VALUES (?, ?, ?, ?)", subject, fact, agentID, event)
+    }
+
+    public func add(_ content: String, subject: String, source: String, category: String = "preference", agentID: String = "",
+                    expiresAt: Date? = nil) throws -> Fact {
+        let now = clock.now()
+        let fact = Fact(id: "fact_" + Hex.encode(SecureBytes.random(count: 8)), subject: subject, content: content, category: category, agentID: agentID,
+                        status: "active", source: source, createdAt: now, updatedAt: now, expiresAt: expiresAt)
         try database.transaction { db in
-            try db.run("INSERT INTO memory_facts (id, subject, text, source, created_at) VALUES (?, ?, ?, ?, ?)",
-                       fact.id, subject, text, source, fact.createdAt.sqliteMillis)
+            try db.run("""
+                INSERT INTO memory_facts (id, subject, text, source, created_at, category, agent_id, status, expires_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?)
+                """, fact.id, subject, content, source, now.sqliteMillis, category, agentID, expiresAt?.sqliteMillis, now.sqliteMillis)
+            try Self.record("created", fact: fact.id, subject: subject, agentID: agentID, in: db)
         }
         return fact
     }
 
-    public func facts(subject: String) throws -> [Fact] {
-        try database.read { db in
-            try db.query("SELECT * FROM memory_facts WHERE subject = ? ORDER BY created_at DESC, id LIMIT 500", subject).map {
-                Fact(id: $0.string("id") ?? "", text: $0.string("text") ?? "", source: $0.string("source") ?? "",
-                     createdAt: $0.date("created_at") ?? Date(sqliteMillis: 0))
-            }
+    public func fact(id: String, subject: String) throws -> Fact? {
+        try database.read { db in try db.query("SELECT * FROM memory_facts WHERE id = ? AND subject = ?", id, subject).first.map(Self.fact) }
+    }
+
+    /// The person's facts, newest first: `status` (default active, unexpired), optionally one agent's.
+    public func facts(subject: String, status: String = "active", agentID: String? = nil, limit: Int = 200) throws -> [Fact] {
+        let now = clock.now().sqliteMillis
+        return try database.read { db in
+            try db.query("""
+                SELECT * FROM memory_facts WHERE subject = ? AND status = ? AND (? IS NULL OR agent_id = ?)
+                    AND (status <> 'active' OR expires_at IS NULL OR expires_at > ?)
+                ORDER BY created_at DESC, id LIMIT ?
+                """, subject, status, agentID, agentID, now, Int64(limit)).map(Self.fact)
+        }
+    }
+
+    public func update(id: String, subject: String, _ edit: Edit) throws -> Fact? {
+        let now = clock.now()
+        return try database.transaction { db in
+            guard var fact = try db.query("SELECT * FROM memory_facts WHERE id = ? AND subject = ?", id, subject).first.map(Self.fact) else { return nil }
+            if let content = edit.content { fact.content = content }
+            if let category = edit.category { fact.category = category }
+            if let agentID = edit.agentID { fact.agentID = agentID }
+            if let expiresAt = edit.expiresAt { fact.expiresAt = expiresAt }
+            fact.updatedAt = now
+            try db.run("UPDATE memory_facts SET text = ?, category = ?, agent_id = ?, expires_at = ?, updated_at = ? WHERE id = ?",
+                       fact.content, fact.category, fact.agentID, fact.expiresAt?.sqliteMillis, now.sqliteMillis, id)
+            try Self.record("updated", fact: id, subject: subject, agentID: fact.agentID, in: db)
+            return fact
         }
     }
 
     public func delete(id: String, subject: String) throws -> Bool {
-        try database.transaction { db in try db.run("DELETE FROM memory_facts WHERE id = ? AND subject = ?", id, subject) > 0 }
+        try database.transaction { db in
+            guard let agentID = try db.query("SELECT agent_id FROM memory_facts WHERE id = ? AND subject = ?", id, subject).first?.string("agent_id") else { return false }
+            try db.run("DELETE FROM memory_facts WHERE id = ? AND subject = ?", id, subject)
+            try Self.record("deleted", fact: id, subject: subject, agentID: agentID, in: db)
+            return true
+        }
+    }
+
+    /// Forgets all of the person's facts (one agent's with `agentID`); each leaves a tombstone in the feed.
+    public func purge(subject: String, agentID: String? = nil) throws -> Int {
+        try database.transaction { db in
+            let gone = try db.query("SELECT id, agent_id FROM memory_facts WHERE subject = ? AND (? IS NULL OR agent_id = ?)", subject, agentID, agentID)
+            for row in gone {
+                try Self.record("deleted", fact: row.string("id") ?? "", subject: subject, agentID: row.string("agent_id") ?? "", in: db)
+            }
+            try db.run("DELETE FROM memory_facts WHERE subject = ? AND (? IS NULL OR agent_id = ?)", subject, agentID, agentID)
+            return gone.count
+        }
+    }
+
+    /// Changes after `since`, one per fact in its current state, oldest first; `reset` when `since` is ahead of
+    /// anything this gateway wrote (a phone synced with another database): drop the copy and start from 0.
+    public func changes(subject: String, since: Int64, limit: Int, agentID: String? = nil) throws -> (changes: [Change], nextCursor: Int64, hasMore: Bool, reset: Bool) {
+        try database.read { db in
+            let latest = try db.query("SELECT COALESCE(MAX(cursor), 0) AS c FROM memory_fact_changes").first?.int("c") ?? 0
+            if since > latest { return ([], 0, false, true) }
+            let rows = try db.query("""
+                SELECT MAX(cursor) AS cursor, fact_id, (SELECT event FROM memory_fact_changes c2 WHERE c2.cursor = MAX(c1.cursor)) AS event
+                FROM memory_fact_changes c1 WHERE subject = ? AND cursor > ? AND (? IS NULL OR agent_id = ?)
+                GROUP BY fact_id ORDER BY cursor LIMIT ?
+                """, subject, since, agentID, agentID, Int64(limit + 1))
+            var changes: [Change] = []
+            for row in rows.prefix(limit) {
+                let id = row.string("fact_id") ?? ""
+                let fact = try db.query("SELECT * FROM memory_facts WHERE id = ? AND subject = ?", id, subject).first.map(Self.fact)
+                changes.append(Change(cursor: row.int("cursor") ?? 0, factID: id, event: fact == nil ? "deleted" : (row.string("event") ?? "updated"), fact: fact))
+            }
+            return (changes, changes.last?.cursor ?? since, rows.count > limit, false)
+        }
+    }
+
+    public func counts(subject: String) throws -> [String: Int] {
+        try database.read { db in
+            var result = ["active": 0, "superseded": 0, "retracted": 0]
+            for row in try db.query("SELECT status, count(*) AS n FROM memory_facts WHERE subject = ? GROUP BY status", subject) {
+                result[row.string("status") ?? "active"] = Int(row.int("n") ?? 0)
+            }
+            return result
+        }
     }
 }
+
