@@ -2,6 +2,7 @@ import ChannelAPI
 import Crypto
 import Foundation
 import Identity
+import LLM
 import Mobile
 import Synchronization
 
@@ -64,6 +65,23 @@ public final class RunCredentials: Sendable {
     }
 }
 
+/// What a chat run brings besides its text: the conversation so far, the session it continues, voice mode, and a
+/// listener for the streamed reply.
+public struct ChatContext: Sendable {
+    public var sessionID: String
+    public var history: [ChatMessage] = []
+    /// `response_mode: voice`: the reply also comes as a short spoken version.
+    public var voice = false
+    public var onText: (@Sendable (String) -> Void)?
+
+    public init(sessionID: String, history: [ChatMessage] = [], voice: Bool = false, onText: (@Sendable (String) -> Void)? = nil) {
+        self.sessionID = sessionID
+        self.history = history
+        self.voice = voice
+        self.onText = onText
+    }
+}
+
 public struct StartedRun: Sendable, Equatable {
     public let runID: String
     public let sessionID: String
@@ -85,6 +103,8 @@ public actor AgentRuns {
     public nonisolated let liveActivities: LiveActivityPublisher?
     private var activityRuns: [String: ActivityRun] = [:]
     private var running: [String: (runID: String, task: Task<RunRecord, Never>)] = [:]
+    /// Chat runs: a conversation may go on while the agent's scheduled run does (they never block each other).
+    private var chatRuns: [String: Task<RunRecord, Never>] = [:]
     /// Runs that just finished, so a caller that starts and then waits never misses a fast run.
     private var recent: [String: RunRecord] = [:]
     private var recentOrder: [String] = []
@@ -114,17 +134,22 @@ public actor AgentRuns {
     /// Starts a run in the background; refuses when the agent is already running.
     @discardableResult
     public func start(agentID: String, input: String, trigger: String, destination: RunDestination?, timeout: Duration? = nil,
-                      subject: String = "owner") throws(RunStartError) -> StartedRun {
+                      subject: String = "owner", chat: ChatContext? = nil) throws(RunStartError) -> StartedRun {
         guard let agent = catalog.agent(id: agentID) else { throw .unknownAgent(agentID) }
         guard agent.isOn else { throw .disabled(agentID: agentID, reason: agent.disabledReason) }
-        if let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
+        if chat == nil, let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
         let runID = "run_" + Hex.encode(SecureBytes.random(count: 10))
-        let sessionID = "ses_" + Hex.encode(SecureBytes.random(count: 10))
+        let sessionID = chat?.sessionID ?? "ses_" + Hex.encode(SecureBytes.random(count: 10))
         var record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
         record.subject = subject
         var request = RunRequest(agentID: agentID, runID: runID, sessionID: sessionID, input: input, trigger: trigger,
                                  timeout: timeout ?? agent.effectiveRunTimeout)
         request.subject = subject
+        if let chat {
+            request.history = chat.history
+            request.voice = chat.voice
+            request.onText = chat.onText
+        }
         let credential = credentials.issue(runID: runID, subject: subject)
         request.environment["SOULACY_RUN_TOKEN"] = credential
         let activity = ActivityRun(runID: runID, sessionID: sessionID, agentID: agentID, agentName: agent.name, subject: subject,
@@ -139,13 +164,14 @@ public actor AgentRuns {
             await liveActivities?.finished(sessionID: sessionID, succeeded: finished.status == .succeeded)
             return finished
         }
-        running[agentID] = (runID, task)
+        if chat == nil { running[agentID] = (runID, task) } else { chatRuns[runID] = task }
         return StartedRun(runID: runID, sessionID: sessionID, agentID: agentID)
     }
 
     /// Waits for a run started here; nil when it is not (or no longer) running.
     public func wait(runID: String) async -> RunRecord? {
         if let done = recent[runID] { return done }
+        if let chat = chatRuns[runID] { return await chat.value }
         guard let entry = running.values.first(where: { $0.runID == runID }) else { return nil }
         return await entry.task.value
     }
@@ -153,10 +179,12 @@ public actor AgentRuns {
     /// Waits for every run in flight (used on shutdown and in tests).
     public func waitForAll() async {
         for entry in running.values { _ = await entry.task.value }
+        for task in chatRuns.values { _ = await task.value }
     }
 
     private func finished(_ record: RunRecord) {
         if running[record.agentID]?.runID == record.id { running[record.agentID] = nil }
+        chatRuns[record.id] = nil
         activityRuns[record.sessionID] = nil
         recent[record.id] = record
         recentOrder.append(record.id)
@@ -173,6 +201,7 @@ public actor AgentRuns {
             record.status = .succeeded
             let reply = result.reply.trimmingCharacters(in: .whitespacesAndNewlines)
             record.reply = reply
+            record.spokenReply = result.spoken ?? (request.voice ? VoiceReply.shorten(reply) : nil)
             if reply.isEmpty {
                 log.info("run \(record.id) finished with no output; nothing to deliver")
             } else if let destination, !channels.has(destination.channel) {

@@ -17,6 +17,8 @@ public struct RunRequest: Sendable {
     public var environment: [String: String] = [:]
     /// Earlier turns of this conversation (chat with a session), oldest first.
     public var history: [ChatMessage] = []
+    /// `response_mode: voice`: the runner also gives a short spoken version.
+    public var voice = false
     /// Receives the reply's text as the model streams it (chat streaming); nil when nobody is listening.
     public var onText: (@Sendable (String) -> Void)?
 
@@ -33,6 +35,14 @@ public struct RunRequest: Sendable {
 public struct RunResult: Sendable, Equatable {
     public var reply: String
     public var duration: Duration
+    /// Voice mode: a short version to be read aloud.
+    public var spoken: String? = nil
+
+    public init(reply: String, duration: Duration, spoken: String? = nil) {
+        self.reply = reply
+        self.duration = duration
+        self.spoken = spoken
+    }
 }
 
 public enum RunError: Error, Sendable, Equatable, CustomStringConvertible {

@@ -212,7 +212,7 @@ public final class Gateway: Sendable {
         let longPoll = Duration.seconds(options.environment["SOULACY_LONG_POLL_SECONDS"].flatMap(Int.init) ?? 25)
         router.add(ApprovalsAPI(broker: approvals, catalog: catalog, runs: runs, longPoll: longPoll).routes)
         router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
-        router.add(AssistantAPI(memory: memory, runs: runs, catalog: catalog).routes)
+        router.add(AssistantAPI(runs: runs, catalog: catalog, sessions: ChatSessions()).routes)
         do {
             router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStore, cooldowns: try TriggerCooldowns(database: database), clock: options.clock).routes)
         } catch {

@@ -243,9 +243,9 @@ struct ApprovalsAPI: Sendable {
 
 /// Chat and the agent list: the Siri/Shortcuts and watch surface.
 struct AssistantAPI: Sendable {
-    let memory: MemoryFactStore
     let runs: AgentRuns
     let catalog: AgentCatalog
+    let sessions: ChatSessions
 
     var routes: [Route] {
         [
@@ -255,13 +255,22 @@ struct AssistantAPI: Sendable {
         ]
     }
 
-    @Sendable func chat(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    /// The chat request as the original reads it: `agent_id` (optional here when only one agent answers chat) and
+    /// `text`, `session_id` to continue a conversation, `response_mode` text or voice.
+    struct ChatRequest {
+        var agentID: String
+        var text: String
+        var sessionID: String
+        var continues: Bool
+        var voice: Bool
+    }
+
+    func chatRequest(_ request: HTTPRequest) throws -> ChatRequest {
         let body = try JSONObject(body: request.body)
         let text = try body.string("text", maxLength: 100_000)
-        let visible = catalog.current.visibleAgents
+        let visible = catalog.current.visibleAgents.filter(\.isOn)
         let agentID: String
-        if let id = try body.optionalString("agent_id") {
+        if let id = try body.optionalString("agent_id", maxLength: 128), !id.isEmpty {
             agentID = id
         } else if visible.count == 1 {
             agentID = visible[0].id
@@ -270,9 +279,21 @@ struct AssistantAPI: Sendable {
         }
         // An unknown agent is a missing resource, as in the original (404 "agent not found").
         guard visible.contains(where: { $0.id == agentID }) else { throw APIError.notFound("agent_id: no agent '\(agentID)'") }
+        let given = try body.optionalString("session_id", maxLength: 128)?.trimmingCharacters(in: .whitespaces)
+        let sessionID = given.flatMap { $0.isEmpty ? nil : $0 } ?? "http-" + UUID().uuidString.lowercased()
+        let mode = try body.optionalString("response_mode", maxLength: 16)?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        guard ["", "text", "voice"].contains(mode) else { throw APIError.invalidField("response_mode", "response_mode must be text or voice") }
+        return ChatRequest(agentID: agentID, text: text, sessionID: sessionID, continues: given?.isEmpty == false, voice: mode == "voice")
+    }
+
+    @Sendable func chat(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let ask = try chatRequest(request)
+        let history = sessions.history(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID)
         let started: StartedRun
         do {
-            started = try await runs.start(agentID: agentID, input: text, trigger: "chat", destination: nil, subject: caller.subject)
+            started = try await runs.start(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject,
+                                           chat: ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice))
         } catch {
             throw APIError.runRefused(error)
         }
@@ -280,7 +301,15 @@ struct AssistantAPI: Sendable {
         guard record.status == .succeeded else {
             throw APIError(status: 502, code: "agent_failed", message: "the agent did not answer: \(record.error ?? "unknown error")")
         }
-        return .json(["agent_id": .string(agentID), "run_id": .string(record.id), "session_id": .string(record.sessionID), "reply": .string(record.reply ?? "")])
+        let reply = record.reply ?? ""
+        sessions.record(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID, user: ask.text, reply: reply)
+        var answer: [String: JSONValue] = [
+            "reply": .string(reply), "parts": reply.isEmpty ? [] : [["type": "text", "text": .string(reply)]],
+            "session_id": .string(record.sessionID), "run_id": .string(record.id), "response_id": .string(record.id),
+            "agent_id": .string(ask.agentID),
+        ]
+        if ask.voice, let spoken = record.spokenReply, !spoken.isEmpty { answer["spoken_reply"] = .string(spoken) }
+        return .json(.object(answer))
     }
 
     @Sendable func agents(_ request: HTTPRequest) async throws -> HTTPResponse {

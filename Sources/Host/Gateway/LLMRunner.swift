@@ -32,6 +32,40 @@ public struct LLMRunEnvironment: Sendable {
     public init() {}
 }
 
+/// Voice mode (the watch, Siri): a display reply and a short spoken one.
+public enum VoiceReply {
+    static let marker = "SPOKEN:"
+    static let instruction = """
+        The person is listening to this answer (voice mode). Write your answer as usual, then end with one line that \
+        starts with "SPOKEN:" followed by one or two short sentences to be read aloud, without markdown.
+        """
+
+    /// Splits a model's voice-mode answer at its `SPOKEN:` line; without one, the spoken version is the reply's start.
+    public static func split(_ text: String) -> (display: String, spoken: String) {
+        if let range = text.range(of: marker, options: .backwards) {
+            let display = text[..<range.lowerBound].trimmingCharacters(in: .whitespacesAndNewlines)
+            let spoken = text[range.upperBound...].trimmingCharacters(in: .whitespacesAndNewlines)
+            if !spoken.isEmpty { return (display.isEmpty ? spoken : display, spoken) }
+        }
+        return (text, shorten(text))
+    }
+
+    /// The first sentence or two, without markdown, at most about 240 characters.
+    public static func shorten(_ text: String) -> String {
+        let plain = text.replacingOccurrences(of: "**", with: "").replacingOccurrences(of: "#", with: "").replacingOccurrences(of: "`", with: "")
+            .split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
+        var result = ""
+        for sentence in plain.split(separator: ".", omittingEmptySubsequences: true) {
+            let next = result + sentence.trimmingCharacters(in: .whitespaces) + "."
+            if !result.isEmpty && next.count > 240 { break }
+            result = next + " "
+            if result.count > 120 { break }
+        }
+        let trimmed = result.trimmingCharacters(in: .whitespaces)
+        return trimmed.isEmpty ? String(plain.prefix(240)) : String(trimmed.prefix(240))
+    }
+}
+
 /// Runs a Soulacy agent that is a prompt: the system message (persona, `system_prompt`, the person's facts),
 /// the input, and up to `max_turns` model turns with the phone tools it is allowed.
 public struct LLMRunner: AgentRunner {
@@ -121,6 +155,9 @@ public struct LLMRunner: AgentRunner {
             return first ?? .failure(.timedOut(after: request.timeout))
         }
         switch outcome {
+        case .success(let reply) where request.voice:
+            let (display, spoken) = VoiceReply.split(reply)
+            return RunResult(reply: display, duration: ContinuousClock.now - started, spoken: spoken)
         case .success(let reply): return RunResult(reply: reply, duration: ContinuousClock.now - started)
         case .failure(let error): throw error
         }
@@ -141,7 +178,8 @@ public struct LLMRunner: AgentRunner {
         let context = ToolRunContext(runID: request.runID, sessionID: request.sessionID, agentID: request.agentID, subject: request.subject)
         let tools = offeredTools
         var messages: [ChatMessage] = []
-        let system = systemMessage(subject: request.subject, trigger: request.trigger)
+        var system = systemMessage(subject: request.subject, trigger: request.trigger)
+        if request.voice { system += (system.isEmpty ? "" : "\n\n") + VoiceReply.instruction }
         if !system.isEmpty { messages.append(.system(system)) }
         messages += request.history
         messages.append(.user(Self.userText(input: request.input, trigger: request.trigger, regionLabel: agent.location?.name)))

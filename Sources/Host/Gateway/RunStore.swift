@@ -20,6 +20,8 @@ public struct RunRecord: Sendable, Equatable {
     public var subject: String = "owner"
     /// The reply itself, kept in memory for the caller waiting on the run (chat); never stored here.
     public var reply: String? = nil
+    /// Voice mode's short spoken version of the reply, in memory only like the reply.
+    public var spokenReply: String? = nil
 }
 
 /// Runs and schedule bookkeeping in SQLite, so a restart knows what was running and when each schedule last fired.
