@@ -82,6 +82,8 @@ public struct HTTPResponse: Sendable {
     public var status: Int
     public var headers: [(String, String)]
     public var body: [UInt8]
+    /// A body written while it is sent (server-sent events); `body` is then empty.
+    public var stream: ResponseStream? = nil
 
     public init(status: Int, headers: [(String, String)] = [], body: [UInt8] = []) {
         self.status = status
@@ -103,6 +105,22 @@ public struct HTTPResponse: Sendable {
     }
 
     public static let noContent = HTTPResponse(status: 204)
+
+    /// A response whose body the handler goes on writing into `stream` after returning it.
+    public static func streaming(_ stream: ResponseStream, status: Int = 200, headers: [(String, String)]) -> HTTPResponse {
+        var response = HTTPResponse(status: status, headers: headers)
+        response.stream = stream
+        return response
+    }
+
+    /// The same response with a streamed body read to its end (for paths that carry whole answers, like the relay).
+    public func collected() async -> HTTPResponse {
+        guard let stream else { return self }
+        var whole = self
+        whole.body = await stream.readToEnd()
+        whole.stream = nil
+        return whole
+    }
 
     public func header(_ name: String) -> String? {
         headers.first { $0.0.lowercased() == name.lowercased() }?.1

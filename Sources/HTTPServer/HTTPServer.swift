@@ -357,10 +357,35 @@ final class RequestState: @unchecked Sendable {
 }
 
 private func queue(_ response: HTTPResponse, on connection: OpaquePointer?) -> MHD_Result {
+    if let stream = response.stream { return queue(response, streaming: stream, on: connection) }
     let mhdResponse = response.body.withUnsafeBytes { buffer in
         MHD_create_response_from_buffer(buffer.count, UnsafeMutableRawPointer(mutating: buffer.baseAddress), MHD_ResponseMemoryMode(rawValue: 2)!)
     }
     guard let mhdResponse else { return MHD_Result.NO }
+    for (name, value) in response.headers { MHD_add_response_header(mhdResponse, name, value) }
+    let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
+    MHD_destroy_response(mhdResponse)
+    return result
+}
+
+/// A streamed answer: chunked, read from the stream on MHD's thread, the stream kept alive until MHD frees it.
+private func queue(_ response: HTTPResponse, streaming stream: ResponseStream, on connection: OpaquePointer?) -> MHD_Result {
+    stream.attach(connection: connection)
+    let context = Unmanaged.passRetained(stream).toOpaque()
+    let mhdResponse = MHD_create_response_from_callback(UInt64.max, 4096, { cls, _, buffer, maximum in
+        guard let cls, let buffer else { return -2 }
+        return Unmanaged<ResponseStream>.fromOpaque(cls).takeUnretainedValue().read(into: buffer, maximum: maximum)
+    }, context, { cls in
+        guard let cls else { return }
+        let stream = Unmanaged<ResponseStream>.fromOpaque(cls)
+        stream.takeUnretainedValue().detach()
+        stream.release()
+    })
+    guard let mhdResponse else {
+        Unmanaged<ResponseStream>.fromOpaque(context).release()
+        stream.detach()
+        return MHD_Result.NO
+    }
     for (name, value) in response.headers { MHD_add_response_header(mhdResponse, name, value) }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     MHD_destroy_response(mhdResponse)

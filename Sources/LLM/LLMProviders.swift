@@ -1,5 +1,6 @@
 import Foundation
 import HTTPClient
+import Synchronization
 
 /// The model providers this gateway can call, configured from the environment with the names Soulacy users
 /// already set (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `NVIDIA_API_KEY`, `OLLAMA_HOST`) plus
@@ -10,10 +11,10 @@ public struct LLMProviders: Sendable {
     public let defaultProvider: String
     let providers: [String: any ChatProvider]
     let environment: [String: String]
-    let client: HTTP2Client
+    let client: ProviderConnection
 
-    public init(environment: [String: String], client: HTTP2Client? = nil) {
-        let client = client ?? HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: environment["SOULACY_LLM_CA_FILE"], connectTimeout: .seconds(10)))
+    public init(environment: [String: String], client: ProviderConnection? = nil) {
+        let client = client ?? ProviderConnection(configuration: HTTP2ClientConfiguration(caFile: environment["SOULACY_LLM_CA_FILE"], connectTimeout: .seconds(10)))
         self.client = client
         self.environment = environment
         defaultProvider = environment["SOULACY_LLM_DEFAULT_PROVIDER"].flatMap { $0.isEmpty ? nil : $0 } ?? "ollama"
@@ -73,5 +74,25 @@ public struct LLMProviders: Sendable {
             throw LLMError(.notConfigured, "no LLM provider '\(id)' is configured on this gateway; \(hint) (configured: \(registered.joined(separator: ", ")))")
         }
         return provider
+    }
+}
+
+/// The HTTP client every provider shares, opened on the first model call: a gateway whose agents never call a
+/// model holds no connection, thread or descriptor for it.
+public final class ProviderConnection: Sendable {
+    private let configuration: HTTP2ClientConfiguration
+    private let opened = Mutex<HTTP2Client?>(nil)
+
+    public init(configuration: HTTP2ClientConfiguration = HTTP2ClientConfiguration()) {
+        self.configuration = configuration
+    }
+
+    var http: HTTP2Client {
+        opened.withLock { client in
+            if let client { return client }
+            let made = HTTP2Client(configuration: configuration)
+            client = made
+            return made
+        }
     }
 }

@@ -4,7 +4,7 @@ import JSON
 
 /// Sends one JSON request and reads the JSON answer; provider errors become `LLMError` with the provider's own message.
 struct JSONPost: Sendable {
-    let client: HTTP2Client
+    let client: ProviderConnection
     let providerID: String
 
     func send(url: String, headers: [(String, String)], body: JSONValue, timeout: Duration) async throws(LLMError) -> JSONValue {
@@ -13,7 +13,7 @@ struct JSONPost: Sendable {
         let request = ClientRequest(method: "POST", url: url, headers: allHeaders, body: body.serializedBytes(), timeout: timeout)
         let response: ClientResponse
         do {
-            response = try await client.send(request)
+            response = try await client.http.send(request)
         } catch {
             if error.description.lowercased().contains("timeout") || error.description.lowercased().contains("timed out") {
                 throw LLMError(.timedOut, "\(providerID) did not answer within \(timeout)")
@@ -59,7 +59,7 @@ public struct OpenAICompatibleProvider: ChatProvider {
     let apiKey: String?
     let post: JSONPost
 
-    public init(id: String, baseURL: String, apiKey: String?, defaultModel: String, client: HTTP2Client) {
+    public init(id: String, baseURL: String, apiKey: String?, defaultModel: String, client: ProviderConnection) {
         self.id = id
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.apiKey = apiKey
@@ -122,7 +122,7 @@ public struct OllamaProvider: ChatProvider {
     let apiKey: String?
     let post: JSONPost
 
-    public init(baseURL: String, defaultModel: String, apiKey: String? = nil, client: HTTP2Client) {
+    public init(baseURL: String, defaultModel: String, apiKey: String? = nil, client: ProviderConnection) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.defaultModel = defaultModel
         self.apiKey = apiKey
@@ -156,7 +156,7 @@ public struct OllamaProvider: ChatProvider {
     public func installedModels(timeout: Duration = .seconds(3)) async throws(LLMError) -> [String] {
         let request = ClientRequest(method: "GET", url: baseURL + "/api/tags", timeout: timeout)
         let response: ClientResponse
-        do { response = try await post.client.send(request) } catch {
+        do { response = try await post.client.http.send(request) } catch {
             throw LLMError(.unreachable, "could not reach ollama at \(JSONPost.origin(baseURL)): \(error.description)" + notRunningHint)
         }
         guard response.status == 200, let json = try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)) else {
@@ -193,7 +193,7 @@ public struct AnthropicProvider: ChatProvider {
     let apiKey: String
     let post: JSONPost
 
-    public init(baseURL: String, apiKey: String, defaultModel: String, client: HTTP2Client) {
+    public init(baseURL: String, apiKey: String, defaultModel: String, client: ProviderConnection) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.apiKey = apiKey
         self.defaultModel = defaultModel

@@ -52,7 +52,7 @@ extension JSONPost {
         let response: ClientResponse
         do {
             // An error answer's lines reach the parser too; they match no event, and the status decides below.
-            response = try await client.send(request) { bytes in splitter.feed(bytes) }
+            response = try await client.http.send(request) { bytes in splitter.feed(bytes) }
         } catch {
             if error.description.lowercased().contains("timeout") || error.description.lowercased().contains("timed out") {
                 throw LLMError(.timedOut, "\(providerID) did not answer within \(timeout)")

@@ -56,9 +56,14 @@ public final class Connection {
         try execute("PRAGMA temp_store=MEMORY")
     }
 
-    deinit {
+    deinit { close() }
+
+    /// Closes the file now (its descriptors with it); any later use fails with SQLITE_MISUSE, nothing crashes.
+    public func close() {
         for statement in statements.values { sqlite3_finalize(statement.handle) }
-        sqlite3_close_v2(handle)
+        statements = [:]
+        if let handle { sqlite3_close_v2(handle) }
+        handle = nil
     }
 
     private func error(_ code: Int32, sql: String?) -> SQLiteError {

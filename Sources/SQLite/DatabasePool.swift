@@ -27,6 +27,13 @@ public final class DatabasePool: Sendable {
         self.readers = readers
     }
 
+    /// Closes every connection once the owner has stopped using the pool (a stopped gateway releases its files
+    /// even while something still holds the pool).
+    public func close() {
+        writer.with { $0.close() }
+        for reader in readers { reader.with { $0.close() } }
+    }
+
     /// Grows after each write access that changed rows, once the change is committed. A value read before a
     /// query and unchanged after it means the query's answer is still current (in this process; the gateway
     /// is the only writer of its database). Caches of rendered answers key on it.

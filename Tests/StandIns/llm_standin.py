@@ -8,7 +8,7 @@ Each request is checked against the documented shape (auth header, model, messag
 Schema, tool results answering the calls before them); a request that breaks it gets the provider's 400 error and
 is recorded with its violations. Replies are scripted per test: {"text"}, {"tool_calls": [{"name", "arguments"}]},
 {"status", "error"}, {"refusal"} (OpenAI's message.refusal, Anthropic's stop_reason "refusal"), each optionally
-with "delay_ms". With "stream": true the reply is streamed in the provider's
+with "delay_ms"; a streamed reply with "hold_after": n stops after n frames until POST /control/release. With "stream": true the reply is streamed in the provider's
 format (SSE for OpenAI and Anthropic, NDJSON for Ollama). Unscripted requests get {"text": "ok"}.
 
 Control port (plain HTTP): GET /control/requests, POST /control/script, POST /control/reset, GET /control/health
@@ -34,6 +34,7 @@ class LLM:
         self.requests = []
         self.script = []
         self.counter = 0
+        self.release = asyncio.Event()
 
     def next_reply(self, body, kind):
         reply = self.script.pop(0) if self.script else {"text": "ok"}
@@ -228,8 +229,14 @@ class LLM:
             for p in pieces:
                 chunks.append("event: content_block_delta\ndata: " + json.dumps({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}) + "\n\n")
             chunks.append("event: message_stop\ndata: " + json.dumps({"type": "message_stop"}) + "\n\n")
+        hold = reply.get("hold_after")
+        sent_pieces = 0
         for chunk in chunks:
             await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
+            sent_pieces += 1
+            # A test holds the stream here (POST /control/release) to see pieces arrive before the end.
+            if hold is not None and sent_pieces == hold:
+                await self.release.wait()
             await asyncio.sleep(0.01)
         await send({"type": "http.response.body", "body": b""})
 
@@ -281,6 +288,9 @@ class LLM:
         if scope["path"].startswith("/control/"):
             raw = await common.read_body(receive)
             data = json.loads(raw) if raw else {}
+            if scope["path"] == "/control/release":
+                self.release.set()
+                return await common.respond(send, 200, {"ok": True})
             if not await common.shared_control(self, scope["path"], data, send):
                 await common.respond(send, 404, {"error": "no such control route"})
             return

@@ -68,17 +68,22 @@ public final class RunCredentials: Sendable {
 /// What a chat run brings besides its text: the conversation so far, the session it continues, voice mode, and a
 /// listener for the streamed reply.
 public struct ChatContext: Sendable {
+    /// The run's id when the caller needs it before the run starts (a stream announces it first).
+    public var runID: String?
     public var sessionID: String
     public var history: [ChatMessage] = []
     /// `response_mode: voice`: the reply also comes as a short spoken version.
     public var voice = false
     public var onText: (@Sendable (String) -> Void)?
+    public var onToolConfirm: (@Sendable (String, ToolCall) -> Void)?
 
-    public init(sessionID: String, history: [ChatMessage] = [], voice: Bool = false, onText: (@Sendable (String) -> Void)? = nil) {
+    public init(sessionID: String, history: [ChatMessage] = [], voice: Bool = false, onText: (@Sendable (String) -> Void)? = nil,
+                onToolConfirm: (@Sendable (String, ToolCall) -> Void)? = nil) {
         self.sessionID = sessionID
         self.history = history
         self.voice = voice
         self.onText = onText
+        self.onToolConfirm = onToolConfirm
     }
 }
 
@@ -126,6 +131,8 @@ public actor AgentRuns {
 
     public func isRunning(_ agentID: String) -> Bool { running[agentID] != nil }
 
+    public static func newRunID() -> String { "run_" + Hex.encode(SecureBytes.random(count: 10)) }
+
     /// The run in flight for a session, as a Live Activity sees it.
     public func activityRun(sessionID: String) -> ActivityRun? { activityRuns[sessionID] }
 
@@ -138,7 +145,7 @@ public actor AgentRuns {
         guard let agent = catalog.agent(id: agentID) else { throw .unknownAgent(agentID) }
         guard agent.isOn else { throw .disabled(agentID: agentID, reason: agent.disabledReason) }
         if chat == nil, let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
-        let runID = "run_" + Hex.encode(SecureBytes.random(count: 10))
+        let runID = chat?.runID ?? AgentRuns.newRunID()
         let sessionID = chat?.sessionID ?? "ses_" + Hex.encode(SecureBytes.random(count: 10))
         var record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
         record.subject = subject
@@ -149,6 +156,7 @@ public actor AgentRuns {
             request.history = chat.history
             request.voice = chat.voice
             request.onText = chat.onText
+            request.onToolConfirm = chat.onToolConfirm
         }
         let credential = credentials.issue(runID: runID, subject: subject)
         request.environment["SOULACY_RUN_TOKEN"] = credential

@@ -19,6 +19,8 @@ public struct RunRequest: Sendable {
     public var history: [ChatMessage] = []
     /// `response_mode: voice`: the runner also gives a short spoken version.
     public var voice = false
+    /// Told when the run waits for a tool-call approval (chat streaming's `tool_confirm`).
+    public var onToolConfirm: (@Sendable (_ callID: String, _ call: ToolCall) -> Void)?
     /// Receives the reply's text as the model streams it (chat streaming); nil when nobody is listening.
     public var onText: (@Sendable (String) -> Void)?
 

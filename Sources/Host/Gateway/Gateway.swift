@@ -294,9 +294,9 @@ public final class Gateway: Sendable {
         environment.tools = tools
         environment.facts = { subject in ((try? memory.facts(subject: subject, limit: MemoryFactStore.promptFacts)) ?? []).map(\.content) }
         environment.toolCalled = { sessionID, tool in await liveActivities.toolCalled(sessionID: sessionID, tool: tool) }
-        environment.approve = { call, run, timeout in
+        environment.approve = { callID, call, run, timeout in
             let activity = await runs.value?.activityRun(sessionID: run.sessionID)
-            guard let approval = try? approvals.open(callID: nil, subject: run.subject, agentID: run.agentID, agentName: activity?.agentName ?? run.agentID,
+            guard let approval = try? approvals.open(callID: callID, subject: run.subject, agentID: run.agentID, agentName: activity?.agentName ?? run.agentID,
                                                      sessionID: run.sessionID, tool: call.name, arguments: call.arguments.serialized(),
                                                      timeout: TimeInterval(timeout.components.seconds)) else { return false }
             if let activity { await liveActivities.waitingForApproval(activity, callID: approval.callID, tool: call.name) }
@@ -456,6 +456,8 @@ public final class Gateway: Sendable {
         dispatcher.poke()
         await dispatcherTask.cancelAndWait()
         await carriageTask.cancelAndWait()
+        // Nothing of this gateway uses its files any more.
+        database.close()
     }
 }
 

@@ -1,5 +1,7 @@
 import Crypto
 import Foundation
+import LLM
+import Synchronization
 import HTTPServer
 import Identity
 import Mobile
@@ -126,6 +128,7 @@ struct ApprovalsAPI: Sendable {
             Route(.POST, "/api/v1/approvals", access: .role(.operator), summary: "Ask for approval of a tool call and wait for the decision", handler: ask),
             Route(.GET, "/api/v1/approvals/:id", access: .role(.viewer), summary: "One approval with its arguments", handler: get),
         ]
+        routes.append(Route(.POST, "/api/v1/chat/confirm", access: .role(.viewer), summary: "Decide a chat stream's tool_confirm (the same broker)", handler: confirm))
         for prefix in ["/api/v1", ""] {
             routes.append(Route(.GET, "\(prefix)/approvals", access: .role(.viewer), summary: "Your pending approvals", handler: list))
             // A viewer decides from the lock screen as the original allows (chat:chat): deciding is their own approvals only.
@@ -218,6 +221,20 @@ struct ApprovalsAPI: Sendable {
         return .json(.object(body))
     }
 
+    /// The original's `/chat/confirm {call_id, approved}`: one decision on the shared broker, `{"ok": true}`.
+    @Sendable func confirm(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let callID = try body.string("call_id", maxLength: 200)
+        guard let approved = try body.optionalBool("approved") else { throw APIError.missingField("approved") }
+        do {
+            let (approval, decidedNow) = try await broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)
+            return .json(["ok": true, "approved": .bool(approval.state == .approved), "already_decided": .bool(!decidedNow)])
+        } catch let error as ApprovalError {
+            throw APIError.notFound(error.description)
+        }
+    }
+
     @Sendable func approve(_ request: HTTPRequest) async throws -> HTTPResponse { try await decide(request, approve: true) }
     @Sendable func deny(_ request: HTTPRequest) async throws -> HTTPResponse { try await decide(request, approve: false) }
 
@@ -250,6 +267,8 @@ struct AssistantAPI: Sendable {
     var routes: [Route] {
         [
             Route(.POST, "/api/v1/chat", access: .role(.viewer), summary: "Ask an agent and get its reply", handler: chat),
+            Route(.POST, "/api/v1/chat/stream", access: .role(.viewer), summary: "Ask an agent; the reply streams as server-sent events", handler: chatStream),
+            Route(.GET, "/api/v1/chat/stream", access: .role(.viewer), summary: "The same stream, asked with query parameters", handler: chatStream),
             Route(.POST, "/chat", access: .role(.viewer), summary: "Ask an agent (watch voice mode)", handler: chat),
             Route(.GET, "/agents", access: .role(.viewer), summary: "Agents (watch)", handler: agents),
         ]
@@ -266,7 +285,10 @@ struct AssistantAPI: Sendable {
     }
 
     func chatRequest(_ request: HTTPRequest) throws -> ChatRequest {
-        let body = try JSONObject(body: request.body)
+        // GET /chat/stream carries the same names in its query.
+        let body = request.method == "GET"
+            ? try JSONObject(body: JSONValue.object(request.query.mapValues(JSONValue.string)).serializedBytes())
+            : try JSONObject(body: request.body)
         let text = try body.string("text", maxLength: 100_000)
         let visible = catalog.current.visibleAgents.filter(\.isOn)
         let agentID: String
@@ -310,6 +332,55 @@ struct AssistantAPI: Sendable {
         ]
         if ask.voice, let spoken = record.spokenReply, !spoken.isEmpty { answer["spoken_reply"] = .string(spoken) }
         return .json(.object(answer))
+    }
+
+    /// One server-sent event frame; newlines inside the data go as the two characters `\n`, as the original sends them.
+    static func frame(event: String? = nil, _ data: String) -> String {
+        let escaped = data.replacingOccurrences(of: "\r", with: "").replacingOccurrences(of: "\n", with: "\\n")
+        return (event.map { "event: \($0)\n" } ?? "") + "data: \(escaped)\n\n"
+    }
+
+    /// `/chat/stream`: `event: run` first, the reply's pieces as `data:` frames (whole at the end for an agent that does
+    /// not stream), `event: tool_confirm` while a tool waits for a decision, `event: error` or `data: [DONE]` last.
+    @Sendable func chatStream(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let ask = try chatRequest(request)
+        let stream = ResponseStream()
+        let streamed = Mutex(false)
+        let history = sessions.history(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID)
+        // The run is announced first, before any piece of its reply can be written.
+        let runID = AgentRuns.newRunID()
+        stream.write(Self.frame(event: "run", JSONValue.object(["run_id": .string(runID), "session_id": .string(ask.sessionID)]).serialized()))
+        var context = ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice, onText: { piece in
+            streamed.withLock { $0 = true }
+            stream.write(Self.frame(piece))
+        }, onToolConfirm: { callID, call in
+            let confirm: JSONValue = ["call_id": .string(callID), "tool": .string(call.name), "args": call.arguments,
+                                      "reason": .string("\(ask.agentID) wants to run \(call.name)")]
+            stream.write(Self.frame(event: "tool_confirm", confirm.serialized()))
+        })
+        context.runID = runID
+        let started: StartedRun
+        do {
+            started = try await runs.start(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject, chat: context)
+        } catch {
+            throw APIError.runRefused(error)
+        }
+        let runs = self.runs
+        let sessions = self.sessions
+        Task {
+            let record = await runs.wait(runID: started.runID)
+            if let record, record.status == .succeeded {
+                let reply = record.reply ?? ""
+                if !streamed.withLock({ $0 }), !reply.isEmpty { stream.write(Self.frame(reply)) }
+                sessions.record(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID, user: ask.text, reply: reply)
+                stream.write(Self.frame("[DONE]"))
+            } else {
+                stream.write(Self.frame(event: "error", "the agent did not answer: \(record?.error ?? "the run vanished")"))
+            }
+            stream.finish()
+        }
+        return .streaming(stream, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")])
     }
 
     @Sendable func agents(_ request: HTTPRequest) async throws -> HTTPResponse {

@@ -97,6 +97,8 @@ public final class IdempotencyLog: Sendable {
         hook.close()
         if killAfterEffect, hook.runCount > 0 { kill(getpid(), SIGKILL) }
         guard response.status < 500 || hook.runCount > 0 else { return response }
+        // A streamed answer is being written as it is sent: there is no whole answer to keep for a retry.
+        guard response.stream == nil else { return response }
         // Not recorded (the disk is full, say): a retry is applied again, as a call without a key would be,
         // unless the effect's own line already says it was applied.
         let body: [UInt8]

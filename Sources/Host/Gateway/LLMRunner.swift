@@ -22,8 +22,8 @@ public struct ToolRunContext: Sendable {
 public struct LLMRunEnvironment: Sendable {
     /// Every in-process tool by name; an agent is offered those its `builtins` allow.
     public var tools: [String: any AgentTool] = [:]
-    /// Asks the run's person to approve a tool call (`confirm_tools`); true means approved.
-    public var approve: (@Sendable (_ call: ToolCall, _ run: ToolRunContext, _ timeout: Duration) async -> Bool)?
+    /// Asks the run's person to approve a tool call (`confirm_tools`) under `callID`; true means approved.
+    public var approve: (@Sendable (_ callID: String, _ call: ToolCall, _ run: ToolRunContext, _ timeout: Duration) async -> Bool)?
     /// The person's remembered facts, newest first, for the memory-and-preferences block.
     public var facts: (@Sendable (_ subject: String) -> [String])?
     /// Told about each tool call, so a Live Activity can count the steps.
@@ -216,7 +216,7 @@ public struct LLMRunner: AgentRunner {
                     continue
                 }
                 onlyRepeats = false
-                let result = await callTool(call, tools: tools, context: context, timeout: request.timeout)
+                let result = await callTool(call, tools: tools, context: context, timeout: request.timeout, onToolConfirm: request.onToolConfirm)
                 seen[key] = result
                 messages.append(.toolResult(result, for: call))
             }
@@ -235,7 +235,8 @@ public struct LLMRunner: AgentRunner {
         }
     }
 
-    private func callTool(_ call: ToolCall, tools: [any AgentTool], context: ToolRunContext, timeout: Duration) async -> String {
+    private func callTool(_ call: ToolCall, tools: [any AgentTool], context: ToolRunContext, timeout: Duration,
+                          onToolConfirm: (@Sendable (String, ToolCall) -> Void)?) async -> String {
         guard let tool = tools.first(where: { $0.spec.name == call.name }) else {
             return "error: there is no tool \"\(call.name)\" for this agent"
         }
@@ -243,7 +244,9 @@ public struct LLMRunner: AgentRunner {
         let gated = agent.confirmTools.contains(call.name) || agent.confirmTools.contains("*") || agent.confirmTools.contains("all")
         if gated {
             // The seed's override: a background run waits for a phone decision rather than failing closed.
-            let approved = await environment.approve?(call, context, timeout) ?? false
+            let callID = "call_" + UUID().uuidString.lowercased()
+            onToolConfirm?(callID, call)
+            let approved = await environment.approve?(callID, call, context, timeout) ?? false
             guard approved else { return "error: tool \"\(call.name)\" was denied by the user" }
         }
         return await tool.call(call.arguments, run: context)

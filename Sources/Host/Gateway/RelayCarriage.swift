@@ -197,7 +197,8 @@ public actor RelayCarriage {
             // The command's id is its Idempotency-Key: the same intent sent again on any path is applied once.
             let request = HTTPRequest(method: method, path: String(parts[0]), query: query,
                                       headers: ["idempotency-key": id, "content-type": "application/json"], body: bodyBytes, remoteAddress: "relay")
-            let response = await apply(request, principal, keys.up)
+            // The mailbox carries whole answers: a streamed one (chat/stream) is read to its end first.
+            let response = await apply(request, principal, keys.up).collected()
             result = ["id": id, "status": response.status, "content_type": response.header("content-type") ?? "application/json",
                       "body_b64": Data(response.body).base64EncodedString()]
             if response.body.count > Self.maximumItemBytes { result = ["id": id, "status": 413, "error": "result_too_large"] }

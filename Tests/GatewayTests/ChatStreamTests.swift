@@ -1,0 +1,138 @@
+import Foundation
+import Gateway
+import GatewayTestSupport
+import Glibc
+import HTTPServer
+import Testing
+
+/// `/api/v1/chat/stream` as the original's clients read it: server-sent events, pieces as they come.
+@Suite("Chat streaming", .serialized)
+struct ChatStreamTests {
+    /// A raw HTTP/1.1 client that reads a response as it arrives (no library buffers it).
+    final class StreamReader {
+        let fd: Int32
+        var received = ""
+
+        init(port: UInt16, request: String) throws {
+            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var tv = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard connected == 0 else { throw TestFailure("cannot connect") }
+            let bytes = Array(request.utf8)
+            _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }
+
+        deinit { close(fd) }
+
+        /// Reads until `condition` holds for what arrived, or the server closes, or 10 s pass.
+        @discardableResult
+        func read(until condition: (String) -> Bool) -> Bool {
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while !condition(received) {
+                let n = recv(fd, &buffer, buffer.count, 0)
+                if n <= 0 { return condition(received) }
+                received += String(decoding: buffer[0..<n], as: UTF8.self)
+            }
+            return true
+        }
+
+        /// The `data:` lines of the events so far, in order, with their event names.
+        var events: [(event: String?, data: String)] {
+            var result: [(String?, String)] = []
+            var event: String?
+            // By scalars: "\r\n" is one Character in Swift, and chunked framing puts one before many lines.
+            let text = String(String.UnicodeScalarView(received.unicodeScalars.filter { $0 != "\r" }))
+            for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+                if line.hasPrefix("event: ") { event = String(line.dropFirst(7)) }
+                if line.hasPrefix("data: ") {
+                    result.append((event, String(line.dropFirst(6))))
+                    event = nil
+                }
+            }
+            return result
+        }
+    }
+
+    static func post(_ gw: TestGateway, _ body: JSONValue) -> String {
+        let json = body.serialized()
+        return "POST /api/v1/chat/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(gw.adminKey)\r\nContent-Type: application/json\r\n" +
+            "Content-Length: \(json.utf8.count)\r\nConnection: close\r\n\r\n\(json)"
+    }
+
+    @Test("pieces arrive while the model is still answering; run first, [DONE] last; the whole adds up to the reply")
+    func streams() async throws {
+        let llm = try await LLMStandIn.start()
+        defer { llm.stop() }
+        let text = "Hello from a streaming model, piece by piece."
+        try await llm.script([["text": .string(text), "hold_after": 3]])
+        let file = "id: talker\nenabled: true\ntrigger: channel\nllm: {provider: openai, model: m}\n"
+        try await withTestGateway(config: file, environment: llm.environment) { (gw) async throws in
+            let reader = try StreamReader(port: gw.gateway.port, request: Self.post(gw, ["agent_id": "talker", "text": "hi"]))
+            // Held by the model after three frames: the first pieces are here, the end is not.
+            #expect(reader.read { $0.components(separatedBy: "data: ").count > 3 })
+            #expect(reader.received.hasPrefix("HTTP/1.1 200"))
+            #expect(reader.received.lowercased().contains("content-type: text/event-stream"))
+            #expect(!reader.received.contains("[DONE]"))
+            #expect(reader.events.first?.event == "run" && reader.events.first?.data.contains("\"run_id\"") == true)
+            try await llm.control("POST", "/control/release")
+            #expect(reader.read { $0.contains("data: [DONE]") })
+            let pieces = reader.events.dropFirst().filter { $0.event == nil && $0.data != "[DONE]" }.map(\.data)
+            #expect(pieces.count > 3 && pieces.joined() == text, "\(pieces)")
+            #expect(reader.events.last?.data == "[DONE]")
+        }
+    }
+
+    @Test("an agent that does not stream sends its reply whole; a failure is event: error; newlines travel as \\n")
+    func wholeAndErrors() async throws {
+        let config = """
+            agents:
+              - id: echo
+                runner: {command: ["/bin/cat"]}
+              - id: broken
+                runner: {command: ["/bin/sh", "-c", "exit 2"]}
+            """
+        try await withTestGateway(config: config) { (gw) async throws in
+            let reader = try StreamReader(port: gw.gateway.port, request: Self.post(gw, ["agent_id": "echo", "text": "line one\nline two"]))
+            #expect(reader.read { $0.contains("[DONE]") })
+            #expect(reader.events.map(\.data).dropFirst().first == "line one\\nline two", "\(reader.events.map(\.data))")
+            let failing = try StreamReader(port: gw.gateway.port, request: Self.post(gw, ["agent_id": "broken", "text": "x"]))
+            #expect(failing.read { $0.contains("event: error") })
+            #expect(failing.events.last?.event == "error" && failing.events.last?.data.contains("status 2") == true)
+            // Bad requests are refused before any stream starts, in the error shape.
+            let bad = try await gw.request("POST", "/api/v1/chat/stream", json: ["agent_id": "echo"])
+            #expect(bad.status == 400 && bad.errorField == "text")
+        }
+    }
+
+    @Test("a tool waiting for approval shows as event: tool_confirm; /chat/confirm decides it on the shared broker")
+    func toolConfirm() async throws {
+        let llm = try await LLMStandIn.start()
+        defer { llm.stop() }
+        try await llm.script([
+            ["tool_calls": [["name": "mobile.list_nodes", "arguments": [:]]]],
+            ["text": "You have no phones."],
+        ])
+        let file = "id: asker\nenabled: true\ntrigger: channel\nllm: {provider: ollama, model: m}\nbuiltins: [mobile.list_nodes]\nconfirm_tools: [mobile.list_nodes]\n"
+        try await withTestGateway(config: file, environment: llm.environment) { (gw) async throws in
+            let reader = try StreamReader(port: gw.gateway.port, request: Self.post(gw, ["agent_id": "asker", "text": "my phones?"]))
+            #expect(reader.read { _ in reader.events.contains { $0.event == "tool_confirm" } })
+            let confirm = try JSONValue.parse(Array((reader.events.first { $0.event == "tool_confirm" }?.data ?? "").utf8))
+            #expect(confirm["tool"] == "mobile.list_nodes")
+            let callID = try #require(confirm["call_id"]?.stringValue)
+            // The same call is on the approvals list a phone reads.
+            #expect(try await gw.request("GET", "/api/v1/approvals").json["approvals"]?[0]?["call_id"] == .string(callID))
+            let decided = try await gw.request("POST", "/api/v1/chat/confirm", json: ["call_id": .string(callID), "approved": true])
+            #expect(decided.json["ok"] == true)
+            #expect(reader.read { $0.contains("[DONE]") })
+            #expect(reader.events.contains { $0.data == "You have no phones." })
+            #expect(try await gw.request("POST", "/api/v1/chat/confirm", json: ["call_id": "nope", "approved": true]).status == 404)
+        }
+    }
+}
