@@ -176,10 +176,12 @@ public final class MemoryFactStore: Sendable {
         try database.read { db in
             let latest = try db.query("SELECT COALESCE(MAX(cursor), 0) AS c FROM memory_fact_changes").first?.int("c") ?? 0
             if since > latest { return ([], 0, false, true) }
+            // Each fact's latest change after the cursor, in cursor order.
             let rows = try db.query("""
-                SELECT MAX(cursor) AS cursor, fact_id, (SELECT event FROM memory_fact_changes c2 WHERE c2.cursor = MAX(c1.cursor)) AS event
-                FROM memory_fact_changes c1 WHERE subject = ? AND cursor > ? AND (? IS NULL OR agent_id = ?)
-                GROUP BY fact_id ORDER BY cursor LIMIT ?
+                SELECT c.cursor, c.fact_id, c.event FROM memory_fact_changes c
+                JOIN (SELECT MAX(cursor) AS cursor FROM memory_fact_changes
+                      WHERE subject = ? AND cursor > ? AND (? IS NULL OR agent_id = ?) GROUP BY fact_id) latest ON latest.cursor = c.cursor
+                ORDER BY c.cursor LIMIT ?
                 """, subject, since, agentID, agentID, Int64(limit + 1))
             var changes: [Change] = []
             for row in rows.prefix(limit) {
