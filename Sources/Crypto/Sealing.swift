@@ -118,6 +118,26 @@ public enum SelfSignedCertificate {
         return (keyPEM, certPEM)
     }
 
+    /// The pin the original Soulacy app checks (`fp` in its pairing link): SHA-256 of the leaf's public key in the
+    /// bytes iOS' SecKeyCopyExternalRepresentation gives — for EC the uncompressed point 0x04‖X‖Y, for RSA the
+    /// PKCS#1 DER (what i2d_PublicKey writes) — as 64 lower-case hex digits. Not the certificate, not the SPKI.
+    public static func publicKeyPin(pem: String) throws(SealError) -> String {
+        let bytes = Array(pem.utf8)
+        let parsed: OpaquePointer? = bytes.withUnsafeBytes { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_X509(bio, nil, nil, nil)
+        }
+        guard let x509 = parsed else { throw .crypto("not a PEM certificate") }
+        defer { X509_free(x509) }
+        guard let key = X509_get0_pubkey(x509) else { throw .crypto("the certificate has no public key") }
+        var encoded: UnsafeMutablePointer<UInt8>? = nil
+        let length = i2d_PublicKey(key, &encoded)
+        guard length > 0, let encoded else { throw .crypto("public key encoding") }
+        defer { CRYPTO_free(encoded, #file, #line) }
+        return Hex.encode(SHA256.hash(Array(UnsafeBufferPointer(start: encoded, count: Int(length)))))
+    }
+
     /// SHA-256 of the certificate's DER, as 64 lower-case hex digits.
     public static func fingerprint(pem: String) throws(SealError) -> String {
         let bytes = Array(pem.utf8)

@@ -117,3 +117,37 @@ public struct JSONObject: Sendable {
     }
 }
 
+
+/// Whitespace as JSON Schema's `\s` means it (ECMA-262 WhiteSpace and LineTerminator), so what a route trims is
+/// exactly what its documented pattern allows around a value.
+public enum SchemaWhitespace {
+    public static func contains(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x09...0x0D, 0x20, 0xA0, 0x1680, 0x2000...0x200A, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF: return true
+        default: return false
+        }
+    }
+
+    /// `text` without leading and trailing schema whitespace.
+    public static func trim(_ text: String) -> String {
+        let scalars = text.unicodeScalars
+        guard let first = scalars.firstIndex(where: { !contains($0) }), let last = scalars.lastIndex(where: { !contains($0) }) else { return "" }
+        return String(scalars[first...last])
+    }
+
+    /// Runs of schema whitespace collapsed to one space, and trimmed.
+    public static func collapse(_ text: String) -> String {
+        var out = String.UnicodeScalarView()
+        var pendingSpace = false
+        for scalar in text.unicodeScalars {
+            if contains(scalar) {
+                pendingSpace = !out.isEmpty
+            } else {
+                if pendingSpace { out.append(" ") }
+                pendingSpace = false
+                out.append(scalar)
+            }
+        }
+        return String(out)
+    }
+}

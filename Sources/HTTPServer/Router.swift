@@ -13,6 +13,8 @@ public struct Route: Sendable {
     public let summary: String
     let segments: [Segment]
     let work: Work
+    /// How specific the pattern is: `/facts/status` (all literal) says more than `/facts/:id`.
+    let literalCount: Int
 
     enum Work: Sendable {
         case async(RouteHandler)
@@ -43,6 +45,7 @@ public struct Route: Sendable {
         segments = pattern.split(separator: "/").map { part in
             part.hasPrefix(":") ? .parameter(String(part.dropFirst())) : .literal(String(part))
         }
+        literalCount = segments.filter { if case .literal = $0 { return true } else { return false } }.count
     }
 
     func match(_ pathSegments: [Substring]) -> [String: String]? {
@@ -131,13 +134,13 @@ public struct Router: Sendable {
         var request = incoming
         let parts = request.path.split(separator: "/", omittingEmptySubsequences: true)
         let method = request.method == "HEAD" ? "GET" : request.method
-        var allowed: [String] = []
+        var allowed: [(method: String, literals: Int)] = []
         for index in routes.indices {
             // By index: copying every Route out of the table costs more than matching it.
             guard let parameters = routes[index].match(parts) else { continue }
             let route = routes[index]
             guard route.method.rawValue == method else {
-                allowed.append(route.method.rawValue)
+                allowed.append((route.method.rawValue, route.literalCount))
                 continue
             }
             if deferringTasks, case .async = route.work { return .needsTask }
@@ -160,9 +163,11 @@ public struct Router: Sendable {
             }
             return .ready(route, request)
         }
-        if !allowed.isEmpty {
-            var error = APIError(status: 405, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.path); use \(allowed.joined(separator: ", "))")
-            error.extraHeaders["Allow"] = allowed.joined(separator: ", ")
+        if let most = allowed.map(\.literals).max() {
+            // Only the most specific patterns speak for the path: `/facts/status` is GET only, whatever `/facts/:id` takes.
+            let methods = allowed.filter { $0.literals == most }.map(\.method)
+            var error = APIError(status: 405, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.path); use \(methods.joined(separator: ", "))")
+            error.extraHeaders["Allow"] = methods.joined(separator: ", ")
             return .answered(error.response)
         }
         return .answered(APIError.notFound("no route for \(request.method) \(request.path)").response)

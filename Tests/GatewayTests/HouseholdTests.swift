@@ -13,7 +13,7 @@ struct HouseholdTests {
         if let name { body["name"] = .string(name) }
         if let role { body["role"] = .string(role) }
         let response = try await gw.request("POST", "/api/v1/pairing/tokens", json: body.isEmpty ? nil : .object(body), key: .some(key))
-        guard response.status == 201, let code = response.json["code"]?.stringValue else { throw TestFailure("pairing failed: \(response.status) \(response.text)") }
+        guard response.status == 200, let code = response.json["code"]?.stringValue else { throw TestFailure("pairing failed: \(response.status) \(response.text)") }
         return (code, response.json)
     }
 
@@ -21,23 +21,30 @@ struct HouseholdTests {
         try await gw.request("POST", "/api/v1/pairing/redeem", json: ["code": .string(code), "name": .string(name)], key: .none)
     }
 
-    @Test("no body pairs a phone as the caller; the code works once and its key carries the caller's subject and role")
+    @Test("no body pairs a phone as the caller (the original's shapes): 16 base32 characters, once, its key carries the caller's subject and role")
     func pairAsCaller() async throws {
         try await withTestGateway { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "operator")
             let (code, offer) = try await pair(gw, as: priya)
-            #expect(offer["subject"] == "priya" && offer["role"] == "operator")
-            #expect(offer["pair_url"]?.stringValue?.hasPrefix("soulacy://pair?v=1&code=\(code)") == true)
-            #expect(code.count == 14 && code.split(separator: "-").count == 3)
-            let redeemed = try await redeem(gw, code.lowercased().replacingOccurrences(of: "-", with: " "))  // forgiving of case and separators
-            #expect(redeemed.status == 201)
+            #expect(offer["subject"] == "priya" && offer["role"] == "operator" && offer["fingerprint"] == "" && offer["display_name"]?.stringValue != nil)
+            #expect(offer["pair_url"] == .string("\(gw.baseURL)/mobile?pair=\(code)") && offer["base_url"] == .string(gw.baseURL))
+            #expect(offer["link"]?.stringValue?.hasPrefix("soulacy://pair?v=1&code=\(code)") == true)
+            #expect(code.count == 16 && code.allSatisfy { ("A"..."Z").contains($0) || ("2"..."7").contains($0) })
+            let redeemed = try await redeem(gw, " " + code.lowercased() + " ")  // trimmed and upper-cased, as the original reads it
+            #expect(redeemed.status == 200)
             #expect(redeemed.json["paired"] == true && redeemed.json["subject"] == "priya" && redeemed.json["role"] == "operator")
+            #expect(redeemed.json["message"] == "Store this token; it is shown only once.")
             #expect(redeemed.json["scopes"]?.arrayValue?.contains("approvals:write") == true)
             let token = try #require(redeemed.json["token"]?.stringValue)
             #expect(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(token)).status == 200)
-            let again = try await redeem(gw, code)
-            #expect(again.status == 409 && again.errorCode == "pairing_code_used")
-            #expect(try await redeem(gw, "AAAA-BBBB-CCCC").status == 404)
+            for wrong in [code, "AAAABBBBCCCCDDDD"] {
+                let refused = try await redeem(gw, wrong)
+                #expect(refused.status == 401 && refused.json["paired"] == false && refused.json["reason"] == "invalid or expired pairing code")
+            }
+            #expect(try await redeem(gw, "  ").status == 400)
+            // An admin's own phone pairs as an operator, as in the original.
+            let own = try await pair(gw)
+            #expect(own.json["role"] == "operator" && own.json["subject"] == "owner")
             // Codes are stored only as hashes.
             let raw = try Data(contentsOf: URL(fileURLWithPath: gw.gateway.database.path)) + ((try? Data(contentsOf: URL(fileURLWithPath: gw.gateway.database.path + "-wal"))) ?? Data())
             #expect(raw.range(of: Data(code.utf8)) == nil)
@@ -49,7 +56,7 @@ struct HouseholdTests {
         try await withTestGateway { (gw) async throws in
             let offer = try gw.gateway.household.createOffer(subject: "owner", name: "Owner", role: .admin, createdBy: nil, now: Date().addingTimeInterval(-121))
             let response = try await redeem(gw, offer.code)
-            #expect(response.status == 410 && response.errorCode == "pairing_code_expired")
+            #expect(response.status == 401 && response.json["paired"] == false && response.errorCode == "pairing_code_expired")
         }
     }
 
@@ -83,7 +90,7 @@ struct HouseholdTests {
     func bruteForce() async throws {
         try await withTestGateway { (gw) async throws in
             let (code, _) = try await pair(gw)
-            for _ in 0..<5 { #expect(try await redeem(gw, "ZZZZ-ZZZZ-ZZZZ").status == 404) }
+            for _ in 0..<5 { #expect(try await redeem(gw, "ZZZZZZZZZZZZZZZZ").status == 401) }
             let limited = try await redeem(gw, "ZZZZ-ZZZZ-ZZZZ")
             #expect(limited.status == 429 && limited.errorCode == "too_many_attempts")
             #expect(Int(limited.headers["retry-after"] ?? "") ?? 0 > 0)
@@ -163,7 +170,7 @@ struct HouseholdTests {
         try await withTestGateway { (gw) async throws in
             let phone = try await gw.mintKey(subject: "priya", role: "operator")
             let offer = try await gw.request("POST", "/pairing/tokens", key: .some(phone))
-            #expect(offer.status == 201)
+            #expect(offer.status == 200)
             let watch = try await gw.request("POST", "/pairing/redeem", json: ["code": offer.json["code"]!, "name": "Priya's Watch"], key: .none)
             let watchKey = try #require(watch.json["token"]?.stringValue)
             #expect(watch.json["key_id"]?.stringValue != nil && watch.json["subject"] == "priya")
@@ -189,11 +196,11 @@ struct HouseholdTests {
         try await withTestGateway(directory: directory) { (gw) async throws in
             let (status, output) = try runProgram(RepositoryPaths.soulacyBinary, ["pair", "--data", directory + "/data", "--name", "Priya", "--role", "viewer"])
             #expect(status == 0)
-            let code = try #require(output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.count == 14 && $0.filter { $0 == "-" }.count == 2 })
+            let code = try #require(output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.count == 16 && $0.allSatisfy { $0.isUppercase || $0.isNumber } })
             #expect(output.contains("soulacy://pair?v=1&code=\(code)"))
             #expect(output.contains("█"))
             let redeemed = try await redeem(gw, code)
-            #expect(redeemed.status == 201 && redeemed.json["subject"] == "priya" && redeemed.json["role"] == "viewer")
+            #expect(redeemed.status == 200 && redeemed.json["subject"] == "priya" && redeemed.json["role"] == "viewer")
         }
     }
 }

@@ -46,8 +46,18 @@ struct RelayPathsTests {
         try await withTestGateway(lan: true) { (gw) async throws in
             let fingerprint = try #require(gw.gateway.lanFingerprint)
             #expect(fingerprint.count == 64)
-            let link = try await gw.request("POST", "/api/v1/pairing/tokens").json["pair_url"]?.stringValue ?? ""
+            let offer = try await gw.request("POST", "/api/v1/pairing/tokens").json
+            let link = offer["link"]?.stringValue ?? ""
             #expect(link.contains("fp=\(fingerprint)") && link.contains("lan=127.0.0.1:\(gw.gateway.lanPort!)"))
+            // The original app's link goes to the pinned listener and pins its public key (64 hex, not the certificate's hash).
+            let pin = try #require(gw.gateway.lanPin)
+            let code = offer["code"]?.stringValue ?? ""
+            #expect(offer["pair_url"] == .string("https://127.0.0.1:\(gw.gateway.lanPort!)/mobile?pair=\(code)&fp=\(pin)"))
+            #expect(pin.count == 64 && pin != fingerprint && offer["fingerprint"] == .string(pin))
+            // The pin is SHA-256 of the certificate's EC point (0x04‖X‖Y), as iOS' SecKeyCopyExternalRepresentation gives it.
+            let pem = try String(contentsOfFile: gw.gateway.options.dataDirectory + "/lan-cert.pem", encoding: .utf8)
+            let point = try runProgram("/bin/sh", ["-c", "printf '%s' \"$0\" | openssl x509 -pubkey -noout | openssl ec -pubin -outform DER 2>/dev/null | tail -c 65 | openssl dgst -sha256 -r", pem])
+            #expect(point.output.hasPrefix(pin), "\(point.output)")
             let key = try await gw.mintKey(subject: "owner", role: "operator")
             let good = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", fingerprint)), token: key, probeTimeout: .seconds(2))
             #expect(await good.probe() == .lan)

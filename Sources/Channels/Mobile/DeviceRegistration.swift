@@ -24,14 +24,14 @@ public struct DeviceRegistration: Sendable, Equatable {
     /// Validates a registration body with the original's normalisation (trimmed ids and names, lower-cased tokens,
     /// an empty token counts as absent, an unknown push_environment is production); each refusal names the field.
     public init(json body: JSONObject) throws(APIError) {
-        let id = try body.string("id", maxLength: Self.maximumIDLength).trimmingCharacters(in: .whitespacesAndNewlines)
+        let id = SchemaWhitespace.trim(try body.string("id", maxLength: Self.maximumIDLength))
         guard !id.isEmpty else { throw APIError.invalidField("id", "must not be empty") }
         guard id.unicodeScalars.allSatisfy(Self.isIDCharacter) else {
             throw APIError.invalidField("id", "may contain only letters, digits and . _ : - (an installation id such as a UUID)")
         }
         self.id = id
 
-        let name = (try body.optionalString("name", maxLength: Self.maximumNameLength) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        let name = SchemaWhitespace.trim(try body.optionalString("name", maxLength: Self.maximumNameLength) ?? "")
         guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
             throw APIError.invalidField("name", "must not contain control characters")
         }
@@ -70,7 +70,7 @@ public struct DeviceRegistration: Sendable, Equatable {
                 pushToken = nil
             }
             // As the original: development is kept, anything else (or nothing) is production.
-            pushEnvironment = try body.optionalString("push_environment")?.trimmingCharacters(in: .whitespaces) == "development" ? .development : .production
+            pushEnvironment = try body.optionalString("push_environment").map(SchemaWhitespace.trim) == "development" ? .development : .production
             // Absent or empty keeps the token already stored (the store merges it).
             if let token = Self.normalisedToken(try body.optionalString("live_start_token")) {
                 guard Self.liveStartTokenHexLength.contains(token.utf8.count), token.utf8.count % 2 == 0, Hex.decode(token) != nil else {
@@ -106,7 +106,7 @@ public struct DeviceRegistration: Sendable, Equatable {
 
     /// Trimmed and lower-cased; empty counts as absent.
     static func normalisedToken(_ text: String?) -> String? {
-        guard let token = text?.trimmingCharacters(in: .whitespacesAndNewlines).lowercased(), !token.isEmpty else { return nil }
+        guard let token = text.map(SchemaWhitespace.trim)?.lowercased(), !token.isEmpty else { return nil }
         return token
     }
 

@@ -101,6 +101,8 @@ public final class Gateway: Sendable {
     let lanServer: HTTPServer?
     /// SHA-256 of the LAN listener's certificate, as pairing links carry it.
     public let lanFingerprint: String?
+    /// The original app's pin of the same certificate: SHA-256 of its public key (`fp` in the original's pairing link).
+    public let lanPin: String?
     public let idempotency: IdempotencyLog
     public let housekeeping: Housekeeping
     private let housekeepingTask = LockedTask()
@@ -253,6 +255,7 @@ public final class Gateway: Sendable {
         if let lanHost = options.lanHost {
             let identity = try Self.lanIdentity(directory: options.dataDirectory, host: lanHost)
             lanFingerprint = identity.fingerprint
+            lanPin = try? SelfSignedCertificate.publicKeyPin(pem: identity.certificatePEM)
             lanServer = HTTPServer(configuration: HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                                           tls: (identity.keyPEM, identity.certificatePEM)),
                                    immediate: { request in Self.doorRefusal(request, principal: routerCopy.principal)?.response ?? answerAtOnce(request) }) { request in
@@ -261,6 +264,7 @@ public final class Gateway: Sendable {
             }
         } else {
             lanFingerprint = nil
+            lanPin = nil
             lanServer = nil
         }
     }
@@ -421,7 +425,7 @@ public final class Gateway: Sendable {
             try server.start()
             if let lanServer, let lanHost = options.lanHost, let fingerprint = lanFingerprint {
                 try lanServer.start()
-                lanLink.set((host: "\(lanHost):\(lanServer.port)", fingerprint: fingerprint))
+                lanLink.set((host: "\(lanHost):\(lanServer.port)", fingerprint: fingerprint, pin: lanPin ?? ""))
             }
         } catch { throw .listen(error.description) }
         boundPort.value.store(server.port, ordering: .relaxed)
@@ -497,7 +501,7 @@ final class CarriageBox: Sendable {
 
 /// The LAN listener's host and pin, for pairing links (its port is known once it listens).
 final class LANLink: Sendable {
-    private let box = Mutex<(host: String, fingerprint: String)?>(nil)
-    func set(_ v: (host: String, fingerprint: String)) { box.withLock { $0 = v } }
-    var value: (host: String, fingerprint: String)? { box.withLock { $0 } }
+    private let box = Mutex<(host: String, fingerprint: String, pin: String)?>(nil)
+    func set(_ v: (host: String, fingerprint: String, pin: String)) { box.withLock { $0 = v } }
+    var value: (host: String, fingerprint: String, pin: String)? { box.withLock { $0 } }
 }

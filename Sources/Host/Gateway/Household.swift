@@ -31,8 +31,6 @@ public enum PairingError: Error, Sendable, Equatable, CustomStringConvertible {
 /// and stored only as SHA-256; redeeming one mints a managed key carrying the person's subject and role.
 public final class HouseholdStore: Sendable {
     public static let codeLifetime: TimeInterval = 120
-    /// Crockford's base32: no I, L, O or U, so a code read aloud or typed is unambiguous.
-    static let alphabet = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 
     public static let migrations: [Migration] = [
         Migration("household.1", """
@@ -112,24 +110,26 @@ public final class HouseholdStore: Sendable {
         return out.isEmpty ? "member-" + Hex.encode(Array(SHA256.hash(name.lowercased()).prefix(3))) : out
     }
 
+    /// The original's code: 10 random bytes in RFC 4648 base32, 16 characters from A–Z and 2–7.
     static func newCode() -> String {
-        let bytes = SecureBytes.random(count: 12)
-        let chars = bytes.map { alphabet[Int($0) % 32] }  // 256 is a multiple of 32: no bias
-        return String(chars[0..<4]) + "-" + String(chars[4..<8]) + "-" + String(chars[8..<12])
-    }
-
-    /// What a person typed, in the form the code was hashed in (case, dashes, spaces and look-alikes forgiven).
-    static func normalize(_ typed: String) -> String {
-        let cleaned = typed.uppercased().filter { !$0.isWhitespace && $0 != "-" }.map { ch -> Character in
-            switch ch {
-            case "O": return "0"
-            case "I", "L": return "1"
-            default: return ch
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+        var bits = 0
+        var value = 0
+        var out = ""
+        for byte in SecureBytes.random(count: 10) {
+            value = (value << 8) | Int(byte)
+            bits += 8
+            while bits >= 5 {
+                out.append(alphabet[(value >> (bits - 5)) & 31])
+                bits -= 5
             }
         }
-        guard cleaned.count == 12 else { return String(cleaned) }
-        let s = String(cleaned)
-        return "\(s.prefix(4))-\(s.dropFirst(4).prefix(4))-\(s.suffix(4))"
+        return out
+    }
+
+    /// What a person typed, as the original reads it (trimmed, upper-cased); spaces and dashes are forgiven too.
+    static func normalize(_ typed: String) -> String {
+        String(typed.uppercased().filter { !$0.isWhitespace && $0 != "-" })
     }
 
     public func createOffer(subject: String, name: String, role: Role, createdBy keyID: String?, now: Date = Date()) throws -> PairingOffer {

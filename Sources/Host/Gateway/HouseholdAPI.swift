@@ -16,7 +16,7 @@ struct HouseholdAPI: Sendable {
     /// The address a pairing link sends the phone to.
     let gatewayURL: @Sendable () -> String
     /// The LAN listener's address and certificate pin, when it is on.
-    let lan: @Sendable () -> (host: String, fingerprint: String)?
+    let lan: @Sendable () -> (host: String, fingerprint: String, pin: String)?
     /// Gives a redeemed phone its relay mailbox place and pairing secret, when a relay is configured.
     let enroll: @Sendable (String, String) async -> RelayCarriage.Enrollment?
 
@@ -38,31 +38,56 @@ struct HouseholdAPI: Sendable {
         return routes
     }
 
+    /// The original's `POST /pairing/tokens`: no body pairs the caller's own device (a viewer's as a viewer, anyone
+    /// else's as an operator); `name` (admins only) pairs someone else, as operator unless `role` says viewer.
     @Sendable func createCode(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let body = try JSONObject(body: request.body, allowEmpty: true)
         let offer: PairingOffer
-        if body.has("name") || body.has("role") {
-            guard caller.role == .admin else {
-                throw APIError.forbidden("only an admin may pair a phone for someone else; send no body to pair your own")
-            }
-            let name = try body.string("name", maxLength: 80).trimmingCharacters(in: .whitespaces)
+        let displayName: String
+        if let rawName = try body.optionalString("name") {
+            guard caller.role == .admin else { throw APIError.forbidden("only an admin can pair a phone for someone else") }
+            guard rawName.unicodeScalars.count <= 60 else { throw APIError.invalidField("name", "must be at most 60 characters") }
+            let name = SchemaWhitespace.trim(rawName)
             guard !name.isEmpty else { throw APIError.invalidField("name", "must not be empty") }
-            let roleText = try body.optionalString("role") ?? Role.viewer.rawValue
-            guard let role = Role(rawValue: roleText), role != .admin else {
-                throw APIError.invalidField("role", "must be \"operator\" or \"viewer\", got \"\(roleText)\"")
+            let roleText = SchemaWhitespace.trim(try body.optionalString("role") ?? "").lowercased()
+            let role: Role
+            switch roleText {
+            case "", "operator": role = .operator
+            case "viewer": role = .viewer
+            default: throw APIError.invalidField("role", "must be \"operator\" or \"viewer\", got \"\(roleText)\"")
             }
             let subject = try household.subject(forName: name)
+            guard subject != "admin", subject != caller.subject else {
+                throw APIError.invalidField("name", "'\(name)' names you or the owner; send no body to pair your own device")
+            }
             offer = try household.createOffer(subject: subject, name: name, role: role, createdBy: caller.keyID)
+            displayName = name
         } else {
-            let name = try household.displayName(subject: caller.subject) ?? caller.subject
-            offer = try household.createOffer(subject: caller.subject, name: name, role: caller.role, createdBy: caller.keyID)
+            guard try body.optionalString("role") == nil else { throw APIError.invalidField("role", "goes with name; your own device gets your role") }
+            displayName = try household.displayName(subject: caller.subject) ?? ""
+            offer = try household.createOffer(subject: caller.subject, name: displayName.isEmpty ? caller.subject : displayName,
+                                              role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID)
         }
+        let links = pairingLinks(offer)
         return .json([
             "code": .string(offer.code), "expires_at": .timestamp(offer.expiresAt), "subject": .string(offer.subject),
-            "role": .string(offer.role.rawValue),
-            "pair_url": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), lanAddress: lan().map { "\($0.host)" }, fingerprint: lan()?.fingerprint)),
-        ], status: 201)
+            "display_name": .string(displayName), "role": .string(offer.role.rawValue),
+            "pair_url": .string(links.original), "base_url": .string(links.base), "fingerprint": .string(links.pin),
+            // This gateway's three-path link (LAN, tailnet, relay), for its own client.
+            "link": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), lanAddress: lan().map { "\($0.host)" }, fingerprint: lan()?.fingerprint)),
+        ])
+    }
+
+    /// The original app's link: `https://host:port/mobile?pair=CODE&fp=PIN` over the pinned listener when there is
+    /// one, else `<gateway>/mobile?pair=CODE`.
+    func pairingLinks(_ offer: PairingOffer) -> (original: String, base: String, pin: String) {
+        if let lan = lan(), !lan.pin.isEmpty {
+            let base = "https://\(lan.host)"
+            return ("\(base)/mobile?pair=\(offer.code)&fp=\(lan.pin)", base, lan.pin)
+        }
+        let base = gatewayURL()
+        return ("\(base)/mobile?pair=\(offer.code)", base, "")
     }
 
     @Sendable func redeem(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -73,27 +98,35 @@ struct HouseholdAPI: Sendable {
             throw error
         }
         let body = try JSONObject(body: request.body)
-        let code = try body.string("code", maxLength: 64)
+        let code = SchemaWhitespace.trim(try body.optionalString("code", maxLength: 64) ?? "")
+        guard !code.isEmpty else { throw APIError(status: 400, code: "missing_field", message: "code is required", field: "code") }
         let deviceName = try body.optionalString("name", maxLength: 200) ?? "Paired device"
         do {
             let minted = try household.redeem(code: code, deviceName: deviceName)
+            let displayName = try household.displayName(subject: minted.key.subject) ?? ""
             var answer: [String: JSONValue] = [
                 "paired": true, "token": .string(minted.token), "key_id": .string(minted.key.id), "subject": .string(minted.key.subject),
                 "role": .string(minted.key.role.rawValue), "scopes": .array(Self.scopes(for: minted.key.role).map(JSONValue.string)),
+                "display_name": .string(displayName), "fingerprint": .string(lan()?.pin ?? ""),
+                "message": "Store this token; it is shown only once.",
             ]
             // The relay path: the pairing secret S reaches the phone here, over the channel it paired on, never via the relay.
             if let relay = await enroll(minted.key.id, minted.key.subject) {
                 answer["relay"] = ["url": .string(relay.url), "mailbox_id": .string(relay.mailboxID), "device_id": .string(relay.deviceID),
                                    "secret": .string(Base64URL.encode(relay.secret))]
             }
-            return .json(.object(answer), status: 201)
+            return .json(.object(answer))
         } catch let error as PairingError {
             limiter.recordFailure(address: address)
-            switch error {
-            case .unknownCode: throw APIError(status: 404, code: "pairing_code_unknown", message: "code: \(error)", field: "code")
-            case .expired: throw APIError(status: 410, code: "pairing_code_expired", message: "code: \(error)", field: "code")
-            case .alreadyUsed: throw APIError(status: 409, code: "pairing_code_used", message: "code: \(error)", field: "code")
+            // The original's answer for any code that does not pair: 401 {paired: false, reason}; `error` and `code`
+            // say the same for clients that read this gateway's error shape.
+            let reason = "invalid or expired pairing code"
+            let detail: String = switch error {
+            case .unknownCode: "pairing_code_unknown"
+            case .expired: "pairing_code_expired"
+            case .alreadyUsed: "pairing_code_used"
             }
+            return .json(["paired": false, "reason": .string(reason), "error": .string("\(reason): \(error)"), "code": .string(detail)], status: 401)
         }
     }
 
@@ -289,7 +322,8 @@ struct AssistantAPI: Sendable {
         let body = request.method == "GET"
             ? try JSONObject(body: JSONValue.object(request.query.mapValues(JSONValue.string)).serializedBytes())
             : try JSONObject(body: request.body)
-        let text = try body.string("text", maxLength: 100_000)
+        // A URL carries less than a body: GET /chat/stream takes at most 2,000 characters of text.
+        let text = try body.string("text", maxLength: request.method == "GET" ? 2000 : 100_000)
         let visible = catalog.current.visibleAgents.filter(\.isOn)
         let agentID: String
         if let id = try body.optionalString("agent_id", maxLength: 128), !id.isEmpty {
@@ -301,9 +335,9 @@ struct AssistantAPI: Sendable {
         }
         // An unknown agent is a missing resource, as in the original (404 "agent not found").
         guard visible.contains(where: { $0.id == agentID }) else { throw APIError.notFound("agent_id: no agent '\(agentID)'") }
-        let given = try body.optionalString("session_id", maxLength: 128)?.trimmingCharacters(in: .whitespaces)
+        let given = try body.optionalString("session_id", maxLength: 128).map(SchemaWhitespace.trim)
         let sessionID = given.flatMap { $0.isEmpty ? nil : $0 } ?? "http-" + UUID().uuidString.lowercased()
-        let mode = try body.optionalString("response_mode", maxLength: 16)?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        let mode = try body.optionalString("response_mode").map(SchemaWhitespace.trim)?.lowercased() ?? ""
         guard ["", "text", "voice"].contains(mode) else { throw APIError.invalidField("response_mode", "response_mode must be text or voice") }
         return ChatRequest(agentID: agentID, text: text, sessionID: sessionID, continues: given?.isEmpty == false, voice: mode == "voice")
     }

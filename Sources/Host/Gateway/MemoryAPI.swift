@@ -55,7 +55,7 @@ struct MemoryAPI: Sendable {
         guard text.unicodeScalars.count <= MemoryFactStore.maximumLength else {
             throw APIError.invalidField(field, "must be at most \(MemoryFactStore.maximumLength) characters")
         }
-        let collapsed = text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        let collapsed = SchemaWhitespace.collapse(text)
         guard !collapsed.isEmpty else { throw APIError.invalidField(field, "must not be empty") }
         guard collapsed.count <= MemoryFactStore.maximumLength else {
             throw APIError.invalidField(field, "must be at most \(MemoryFactStore.maximumLength) characters")
@@ -64,7 +64,7 @@ struct MemoryAPI: Sendable {
     }
 
     static func category(_ text: String?) throws -> String? {
-        guard let text = text?.trimmingCharacters(in: .whitespacesAndNewlines).lowercased(), !text.isEmpty else { return nil }
+        guard let text = text.map(SchemaWhitespace.trim)?.lowercased(), !text.isEmpty else { return nil }
         guard text.count <= 32, let first = text.unicodeScalars.first, ("a"..."z").contains(first),
               text.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" }) else {
             throw APIError.invalidField("category", "must be preference, identity, constraint, entity or a short lower-case slug")
