@@ -135,7 +135,7 @@ struct CanvasTests {
             _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "plain"])
             let card: JSONValue = ["title": "Hi"]
             let others = try await gw.request("POST", "/api/v1/mobile/invoke", json: ["device_id": "priya-phone", "command": "canvas.present", "params": card, "wait": false])
-            #expect(others.status == 404 && others.errorField == "device_id")
+            #expect(others.status == 403 && others.errorField == "device_id")
             let off = try await gw.request("POST", "/api/v1/mobile/invoke", json: ["device_id": "plain", "command": "canvas.present", "params": card, "wait": false])
             #expect(off.status == 409 && off.errorCode == "capability_off")
             let unknown = try await gw.request("POST", "/api/v1/mobile/invoke", json: ["device_id": "plain", "command": "camera.snap", "params": card])
@@ -143,7 +143,7 @@ struct CanvasTests {
             // Priya's pending commands are hers alone.
             let queued = try await gw.request("POST", "/api/v1/mobile/invoke", json: ["device_id": "priya-phone", "command": "canvas.present", "params": card, "wait": false], key: .some(priya))
             #expect(queued.status == 202)
-            #expect(try await gw.request("GET", "/api/v1/mobile/commands?device_id=priya-phone").status == 404)
+            #expect(try await gw.request("GET", "/api/v1/mobile/commands?device_id=priya-phone").status == 403)
             // Removing the phone expires what was queued for it.
             #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/priya-phone", key: .some(priya)).status == 204)
             let id = try #require(queued.json["id"]?.stringValue)

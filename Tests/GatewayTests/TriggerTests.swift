@@ -90,7 +90,7 @@ struct TriggerTests {
             #expect(try await fire(gw, ["event": "enter", "device_id": "phone"], agent: "hook").status == 409)
             #expect(try await fire(gw, ["event": "enter", "device_id": "phone"], agent: "nope").status == 404)
             let priya = try await gw.mintKey(subject: "priya", role: "operator")
-            #expect(try await fire(gw, ["event": "enter", "device_id": "phone"], key: priya).status == 404)
+            #expect(try await fire(gw, ["event": "enter", "device_id": "phone"], key: priya).status == 403)
         }
     }
 

@@ -206,7 +206,8 @@ public final class MobileStore: Sendable {
     }
 
     private static func unknownDevice(_ id: String, field: String) -> APIError {
-        APIError(status: 404, code: "unknown_device", message: "\(field): no device \(id) is registered to you", field: field)
+        // 403 as the original answers a device that is unknown or someone else's (it never says which).
+        APIError(status: 403, code: "unknown_device", message: "device is not registered to this user (\(field): \(id))", field: field)
     }
 
     public func devices(subject: String) throws -> [Device] {

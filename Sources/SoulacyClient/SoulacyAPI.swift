@@ -1,0 +1,245 @@
+import Foundation
+import HTTPClient
+
+/// The original Soulacy app's calls, typed: the same routes, field names and types as the app reads them
+/// (SOULACY-CONTRACT.md), carried over whichever path `GatewayClient` chose (Wi-Fi, tailnet or relay).
+public struct SoulacyAPI: Sendable {
+    public let client: GatewayClient
+
+    public init(client: GatewayClient) { self.client = client }
+
+    // MARK: Wire models (the app's names)
+
+    /// Every refusal: `error` is the text to show.
+    public struct Refusal: Error, Decodable, Sendable, CustomStringConvertible {
+        public var status: Int = 0
+        public let error: String
+        public let code: String?
+        public let field: String?
+        public var description: String { "\(status): \(error)" }
+        enum CodingKeys: String, CodingKey { case error, code, field }
+    }
+
+    public struct Part: Codable, Sendable, Equatable {
+        public let type: String
+        public let text: String?
+        public let mime_type: String?
+        public let url: String?
+    }
+
+    public struct Delivery: Decodable, Sendable {
+        public let id: String
+        public let destination: String
+        public let agent_id: String
+        public let session_id: String
+        public let title: String
+        public let body: String
+        public let parts: [Part]?
+        public let metadata: [String: String]?
+        public let created_at: String
+        public let read_at: String?
+    }
+
+    public struct Inbox: Decodable, Sendable {
+        public let deliveries: [Delivery]
+        public let unread_count: Int
+    }
+
+    public struct Pairing: Decodable, Sendable {
+        public let paired: Bool
+        public let token: String
+        public let key_id: String
+        public let subject: String
+        public let role: String
+        public let display_name: String
+        public let fingerprint: String
+    }
+
+    public struct ChatReply: Decodable, Sendable {
+        public let reply: String
+        public let parts: [Part]
+        public let session_id: String
+        public let run_id: String
+        public let response_id: String
+        public let spoken_reply: String?
+    }
+
+    /// One server-sent event of `/chat/stream`.
+    public struct StreamEvent: Sendable, Equatable {
+        public let event: String?
+        public let data: String
+    }
+
+    public struct Fact: Decodable, Sendable {
+        public let id: String
+        public let owner: String
+        public let agent_id: String
+        public let category: String
+        public let content: String
+        public let status: String
+        public let source: String
+        public let created_at: String
+        public let updated_at: String
+        public let expires_at: String?
+    }
+
+    public struct FactChange: Decodable, Sendable {
+        public let cursor: Int
+        public let fact_id: String
+        public let event: String
+        public let deleted: Bool
+        public let fact: Fact?
+    }
+
+    public struct FactSync: Decodable, Sendable {
+        public let changes: [FactChange]
+        public let next_cursor: Int
+        public let has_more: Bool
+        public let reset: Bool
+    }
+
+    public struct Approval: Decodable, Sendable {
+        public let call_id: String
+        public let tool: String
+        public let reason: String?
+        public let agent_id: String?
+        public let session_id: String?
+        public let created_at: String
+    }
+
+    public struct Decision: Decodable, Sendable {
+        public let ok: Bool
+        public let approved: Bool
+    }
+
+    public struct Agent: Decodable, Sendable {
+        public let id: String
+        public let name: String
+        public let description: String
+        public let trigger: String
+        public let enabled: Bool
+    }
+
+    public struct Agents: Decodable, Sendable {
+        public let agents: [Agent]
+        public let count: Int
+    }
+
+    public struct Triggered: Decodable, Sendable {
+        public let result: String
+        public let delivered: Bool
+    }
+
+    // MARK: Calls
+
+    /// Redeems a pairing code at `gateway` (no key yet): the original's answer, or its refusal (401 `reason`).
+    public static func redeem(code: String, gateway: String, name: String = "iPhone", caFile: String? = nil) async throws -> Pairing {
+        let http = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: caFile))
+        let body = try JSONSerialization.data(withJSONObject: ["code": code, "name": name])
+        let response = try await http.send(ClientRequest(method: "POST", url: gateway + "/api/v1/pairing/redeem",
+                                                         headers: [("content-type", "application/json")], body: Array(body)))
+        guard response.status == 200 else {
+            struct Unpaired: Decodable { let reason: String? ; let error: String? }
+            let unpaired = try? JSONDecoder().decode(Unpaired.self, from: Data(response.body))
+            var refusal = Refusal(error: unpaired?.reason ?? unpaired?.error ?? "the gateway answered \(response.status)", code: nil, field: nil)
+            refusal.status = response.status
+            throw refusal
+        }
+        return try JSONDecoder().decode(Pairing.self, from: Data(response.body))
+    }
+
+    public func register(deviceID: String, name: String, pushToken: String?, environment: String = "production", liveStartToken: String? = nil) async throws {
+        var body: [String: Any] = ["id": deviceID, "name": name, "push_environment": environment, "notifications_enabled": pushToken != nil]
+        if let pushToken { body["push_token"] = pushToken }
+        if let liveStartToken { body["live_start_token"] = liveStartToken }
+        struct Registered: Decodable { let registered: Bool }
+        _ = try await call("POST", "/api/v1/mobile/devices", body, as: Registered.self)
+    }
+
+    public func inbox(deviceID: String, limit: Int = 100) async throws -> Inbox {
+        try await call("GET", "/api/v1/mobile/deliveries?device_id=\(escape(deviceID))&limit=\(limit)", as: Inbox.self)
+    }
+
+    public func markRead(_ deliveryID: String, deviceID: String) async throws {
+        struct Read: Decodable { let read: Bool }
+        _ = try await call("POST", "/api/v1/mobile/deliveries/\(escape(deliveryID))/read", ["device_id": deviceID], as: Read.self)
+    }
+
+    /// `sessionID` continues a conversation; `voice` asks for `spoken_reply` too.
+    public func chat(agentID: String, text: String, sessionID: String? = nil, voice: Bool = false) async throws -> ChatReply {
+        var body: [String: Any] = ["agent_id": agentID, "text": text]
+        if let sessionID { body["session_id"] = sessionID }
+        if voice { body["response_mode"] = "voice" }
+        return try await call("POST", "/api/v1/chat", body, as: ChatReply.self)
+    }
+
+    /// `/chat/stream`'s events (read to their end: the relay carries whole answers), `\n` in data turned back into newlines.
+    public func chatStream(agentID: String, text: String) async throws -> [StreamEvent] {
+        let answer = try await raw("POST", "/api/v1/chat/stream", ["agent_id": agentID, "text": text])
+        var events: [StreamEvent] = []
+        var name: String?
+        let text = String(String.UnicodeScalarView(String(decoding: answer, as: UTF8.self).unicodeScalars.filter { $0 != "\r" }))
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("event: ") { name = String(line.dropFirst(7)) }
+            if line.hasPrefix("data: ") {
+                events.append(StreamEvent(event: name, data: line.dropFirst(6).replacingOccurrences(of: "\\n", with: "\n")))
+                name = nil
+            }
+        }
+        return events
+    }
+
+    public func remember(_ content: String, category: String? = nil) async throws -> Fact {
+        struct Answer: Decodable { let fact: Fact }
+        var body: [String: Any] = ["content": content]
+        if let category { body["category"] = category }
+        return try await call("POST", "/api/v1/memory/facts", body, as: Answer.self).fact
+    }
+
+    public func syncFacts(since cursor: Int) async throws -> FactSync {
+        try await call("GET", "/api/v1/memory/facts/sync?since=\(cursor)", as: FactSync.self)
+    }
+
+    public func approvals() async throws -> [Approval] {
+        struct List: Decodable { let approvals: [Approval] }
+        return try await call("GET", "/api/v1/approvals", as: List.self).approvals
+    }
+
+    public func decide(_ callID: String, approve: Bool) async throws -> Decision {
+        try await call("POST", "/api/v1/approvals/\(escape(callID))/\(approve ? "approve" : "deny")", as: Decision.self)
+    }
+
+    public func agents(surface: String? = nil) async throws -> Agents {
+        try await call("GET", "/api/v1/agents" + (surface.map { "?surface=\(escape($0))" } ?? ""), as: Agents.self)
+    }
+
+    public func trigger(_ agentID: String) async throws -> Triggered {
+        try await call("POST", "/api/v1/agents/\(escape(agentID))/trigger", as: Triggered.self)
+    }
+
+    // MARK: Plumbing
+
+    func escape(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?&="))) ?? text }
+
+    private func raw(_ method: String, _ path: String, _ body: [String: Any]? = nil) async throws -> [UInt8] {
+        let data = try body.map { try JSONSerialization.data(withJSONObject: $0) }
+        switch await client.send(method: method, path: path, body: data) {
+        case .answered(let answer, _):
+            guard (200..<300).contains(answer.status) else {
+                var refusal = (try? JSONDecoder().decode(Refusal.self, from: Data(answer.body)))
+                    ?? Refusal(error: "the gateway answered \(answer.status)", code: nil, field: nil)
+                refusal.status = answer.status
+                throw refusal
+            }
+            return answer.body
+        case .held(let id):
+            throw Refusal(status: 202, error: "sent through the relay and held until the gateway is back (\(id))", code: "held", field: nil)
+        default:
+            throw Refusal(status: 0, error: "the gateway cannot be reached on any path", code: "unreachable", field: nil)
+        }
+    }
+
+    private func call<T: Decodable>(_ method: String, _ path: String, _ body: [String: Any]? = nil, as type: T.Type) async throws -> T {
+        try JSONDecoder().decode(T.self, from: Data(try await raw(method, path, body)))
+    }
+}
