@@ -115,8 +115,14 @@ struct RelayAndLiveActivityTests {
         #expect(start.target.pushToken == Self.startToken && start.target.deviceID == "iphone")  // push-to-start, never Android
         #expect(start.signal.kind == .liveActivity && start.signal.priority == .high)
         #expect(try payload(start)["aps"]?["event"] == "start")
-        #expect(try payload(start)["aps"]?["attributes-type"] == "AgentRunAttributes")
-        #expect(try payload(start)["aps"]?["content-state"]?["activity"] == "Using web_search")
+        // The original app's shapes: SoulacyRunAttributes, its attributes, and the content state it draws.
+        let started = try payload(start)["aps"]
+        #expect(started?["attributes-type"] == "SoulacyRunAttributes")
+        #expect(started?["attributes"] == ["run_key": "brief/ses_1", "agent_id": "brief", "agent_name": "Brief", "session_id": "ses_1",
+                                           "started_at": .number(1_800_000_000)])
+        #expect(started?["content-state"] == ["stage": "running", "detail": "Running web search", "steps": 1, "needs_you": false,
+                                              "updated_at": .number(1_800_000_000)])
+        #expect(started?["alert"] == nil && started?["timestamp"] == .number(1_800_000_000))
 
         try f.publisher.tokens.register(deviceID: "iphone", sessionID: "ses_1", agentID: "brief", token: Self.activityToken, environment: .production, now: f.clock.now())
         for (second, tool) in [(1, "read"), (2, "write"), (3, "calendar"), (4, "email")] {
@@ -130,23 +136,31 @@ struct RelayAndLiveActivityTests {
         let update = f.recorder.sent[1]
         #expect(update.target.pushToken == Self.activityToken && update.signal.priority == .low)
         #expect(try payload(update)["aps"]?["content-state"]?["steps"] == 5)
-        #expect(try payload(update)["aps"]?["content-state"]?["activity"] == "Using email")
-        #expect(try payload(update)["aps"]?["content-state"]?["elapsed_seconds"] == 10)
+        #expect(try payload(update)["aps"]?["content-state"]?["detail"] == "Running email")
+        #expect(try payload(update)["aps"]?["content-state"]?["updated_at"] == .number(1_800_000_010))
+        #expect(try payload(update)["aps"]?["attributes"] == nil, "attributes go with the start only")
 
         f.clock.advance(by: .seconds(1))
         await f.publisher.waitingForApproval(Self.run(background: true, clock: f.clock), callID: "call_1", tool: "send_email")
         #expect(f.recorder.sent.count == 3)
         let waiting = try payload(f.recorder.sent[2])
         #expect(f.recorder.sent[2].signal.priority == .high)
-        #expect(waiting["aps"]?["content-state"]?["waiting_for_approval"] == true && waiting["aps"]?["content-state"]?["call_id"] == "call_1")
-        #expect(waiting["aps"]?["content-state"]?["actions"] == ["approve", "deny"])
+        #expect(waiting["aps"]?["content-state"]?["needs_you"] == true && waiting["aps"]?["content-state"]?["call_id"] == "call_1")
+        #expect(waiting["aps"]?["content-state"]?["stage"] == "waiting" && waiting["aps"]?["content-state"]?["detail"] == "Needs your approval: send email")
+        #expect(waiting["aps"]?["alert"] == ["title": "Brief needs you", "body": "Needs your approval: send email"])
+
+        await f.publisher.approvalAnswered(sessionID: "ses_1", approved: true)
+        #expect(f.recorder.sent.count == 4 && f.recorder.sent[3].signal.priority == .low)
+        let answered = try payload(f.recorder.sent[3])
+        #expect(answered["aps"]?["content-state"]?["detail"] == "Approved, continuing" && answered["aps"]?["content-state"]?["needs_you"] == false)
+        #expect(answered["aps"]?["content-state"]?["call_id"] == nil && answered["aps"]?["alert"] == nil)
 
         await f.publisher.finished(sessionID: "ses_1", succeeded: true)
-        #expect(f.recorder.sent.count == 4)
-        let end = try payload(f.recorder.sent[3])
-        #expect(end["aps"]?["event"] == "end" && f.recorder.sent[3].signal.priority == .high)
+        #expect(f.recorder.sent.count == 5)
+        let end = try payload(f.recorder.sent[4])
+        #expect(end["aps"]?["event"] == "end" && f.recorder.sent[4].signal.priority == .high)
         #expect(end["aps"]?["dismissal-date"]?.numberValue == (end["aps"]?["timestamp"]?.numberValue ?? 0) + 240)
-        #expect(end["aps"]?["content-state"]?["finished"] == true)
+        #expect(end["aps"]?["content-state"]?["stage"] == "done" && end["aps"]?["content-state"]?["detail"] == "Finished")
     }
 
     @Test("an interactive run appears only when it needs approval; a phone with the feature off gets nothing")
@@ -158,7 +172,7 @@ struct RelayAndLiveActivityTests {
         await f.publisher.waitingForApproval(Self.run(background: false, clock: f.clock), callID: "c", tool: "pay")
         #expect(f.recorder.sent.count == 1)
         #expect(try payload(f.recorder.sent[0])["aps"]?["event"] == "start")
-        #expect(try payload(f.recorder.sent[0])["aps"]?["alert"]?["body"] == "is waiting on you")
+        #expect(try payload(f.recorder.sent[0])["aps"]?["alert"]?["title"] == "Brief needs you")
 
         let off = try Self.fixture(startToken: nil)
         await off.publisher.runStarted(Self.run(background: true, clock: off.clock))
@@ -193,7 +207,8 @@ struct RelayAndLiveActivityTests {
             #expect(live["headers"]?["apns-topic"] == "dev.soulacy.ios.push-type.liveactivity")
             #expect(live["headers"]?["apns-priority"] == "10")
             let body = try JSONValue.parse(Array(live["body"]!.stringValue!.utf8))
-            #expect(body["aps"]?["event"] == "start" && body["aps"]?["content-state"]?["agent_name"] == "Worker")
+            #expect(body["aps"]?["event"] == "start" && body["aps"]?["attributes"]?["agent_name"] == "Worker")
+            #expect(body["aps"]?["attributes-type"] == "SoulacyRunAttributes" && body["aps"]?["content-state"]?["detail"] == "Running web search")
         }
     }
 
@@ -212,7 +227,7 @@ struct RelayAndLiveActivityTests {
         let body = try JSONValue.parse(Array(request["body"]!.stringValue!.utf8))
         #expect(body["token"]?.stringValue == Self.startToken && body["event"] == "start" && body["priority"] == 10)
         #expect(body["environment"] == "production" && body["bundle_id"] == "dev.soulacy.ios")
-        #expect(body["payload"]?["aps"]?["content-state"]?["activity"] == "Using lookup")
+        #expect(body["payload"]?["aps"]?["content-state"]?["detail"] == "Running lookup")
     }
 
     @Test("POST /api/v1/mobile/activities validates every field and refuses Android")
@@ -221,7 +236,9 @@ struct RelayAndLiveActivityTests {
             try await gw.registerDevice(id: "iphone", key: nil)
             try await gw.registerDevice(id: "pixel", key: nil, platform: "android")
             let good: [String: JSONValue] = ["device_id": "iphone", "agent_id": "echo", "session_id": "ses_1", "token": .string(Self.activityToken), "environment": "production"]
-            #expect(try await gw.request("POST", "/api/v1/mobile/activities", json: .object(good)).status == 201)
+            let activity = try await gw.request("POST", "/api/v1/mobile/activities", json: .object(good))
+            #expect(activity.status == 201 && activity.json["registered"] == true)
+            #expect(activity.json["run_key"] == .string("\(good["agent_id"]?.stringValue ?? "")/\(good["session_id"]?.stringValue ?? "")"), "the original's run key")
             for (field, value) in [("device_id", JSONValue.string("pixel")), ("device_id", "nope"), ("token", "xyz"), ("environment", "sandbox"), ("session_id", ""), ("agent_id", 5)] {
                 var body = good
                 body[field] = value

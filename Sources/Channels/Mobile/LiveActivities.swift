@@ -82,7 +82,11 @@ public struct LiveActivityTokens: Sendable {
 /// Routine progress is coalesced and sent at low priority; waiting and finished go at once at high priority.
 /// These pushes are transient (the next state replaces the last), so they go straight to the transport.
 public actor LiveActivityPublisher {
-    public static let attributesType = "AgentRunAttributes"
+    /// The ActivityAttributes type the original app declares (its Live Activity widget decodes these).
+    public static let attributesType = "SoulacyRunAttributes"
+
+    /// `<agent_id>/<session_id>`, as the original keys a run and answers activity registrations.
+    public static func runKey(agentID: String, sessionID: String) -> String { "\(agentID)/\(sessionID)" }
 
     struct State {
         var run: ActivityRun
@@ -90,6 +94,8 @@ public actor LiveActivityPublisher {
         var steps = 0
         var tool: String?
         var waiting: (callID: String, tool: String)?
+        /// What the activity says now ("Running web search", "Approved, continuing", …).
+        var detail = "Starting"
         var lastPush: Date?
         var flushScheduled = false
         var finished = false
@@ -104,7 +110,7 @@ public actor LiveActivityPublisher {
     private var sessions: [String: State] = [:]
 
     public init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock, log: Log = Log(),
-                progressInterval: TimeInterval = 10, dismissAfter: TimeInterval = 240) throws {
+                progressInterval: TimeInterval = 2, dismissAfter: TimeInterval = 300) throws {
         tokens = LiveActivityTokens(database: store.database)
         try store.database.migrate(LiveActivityTokens.migrations)
         self.transports = transports
@@ -123,12 +129,15 @@ public actor LiveActivityPublisher {
         guard var state = sessions[sessionID], !state.finished else { return }
         state.steps += 1
         state.tool = tool
+        if state.waiting == nil { state.detail = "Running \(Self.spoken(tool))" }
         sessions[sessionID] = state
         if !state.started {
             if state.run.background { await push(sessionID, event: "start", priority: .high) }
             return
         }
         let now = clock.now()
+        // None while the run waits on the person: the waiting state stays on screen.
+        if state.waiting != nil { return }
         if let last = state.lastPush, now.timeIntervalSince(last) < progressInterval {
             scheduleFlush(sessionID, at: last.addingTimeInterval(progressInterval))
         } else {
@@ -141,21 +150,25 @@ public actor LiveActivityPublisher {
         var state = sessions[run.sessionID] ?? State(run: run)
         guard !state.finished else { return }
         state.waiting = (callID, tool)
+        state.detail = "Needs your approval: \(Self.spoken(tool))"
         sessions[run.sessionID] = state
         await push(run.sessionID, event: state.started ? "update" : "start", priority: .high)
     }
 
-    public func approvalAnswered(sessionID: String) async {
+    /// The decision is in: the activity says so at routine priority, as the original sends it.
+    public func approvalAnswered(sessionID: String, approved: Bool) async {
         guard var state = sessions[sessionID], state.waiting != nil else { return }
         state.waiting = nil
+        state.detail = approved ? "Approved, continuing" : "Denied, agent is wrapping up"
         sessions[sessionID] = state
-        if state.started { await push(sessionID, event: "update", priority: .high) }
+        if state.started { await push(sessionID, event: "update", priority: .low) }
     }
 
     public func finished(sessionID: String, succeeded: Bool) async {
         guard var state = sessions[sessionID] else { return }
         state.finished = true
         state.waiting = nil
+        state.detail = succeeded ? "Finished" : "Stopped with an error"
         sessions[sessionID] = state
         if state.started { await push(sessionID, event: "end", priority: .high, succeeded: succeeded) }
         sessions[sessionID] = nil
@@ -179,32 +192,33 @@ public actor LiveActivityPublisher {
         await push(sessionID, event: "update", priority: .low)
     }
 
-    /// The exact APNs body for a Live Activity event.
+    /// Tool names as the original shows them: `_` and `.` become spaces; no name is "a tool".
+    static func spoken(_ tool: String) -> String {
+        let words = tool.replacingOccurrences(of: "_", with: " ").replacingOccurrences(of: ".", with: " ").trimmingCharacters(in: .whitespaces)
+        return words.isEmpty ? "a tool" : words
+    }
+
+    /// The exact APNs body for a Live Activity event, in the original app's shape: `SoulacyRunAttributes` and its
+    /// attributes on start, the content state {stage, detail, steps, needs_you, call_id?, updated_at} on every push.
     static func payload(_ state: State, event: String, now: Date, dismissAfter: TimeInterval, succeeded: Bool?) -> [String: Any] {
-        var content: [String: Any] = [
-            "agent_name": state.run.agentName, "steps": state.steps,
-            "activity": state.waiting.map { "Waiting for approval to use \($0.tool)" } ?? state.tool.map { "Using \($0)" } ?? "Starting",
-            "started_at": Int(state.run.startedAt.timeIntervalSince1970),
-            "elapsed_seconds": max(0, Int(now.timeIntervalSince(state.run.startedAt))),
-            "waiting_for_approval": state.waiting != nil, "finished": event == "end",
-        ]
-        if let waiting = state.waiting {
-            content["call_id"] = waiting.callID
-            content["tool"] = waiting.tool
-            content["actions"] = ["approve", "deny"]
+        let updated = Int(now.timeIntervalSince1970)
+        let stage: String = switch (event, succeeded) {
+        case ("end", false?): "failed"
+        case ("end", _): "done"
+        default: state.waiting != nil ? "waiting" : "running"
         }
-        if let succeeded { content["succeeded"] = succeeded }
-        var aps: [String: Any] = ["timestamp": Int(now.timeIntervalSince1970), "event": event, "content-state": content]
-        switch event {
-        case "start":
+        var content: [String: Any] = ["stage": stage, "detail": state.detail, "steps": state.steps, "needs_you": state.waiting != nil, "updated_at": updated]
+        if let waiting = state.waiting { content["call_id"] = waiting.callID }
+        var aps: [String: Any] = ["timestamp": updated, "event": event, "content-state": content]
+        if event == "start" {
             aps["attributes-type"] = attributesType
-            aps["attributes"] = ["agent_id": state.run.agentID, "agent_name": state.run.agentName, "session_id": state.run.sessionID]
-            aps["alert"] = ["title": state.run.agentName, "body": state.waiting == nil ? "is working" : "is waiting on you"]
-        case "end":
-            aps["dismissal-date"] = Int(now.addingTimeInterval(dismissAfter).timeIntervalSince1970)
-        default:
-            if state.waiting != nil { aps["alert"] = ["title": state.run.agentName, "body": "is waiting on you"] }
+            aps["attributes"] = ["run_key": runKey(agentID: state.run.agentID, sessionID: state.run.sessionID), "agent_id": state.run.agentID,
+                                 "agent_name": state.run.agentName, "session_id": state.run.sessionID,
+                                 "started_at": Int(state.run.startedAt.timeIntervalSince1970)]
         }
+        // The alert only while approval is pending; the dismissal only at the end.
+        if state.waiting != nil, event != "end" { aps["alert"] = ["title": "\(state.run.agentName) needs you", "body": state.detail] }
+        if event == "end" { aps["dismissal-date"] = Int(now.addingTimeInterval(dismissAfter).timeIntervalSince1970) }
         return ["aps": aps]
     }
 

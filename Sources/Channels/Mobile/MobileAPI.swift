@@ -175,7 +175,8 @@ public struct MobileAPI: Sendable {
         }
         guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
         try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
-        return .json(["registered": true, "device_id": .string(device.id), "session_id": .string(sessionID)], status: 201)
+        return .json(["registered": true, "run_key": .string(LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID)),
+                      "device_id": .string(device.id), "session_id": .string(sessionID)], status: 201)
     }
 
     // MARK: JSON shapes

@@ -28,8 +28,8 @@ public struct GatewayOptions: Sendable {
     public var retryPolicy: RetryPolicy
     /// How long an approval waits for an answer before the run sees a denial.
     public var approvalTimeout: TimeInterval
-    /// The least time between two routine Live Activity updates of one run.
-    public var liveActivityInterval: TimeInterval = 10
+    /// The least time between two routine Live Activity updates of one run (the original's 2 s).
+    public var liveActivityInterval: TimeInterval = 2
     /// The same-Wi-Fi listener (HTTPS on a self-signed certificate that pairing links pin), off when nil.
     public var lanHost: String?
     public var lanPort: UInt16 = 0
@@ -305,7 +305,7 @@ public final class Gateway: Sendable {
                                                      timeout: TimeInterval(timeout.components.seconds)) else { return false }
             if let activity { await liveActivities.waitingForApproval(activity, callID: approval.callID, tool: call.name) }
             let state = await approvals.wait(callID: approval.callID)
-            if activity != nil { await liveActivities.approvalAnswered(sessionID: run.sessionID) }
+            if activity != nil, state != .pending { await liveActivities.approvalAnswered(sessionID: run.sessionID, approved: state == .approved) }
             return state == .approved
         }
         return environment

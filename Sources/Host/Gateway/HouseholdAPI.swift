@@ -228,7 +228,7 @@ struct ApprovalsAPI: Sendable {
         }
         guard wait else { return .json(Self.json(approval), status: 201) }
         let state = await broker.wait(callID: approval.callID, atMost: longPoll)
-        if let activity, state != .pending { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID) }
+        if let activity, state != .pending { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID, approved: state == .approved) }
         // Expired counts as denied for the run: nothing runs without a yes.
         return .json(["call_id": .string(approval.callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
     }
