@@ -190,7 +190,7 @@ struct HouseholdTests {
         }
     }
 
-    @Test("soulacy pair prints a code, a soulacy:// link and a QR code; the code pairs")
+    @Test("soulacy pair prints a code, the app's link with its QR code and the soulacy:// link; the code pairs; GET /mobile says to use the app")
     func pairCommand() async throws {
         let directory = TestGateway.makeTemporaryDirectory()
         try await withTestGateway(directory: directory) { (gw) async throws in
@@ -198,6 +198,10 @@ struct HouseholdTests {
             #expect(status == 0)
             let code = try #require(output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.count == 16 && $0.allSatisfy { $0.isUppercase || $0.isNumber } })
             #expect(output.contains("soulacy://pair?v=1&code=\(code)"))
+            #expect(output.contains("http://127.0.0.1:8080/mobile?pair=\(code)"), "the Soulacy app's link, which the QR encodes")
+            // Scanned with the camera instead: the page says to open it in the app.
+            let page = try await gw.request("GET", "/mobile?pair=\(code)", key: .none)
+            #expect(page.status == 200 && page.text.contains("Open this in the Soulacy app") && page.headers["content-type"]?.hasPrefix("text/html") == true)
             #expect(output.contains("█"))
             let redeemed = try await redeem(gw, code)
             #expect(redeemed.status == 200 && redeemed.json["subject"] == "priya" && redeemed.json["role"] == "viewer")

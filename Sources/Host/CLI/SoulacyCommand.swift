@@ -123,7 +123,9 @@ struct SoulacyCommand {
             if token != nil {
                 let offer = try gateway.ownerPairingOffer()
                 let lan = gateway.lanPort.map { "\(opts["lan"].map { String($0[..<$0.lastIndex(of: ":")!]) } ?? "0.0.0.0"):\($0)" }
-                printOffer(offer, url: PairingLink.url(offer: offer, gateway: gateway.pairingGatewayURL, lanAddress: lan, fingerprint: gateway.lanFingerprint), qr: false)
+                let lanAddress = gateway.lanPort.map { "\(opts["lan"].map { String($0[..<$0.lastIndex(of: ":")!]) } ?? "127.0.0.1"):\($0)" }
+                printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway.pairingGatewayURL, lanAddress: lanAddress, pin: gateway.lanPin),
+                           url: PairingLink.url(offer: offer, gateway: gateway.pairingGatewayURL, lanAddress: lan, fingerprint: gateway.lanFingerprint), qr: false)
             }
         } catch {
             fail("soulacy: \(error)")
@@ -136,14 +138,16 @@ struct SoulacyCommand {
         await gateway.stop()
     }
 
-    static func printOffer(_ offer: PairingOffer, url: String, qr: Bool) {
+    /// The code, the Soulacy app's link (the QR encodes it), and this gateway's three-path link.
+    static func printOffer(_ offer: PairingOffer, appLink: String, url: String, qr: Bool) {
         let minutes = Int(HouseholdStore.codeLifetime / 60)
         print("""
             Pairing code for \(offer.name) (\(offer.role.rawValue)), valid \(minutes) minutes, one device:
               \(offer.code)
+              \(appLink)
               \(url)
             """)
-        if qr, let code = TerminalQRCode.render(url) { print(code) }
+        if qr, let code = TerminalQRCode.render(appLink) { print(code) }
         fflush(nil)
     }
 
@@ -166,8 +170,11 @@ struct SoulacyCommand {
             let gateway = opts["url"] ?? ProcessInfo.processInfo.environment["SOULACY_PUBLIC_URL"] ?? "http://127.0.0.1:8080"
             // With the LAN listener on, the link carries its address and its certificate's SHA-256 for pinning.
             let lan = opts["lan"] ?? ProcessInfo.processInfo.environment["SOULACY_LAN_LISTEN"]
-            let fingerprint = lan == nil ? nil : (try? String(contentsOfFile: data + "/lan-cert.pem", encoding: .utf8)).flatMap { try? SelfSignedCertificate.fingerprint(pem: $0) }
-            printOffer(offer, url: PairingLink.url(offer: offer, gateway: gateway, lanAddress: fingerprint == nil ? nil : lan, fingerprint: fingerprint), qr: true)
+            let certificate = lan == nil ? nil : try? String(contentsOfFile: data + "/lan-cert.pem", encoding: .utf8)
+            let fingerprint = certificate.flatMap { try? SelfSignedCertificate.fingerprint(pem: $0) }
+            let pin = certificate.flatMap { try? SelfSignedCertificate.publicKeyPin(pem: $0) }
+            printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway, lanAddress: pin == nil ? nil : lan, pin: pin),
+                       url: PairingLink.url(offer: offer, gateway: gateway, lanAddress: fingerprint == nil ? nil : lan, fingerprint: fingerprint), qr: true)
         } catch {
             fail("soulacy pair: \(error)")
         }

@@ -35,6 +35,7 @@ struct HouseholdAPI: Sendable {
             routes.append(Route(.POST, "\(prefix)/pairing/redeem", access: .open, summary: "Redeem a pairing code for a managed key", handler: redeem))
         }
         routes.append(Route(.GET, "/api/v1/pairing/members", access: .role(.admin), summary: "Everyone with a paired phone", handler: members))
+        routes.append(Route(.GET, "/mobile", access: .open, summary: "The page a pairing QR opens in a browser: open it in the Soulacy app", handler: mobilePage))
         return routes
     }
 
@@ -83,11 +84,23 @@ struct HouseholdAPI: Sendable {
     /// one, else `<gateway>/mobile?pair=CODE`.
     func pairingLinks(_ offer: PairingOffer) -> (original: String, base: String, pin: String) {
         if let lan = lan(), !lan.pin.isEmpty {
-            let base = "https://\(lan.host)"
-            return ("\(base)/mobile?pair=\(offer.code)&fp=\(lan.pin)", base, lan.pin)
+            return (PairingLink.original(code: offer.code, gateway: gatewayURL(), lanAddress: lan.host, pin: lan.pin), "https://\(lan.host)", lan.pin)
         }
-        let base = gatewayURL()
-        return ("\(base)/mobile?pair=\(offer.code)", base, "")
+        return (PairingLink.original(code: offer.code, gateway: gatewayURL()), gatewayURL(), "")
+    }
+
+    /// `GET /mobile`: someone scanned the pairing QR with the camera; the page says to open it in the app.
+    @Sendable func mobilePage(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let html = """
+            <!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+            <title>Pair with Soulacy</title></head><body style="font-family: -apple-system, sans-serif; margin: 2em; max-width: 32em">
+            <h1>Open this in the Soulacy app</h1>
+            <p>This pairing code is for the Soulacy app. Open the app, choose <b>Pair with a gateway</b>, and scan the same QR code there.</p>
+            <p>The code works once and only for two minutes; if it has run out, ask for a new one.</p>
+            </body></html>
+            """
+        return HTTPResponse(status: 200, headers: [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store"),
+                                                   ("Referrer-Policy", "no-referrer")], body: Array(html.utf8))
     }
 
     @Sendable func redeem(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -424,8 +437,14 @@ struct AssistantAPI: Sendable {
     }
 }
 
-/// The soulacy:// link a pairing QR code carries.
+/// The links a pairing QR code carries.
 public enum PairingLink {
+    /// The original app's link: `https://<lan>/mobile?pair=CODE&fp=PIN` over the pinned listener, else `<gateway>/mobile?pair=CODE`.
+    public static func original(code: String, gateway: String, lanAddress: String? = nil, pin: String? = nil) -> String {
+        if let lanAddress, let pin, !pin.isEmpty { return "https://\(lanAddress)/mobile?pair=\(code)&fp=\(pin)" }
+        return "\(gateway)/mobile?pair=\(code)"
+    }
+
     public static func url(offer: PairingOffer, gateway: String, lanAddress: String? = nil, fingerprint: String? = nil) -> String {
         var components = URLComponents()
         components.scheme = "soulacy"
