@@ -100,7 +100,8 @@ struct LLMRunnerTests {
         try await llm.script([["tool_calls": [["name": "mobile.list_nodes", "arguments": [:]]]], ["text": "You have one phone."]])
         let file = Self.agent("nodes", provider: provider, extra: "builtins: [mobile.list_nodes, web_search]")
         try await withTestGateway(config: file, environment: llm.environment) { (gw) async throws in
-            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "name": "Ana's iPhone", "platform": "ios", "capabilities": ["canvas"]])
+            _ = try await gw.request("POST", "/api/v1/mobile/nodes/register", json: ["device_id": "phone", "name": "Ana's iPhone", "platform": "ios",
+                                                                                  "model": "iPhone16,1", "capabilities": ["canvas.present", "focus.status"]])
             let answer = try await chat(gw, "nodes", "Which phones do I have?")
             #expect(answer.json["reply"] == "You have one phone.", "\(answer.json)")
             let requests = try await llm.requests()
@@ -116,7 +117,8 @@ struct LLMRunnerTests {
             default: resultText = second.last?["content"]?.stringValue
             }
             let nodes = try JSONValue.parse(Array((resultText ?? "").utf8))
-            #expect(nodes[0]?["device_id"] == "phone" && nodes[0]?["capabilities"] == ["canvas.present"] && nodes[0]?["platform"] == "ios")
+            #expect(nodes[0]?["device_id"] == "phone" && nodes[0]?["capabilities"] == ["canvas.present", "focus.status"] && nodes[0]?["platform"] == "ios")
+            #expect(nodes[0]?["foreground_only"] == true && nodes[0]?["model"] == "iPhone16,1")
         }
     }
 
@@ -188,7 +190,8 @@ struct LLMRunnerTests {
         let clock = ManualClock(Self.date("2026-03-10T19:59:30Z"))
         let recorder = RecordingTransport()
         try await withTestGateway(config: file, clock: clock, environment: llm.environment, transports: [recorder]) { (gw) async throws in
-            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "platform": "ios", "push_token": .string(String(repeating: "ab", count: 32)), "capabilities": ["canvas"]])
+            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "platform": "ios", "push_token": .string(String(repeating: "ab", count: 32)), "notifications_enabled": true])
+            _ = try await gw.request("POST", "/api/v1/mobile/nodes/register", json: ["device_id": "phone", "platform": "ios", "capabilities": ["canvas.present"]])
             #expect(try await gw.request("GET", "/api/v1/mobile/devices").status == 200)
             #expect(try await eventually { clock.sleeperCount > 0 })
             clock.advance(to: Self.date("2026-03-10T20:00:00Z"))
@@ -196,14 +199,15 @@ struct LLMRunnerTests {
             let callID = try await awaitValue { try await gw.request("GET", "/api/v1/approvals").json["approvals"]?[0]?["call_id"]?.stringValue }
             let pending = try await gw.request("GET", "/api/v1/approvals").json["approvals"]?[0]
             #expect(pending?["tool"] == "mobile.invoke" && pending?["agent_id"] == "checkin")
-            let before = try await gw.request("GET", "/api/v1/mobile/commands?device_id=phone")
+            let before = try await gw.request("GET", "/api/v1/mobile/nodes/phone/commands")
             #expect(before.json["commands"] == [], "nothing is sent before the yes: \(before.status) \(before.json)")
             #expect(try await gw.request("POST", "/api/v1/approvals/\(callID)/approve").status == 200)
-            // The card reaches the phone; the person answers the form.
-            let commandID = try await awaitValue { try await gw.request("GET", "/api/v1/mobile/commands?device_id=phone").json["commands"]?[0]?["id"]?.stringValue }
-            let answered = try await gw.request("POST", "/api/v1/mobile/commands/\(commandID)/result",
-                                                json: ["device_id": "phone", "submitted": true, "form_id": "mood", "answers": ["feeling": "rested"]])
-            #expect(answered.status == 200)
+            // The card reaches the phone; the person answers the form. The phone, as the original app does: poll, claim, answer.
+            let commandID = try await awaitValue { try await gw.request("GET", "/api/v1/mobile/nodes/phone/commands").json["commands"]?[0]?["id"]?.stringValue }
+            #expect(try await gw.request("POST", "/api/v1/mobile/nodes/phone/commands/\(commandID)/claim").json["status"] == "running")
+            let answered = try await gw.request("POST", "/api/v1/mobile/nodes/phone/commands/\(commandID)/result",
+                                                json: ["status": "completed", "result": ["presented": true, "submitted": true, "form_id": "mood", "answers": ["feeling": "rested"]]])
+            #expect(answered.status == 200 && answered.json["status"] == "completed")
             #expect(try await eventually(timeout: .seconds(15)) {
                 try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone").json["deliveries"]?.arrayValue?.count == 1
             })
@@ -231,14 +235,14 @@ struct LLMRunnerTests {
         ])
         let file = Self.agent("asker", provider: "ollama", extra: "builtins: [mobile.invoke]\nconfirm_tools: [mobile.invoke]")
         try await withTestGateway(config: file, environment: llm.environment) { (gw) async throws in
-            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "capabilities": ["canvas"]])
+            _ = try await gw.request("POST", "/api/v1/mobile/nodes/register", json: ["device_id": "phone", "capabilities": ["canvas.present"]])
             async let answer = chat(gw, "asker", "show me a card")
             let callID = try await awaitValue { try await gw.request("GET", "/api/v1/approvals").json["approvals"]?[0]?["call_id"]?.stringValue }
             #expect(try await gw.request("POST", "/api/v1/approvals/\(callID)/deny").status == 200)
             #expect(try await answer.json["reply"] == "Understood, I will not show it.")
             let last = try await llm.requests().last?["body"]?["messages"]?.arrayValue?.last
             #expect(last?["role"] == "tool" && last?["content"] == "error: tool \"mobile.invoke\" was denied by the user" && last?["tool_name"] == "mobile.invoke")
-            #expect(try await gw.request("GET", "/api/v1/mobile/commands?device_id=phone").json["commands"] == [])
+            #expect(try await gw.request("GET", "/api/v1/mobile/nodes/phone/commands").json["commands"] == [])
         }
     }
 

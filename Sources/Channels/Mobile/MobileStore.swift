@@ -227,6 +227,14 @@ public final class MobileStore: Sendable {
                 try DeviceCommands.expireQueued(deviceID: id, in: db, now: clock.now())
                 try Self.forgetReceipts(ofRemovedDevices: db)
             }
+            // Its node goes too, and what was waiting for it expires (the node tables exist once DeviceNodes opened them).
+            if try !db.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mobile_node_commands'").isEmpty {
+                try db.run("""
+                    UPDATE mobile_node_commands SET status = 'expired', error = 'device registration removed', completed_at = ?
+                    WHERE device_id = ? AND subject = ? AND status IN ('queued', 'running')
+                    """, clock.now().sqliteMillis, id, subject)
+                try db.run("DELETE FROM mobile_nodes WHERE device_id = ? AND subject = ?", id, subject)
+            }
             return removed
         }
     }

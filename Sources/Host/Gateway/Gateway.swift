@@ -180,8 +180,14 @@ public final class Gateway: Sendable {
         } catch {
             throw .storage("cannot open the device command table: \(error)")
         }
+        let nodes: DeviceNodes
+        do {
+            nodes = try DeviceNodes(store: mobileStore, dispatcher: dispatcher, clock: options.clock)
+        } catch {
+            throw .storage("cannot open the device node tables: \(error)")
+        }
         let runsBox = LateBound<AgentRuns>()
-        let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(store: mobileStore, commands: commands, clock: options.clock),
+        let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(nodes: nodes, clock: options.clock),
                                                  approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox)
         runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities) { agent in
             switch agent.runner {
@@ -205,6 +211,7 @@ public final class Gateway: Sendable {
                               revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         router.add(DeviceCommandsAPI(store: mobileStore, commands: commands).routes)
+        router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
         let port = boundPort
         let publicURL = options.publicURL
         let lanLink = self.lanLink

@@ -1,0 +1,388 @@
+import ChannelAPI
+import Crypto
+import Foundation
+import HTTPServer
+import Identity
+import SQLite
+
+/// The phone as the agent's hands, as the original Soulacy app speaks it (SOULACY-CONTRACT.md §12): the app registers
+/// as a node with the commands it has switched on, polls for queued commands while in the foreground, claims one
+/// (queued → running, exactly one claim wins), and posts its outcome once.
+public final class DeviceNodes: Sendable {
+    /// The original's allowlist, in its order (also the `mobile.invoke` enum).
+    public static let commands = [
+        "device.info", "location.current", "contacts.search", "calendar.events", "reminders.list", "motion.current", "system.notify",
+        "camera.capture", "photos.pick", "canvas.present", "canvas.snapshot", "health.summary", "focus.status",
+    ]
+    public static let terminalStatuses: Set<String> = ["completed", "failed", "declined", "expired"]
+    public static let maximumParamsBytes = 65536
+    public static let maximumResultBytes = 1 << 20
+    public static let maximumQueued = 100
+    public static let defaultExpiry: TimeInterval = 300
+    public static let maximumExpiry: TimeInterval = 900
+    public static let pollIntervalSeconds = 5
+
+    public static let migrations: [Migration] = [
+        Migration("mobile.8-nodes", """
+            CREATE TABLE mobile_nodes (
+                device_id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                name TEXT NOT NULL,
+                platform TEXT NOT NULL,
+                model TEXT NOT NULL,
+                os_version TEXT NOT NULL,
+                app_version TEXT NOT NULL,
+                capabilities TEXT NOT NULL,
+                permissions TEXT NOT NULL,
+                updated_at INTEGER NOT NULL
+            );
+            CREATE INDEX mobile_nodes_by_subject ON mobile_nodes (subject, updated_at);
+            CREATE TABLE mobile_node_commands (
+                id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                command TEXT NOT NULL,
+                params TEXT NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed', 'declined', 'expired')),
+                result TEXT,
+                error TEXT,
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                completed_at INTEGER,
+                PRIMARY KEY (device_id, id)
+            );
+            CREATE INDEX mobile_node_commands_queued ON mobile_node_commands (device_id, status, created_at);
+            """),
+    ]
+
+    public struct Node: Sendable, Equatable {
+        public var deviceID: String
+        public var subject: String
+        public var name: String
+        public var platform: String
+        public var model: String
+        public var osVersion: String
+        public var appVersion: String
+        public var capabilities: [String]
+        public var permissions: [String: String]
+        public var updatedAt: Date
+    }
+
+    public struct Command: Sendable, Equatable {
+        public var id: String
+        public var deviceID: String
+        public var subject: String
+        public var command: String
+        public var params: JSONValue
+        public var status: String
+        public var result: JSONValue?
+        public var error: String?
+        public var createdAt: Date
+        public var expiresAt: Date
+        public var completedAt: Date?
+    }
+
+    let store: MobileStore
+    let dispatcher: PushDispatcher?
+    let clock: any WallClock
+
+    public init(store: MobileStore, dispatcher: PushDispatcher?, clock: any WallClock) throws {
+        self.store = store
+        self.dispatcher = dispatcher
+        self.clock = clock
+        try store.database.migrate(Self.migrations)
+    }
+
+    static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
+
+    static func decode<T: Decodable>(_ text: String?, as: T.Type) -> T? { text.flatMap { try? JSONDecoder().decode(T.self, from: Data($0.utf8)) } }
+
+    private static func node(_ row: Row) -> Node {
+        Node(deviceID: row.string("device_id") ?? "", subject: row.string("subject") ?? "", name: row.string("name") ?? "",
+             platform: row.string("platform") ?? "ios", model: row.string("model") ?? "", osVersion: row.string("os_version") ?? "",
+             appVersion: row.string("app_version") ?? "", capabilities: decode(row.string("capabilities"), as: [String].self) ?? [],
+             permissions: decode(row.string("permissions"), as: [String: String].self) ?? [:], updatedAt: row.date("updated_at") ?? Date(sqliteMillis: 0))
+    }
+
+    /// A command as it reads now: a queued one past its expiry is expired.
+    private func read(_ row: Row) -> Command {
+        var c = Command(id: row.string("id") ?? "", deviceID: row.string("device_id") ?? "", subject: row.string("subject") ?? "",
+                        command: row.string("command") ?? "", params: (try? JSONValue.parse(Array((row.string("params") ?? "{}").utf8))) ?? [:],
+                        status: row.string("status") ?? "queued", result: row.string("result").flatMap { try? JSONValue.parse(Array($0.utf8)) },
+                        error: row.string("error"), createdAt: row.date("created_at") ?? Date(sqliteMillis: 0),
+                        expiresAt: row.date("expires_at") ?? Date(sqliteMillis: 0), completedAt: row.date("completed_at"))
+        if c.status == "queued", c.expiresAt <= clock.now() { c.status = "expired" }
+        return c
+    }
+
+    static func notFound() -> APIError { APIError(status: 404, code: "not_found", message: "device or command not found") }
+    static func conflict() -> APIError { APIError(status: 409, code: "conflict", message: "mobile node command has already been claimed or settled") }
+    static func invalid(_ detail: String, field: String? = nil) -> APIError {
+        APIError(status: 400, code: "invalid_field", message: "invalid mobile node request: \(detail)", field: field)
+    }
+
+    // MARK: Nodes
+
+    /// Registers (or replaces) the caller's node; an id that is someone else's is "not found".
+    public func register(_ node: Node) throws -> Node {
+        try store.database.transaction { db in
+            let owners = try db.query("SELECT subject FROM mobile_nodes WHERE device_id = ? UNION ALL SELECT subject FROM mobile_devices WHERE id = ?",
+                                      node.deviceID, node.deviceID).compactMap { $0.string("subject") }
+            guard owners.allSatisfy({ $0 == node.subject }) else { throw Self.notFound() }
+            try db.run("""
+                INSERT INTO mobile_nodes (device_id, subject, name, platform, model, os_version, app_version, capabilities, permissions, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (device_id) DO UPDATE SET name = excluded.name, platform = excluded.platform, model = excluded.model,
+                    os_version = excluded.os_version, app_version = excluded.app_version, capabilities = excluded.capabilities,
+                    permissions = excluded.permissions, updated_at = excluded.updated_at
+                """, node.deviceID, node.subject, node.name, node.platform, node.model, node.osVersion, node.appVersion,
+                JSONValue.array(node.capabilities.map(JSONValue.string)).serialized(),
+                JSONValue.object(node.permissions.mapValues(JSONValue.string)).serialized(), Self.ms(node.updatedAt))
+        }
+        return node
+    }
+
+    public func nodes(subject: String) throws -> [Node] {
+        try store.database.read { db in
+            try db.query("SELECT * FROM mobile_nodes WHERE subject = ? ORDER BY updated_at DESC, device_id LIMIT 100", subject).map(Self.node)
+        }
+    }
+
+    public func node(deviceID: String, subject: String) throws -> Node? {
+        try store.database.read { db in try db.query("SELECT * FROM mobile_nodes WHERE device_id = ? AND subject = ?", deviceID, subject).first.map(Self.node) }
+    }
+
+    // MARK: Commands
+
+    /// Queues a command for the caller's node and wakes the phone. The same id again is the same command when the
+    /// command and params match, else a conflict.
+    public func enqueue(deviceID: String, subject: String, id: String?, command: String, params: JSONValue, expiresAt: Date?) throws -> Command {
+        guard let node = try node(deviceID: deviceID, subject: subject) else { throw Self.notFound() }
+        guard Self.commands.contains(command) else {
+            throw Self.invalid("unknown command \"\(command)\"; one of \(Self.commands.joined(separator: ", "))", field: "command")
+        }
+        guard node.capabilities.contains(command) else { throw Self.invalid("device has not enabled \"\(command)\"", field: "command") }
+        guard params.objectValue != nil else { throw Self.invalid("params must be an object", field: "params") }
+        guard params.serializedBytes().count <= Self.maximumParamsBytes else { throw Self.invalid("params must be at most 64 KiB", field: "params") }
+        var stored = params
+        if command == "canvas.present" { stored = try CanvasCard(params).json }
+        let now = clock.now()
+        let expiry = expiresAt ?? now.addingTimeInterval(Self.defaultExpiry)
+        guard expiry > now, expiry <= now.addingTimeInterval(Self.maximumExpiry) else {
+            throw Self.invalid("expires_at must be after now and at most 15 minutes ahead", field: "expires_at")
+        }
+        let commandID = id ?? UUID().uuidString.lowercased()
+        guard !commandID.isEmpty, commandID.utf8.count <= 128 else { throw Self.invalid("id must be 1 to 128 characters", field: "id") }
+        let (queued, created): (Command, Bool) = try store.database.transaction { db in
+            if let existing = try db.query("SELECT * FROM mobile_node_commands WHERE device_id = ? AND id = ?", deviceID, commandID).first.map(read) {
+                guard existing.command == command, existing.params == stored else { throw Self.conflict() }
+                return (existing, false)
+            }
+            let waiting = try db.query("SELECT count(*) AS n FROM mobile_node_commands WHERE device_id = ? AND status = 'queued' AND expires_at > ?",
+                                       deviceID, Self.ms(now)).first?.int("n") ?? 0
+            guard waiting < Self.maximumQueued else {
+                throw APIError(status: 409, code: "queue_full", message: "this phone already has \(Self.maximumQueued) commands waiting")
+            }
+            try db.run("""
+                INSERT INTO mobile_node_commands (id, device_id, subject, command, params, status, created_at, expires_at)
+                VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)
+                """, commandID, deviceID, subject, command, stored.serialized(), Self.ms(now), Self.ms(expiry))
+            return (Command(id: commandID, deviceID: deviceID, subject: subject, command: command, params: stored, status: "queued",
+                            result: nil, error: nil, createdAt: now, expiresAt: expiry, completedAt: nil), true)
+        }
+        if created {
+            // A discreet wake-up, as for any command: the phone opens and polls.
+            let signal = WakeSignal(category: .command, title: "Soulacy", body: "An agent has something for this phone.",
+                                    deepLink: "soulacy://command/\(commandID)", threadID: "commands", extra: ["command_id": commandID, "command": command],
+                                    expiresAt: expiry, collapseID: commandID)
+            if (try? store.queueWakeUp(signal, deviceID: deviceID)) == true { dispatcher?.poke() }
+        }
+        return queued
+    }
+
+    /// Queued and unexpired, oldest first, at most 20; reading changes nothing.
+    public func pending(deviceID: String, subject: String) throws -> [Command] {
+        guard try node(deviceID: deviceID, subject: subject) != nil else { throw Self.notFound() }
+        return try store.database.read { db in
+            try db.query("""
+                SELECT * FROM mobile_node_commands WHERE device_id = ? AND status = 'queued' AND expires_at > ? ORDER BY created_at, id LIMIT 20
+                """, deviceID, Self.ms(clock.now())).map(read)
+        }
+    }
+
+    public func command(id: String, deviceID: String, subject: String) throws -> Command {
+        guard let found = try store.database.read({ db in
+            try db.query("SELECT * FROM mobile_node_commands WHERE device_id = ? AND id = ? AND subject = ?", deviceID, id, subject).first.map(read)
+        }) else { throw Self.notFound() }
+        return found
+    }
+
+    /// queued → running, once: the claim must still be queued, unexpired, and in the node's capabilities.
+    public func claim(id: String, deviceID: String, subject: String) throws -> Command {
+        let now = clock.now()
+        guard let node = try node(deviceID: deviceID, subject: subject) else { throw Self.notFound() }
+        _ = try command(id: id, deviceID: deviceID, subject: subject)
+        let claimed = try store.database.transaction { db in
+            try db.run("""
+                UPDATE mobile_node_commands SET status = 'running' WHERE device_id = ? AND id = ? AND status = 'queued' AND expires_at > ?
+                """, deviceID, id, Self.ms(now)) == 1
+        }
+        let current = try command(id: id, deviceID: deviceID, subject: subject)
+        guard claimed, node.capabilities.contains(current.command) else { throw Self.conflict() }
+        return current
+    }
+
+    /// The phone's outcome, from running only; the identical outcome again is accepted, a different one is a conflict.
+    public func finish(id: String, deviceID: String, subject: String, status: String, result: JSONValue?, error: String?) throws -> Command {
+        guard Self.terminalStatuses.contains(status) else {
+            throw Self.invalid("status must be completed, failed, declined or expired", field: "status")
+        }
+        let resultText = result.map { $0.serialized() }
+        if let resultText, resultText.utf8.count > Self.maximumResultBytes { throw Self.invalid("result must be at most 1 MiB of JSON", field: "result") }
+        if let error, error.count > 4096 { throw Self.invalid("error must be at most 4096 characters", field: "error") }
+        let current = try command(id: id, deviceID: deviceID, subject: subject)
+        if Self.terminalStatuses.contains(current.status), current.status != "expired" || current.completedAt != nil {
+            guard current.status == status, current.result == result, current.error == error else { throw Self.conflict() }
+            return current
+        }
+        let now = clock.now()
+        let settled = try store.database.transaction { db in
+            try db.run("""
+                UPDATE mobile_node_commands SET status = ?, result = ?, error = ?, completed_at = ? WHERE device_id = ? AND id = ? AND status = 'running'
+                """, status, resultText, error, Self.ms(now), deviceID, id) == 1
+        }
+        guard settled else { throw Self.conflict() }
+        return try command(id: id, deviceID: deviceID, subject: subject)
+    }
+
+    /// Waits (polling every half second, as the original's tool does) for a terminal status or the end of `wait`.
+    public func waitForOutcome(id: String, deviceID: String, subject: String, wait: Duration) async throws -> Command {
+        let deadline = ContinuousClock.now + wait
+        while true {
+            let current = try command(id: id, deviceID: deviceID, subject: subject)
+            if Self.terminalStatuses.contains(current.status) || ContinuousClock.now >= deadline { return current }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+    }
+
+    // MARK: JSON
+
+    public static func json(_ n: Node) -> JSONValue {
+        ["device_id": .string(n.deviceID), "name": .string(n.name), "platform": .string(n.platform), "model": .string(n.model),
+         "os_version": .string(n.osVersion), "app_version": .string(n.appVersion), "capabilities": .array(n.capabilities.map(JSONValue.string)),
+         "permissions": .object(n.permissions.mapValues(JSONValue.string)), "foreground_only": true, "updated_at": .timestamp(n.updatedAt)]
+    }
+
+    public static func json(_ c: Command) -> JSONValue {
+        var object: [String: JSONValue] = ["id": .string(c.id), "device_id": .string(c.deviceID), "command": .string(c.command), "params": c.params,
+                                           "status": .string(c.status), "created_at": .timestamp(c.createdAt), "expires_at": .timestamp(c.expiresAt)]
+        if let result = c.result { object["result"] = result }
+        if let error = c.error { object["error"] = .string(error) }
+        if let completed = c.completedAt { object["completed_at"] = .timestamp(completed) }
+        return .object(object)
+    }
+}
+
+/// `/api/v1/mobile/nodes`: the original app's node routes.
+public struct DeviceNodesAPI: Sendable {
+    let nodes: DeviceNodes
+    let clock: any WallClock
+
+    public init(nodes: DeviceNodes, clock: any WallClock) {
+        self.nodes = nodes
+        self.clock = clock
+    }
+
+    public var routes: [Route] {
+        [
+            Route(.POST, "/api/v1/mobile/nodes/register", access: .role(.viewer), summary: "Register this phone as a node with the commands it has switched on", handler: register),
+            Route(.GET, "/api/v1/mobile/nodes", access: .role(.viewer), summary: "Your nodes and the supported commands", handler: list),
+            Route(.GET, "/api/v1/mobile/nodes/:device/commands", access: .role(.viewer), summary: "Queued commands for a node (polling changes nothing)", handler: pending),
+            Route(.POST, "/api/v1/mobile/nodes/:device/commands", access: .role(.viewer), summary: "Queue a command for a node (Idempotency-Key is its id)", handler: enqueue),
+            Route(.GET, "/api/v1/mobile/nodes/:device/commands/:id", access: .role(.viewer), summary: "One node command", handler: get),
+            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/claim", access: .role(.viewer), summary: "Claim a queued command (exactly one claim wins)", handler: claim),
+            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/result", access: .role(.viewer), summary: "A claimed command's outcome", handler: result),
+        ]
+    }
+
+    static func text(_ body: JSONObject, _ key: String, max: Int) throws -> String {
+        guard let value = try body.optionalString(key) else { return "" }
+        guard value.utf8.count <= max else { throw DeviceNodes.invalid("\(key) is too long", field: key) }
+        return value
+    }
+
+    @Sendable func register(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        guard request.body.count <= 16384 else { throw DeviceNodes.invalid("a node registration is at most 16384 bytes") }
+        let body: JSONObject
+        do { body = try JSONObject(body: request.body) } catch { throw APIError(status: 400, code: "invalid_json", message: "invalid node registration") }
+        let deviceID = SchemaWhitespace.trim(try Self.text(body, "device_id", max: 128))
+        guard !deviceID.isEmpty else { throw DeviceNodes.invalid("device_id is required", field: "device_id") }
+        let platform = try Self.text(body, "platform", max: 16).lowercased()
+        guard ["", "ios", "watchos"].contains(platform) else { throw DeviceNodes.invalid("platform must be ios or watchos", field: "platform") }
+        var capabilities: [String] = []
+        for (i, item) in (try body.optionalArray("capabilities") ?? []).enumerated() {
+            guard let name = item.stringValue, DeviceNodes.commands.contains(name) else {
+                throw DeviceNodes.invalid("capabilities[\(i)] is not one of \(DeviceNodes.commands.joined(separator: ", "))", field: "capabilities")
+            }
+            if !capabilities.contains(name) { capabilities.append(name) }
+        }
+        var permissions: [String: String] = [:]
+        for (key, value) in try body.optionalObject("permissions")?.fields ?? [:] {
+            guard let text = value.stringValue else { throw DeviceNodes.invalid("permissions.\(key) must be text", field: "permissions") }
+            permissions[key] = text
+        }
+        let node = try nodes.register(DeviceNodes.Node(
+            deviceID: deviceID, subject: caller.subject, name: try Self.text(body, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
+            model: try Self.text(body, "model", max: 200), osVersion: try Self.text(body, "os_version", max: 64), appVersion: try Self.text(body, "app_version", max: 64),
+            capabilities: capabilities, permissions: permissions, updatedAt: clock.now()))
+        return .json(["registered": true, "device_id": .string(node.deviceID), "poll_interval_seconds": .number(Double(DeviceNodes.pollIntervalSeconds)),
+                      "foreground_only": true], status: 201)
+    }
+
+    @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        return .json(["nodes": .array(try nodes.nodes(subject: caller.subject).map(DeviceNodes.json)),
+                      "supported_commands": .array(DeviceNodes.commands.map(JSONValue.string))])
+    }
+
+    @Sendable func pending(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        return .json(["commands": .array(try nodes.pending(deviceID: request.parameter("device"), subject: caller.subject).map(DeviceNodes.json))])
+    }
+
+    @Sendable func enqueue(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let command = try body.string("command", maxLength: 64)
+        let params = body.fields["params"].flatMap { $0 == .null ? nil : $0 } ?? .object([:])
+        let id = try request.header("idempotency-key") ?? body.optionalString("id")
+        var expiresAt: Date?
+        if let text = try body.optionalString("expires_at"), !text.isEmpty {
+            guard let date = try? Date(text, strategy: .iso8601) else { throw DeviceNodes.invalid("expires_at must be an RFC 3339 time", field: "expires_at") }
+            expiresAt = date
+        }
+        let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
+        return .json(DeviceNodes.json(queued), status: 201)
+    }
+
+    @Sendable func get(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        return .json(DeviceNodes.json(try nodes.command(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+    }
+
+    @Sendable func claim(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        return .json(DeviceNodes.json(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+    }
+
+    @Sendable func result(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let status = try body.string("status", maxLength: 16)
+        let error = try body.optionalString("error")
+        let result = body.fields["result"].flatMap { $0 == .null ? nil : $0 }
+        return .json(DeviceNodes.json(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
+                                                      status: status, result: result, error: error)))
+    }
+}
