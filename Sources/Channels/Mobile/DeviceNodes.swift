@@ -321,7 +321,9 @@ public struct DeviceNodesAPI: Sendable {
         let platform = try Self.text(body, "platform", max: 16).lowercased()
         guard ["", "ios", "watchos"].contains(platform) else { throw DeviceNodes.invalid("platform must be ios or watchos", field: "platform") }
         var capabilities: [String] = []
-        for (i, item) in (try body.optionalArray("capabilities") ?? []).enumerated() {
+        let listed = try body.optionalArray("capabilities") ?? []
+        guard listed.count <= 32 else { throw DeviceNodes.invalid("capabilities holds at most 32 names", field: "capabilities") }
+        for (i, item) in listed.enumerated() {
             guard let name = item.stringValue, DeviceNodes.commands.contains(name) else {
                 throw DeviceNodes.invalid("capabilities[\(i)] is not one of \(DeviceNodes.commands.joined(separator: ", "))", field: "capabilities")
             }
@@ -359,7 +361,9 @@ public struct DeviceNodesAPI: Sendable {
         let id = try request.header("idempotency-key") ?? body.optionalString("id")
         var expiresAt: Date?
         if let text = try body.optionalString("expires_at"), !text.isEmpty {
-            guard let date = try? Date(text, strategy: .iso8601) else { throw DeviceNodes.invalid("expires_at must be an RFC 3339 time", field: "expires_at") }
+            guard let date = (try? Date(text, strategy: .iso8601)) ?? (try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))) else {
+                throw DeviceNodes.invalid("expires_at must be an RFC 3339 time", field: "expires_at")
+            }
             expiresAt = date
         }
         let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
