@@ -122,6 +122,18 @@ public enum SelfSignedCertificate {
     /// bytes iOS' SecKeyCopyExternalRepresentation gives — for EC the uncompressed point 0x04‖X‖Y, for RSA the
     /// PKCS#1 DER (what i2d_PublicKey writes) — as 64 lower-case hex digits. Not the certificate, not the SPKI.
     public static func publicKeyPin(pem: String) throws(SealError) -> String {
+        try withCertificate(pem: pem) { x509 throws(SealError) in
+            guard let key = X509_get0_pubkey(x509) else { throw .crypto("the certificate has no public key") }
+            var encoded: UnsafeMutablePointer<UInt8>? = nil
+            let length = i2d_PublicKey(key, &encoded)
+            guard length > 0, let encoded else { throw .crypto("public key encoding") }
+            defer { CRYPTO_free(encoded, #file, #line) }
+            return Hex.encode(SHA256.hash(Array(UnsafeBufferPointer(start: encoded, count: Int(length)))))
+        }
+    }
+
+    /// Parses a PEM certificate for the length of `body` only.
+    private static func withCertificate<T>(pem: String, _ body: (OpaquePointer) throws(SealError) -> T) throws(SealError) -> T {
         let bytes = Array(pem.utf8)
         let parsed: OpaquePointer? = bytes.withUnsafeBytes { buffer in
             guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
@@ -130,28 +142,17 @@ public enum SelfSignedCertificate {
         }
         guard let x509 = parsed else { throw .crypto("not a PEM certificate") }
         defer { X509_free(x509) }
-        guard let key = X509_get0_pubkey(x509) else { throw .crypto("the certificate has no public key") }
-        var encoded: UnsafeMutablePointer<UInt8>? = nil
-        let length = i2d_PublicKey(key, &encoded)
-        guard length > 0, let encoded else { throw .crypto("public key encoding") }
-        defer { CRYPTO_free(encoded, #file, #line) }
-        return Hex.encode(SHA256.hash(Array(UnsafeBufferPointer(start: encoded, count: Int(length)))))
+        return try body(x509)
     }
 
     /// SHA-256 of the certificate's DER, as 64 lower-case hex digits.
     public static func fingerprint(pem: String) throws(SealError) -> String {
-        let bytes = Array(pem.utf8)
-        let parsed: OpaquePointer? = bytes.withUnsafeBytes { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
-            defer { BIO_free(bio) }
-            return PEM_read_bio_X509(bio, nil, nil, nil)
+        try withCertificate(pem: pem) { x509 throws(SealError) in
+            var der: UnsafeMutablePointer<UInt8>? = nil
+            let length = i2d_X509(x509, &der)
+            guard length > 0, let der else { throw .crypto("DER encoding") }
+            defer { CRYPTO_free(der, #file, #line) }
+            return Hex.encode(SHA256.hash(Array(UnsafeBufferPointer(start: der, count: Int(length)))))
         }
-        guard let x509 = parsed else { throw .crypto("not a PEM certificate") }
-        defer { X509_free(x509) }
-        var der: UnsafeMutablePointer<UInt8>? = nil
-        let length = i2d_X509(x509, &der)
-        guard length > 0, let der else { throw .crypto("DER encoding") }
-        defer { CRYPTO_free(der, #file, #line) }
-        return Hex.encode(SHA256.hash(Array(UnsafeBufferPointer(start: der, count: Int(length)))))
     }
 }

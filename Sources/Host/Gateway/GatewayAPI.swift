@@ -150,16 +150,8 @@ struct GatewayAPI: Sendable {
         guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
             throw APIError.notFound("agent not found")
         }
-        let destination = agent.schedule?.output.map { RunDestination($0) }
-        let started: StartedRun
-        switch await startRun(agentID: agentID, input: "", destination: destination, subject: caller.subject) {
-        case .success(let run): started = run
-        case .failure(let error): throw APIError.runRefused(error)
-        }
-        guard let record = await runs.wait(runID: started.runID) else { throw APIError.internal("the run vanished") }
-        guard record.status == .succeeded else {
-            throw APIError(status: 500, code: "agent_failed", message: record.error ?? "the run failed")
-        }
+        let record = try await runs.runToEnd(agentID: agentID, input: "", trigger: "api", destination: agent.schedule?.output.map { RunDestination($0) },
+                                             subject: caller.subject, failureStatus: 500)
         return .json(["result": .string(record.reply ?? ""), "delivered": .bool(record.deliveryID != nil), "run_id": .string(record.id),
                       "session_id": .string(record.sessionID)])
     }
@@ -291,5 +283,24 @@ extension APIError {
         case .alreadyRunning: return .conflict(error.description, code: "already_running")
         case .disabled: return .conflict(error.description, code: "agent_disabled")
         }
+    }
+}
+
+extension AgentRuns {
+    /// Starts a run and waits for it, as the synchronous routes (chat, trigger, webhooks) answer: a refusal is the
+    /// API's answer for it, and a failed run is `failureStatus` with the run's error.
+    func runToEnd(agentID: String, input: String, trigger: String, destination: RunDestination?, subject: String,
+                  chat: ChatContext? = nil, failureStatus: Int = 502) async throws -> RunRecord {
+        let started: StartedRun
+        do {
+            started = try start(agentID: agentID, input: input, trigger: trigger, destination: destination, subject: subject, chat: chat)
+        } catch {
+            throw APIError.runRefused(error)
+        }
+        guard let record = await wait(runID: started.runID) else { throw APIError.internal("the run vanished") }
+        guard record.status == .succeeded else {
+            throw APIError(status: failureStatus, code: "agent_failed", message: "the agent did not answer: \(record.error ?? "unknown error")")
+        }
+        return record
     }
 }

@@ -359,17 +359,8 @@ struct AssistantAPI: Sendable {
         let caller = try request.caller()
         let ask = try chatRequest(request)
         let history = sessions.history(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID)
-        let started: StartedRun
-        do {
-            started = try await runs.start(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject,
-                                           chat: ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice))
-        } catch {
-            throw APIError.runRefused(error)
-        }
-        guard let record = await runs.wait(runID: started.runID) else { throw APIError.internal("the run vanished") }
-        guard record.status == .succeeded else {
-            throw APIError(status: 502, code: "agent_failed", message: "the agent did not answer: \(record.error ?? "unknown error")")
-        }
+        let record = try await runs.runToEnd(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject,
+                                             chat: ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice))
         let reply = record.reply ?? ""
         sessions.record(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID, user: ask.text, reply: reply)
         var answer: [String: JSONValue] = [

@@ -182,16 +182,7 @@ struct TriggersAPI: Sendable {
         let body = request.body.isEmpty ? JSONValue.object([:]) : try JSONValue.parse(request.body)
         let text = Self.webhookText(body, textPath: agent.webhook?.textPath)
         let destination = agent.webhook?.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
-        let started: StartedRun
-        do {
-            started = try await runs.start(agentID: agentID, input: text, trigger: "webhook", destination: destination, subject: caller.subject)
-        } catch {
-            throw APIError.runRefused(error)
-        }
-        guard let record = await runs.wait(runID: started.runID) else { throw APIError.internal("the run vanished") }
-        guard record.status == .succeeded else {
-            throw APIError(status: 502, code: "agent_failed", message: "the agent did not answer: \(record.error ?? "unknown error")")
-        }
+        let record = try await runs.runToEnd(agentID: agentID, input: text, trigger: "webhook", destination: destination, subject: caller.subject)
         let reply = record.reply ?? ""
         return .json(["reply": .string(reply), "parts": [["type": "text", "text": .string(reply)]], "session_id": .string(record.sessionID),
                       "thread_id": "", "user_id": .string(caller.subject), "run_id": .string(record.id)])
