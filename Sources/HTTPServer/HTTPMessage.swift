@@ -18,6 +18,9 @@ public struct HTTPRequest: Sendable {
     public var pathParameters: [String: String] = [:]
     /// Set by the router when the route needs a credential.
     public var principal: Principal?
+    /// Whether it came over this server's TLS (the pinned Wi-Fi listener): secrets a phone must not get in the clear
+    /// are only answered then.
+    public var isSecure = false
 
     public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:], body: [UInt8] = [], remoteAddress: String = "") {
         self.method = method

@@ -56,7 +56,7 @@ public final class HTTPServer: Sendable {
                 handler: @escaping @Sendable (HTTPRequest) async -> HTTPResponse) {
         self.configuration = configuration
         core = ServerCore(handler: handler, immediate: immediate, maximumBodyBytes: configuration.maximumBodyBytes,
-                          receiveDeadlines: ReceiveDeadlines(seconds: configuration.requestReceiveSeconds))
+                          receiveDeadlines: ReceiveDeadlines(seconds: configuration.requestReceiveSeconds), isSecure: configuration.tls != nil)
     }
 
     /// The bound port (the chosen one when configured with port 0).
@@ -150,13 +150,15 @@ final class ServerCore: Sendable {
     let maximumBodyBytes: Int
     let inFlight = Atomic<Int>(0)
     let receiveDeadlines: ReceiveDeadlines
+    let isSecure: Bool
 
     init(handler: @escaping @Sendable (HTTPRequest) async -> HTTPResponse, immediate: (@Sendable (HTTPRequest) -> HTTPResponse?)?, maximumBodyBytes: Int,
-         receiveDeadlines: ReceiveDeadlines) {
+         receiveDeadlines: ReceiveDeadlines, isSecure: Bool) {
         self.handler = handler
         self.immediate = immediate
         self.maximumBodyBytes = maximumBodyBytes
         self.receiveDeadlines = receiveDeadlines
+        self.isSecure = isSecure
     }
 }
 
@@ -445,13 +447,14 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         }
         var buffer = [CChar](repeating: 0, count: 64)
         soulacy_mhd_client_address(connection, &buffer, buffer.count)
-        let request = HTTPRequest(
+        var request = HTTPRequest(
             method: method.map { String(cString: $0) } ?? "GET",
             path: path.isEmpty ? "/" : path,
             query: query.values,
             headers: state.headers,
             body: state.body,
             remoteAddress: buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
+        request.isSecure = core.isSecure
         state.body = []
         if let immediate = core.immediate, let response = immediate(request) {
             return queue(response, on: connection)

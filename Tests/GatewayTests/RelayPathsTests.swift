@@ -16,12 +16,17 @@ import Testing
 struct RelayPathsTests {
     static let secretText = "RELAY-PLAINTEXT-MUST-NOT-APPEAR-7c1"
 
-    /// Pairs a phone for `subject` through the API; returns its token and relay endpoint.
+    /// Pairs a phone over the pinned Wi-Fi listener, the only place the relay secret is handed out; returns its
+    /// token and relay endpoint.
     func pairPhone(_ gw: TestGateway) async throws -> (token: String, relay: RelayEndpoint) {
         let code = try #require(try await gw.request("POST", "/api/v1/pairing/tokens").json["code"]?.stringValue)
-        let redeemed = try await gw.request("POST", "/api/v1/pairing/redeem", json: ["code": .string(code), "name": "Test phone"], key: .none)
-        let token = try #require(redeemed.json["token"]?.stringValue)
-        let relay = try #require(redeemed.json["relay"])
+        let port = try #require(gw.gateway.lanPort, "relay tests pair over the pinned listener: start the gateway with lan: true")
+        let pinned = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedCertificateSHA256: Hex.decode(gw.gateway.lanFingerprint!)))
+        let answer = try await pinned.send(ClientRequest(method: "POST", url: "https://127.0.0.1:\(port)/api/v1/pairing/redeem", headers: [("content-type", "application/json")],
+                                                         body: JSONValue.object(["code": .string(code), "name": "Test phone"]).serializedBytes()))
+        let redeemed = try JSONValue.parse(answer.body)
+        let token = try #require(redeemed["token"]?.stringValue)
+        let relay = try #require(redeemed["relay"])
         return (token, RelayEndpoint(url: relay["url"]!.stringValue!, mailboxID: relay["mailbox_id"]!.stringValue!,
                                      deviceID: relay["device_id"]!.stringValue!, secret: Base64URL.decode(relay["secret"]!.stringValue!)!))
     }
@@ -31,7 +36,19 @@ struct RelayPathsTests {
         let relay = RelayServerProcess()
         try await relay.start()
         defer { relay.stop() }
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { gw in try await body(relay, gw) }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url], lan: true) { gw in try await body(relay, gw) }
+    }
+
+    @Test("the relay secret never travels in plain HTTP: a plain redeem gets a hint, the pinned listener gets the secret")
+    func relaySecretOnlyOverPinnedTLS() async throws {
+        try await withRelayGateway { _, gw in
+            let code = try #require(try await gw.request("POST", "/api/v1/pairing/tokens").json["code"]?.stringValue)
+            let plain = try await gw.request("POST", "/api/v1/pairing/redeem", json: ["code": .string(code), "name": "Tailnet phone"], key: .none)
+            #expect(plain.status == 200 && plain.json["token"]?.stringValue != nil)
+            #expect(plain.json["relay"] == nil && plain.json["relay_hint"]?.stringValue?.contains("pinned") == true)
+            let (_, endpoint) = try await pairPhone(gw)
+            #expect(endpoint.secret.count == 32)
+        }
     }
 
     func client(_ gw: TestGateway?, token: String, relay: RelayEndpoint?, lanPin: String? = nil, readBack: Duration = .seconds(6)) -> GatewayClient {
@@ -131,7 +148,7 @@ struct RelayPathsTests {
         // Without the relay's CA the handshake fails; plain HTTP to the TLS port gets no answer.
         #expect((try? await HTTP2Client().send(ClientRequest(method: "GET", url: relay.url + "/health", timeout: .seconds(2)))) == nil)
         #expect((try? await HTTP2Client().send(ClientRequest(method: "GET", url: "http://127.0.0.1:\(relay.port)/health", timeout: .seconds(2))))?.status != 200)
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url, "SOULACY_RELAY_MAILBOX_CA_FILE": relay.certificatePath]) { (gw) async throws in
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url, "SOULACY_RELAY_MAILBOX_CA_FILE": relay.certificatePath], lan: true) { (gw) async throws in
             let (token, endpoint) = try await pairPhone(gw)
             _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone"], key: .some(token))
             _ = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": .string(Self.secretText)])
@@ -205,7 +222,7 @@ struct RelayPathsTests {
         defer { relay.stop() }
         let directory = TestGateway.makeTemporaryDirectory()
         let env = ["SOULACY_RELAY_MAILBOX_URL": relay.url]
-        let (token, endpoint) = try await withTestGateway(directory: directory, environment: env) { (gw) async throws in
+        let (token, endpoint) = try await withTestGateway(directory: directory, environment: env, lan: true) { (gw) async throws in
             let paired = try await pairPhone(gw)
             _ = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "pay", "call_id": "call_held", "wait": false, "timeout_seconds": 3600])
             return paired
@@ -221,7 +238,7 @@ struct RelayPathsTests {
             #expect(try await gw.request("POST", "/approvals/call_held/deny").json["state"] == "denied")
         }
         // Back with the relay: the held sends are applied, once.
-        try await withTestGateway(directory: directory, environment: env) { (gw) async throws in
+        try await withTestGateway(directory: directory, environment: env, lan: true) { (gw) async throws in
             var settled: [String: Settlement] = [:]
             for _ in 0..<60 where settled.count < 2 {
                 settled = await phone.settleHeld()
@@ -323,13 +340,13 @@ struct RelayPathsTests {
         defer { relay.stop() }
         let directory = TestGateway.makeTemporaryDirectory()
         let env = ["SOULACY_RELAY_MAILBOX_URL": relay.url]
-        let (token, endpoint) = try await withTestGateway(directory: directory, environment: env) { (gw) async throws in try await pairPhone(gw) }
+        let (token, endpoint) = try await withTestGateway(directory: directory, environment: env, lan: true) { (gw) async throws in try await pairPhone(gw) }
         // Away from home with the gateway down: the send is held at the relay…
         let away = client(nil, token: token, relay: endpoint, readBack: .milliseconds(500))
         guard case .held(let id) = await away.send(method: "POST", path: "/api/v1/memory/facts", body: Data(#"{"text":"one intent"}"#.utf8)) else { Issue.record("not held"); return }
         // …then the person turns the relay off, which drops what it held.
         #expect(await away.setRelay(on: false))
-        try await withTestGateway(directory: directory, environment: env) { (gw) async throws in
+        try await withTestGateway(directory: directory, environment: env, lan: true) { (gw) async throws in
             // Home again: the tailnet answers and no result came down, so the held send goes directly with its own key.
             await away.update(tailnet: gw.baseURL)
             let settled = await away.settleHeld()
@@ -349,7 +366,7 @@ struct RelayPathsTests {
         let relay = RelayServerProcess()
         try await relay.start(environment: apns.environment)
         defer { relay.stop() }
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url]) { (gw) async throws in
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url], lan: true) { (gw) async throws in
             let (token, endpoint) = try await pairPhone(gw)
             let phone = client(nil, token: token, relay: endpoint)
             #expect(await phone.registerRelayPush(token: String(repeating: "cd", count: 32)))

@@ -217,7 +217,8 @@ public final class Gateway: Sendable {
         let lanLink = self.lanLink
         router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
                                 gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" },
-                                lan: { lanLink.value }, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) }).routes)
+                                lan: { lanLink.value }, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) },
+                                relayConfigured: { carriageBox.value != nil }).routes)
         let longPoll = Duration.seconds(options.environment["SOULACY_LONG_POLL_SECONDS"].flatMap(Int.init) ?? 25)
         router.add(ApprovalsAPI(broker: approvals, catalog: catalog, runs: runs, longPoll: longPoll).routes)
         router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
@@ -387,7 +388,7 @@ public final class Gateway: Sendable {
     }
 
     /// What the door lets through without a key: redeeming a pairing code and the liveness check.
-    static let doorOpenPaths: Set<String> = ["/api/v1/pairing/redeem", "/pairing/redeem", "/health", "/api/v1/health", "/ping"]
+    static let doorOpenPaths: Set<String> = ["/api/v1/pairing/redeem", "/pairing/redeem", "/health", "/api/v1/health", "/ping", "/mobile"]
 
     /// The LAN certificate and key, made on first use and kept in the data directory (the key readable by the owner only).
     static func lanIdentity(directory: String, host: String) throws(GatewayStartError) -> (keyPEM: String, certificatePEM: String, fingerprint: String) {

@@ -19,6 +19,8 @@ struct HouseholdAPI: Sendable {
     let lan: @Sendable () -> (host: String, fingerprint: String, pin: String)?
     /// Gives a redeemed phone its relay mailbox place and pairing secret, when a relay is configured.
     let enroll: @Sendable (String, String) async -> RelayCarriage.Enrollment?
+    /// Whether a relay mailbox is configured (the redeem answer then says how to get onto it).
+    var relayConfigured: @Sendable () -> Bool = { false }
 
     static func scopes(for role: Role) -> [String] {
         var scopes = ["agents:read", "inbox:read", "approvals:read", "chat", "devices:register"]
@@ -123,8 +125,11 @@ struct HouseholdAPI: Sendable {
                 "display_name": .string(displayName), "fingerprint": .string(lan()?.pin ?? ""),
                 "message": "Store this token; it is shown only once.",
             ]
-            // The relay path: the pairing secret S reaches the phone here, over the channel it paired on, never via the relay.
-            if let relay = await enroll(minted.key.id, minted.key.subject) {
+            // The relay path: the pairing secret S reaches the phone only over the pinned TLS listener, never in plain
+            // HTTP (a tailnet or LAN eavesdropper) and never via the relay itself.
+            if !request.isSecure, relayConfigured() {
+                answer["relay_hint"] = "pair over the pinned Wi-Fi link (https) to reach this gateway through the relay too"
+            } else if request.isSecure, let relay = await enroll(minted.key.id, minted.key.subject) {
                 answer["relay"] = ["url": .string(relay.url), "mailbox_id": .string(relay.mailboxID), "device_id": .string(relay.deviceID),
                                    "secret": .string(Base64URL.encode(relay.secret))]
             }
