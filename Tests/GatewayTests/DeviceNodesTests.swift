@@ -62,4 +62,24 @@ struct DeviceNodesTests {
             #expect(try await gw.request("GET", "/api/v1/mobile/nodes").json["nodes"] == [])
         }
     }
+
+    @Test("a command agent reaches the node protocol over HTTP with its run token, as the person it runs for")
+    func commandAgentOverHTTP() async throws {
+        let config = """
+            agents:
+              - id: asker
+                runner:
+                  command: ["/bin/sh", "-c", "curl -s -X POST -H \\"Authorization: Bearer $SOULACY_RUN_TOKEN\\" -H 'Content-Type: application/json' -d '{\\"command\\":\\"focus.status\\"}' $SOULACY_API_URL/api/v1/mobile/nodes/phone/commands"]
+            """
+        try await withTestGateway(config: config) { (gw) async throws in
+            #expect(try await gw.request("POST", "/api/v1/mobile/nodes/register", json: Self.node).status == 201)
+            let run = try await gw.runAgent("asker", input: "")
+            #expect(run["status"] == "succeeded", "\(run)")
+            let pending = try await gw.request("GET", "/api/v1/mobile/nodes/phone/commands")
+            #expect(pending.json["commands"]?[0]?["command"] == "focus.status" && pending.json["commands"]?[0]?["status"] == "queued")
+            // The credential dies with the run.
+            let later = try await gw.request("GET", "/api/v1/mobile/nodes", key: .some("srun_gone"))
+            #expect(later.status == 401)
+        }
+    }
 }
