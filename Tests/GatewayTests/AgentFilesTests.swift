@@ -45,7 +45,7 @@ struct AgentFilesTests {
         try await withTestGateway(config: file, clock: clock) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             try await gw.registerDevice(id: "tablet", key: nil)
-            #expect(try await eventually { clock.sleeperCount > 0 })
+            #expect(await eventually { clock.sleeperCount > 0 })
             clock.advance(to: Self.date("2026-03-10T08:00:00Z"))
             #expect(try await eventually {
                 let phone = try await inbox(gw).count
@@ -70,7 +70,7 @@ struct AgentFilesTests {
             #expect(try await gw.runAgent("shout", input: "hi")["status"] == "succeeded")
             // Saved with a change: the next run uses it.
             try write(dir + "/echo/SOUL.yaml", "id: echo\nname: Echo two\nenabled: true\nrunner: {command: [/bin/cat]}\n")
-            #expect(try await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "echo")?.name == "Echo two" })
+            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "echo")?.name == "Echo two" })
             // A save that no longer loads: the previous version keeps running.
             try write(dir + "/echo/SOUL.yaml", "id: echo\nname: [broken\n")
             try await Task.sleep(for: .milliseconds(1200))
@@ -78,12 +78,12 @@ struct AgentFilesTests {
             #expect(try await gw.runAgent("echo", input: "still here")["status"] == "succeeded")
             // Switched off, then deleted.
             try write(dir + "/shout/SOUL.yaml", "id: shout\nenabled: false\nrunner: {command: [/bin/cat]}\n")
-            #expect(try await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout")?.enabled == false })
+            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout")?.enabled == false })
             let refused = try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"])
             #expect(refused.status == 409 && refused.errorCode == "agent_disabled")
             try FileManager.default.removeItem(atPath: dir + "/shout")
             #expect(try await agentIDs(gw) == ["echo"], "a disabled agent is not listed, as in the original")
-            #expect(try await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout") == nil })
+            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout") == nil })
             #expect(try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"]).status == 404)
         }
     }
@@ -100,7 +100,7 @@ struct AgentFilesTests {
             try await gw.registerDevice(id: "phone", key: nil)
             #expect(gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == Self.date("2026-03-10T08:00:00Z"))
             try write(dir + "/tick.yaml", agent("30 9 * * *"))
-            #expect(try await eventually(timeout: .seconds(3)) {
+            #expect(await eventually(timeout: .seconds(3)) {
                 gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == Self.date("2026-03-10T09:30:00Z")
             })
             try await Task.sleep(for: .milliseconds(200))
@@ -110,7 +110,7 @@ struct AgentFilesTests {
             clock.advance(to: Self.date("2026-03-10T09:30:00Z"))
             #expect(try await eventually { try await inbox(gw).count == 1 })
             try FileManager.default.removeItem(atPath: dir + "/tick.yaml")
-            #expect(try await eventually(timeout: .seconds(3)) { gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == nil })
+            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == nil })
             clock.advance(to: Self.date("2026-03-11T09:30:00Z"))
             try await Task.sleep(for: .milliseconds(300))
             #expect(try await inbox(gw).count == 1, "a deleted agent no longer fires")
@@ -169,7 +169,7 @@ struct AgentFilesTests {
         try await withTestGateway(config: file, clock: clock) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             #expect(gw.gateway.scheduler.nextFires(after: clock.now())["later"] == Self.date("2026-03-10T09:00:00Z"))
-            #expect(try await eventually { clock.sleeperCount > 0 })
+            #expect(await eventually { clock.sleeperCount > 0 })
             #expect(try await inbox(gw).isEmpty)
             clock.advance(to: Self.date("2026-03-10T09:00:00Z"))
             #expect(try await eventually { try await inbox(gw).count == 1 })

@@ -193,7 +193,7 @@ struct LLMRunnerTests {
             _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "platform": "ios", "push_token": .string(String(repeating: "ab", count: 32)), "notifications_enabled": true])
             _ = try await gw.request("POST", "/api/v1/mobile/nodes/register", json: ["device_id": "phone", "platform": "ios", "capabilities": ["canvas.present"]])
             #expect(try await gw.request("GET", "/api/v1/mobile/devices").status == 200)
-            #expect(try await eventually { clock.sleeperCount > 0 })
+            #expect(await eventually { clock.sleeperCount > 0 })
             clock.advance(to: Self.date("2026-03-10T20:00:00Z"))
             // The run pauses on the approvals broker before mobile.invoke runs; the phone is woken to decide.
             let callID = try await awaitValue { try await gw.request("GET", "/api/v1/approvals").json["approvals"]?[0]?["call_id"]?.stringValue }
