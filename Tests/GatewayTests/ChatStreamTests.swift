@@ -135,4 +135,32 @@ struct ChatStreamTests {
             #expect(try await gw.request("POST", "/api/v1/chat/confirm", json: ["call_id": "nope", "approved": true]).status == 404)
         }
     }
+
+    @Test("/chat/cancel stops a chat by its session id; the caller gets the refusal, nobody gets a failure notice; unknown or someone else's is 404")
+    func cancel() async throws {
+        let config = """
+            agents:
+              - id: slow
+                runner: {command: ["/bin/sh", "-c", "sleep 30; echo late"]}
+                notify_on_failure: {channel: mobile, to: all}
+            """
+        try await withTestGateway(config: config) { (gw) async throws in
+            try await gw.registerDevice(id: "phone", key: nil)
+            async let answer = gw.request("POST", "/api/v1/chat", json: ["agent_id": "slow", "text": "x", "session_id": "s-cancel"])
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            #expect(await eventually { await gw.gateway.runs.activityRun(sessionID: "s-cancel") != nil })
+            #expect(try await gw.request("POST", "/api/v1/chat/cancel", json: ["run_id": "s-cancel"], key: .some(priya)).status == 404, "not hers")
+            let deadline = ContinuousClock.now + .seconds(10)
+            var cancelled: JSONValue = .null
+            while ContinuousClock.now < deadline, cancelled["ok"] != true {
+                cancelled = try await gw.request("POST", "/api/v1/chat/cancel", json: ["run_id": "s-cancel"]).json
+                if cancelled["ok"] != true { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(cancelled["ok"] == true && cancelled["cancelled"]?.stringValue?.hasPrefix("run_") == true, "\(cancelled)")
+            let refused = try await answer
+            #expect(refused.status == 502 && refused.errorMessage?.contains("the run was cancelled") == true, "\(refused.json)")
+            #expect(try await gw.request("POST", "/api/v1/chat/cancel", json: ["run_id": "s-cancel"]).status == 404, "already finished")
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone").json["deliveries"] == [], "no failure notice for a cancel")
+        }
+    }
 }

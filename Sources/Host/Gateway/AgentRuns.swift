@@ -176,6 +176,19 @@ public actor AgentRuns {
         return StartedRun(runID: runID, sessionID: sessionID, agentID: agentID)
     }
 
+    /// Stops a run of `subject`'s, named by its run id or its session id (`/chat/cancel`); the id of the run stopped.
+    public func cancel(_ id: String, subject: String) -> String? {
+        guard let run = activityRuns[id] ?? activityRuns.values.first(where: { $0.runID == id }), run.subject == subject else { return nil }
+        if let task = chatRuns[run.runID] {
+            task.cancel()
+        } else if let entry = running.values.first(where: { $0.runID == run.runID }) {
+            entry.task.cancel()
+        } else {
+            return nil
+        }
+        return run.runID
+    }
+
     /// Waits for a run started here; nil when it is not (or no longer) running.
     public func wait(runID: String) async -> RunRecord? {
         if let done = recent[runID] { return done }
@@ -223,7 +236,8 @@ public actor AgentRuns {
             record.status = .failed
             record.error = error.description
             log.warning("run \(record.id) of agent \(agent.id) failed: \(error.logDescription)")
-            await notifyFailure(agent: agent, record: record, error: error)
+            // A run someone stopped on purpose is not a failure anyone needs to be told about.
+            if error != .cancelled { await notifyFailure(agent: agent, record: record, error: error) }
         } catch {
             // The reply existed but no channel took it: the run failed to deliver.
             record.status = .failed

@@ -2,6 +2,7 @@ internal import CShims
 import Foundation
 import LLM
 import Glibc
+import Synchronization
 
 /// What a run gets: who asked and what to read on stdin.
 public struct RunRequest: Sendable {
@@ -55,6 +56,8 @@ public enum RunError: Error, Sendable, Equatable, CustomStringConvertible {
     case outputTooLarge(limit: Int)
     /// The model provider failed, refused, or is not configured (LLM agents).
     case model(String)
+    /// Someone asked to stop it (`/chat/cancel`).
+    case cancelled
 
     public var description: String {
         switch self {
@@ -64,6 +67,7 @@ public enum RunError: Error, Sendable, Equatable, CustomStringConvertible {
         case let .killedBySignal(signal): return "the command was killed by signal \(signal)"
         case let .outputTooLarge(limit): return "the command wrote more than \(limit) bytes"
         case let .model(message): return message
+        case .cancelled: return "the run was cancelled"
         }
     }
 
@@ -118,11 +122,17 @@ public struct CommandRunner: AgentRunner {
         let env = environment(for: request)
         let directory = config.workingDirectory
         let started = ContinuousClock.now
-        let outcome: Result<String, RunError> = await withCheckedContinuation { continuation in
-            // Blocking reads and waitpid live on their own thread, away from Swift's cooperative pool.
-            Thread.detachNewThread {
-                continuation.resume(returning: Self.spawnAndWait(argv: argv, env: env, directory: directory, input: request.input, timeout: request.timeout))
+        let cancelled = Atomic<Bool>(false)
+        let outcome: Result<String, RunError> = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                // Blocking reads and waitpid live on their own thread, away from Swift's cooperative pool.
+                Thread.detachNewThread {
+                    continuation.resume(returning: Self.spawnAndWait(argv: argv, env: env, directory: directory, input: request.input,
+                                                                     timeout: request.timeout, cancelled: cancelled))
+                }
             }
+        } onCancel: {
+            cancelled.store(true, ordering: .relaxed)
         }
         switch outcome {
         case .success(let reply): return RunResult(reply: reply, duration: ContinuousClock.now - started)
@@ -130,7 +140,8 @@ public struct CommandRunner: AgentRunner {
         }
     }
 
-    private static func spawnAndWait(argv: [String], env: [String], directory: String?, input: String, timeout: Duration) -> Result<String, RunError> {
+    private static func spawnAndWait(argv: [String], env: [String], directory: String?, input: String, timeout: Duration,
+                                     cancelled: borrowing Atomic<Bool>) -> Result<String, RunError> {
         var stdinPipe: [Int32] = [0, 0], stdoutPipe: [Int32] = [0, 0], stderrPipe: [Int32] = [0, 0]
         guard soulacy_pipe_cloexec(&stdinPipe) == 0, soulacy_pipe_cloexec(&stdoutPipe) == 0, soulacy_pipe_cloexec(&stderrPipe) == 0 else {
             return .failure(.spawnFailed(program: argv.first ?? "", reason: String(cString: strerror(errno))))
@@ -195,12 +206,14 @@ public struct CommandRunner: AgentRunner {
         let deadline = ContinuousClock.now + timeout
         var status: Int32 = 0
         var timedOut = false
+        var stopped = false
         while true {
             let r = waitpid(pid, &status, WNOHANG)
             if r == pid { break }
             if r < 0 && errno != EINTR { break }
-            if ContinuousClock.now >= deadline || stdoutBox.overflowed {
-                timedOut = !stdoutBox.overflowed
+            stopped = cancelled.load(ordering: .relaxed)
+            if ContinuousClock.now >= deadline || stdoutBox.overflowed || stopped {
+                timedOut = !stdoutBox.overflowed && !stopped
                 kill(-pid, SIGTERM)
                 let grace = ContinuousClock.now + .seconds(2)
                 while waitpid(pid, &status, WNOHANG) != pid {
@@ -215,6 +228,7 @@ public struct CommandRunner: AgentRunner {
         kill(-pid, SIGKILL)
         group.wait()
 
+        if stopped { return .failure(.cancelled) }
         if stdoutBox.overflowed { return .failure(.outputTooLarge(limit: maximumOutputBytes)) }
         if timedOut { return .failure(.timedOut(after: timeout)) }
         let exited = (status & 0x7f) == 0

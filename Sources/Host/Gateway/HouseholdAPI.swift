@@ -320,6 +320,7 @@ struct AssistantAPI: Sendable {
             Route(.POST, "/api/v1/chat", access: .role(.viewer), summary: "Ask an agent and get its reply", handler: chat),
             Route(.POST, "/api/v1/chat/stream", access: .role(.viewer), summary: "Ask an agent; the reply streams as server-sent events", handler: chatStream),
             Route(.GET, "/api/v1/chat/stream", access: .role(.viewer), summary: "The same stream, asked with query parameters", handler: chatStream),
+            Route(.POST, "/api/v1/chat/cancel", access: .role(.viewer), summary: "Stop one of your runs (its run id, or a chat's session id)", handler: cancel),
             Route(.POST, "/chat", access: .role(.viewer), summary: "Ask an agent (watch voice mode)", handler: chat),
             Route(.GET, "/agents", access: .role(.viewer), summary: "Agents (watch)", handler: agents),
         ]
@@ -424,6 +425,17 @@ struct AssistantAPI: Sendable {
             stream.finish()
         }
         return .streaming(stream, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")])
+    }
+
+    /// The original's `/chat/cancel {run_id}`; for `/chat` the id may be the session id.
+    @Sendable func cancel(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let id = try body.string("run_id", maxLength: 200)
+        guard let cancelled = await runs.cancel(id, subject: caller.subject) else {
+            throw APIError.notFound("run not found — it may have already finished")
+        }
+        return .json(["ok": true, "cancelled": .string(cancelled)])
     }
 
     @Sendable func agents(_ request: HTTPRequest) async throws -> HTTPResponse {

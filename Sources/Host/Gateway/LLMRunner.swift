@@ -147,12 +147,13 @@ public struct LLMRunner: AgentRunner {
                 try? await Task.sleep(for: request.timeout)
                 return Task.isCancelled ? nil : .failure(.timedOut(after: request.timeout))
             }
+            // The caller cancelled the run (`/chat/cancel`): the conversation ends at its next step.
             var first: Result<String, RunError>?
             while let next = await group.next() {
                 if let next { first = next; break }
             }
             group.cancelAll()
-            return first ?? .failure(.timedOut(after: request.timeout))
+            return first ?? .failure(Task.isCancelled ? .cancelled : .timedOut(after: request.timeout))
         }
         switch outcome {
         case .success(let reply) where request.voice:
@@ -186,7 +187,7 @@ public struct LLMRunner: AgentRunner {
         let turns = min(agent.maxTurns <= 0 ? 10 : agent.maxTurns, Self.maximumTurnsCeiling)
         var seen: [String: String] = [:]
         for turn in 1...turns {
-            if Task.isCancelled { return .failure(.timedOut(after: request.timeout)) }
+            if Task.isCancelled { return .failure(.cancelled) }
             var chat = ChatRequest(model: model, messages: messages)
             chat.tools = tools.map(\.spec)
             chat.temperature = settings.temperature
