@@ -227,7 +227,11 @@ struct RelayAndLiveActivityTests {
         let body = try JSONValue.parse(Array(request["body"]!.stringValue!.utf8))
         #expect(body["token"]?.stringValue == Self.startToken && body["event"] == "start" && body["priority"] == 10)
         #expect(body["environment"] == "production" && body["bundle_id"] == "dev.soulacy.ios")
-        #expect(body["payload"]?["aps"]?["content-state"]?["detail"] == "Running lookup")
+        // The payload is the exact APNs body, in the original app's shapes.
+        let aps = body["payload"]?["aps"]
+        #expect(aps?["attributes-type"] == "SoulacyRunAttributes" && aps?["attributes"]?["run_key"] == "brief/ses_1")
+        #expect(aps?["content-state"] == ["stage": "running", "detail": "Running lookup", "steps": 1, "needs_you": false,
+                                          "updated_at": aps?["timestamp"] ?? .null])
     }
 
     @Test("POST /api/v1/mobile/activities validates every field and refuses Android")
