@@ -8,25 +8,31 @@ struct JSONPost: Sendable {
     let providerID: String
 
     func send(url: String, headers: [(String, String)], body: JSONValue, timeout: Duration) async throws(LLMError) -> JSONValue {
-        var allHeaders = headers
-        allHeaders.append(("content-type", "application/json"))
-        let request = ClientRequest(method: "POST", url: url, headers: allHeaders, body: body.serializedBytes(), timeout: timeout)
+        let response = try await post(url: url, headers: headers, body: body, timeout: timeout, onBody: nil)
+        guard let json = parseJSON(response.body) else { throw LLMError(.malformed, "\(providerID) answered with something that is not JSON") }
+        return json
+    }
+
+    /// One POST with a JSON body: a transport failure or a non-2xx answer becomes the `LLMError` a run reports,
+    /// with the provider's own message. `onBody`, when given, gets the body as it arrives (streaming).
+    func post(url: String, headers: [(String, String)], body: JSONValue, timeout: Duration,
+              onBody: (@Sendable ([UInt8]) -> Void)?) async throws(LLMError) -> ClientResponse {
+        let request = ClientRequest(method: "POST", url: url, headers: headers + [("content-type", "application/json")],
+                                    body: body.serializedBytes(), timeout: timeout)
         let response: ClientResponse
         do {
-            response = try await client.http.send(request)
+            if let onBody { response = try await client.http.send(request, onBody: onBody) } else { response = try await client.http.send(request) }
         } catch {
             if error.description.lowercased().contains("timeout") || error.description.lowercased().contains("timed out") {
                 throw LLMError(.timedOut, "\(providerID) did not answer within \(timeout)")
             }
             throw LLMError(.unreachable, "could not reach \(providerID) at \(Self.origin(url)): \(error.description)")
         }
-        let json = try? JSONDecoder().decode(JSONValue.self, from: Data(response.body))
         guard (200..<300).contains(response.status) else {
-            let detail = json.flatMap(Self.errorMessage) ?? String(decoding: response.body.prefix(300), as: UTF8.self)
+            let detail = parseJSON(response.body).flatMap(Self.errorMessage) ?? String(decoding: response.body.prefix(300), as: UTF8.self)
             throw LLMError(.rejected, "\(providerID) answered \(response.status): \(detail)")
         }
-        guard let json else { throw LLMError(.malformed, "\(providerID) answered with something that is not JSON") }
-        return json
+        return response
     }
 
     /// `{error: {message}}` (OpenAI, Anthropic) or `{error: "…"}` (Ollama).
@@ -45,7 +51,7 @@ struct JSONPost: Sendable {
 /// Arguments as providers send them: OpenAI a JSON string, Ollama and Anthropic an object.
 func argumentsObject(_ value: JSONValue?) -> JSONValue {
     switch value {
-    case .string(let text): return (try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) ?? .object([:])
+    case .string(let text): return parseJSON(text) ?? .object([:])
     case .object: return value!
     default: return .object([:])
     }
@@ -159,7 +165,7 @@ public struct OllamaProvider: ChatProvider {
         do { response = try await post.client.http.send(request) } catch {
             throw LLMError(.unreachable, "could not reach ollama at \(JSONPost.origin(baseURL)): \(error.description)" + notRunningHint)
         }
-        guard response.status == 200, let json = try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)) else {
+        guard response.status == 200, let json = parseJSON(response.body) else {
             throw LLMError(.rejected, "ollama at \(JSONPost.origin(baseURL)) answered \(response.status) to /api/tags")
         }
         return json["models"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? []

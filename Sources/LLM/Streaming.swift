@@ -45,30 +45,15 @@ extension JSONPost {
     /// POSTs with `stream: true` and feeds each line of the answer to `onLine`; a non-2xx status is an error with the provider's message.
     func stream(url: String, headers: [(String, String)], body: JSONValue, timeout: Duration,
                 onLine: @escaping @Sendable (String) -> Void) async throws(LLMError) {
-        var allHeaders = headers
-        allHeaders.append(("content-type", "application/json"))
-        let request = ClientRequest(method: "POST", url: url, headers: allHeaders, body: body.serializedBytes(), timeout: timeout)
         let splitter = LineSplitter(onLine: onLine)
-        let response: ClientResponse
-        do {
-            // An error answer's lines reach the parser too; they match no event, and the status decides below.
-            response = try await client.http.send(request) { bytes in splitter.feed(bytes) }
-        } catch {
-            if error.description.lowercased().contains("timeout") || error.description.lowercased().contains("timed out") {
-                throw LLMError(.timedOut, "\(providerID) did not answer within \(timeout)")
-            }
-            throw LLMError(.unreachable, "could not reach \(providerID) at \(Self.origin(url)): \(error.description)")
-        }
-        guard (200..<300).contains(response.status) else {
-            let json = try? JSONDecoder().decode(JSONValue.self, from: Data(response.body))
-            let detail = json.flatMap(Self.errorMessage) ?? String(decoding: response.body.prefix(300), as: UTF8.self)
-            throw LLMError(.rejected, "\(providerID) answered \(response.status): \(detail)")
-        }
+        // An error answer's lines reach the parser too; they match no event, and `post` refuses the status.
+        _ = try await post(url: url, headers: headers, body: body, timeout: timeout) { bytes in splitter.feed(bytes) }
         splitter.finish()
     }
 }
 
-func parseJSON(_ text: some StringProtocol) -> JSONValue? { try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) }
+func parseJSON(_ text: some StringProtocol) -> JSONValue? { parseJSON(Array(text.utf8)) }
+func parseJSON(_ bytes: [UInt8]) -> JSONValue? { try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) }
 
 extension OpenAICompatibleProvider {
     /// Server-sent events: `data: {choices:[{delta:{content}}]}` lines, then `data: [DONE]`.

@@ -4,10 +4,10 @@ import Glibc
 /// Sends raw bytes to a loopback port and reads the reply until the server closes or `timeout` passes.
 /// For what a well-behaved client library would never send: chunked oversize bodies, huge headers, garbage.
 public enum RawHTTP {
-    public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5) -> String {
+    /// A TCP connection to a loopback port whose reads give up after `timeout` seconds; the caller closes it.
+    public static func connect(port: UInt16, timeout: Double = 5) -> Int32? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return "" }
-        defer { close(fd) }
+        guard fd >= 0 else { return nil }
         var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
@@ -15,9 +15,18 @@ public enum RawHTTP {
         address.sin_port = port.bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else { return "" }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
+    public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5) -> String {
+        guard let fd = connect(port: port, timeout: timeout) else { return "" }
+        defer { close(fd) }
         var offset = 0
         while offset < request.count {
             let n = request[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }

@@ -92,14 +92,6 @@ public actor DeviceCommands {
         return Command(id: id, deviceID: deviceID, subject: subject, command: command, params: params, waits: waits, state: "queued", result: nil, expiresAt: expires)
     }
 
-    /// Commands queued or fetched and not yet answered or expired.
-    public nonisolated func queuedCount(deviceID: String) throws -> Int {
-        try store.database.read { db in
-            try db.query("SELECT count(*) AS n FROM mobile_device_commands WHERE device_id = ? AND state IN ('queued', 'delivered') AND expires_at > ?",
-                         deviceID, Self.ms(clock.now())).first?.int("n").map(Int.init) ?? 0
-        }
-    }
-
     /// What a phone has waiting; fetching marks them delivered.
     public nonisolated func pending(deviceID: String) throws -> [Command] {
         let now = Self.ms(clock.now())

@@ -94,7 +94,7 @@ public final class AgentCatalog: Sendable {
                 files.append((file, previous))
                 continue
             }
-            let (agents, problems) = AgentFiles.loadFile(file, destinations: destinations, environment: environment, strict: false)
+            let (agents, problems) = AgentFiles.loadFile(file, text: texts[file], destinations: destinations, environment: environment, strict: false)
             let failed = agents == nil || problems.contains { $0.severity == .error }
             for problem in problems { Self.report(problem, log: log) }
             if failed, let previous {

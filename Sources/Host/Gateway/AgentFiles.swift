@@ -60,11 +60,12 @@ public enum AgentFiles {
         return result
     }
 
-    public static func loadFile(_ file: String, destinations: [String: DestinationValidator], environment: [String: String],
+    /// `text`: the file's contents when the caller has read them already (a reload compares them first).
+    public static func loadFile(_ file: String, text known: String? = nil, destinations: [String: DestinationValidator], environment: [String: String],
                                 strict: Bool) -> (agents: [AgentConfig]?, problems: [ConfigError]) {
         let text: String
         do {
-            text = try String(contentsOfFile: file, encoding: .utf8)
+            text = try known ?? String(contentsOfFile: file, encoding: .utf8)
         } catch {
             return (nil, [ConfigError(file: file, line: 1, column: 1, message: "cannot read the file: \(error.localizedDescription)")])
         }

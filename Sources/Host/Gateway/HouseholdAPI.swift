@@ -332,7 +332,6 @@ struct AssistantAPI: Sendable {
         var agentID: String
         var text: String
         var sessionID: String
-        var continues: Bool
         var voice: Bool
     }
 
@@ -358,7 +357,7 @@ struct AssistantAPI: Sendable {
         let sessionID = given.flatMap { $0.isEmpty ? nil : $0 } ?? "http-" + UUID().uuidString.lowercased()
         let mode = try body.optionalString("response_mode").map(SchemaWhitespace.trim)?.lowercased() ?? ""
         guard ["", "text", "voice"].contains(mode) else { throw APIError.invalidField("response_mode", "response_mode must be text or voice") }
-        return ChatRequest(agentID: agentID, text: text, sessionID: sessionID, continues: given?.isEmpty == false, voice: mode == "voice")
+        return ChatRequest(agentID: agentID, text: text, sessionID: sessionID, voice: mode == "voice")
     }
 
     @Sendable func chat(_ request: HTTPRequest) async throws -> HTTPResponse {

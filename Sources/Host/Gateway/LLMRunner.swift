@@ -96,11 +96,9 @@ public struct LLMRunner: AgentRunner {
             let crossing = try? JSONDecoder().decode(JSONValue.self, from: Data(input.utf8))
             let label = regionLabel ?? crossing?["region_name"]?.stringValue ?? "the region"
             return "__trigger:location__ \(crossing?["event"]?.stringValue ?? "enter") \(label)"
-        case "cron": return "__trigger:cron__"
-        case "cron-missed": return "__trigger:cron_missed_startup__"
-        case "oneshot": return "__trigger:oneshot__"
-        case "api" where input.isEmpty: return "__trigger:manual__"
-        default: return input.isEmpty ? "__trigger:\(trigger)__" : input
+        default:
+            // Scheduled and manual starts have no input: Soulacy's `__trigger:cron__`, `__trigger:manual__`, ….
+            return input.isEmpty ? "__trigger:\(AgentRuns.templateTrigger(trigger))__" : input
         }
     }
 

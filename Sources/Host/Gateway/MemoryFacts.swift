@@ -53,9 +53,6 @@ public final class MemoryFactStore: Sendable {
         public var createdAt: Date
         public var updatedAt: Date
         public var expiresAt: Date?
-
-        /// This gateway's older name for the content.
-        public var text: String { content }
     }
 
     /// One entry of the change feed: a fact's current state, or a tombstone.

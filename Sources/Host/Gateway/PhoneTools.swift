@@ -7,8 +7,6 @@ import Mobile
 /// The phone builtins an LLM agent may name: `mobile.list_nodes`, `mobile.invoke`, `mobile.command_status`
 /// (SOULACY-AGENTS.md §14), run in-process against the device-command queue, acting for the run's person.
 public enum PhoneTools {
-    public static let commands = DeviceNodes.commands
-
     public static func all(nodes: DeviceNodes, clock: any WallClock) -> [String: any AgentTool] {
         let tools: [any AgentTool] = [ListNodes(nodes: nodes), Invoke(nodes: nodes, clock: clock), CommandStatus(nodes: nodes)]
         return Dictionary(uniqueKeysWithValues: tools.map { ($0.spec.name, $0) })
