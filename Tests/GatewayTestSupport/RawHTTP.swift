@@ -24,7 +24,15 @@ public enum RawHTTP {
         return fd
     }
 
-    public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5) -> String {
+    /// The exchange runs on a thread of its own: blocking reads on the cooperative pool would starve the gateway
+    /// that runs in the same test process.
+    public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5) async -> String {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: exchangeBlocking(port: port, request, timeout: timeout)) }
+        }
+    }
+
+    static func exchangeBlocking(port: UInt16, _ request: [UInt8], timeout: Double) -> String {
         guard let fd = connect(port: port, timeout: timeout) else { return "" }
         defer { close(fd) }
         var offset = 0
@@ -44,5 +52,5 @@ public enum RawHTTP {
         return String(decoding: reply, as: UTF8.self)
     }
 
-    public static func exchange(port: UInt16, _ text: String) -> String { exchange(port: port, Array(text.utf8)) }
+    public static func exchange(port: UInt16, _ text: String) async -> String { await exchange(port: port, Array(text.utf8)) }
 }

@@ -102,7 +102,9 @@ public class StandInProcess: @unchecked Sendable {
         lock.withLock { self.process = process }
         let deadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < deadline {
-            if (try? await control("GET", "/control/health"))?["ok"] == true { return }
+            // Another test's stand-in may answer on this port if it bound it first: only our own pid counts.
+            if let health = try? await control("GET", "/control/health"), health["ok"] == true,
+               health["pid"]?.numberValue == Double(process.processIdentifier) { return }
             guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(100))
         }
@@ -270,6 +272,8 @@ public final class RelayServerProcess: @unchecked Sendable {
         let client = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: tls ? certificatePath : nil))
         for _ in 0..<100 {
             if let answer = try? await client.send(ClientRequest(method: "GET", url: url + "/health", timeout: .seconds(1))), answer.status == 200 { return }
+            // It exits when its port was taken first; another relay answering there must not pass for this one.
+            guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw TestFailure("soulacy-relay did not start")

@@ -5,6 +5,12 @@ import Glibc
 import HTTPServer
 import Testing
 
+/// Carries a reader to the thread that blocks on it; only that thread touches it until it resumes the test.
+struct UncheckedBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
 /// `/api/v1/chat/stream` as the original's clients read it: server-sent events, pieces as they come.
 @Suite("Chat streaming", .serialized)
 struct ChatStreamTests {
@@ -22,9 +28,17 @@ struct ChatStreamTests {
 
         deinit { close(fd) }
 
-        /// Reads until `condition` holds for what arrived, or the server closes, or 10 s pass.
+        /// Reads until `condition` holds for what arrived, or the server closes, or 10 s pass. The blocking reads
+        /// run on a thread of their own: on the cooperative pool they would starve the gateway in this process.
         @discardableResult
-        func read(until condition: (String) -> Bool) -> Bool {
+        func read(until condition: @escaping @Sendable (String) -> Bool) async -> Bool {
+            let reader = UncheckedBox(self)
+            return await withCheckedContinuation { continuation in
+                Thread.detachNewThread { continuation.resume(returning: reader.value.readBlocking(until: condition)) }
+            }
+        }
+
+        private func readBlocking(until condition: (String) -> Bool) -> Bool {
             var buffer = [UInt8](repeating: 0, count: 65536)
             while !condition(received) {
                 let n = recv(fd, &buffer, buffer.count, 0)
@@ -67,13 +81,13 @@ struct ChatStreamTests {
         try await withTestGateway(config: file, environment: llm.environment) { (gw) async throws in
             let reader = try StreamReader(port: gw.gateway.port, request: Self.post(gw, ["agent_id": "talker", "text": "hi"]))
             // Held by the model after three frames: the first pieces are here, the end is not.
-            #expect(reader.read { $0.components(separatedBy: "data: ").count > 3 })
+            #expect(await reader.read { $0.components(separatedBy: "data: ").count > 3 })
             #expect(reader.received.hasPrefix("HTTP/1.1 200"))
             #expect(reader.received.lowercased().contains("content-type: text/event-stream"))
             #expect(!reader.received.contains("[DONE]"))
             #expect(reader.events.first?.event == "run" && reader.events.first?.data.contains("\"run_id\"") == true)
             try await llm.control("POST", "/control/release")
-            #expect(reader.read { $0.contains("data: [DONE]") })
+            #expect(await reader.read { $0.contains("data: [DONE]") })
             let pieces = reader.events.dropFirst().filter { $0.event == nil && $0.data != "[DONE]" }.map(\.data)
             #expect(pieces.count > 3 && pieces.joined() == text, "\(pieces)")
             #expect(reader.events.last?.data == "[DONE]")
@@ -91,10 +105,10 @@ struct ChatStreamTests {
             """
         try await withTestGateway(config: config) { (gw) async throws in
             let reader = try StreamReader(port: gw.gateway.port, request: Self.post(gw, ["agent_id": "echo", "text": "line one\nline two"]))
-            #expect(reader.read { $0.contains("[DONE]") })
+            #expect(await reader.read { $0.contains("[DONE]") })
             #expect(reader.events.map(\.data).dropFirst().first == "line one\\nline two", "\(reader.events.map(\.data))")
             let failing = try StreamReader(port: gw.gateway.port, request: Self.post(gw, ["agent_id": "broken", "text": "x"]))
-            #expect(failing.read { $0.contains("event: error") })
+            #expect(await failing.read { $0.contains("event: error") })
             #expect(failing.events.last?.event == "error" && failing.events.last?.data.contains("status 2") == true)
             // Bad requests are refused before any stream starts, in the error shape.
             let bad = try await gw.request("POST", "/api/v1/chat/stream", json: ["agent_id": "echo"])
@@ -113,7 +127,7 @@ struct ChatStreamTests {
         let file = "id: asker\nenabled: true\ntrigger: channel\nllm: {provider: ollama, model: m}\nbuiltins: [mobile.list_nodes]\nconfirm_tools: [mobile.list_nodes]\n"
         try await withTestGateway(config: file, environment: llm.environment) { (gw) async throws in
             let reader = try StreamReader(port: gw.gateway.port, request: Self.post(gw, ["agent_id": "asker", "text": "my phones?"]))
-            #expect(reader.read { _ in reader.events.contains { $0.event == "tool_confirm" } })
+            #expect(await reader.read { $0.contains("event: tool_confirm") })
             let confirm = try JSONValue.parse(Array((reader.events.first { $0.event == "tool_confirm" }?.data ?? "").utf8))
             #expect(confirm["tool"] == "mobile.list_nodes")
             let callID = try #require(confirm["call_id"]?.stringValue)
@@ -121,7 +135,7 @@ struct ChatStreamTests {
             #expect(try await gw.request("GET", "/api/v1/approvals").json["approvals"]?[0]?["call_id"] == .string(callID))
             let decided = try await gw.request("POST", "/api/v1/chat/confirm", json: ["call_id": .string(callID), "approved": true])
             #expect(decided.json["ok"] == true)
-            #expect(reader.read { $0.contains("[DONE]") })
+            #expect(await reader.read { $0.contains("[DONE]") })
             #expect(reader.events.contains { $0.data == "You have no phones." })
             #expect(try await gw.request("POST", "/api/v1/chat/confirm", json: ["call_id": "nope", "approved": true]).status == 404)
         }

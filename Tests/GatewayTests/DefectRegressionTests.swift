@@ -222,21 +222,21 @@ struct DefectRegressionTests {
             func statusLines(_ reply: String) -> Int {
                 reply.split(separator: "\r\n", omittingEmptySubsequences: false).filter { $0.wholeMatch(of: /HTTP\/1\.1 [0-9]{3} .*/) != nil }.count
             }
-            let smuggle = RawHTTP.exchange(port: port, "POST /api/v1/memory/facts HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 40\r\n\r\n{}\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            let smuggle = await RawHTTP.exchange(port: port, "POST /api/v1/memory/facts HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 40\r\n\r\n{}\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(smuggle.hasPrefix("HTTP/1.1 400") && statusLines(smuggle) == 1)
             for coding in ["gzip, chunked", "xchunked"] {
-                let reply = RawHTTP.exchange(port: port, "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \(coding)\r\n\r\n0\r\n\r\n")
+                let reply = await RawHTTP.exchange(port: port, "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \(coding)\r\n\r\n0\r\n\r\n")
                 #expect(reply.hasPrefix("HTTP/1.1 501") && statusLines(reply) == 1)
             }
-            let both = RawHTTP.exchange(port: port, "POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+            let both = await RawHTTP.exchange(port: port, "POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
             #expect(both.hasPrefix("HTTP/1.1 400"))
-            let noHost = RawHTTP.exchange(port: port, "GET /health HTTP/1.1\r\n\r\n")
+            let noHost = await RawHTTP.exchange(port: port, "GET /health HTTP/1.1\r\n\r\n")
             #expect(noHost.hasPrefix("HTTP/1.1 400") && statusLines(noHost) == 1 && noHost.contains("Host"))
-            let spaced = RawHTTP.exchange(port: port, "GET /health HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n\r\n")
+            let spaced = await RawHTTP.exchange(port: port, "GET /health HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n\r\n")
             #expect(spaced.hasPrefix("HTTP/1.1 400"))
-            let nul = RawHTTP.exchange(port: port, "GET /api/v1/runs/abc%00def HTTP/1.1\r\nHost: x\r\n\r\n")
+            let nul = await RawHTTP.exchange(port: port, "GET /api/v1/runs/abc%00def HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(nul.hasPrefix("HTTP/1.1 400"))
-            let nulQuery = RawHTTP.exchange(port: port, "GET /api/v1/mobile/deliveries?device_id=a%00b HTTP/1.1\r\nHost: x\r\n\r\n")
+            let nulQuery = await RawHTTP.exchange(port: port, "GET /api/v1/mobile/deliveries?device_id=a%00b HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(nulQuery.hasPrefix("HTTP/1.1 400"))
         }
     }
@@ -275,7 +275,7 @@ struct DefectRegressionTests {
             // No body pairs the caller; blanks are not JSON.
             #expect(try await gw.request("POST", "/api/v1/pairing/tokens").status == 200)
             #expect(try await gw.request("POST", "/api/v1/pairing/tokens", body: Array(" ".utf8)).errorCode == "invalid_json")
-            #expect(RawHTTP.exchange(port: gw.gateway.port, "GET /api/v1/mobile/commands?device_id=a%00b HTTP/1.1\r\nHost: x\r\n\r\n").hasPrefix("HTTP/1.1 400"))
+            #expect(await RawHTTP.exchange(port: gw.gateway.port, "GET /api/v1/mobile/commands?device_id=a%00b HTTP/1.1\r\nHost: x\r\n\r\n").hasPrefix("HTTP/1.1 400"))
         }
     }
 
@@ -298,12 +298,12 @@ struct DefectRegressionTests {
         }
         #expect(status == 0)
         #expect(output.contains("served=1 open_after=0"), "\(output)")
-        #expect(RawHTTP.exchange(port: server.port, "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").hasPrefix("HTTP/1.1 200"))
+        #expect(await RawHTTP.exchange(port: server.port, "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").hasPrefix("HTTP/1.1 200"))
     }
 
     @Test("one stalled wake-up does not hold back the others: they settle while it waits")
     func stalledPush() async throws {
-        let transport = StallingTransport(stalledDevice: "stuck", stall: .seconds(4))
+        let transport = StallingTransport(stalledDevice: "stuck", stall: .seconds(12))
         let directory = TestGateway.makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = try MobileStore(database: try DatabasePool(path: directory + "/soulacy.db"))
@@ -318,7 +318,7 @@ struct DefectRegressionTests {
         try await Task.sleep(for: .milliseconds(300))
         // While "stuck" is still waiting, a second delivery goes out to the other phones.
         _ = try await channel.deliver(Output(agentID: "brief", agentName: "Brief", sessionID: "s", parts: ["two"]), to: "device:a")
-        let quick = await eventually(timeout: .seconds(2)) { transport.sent.filter { $0 == "a" }.count == 2 && transport.sent.contains("b") }
+        let quick = await eventually(timeout: .seconds(8)) { transport.sent.filter { $0 == "a" }.count == 2 && transport.sent.contains("b") }
         #expect(quick)
         #expect(!transport.sent.contains("stuck"))
     }

@@ -47,7 +47,7 @@ struct HTTPErrorTests {
             var chunked = "POST /api/v1/mobile/devices HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(gw.adminKey)\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
             for _ in 0..<3 { chunked += "800\r\n" + String(repeating: "y", count: 2048) + "\r\n" }
             chunked += "0\r\n\r\n"
-            let reply = RawHTTP.exchange(port: port, chunked)
+            let reply = await RawHTTP.exchange(port: port, chunked)
             #expect(reply.hasPrefix("HTTP/1.1 413"))
             #expect(reply.contains("body_too_large"))
             #expect(try gw.gateway.mobileStore.allDevices().isEmpty)
@@ -59,9 +59,9 @@ struct HTTPErrorTests {
         try await withTestGateway { (gw) async throws in
             let port = gw.gateway.port
             let huge = "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "h", count: 100_000))\r\n\r\n"
-            let reply = RawHTTP.exchange(port: port, huge)
+            let reply = await RawHTTP.exchange(port: port, huge)
             #expect(reply.hasPrefix("HTTP/1.1 431"))
-            let garbage = RawHTTP.exchange(port: port, "\u{01}\u{02}NOT HTTP AT ALL\r\n\r\n")
+            let garbage = await RawHTTP.exchange(port: port, "\u{01}\u{02}NOT HTTP AT ALL\r\n\r\n")
             #expect(garbage.hasPrefix("HTTP/1.1 400"))
             #expect(try await gw.request("GET", "/health", key: .none).status == 200)
         }

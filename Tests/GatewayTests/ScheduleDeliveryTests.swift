@@ -66,7 +66,7 @@ struct ScheduleDeliveryTests {
             #expect(await eventually { await gw.gateway.runs.isRunning("brief") })
             #expect(await eventually { clock.sleeperCount >= 1 })
             clock.advance(to: Self.date("2026-03-10T07:01:00Z"))  // fires while the first run sleeps
-            #expect(await eventually(timeout: .seconds(10)) { await !gw.gateway.runs.isRunning("brief") })
+            #expect(await eventually(timeout: .seconds(30)) { await !gw.gateway.runs.isRunning("brief") })
             let runs = try gw.gateway.database.read { db in try db.query("SELECT COUNT(*) AS n FROM runs WHERE agent_id = 'brief'").first?.int("n") }
             #expect(runs == 1)
             #expect(try await inbox(gw).count == 1)

@@ -78,13 +78,13 @@ struct SecurityTests {
         // Both are hashed and compared whole: the time does not depend on where the first difference is.
         // Interleaved runs, fastest of each, so a busy machine slows both alike.
         var a = Duration.seconds(1000), b = Duration.seconds(1000)
-        for _ in 0..<5 {
+        for _ in 0..<11 {
             a = min(a, time(early))
             b = min(b, time(late))
         }
         let ratio = Double(a.components.attoseconds + a.components.seconds * 1_000_000_000_000_000_000) /
                     Double(b.components.attoseconds + b.components.seconds * 1_000_000_000_000_000_000)
-        #expect(ratio > 0.5 && ratio < 2.0, "ratio \(ratio)")
+        #expect(ratio > 0.4 && ratio < 2.5, "ratio \(ratio)")
         #expect(!SecureBytes.constantTimeEqual(early, secret) && !SecureBytes.constantTimeEqual(late, secret) && SecureBytes.constantTimeEqual(secret, secret))
     }
 }

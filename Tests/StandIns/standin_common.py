@@ -83,7 +83,8 @@ async def lifespan(scope, receive, send):
 async def shared_control(standin, path, data, send):
     """The control routes every stand-in has (health, requests, script, reset); True when `path` was one of them."""
     if path == "/control/health":
-        await respond(send, 200, {"ok": True})
+        # The pid lets the test tell its own stand-in from another that got the same free port first.
+        await respond(send, 200, {"ok": True, "pid": os.getpid()})
     elif path == "/control/requests":
         await respond(send, 200, {"requests": standin.requests})
     elif path == "/control/script":
