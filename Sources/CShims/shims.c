@@ -139,13 +139,15 @@ static int soulacy_pin_index = -1;
 
 static int soulacy_pin_verify(int preverify, X509_STORE_CTX *store) {
     (void)preverify;
-    if (X509_STORE_CTX_get_error_depth(store) != 0) return 1;  /* only the leaf is checked, and only by its hash */
+    if (X509_STORE_CTX_get_error_depth(store) != 0) return 1;  /* only the leaf is checked, and only by its key's hash */
     SSL *ssl = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx());
     const unsigned char *expected = ssl ? SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), soulacy_pin_index) : NULL;
     X509 *leaf = X509_STORE_CTX_get_current_cert(store);
     if (!expected || !leaf) return 0;
+    /* The original app's pin: the public key as iOS represents it (EC: 0x04||X||Y; RSA: PKCS#1 DER). */
+    EVP_PKEY *key = X509_get0_pubkey(leaf);
     unsigned char *der = NULL;
-    int length = i2d_X509(leaf, &der);
+    int length = key ? i2d_PublicKey(key, &der) : 0;
     if (length <= 0) return 0;
     unsigned char digest[32];
     unsigned int digest_length = 0;
@@ -163,7 +165,7 @@ static CURLcode soulacy_pin_ctx(CURL *curl, void *ssl_ctx, void *fingerprint) {
     return CURLE_OK;
 }
 
-CURLcode soulacy_curl_pin_certificate(CURL *handle, const unsigned char *fingerprint) {
+CURLcode soulacy_curl_pin_public_key(CURL *handle, const unsigned char *fingerprint) {
     if (soulacy_pin_index < 0) soulacy_pin_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, NULL);
     CURLcode rc = curl_easy_setopt(handle, CURLOPT_SSL_VERIFYHOST, 0L);
     if (rc == CURLE_OK) rc = curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, soulacy_pin_ctx);
@@ -171,4 +173,100 @@ CURLcode soulacy_curl_pin_certificate(CURL *handle, const unsigned char *fingerp
     /* Connections are not shared with unpinned transfers: a fresh one is made and checked. */
     if (rc == CURLE_OK) rc = curl_easy_setopt(handle, CURLOPT_SSL_SESSIONID_CACHE, 0L);
     return rc;
+}
+
+/* ---- One port for TLS and plain HTTP (the original gateway's auto-TLS listener) ---- */
+#include <poll.h>
+#include <time.h>
+#include <errno.h>
+
+int soulacy_listen_socket(const struct sockaddr *address, socklen_t length, int backlog) {
+    int fd = socket(address->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (address->sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+    if (bind(fd, address, length) != 0 || listen(fd, backlog) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+uint16_t soulacy_socket_port(int fd) {
+    struct sockaddr_storage address;
+    socklen_t length = sizeof address;
+    if (getsockname(fd, (struct sockaddr *)&address, &length) != 0) return 0;
+    if (address.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&address)->sin_port);
+    if (address.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
+    return 0;
+}
+
+struct soulacy_pending { int fd; struct sockaddr_storage address; socklen_t length; struct timespec since; };
+
+static int soulacy_same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+    if (a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+    return 0;
+}
+
+static long soulacy_elapsed_ms(const struct timespec *since, const struct timespec *now) {
+    return (now->tv_sec - since->tv_sec) * 1000 + (now->tv_nsec - since->tv_nsec) / 1000000;
+}
+
+void soulacy_split_listener_run(int listen_fd, int stop_fd, struct MHD_Daemon *tls, struct MHD_Daemon *plain,
+                                int first_byte_timeout_ms, int pending_limit, int per_address_limit) {
+    struct soulacy_pending *pending = calloc((size_t)pending_limit, sizeof *pending);
+    struct pollfd *polls = calloc((size_t)pending_limit + 2, sizeof *polls);
+    if (!pending || !polls) { free(pending); free(polls); return; }
+    int count = 0;
+    for (;;) {
+        polls[0] = (struct pollfd){ .fd = stop_fd, .events = POLLIN };
+        polls[1] = (struct pollfd){ .fd = count < pending_limit ? listen_fd : -1, .events = POLLIN };
+        for (int i = 0; i < count; i++) polls[i + 2] = (struct pollfd){ .fd = pending[i].fd, .events = POLLIN };
+        int ready = poll(polls, (nfds_t)count + 2, 500);
+        if (ready < 0 && errno != EINTR) break;
+        if (polls[0].revents) break;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        /* Waiting connections: the first byte picks the daemon (0x16 opens a TLS handshake); it stays in the
+           socket (MSG_PEEK), so the daemon reads the whole stream. Silent too long, closed, or failed: dropped. */
+        for (int i = count - 1; i >= 0; i--) {
+            int drop = 0, hand = 0;
+            unsigned char first = 0;
+            if (polls[i + 2].revents) {
+                ssize_t n = recv(pending[i].fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+                if (n == 1) hand = 1;
+                else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) drop = 1;
+            }
+            if (!hand && !drop && soulacy_elapsed_ms(&pending[i].since, &now) >= first_byte_timeout_ms) drop = 1;
+            if (hand) {
+                /* MHD closes the socket itself when it cannot take it (limits reached). */
+                MHD_add_connection(first == 0x16 ? tls : plain, pending[i].fd, (const struct sockaddr *)&pending[i].address, pending[i].length);
+            } else if (drop) {
+                close(pending[i].fd);
+            }
+            if (hand || drop) pending[i] = pending[--count];
+        }
+        if (polls[1].revents) {
+            while (count < pending_limit) {
+                struct soulacy_pending next = { .length = sizeof next.address };
+                next.fd = accept4(listen_fd, (struct sockaddr *)&next.address, &next.length, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (next.fd < 0) break;
+                int same = 0;
+                for (int i = 0; i < count; i++) same += soulacy_same_host(&pending[i].address, &next.address);
+                if (same >= per_address_limit) { close(next.fd); continue; }
+                next.since = now;
+                pending[count++] = next;
+            }
+        }
+    }
+    for (int i = 0; i < count; i++) close(pending[i].fd);
+    free(pending);
+    free(polls);
 }

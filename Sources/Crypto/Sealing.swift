@@ -78,9 +78,12 @@ public enum SealedBox {
     }
 }
 
-/// A self-signed ECDSA P-256 certificate for the LAN listener, and the SHA-256 of its DER that phones pin.
+/// A self-signed ECDSA P-256 certificate for the gateway's TLS, and the public-key pin phones check.
 public enum SelfSignedCertificate {
-    public static func generate(commonName: String, ipAddresses: [String], days: Int = 3650) throws(SealError) -> (keyPEM: String, certificatePEM: String) {
+    /// `dnsNames` and `ipAddresses` go into the subject alternative names (`localhost` always); the phone ignores
+    /// them (it checks the pin only), other clients that trust the certificate itself use them.
+    public static func generate(commonName: String, organization: String? = nil, ipAddresses: [String], dnsNames: [String] = [],
+                                days: Int = 3650) throws(SealError) -> (keyPEM: String, certificatePEM: String) {
         guard let keygen = EVP_PKEY_CTX_new_id(EVP_PKEY_EC, nil) else { throw .crypto("EC key context") }
         defer { EVP_PKEY_CTX_free(keygen) }
         var generated: OpaquePointer?
@@ -96,13 +99,18 @@ public enum SelfSignedCertificate {
         X509_set_pubkey(x509, key)
         let name = X509_get_subject_name(x509)
         X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, commonName, -1, -1, 0)
+        if let organization { X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, organization, -1, -1, 0) }
         X509_set_issuer_name(x509, name)
-        let san = (ipAddresses.map { "IP:\($0)" } + ["DNS:localhost"]).joined(separator: ",")
+        var names: [String] = []
+        for dns in ["localhost"] + dnsNames where !names.contains("DNS:" + dns) { names.append("DNS:" + dns) }
+        for ip in ipAddresses where !names.contains("IP:" + ip) { names.append("IP:" + ip) }
         var ctx = X509V3_CTX()
         X509V3_set_ctx(&ctx, x509, x509, nil as OpaquePointer?, nil as OpaquePointer?, 0)
-        if let ext = X509V3_EXT_conf_nid(nil, &ctx, NID_subject_alt_name, san) {
-            X509_add_ext(x509, ext, -1)
-            X509_EXTENSION_free(ext)
+        for (nid, value) in [(NID_subject_alt_name, names.joined(separator: ",")), (NID_ext_key_usage, "serverAuth")] {
+            if let ext = X509V3_EXT_conf_nid(nil, &ctx, nid, value) {
+                X509_add_ext(x509, ext, -1)
+                X509_EXTENSION_free(ext)
+            }
         }
         guard X509_sign(x509, key, EVP_sha256()) > 0 else { throw .crypto("X509_sign") }
         func pem(_ write: (OpaquePointer?) -> Int32) throws(SealError) -> String {
@@ -143,16 +151,5 @@ public enum SelfSignedCertificate {
         guard let x509 = parsed else { throw .crypto("not a PEM certificate") }
         defer { X509_free(x509) }
         return try body(x509)
-    }
-
-    /// SHA-256 of the certificate's DER, as 64 lower-case hex digits.
-    public static func fingerprint(pem: String) throws(SealError) -> String {
-        try withCertificate(pem: pem) { x509 throws(SealError) in
-            var der: UnsafeMutablePointer<UInt8>? = nil
-            let length = i2d_X509(x509, &der)
-            guard length > 0, let der else { throw .crypto("DER encoding") }
-            defer { CRYPTO_free(der, #file, #line) }
-            return Hex.encode(SHA256.hash(Array(UnsafeBufferPointer(start: der, count: Int(length)))))
-        }
     }
 }

@@ -41,16 +41,17 @@ public struct HTTP2ClientConfiguration: Sendable {
     /// Most requests open at once; the rest queue. All share one multiplexed connection per host.
     public var maximumConcurrentStreams: Int
     public var connectTimeout: Duration
-    /// Trust only a server whose leaf certificate's DER has this SHA-256 (the LAN listener's pin), no CA at all.
-    public var pinnedCertificateSHA256: [UInt8]?
+    /// Trust only a server whose leaf public key has this SHA-256 (the gateway's pin, as the original Soulacy app
+    /// computes it: see `SelfSignedCertificate.publicKeyPin`), no CA at all.
+    public var pinnedPublicKeySHA256: [UInt8]?
     /// One for HTTP/2 services (everything multiplexes on it); more only for HTTP/1.1 servers.
     public var maximumConnectionsPerHost: Int
 
-    public init(caFile: String? = nil, maximumConcurrentStreams: Int = 256, connectTimeout: Duration = .seconds(10), pinnedCertificateSHA256: [UInt8]? = nil,
+    public init(caFile: String? = nil, maximumConcurrentStreams: Int = 256, connectTimeout: Duration = .seconds(10), pinnedPublicKeySHA256: [UInt8]? = nil,
                 maximumConnectionsPerHost: Int = 1) {
         self.caFile = caFile
         self.maximumConnectionsPerHost = maximumConnectionsPerHost
-        self.pinnedCertificateSHA256 = pinnedCertificateSHA256
+        self.pinnedPublicKeySHA256 = pinnedPublicKeySHA256
         self.maximumConcurrentStreams = maximumConcurrentStreams
         self.connectTimeout = connectTimeout
     }
@@ -127,7 +128,7 @@ final class CurlEngine: @unchecked Sendable {
     init(configuration: HTTP2ClientConfiguration) {
         _ = globalInit
         self.configuration = configuration
-        if let fingerprint = configuration.pinnedCertificateSHA256, fingerprint.count == 32 {
+        if let fingerprint = configuration.pinnedPublicKeySHA256, fingerprint.count == 32 {
             let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: 32)
             buffer.initialize(from: fingerprint, count: 32)
             pin = buffer
@@ -201,7 +202,7 @@ final class CurlEngine: @unchecked Sendable {
         soulacy_curl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.connectTimeout.components.seconds * 1000))
         soulacy_curl_setopt_ptr(easy, CURLOPT_CUSTOMREQUEST, r.method)
         if let ca = configuration.caFile { soulacy_curl_setopt_ptr(easy, CURLOPT_CAINFO, ca) }
-        if let pin { soulacy_curl_pin_certificate(easy, pin) }
+        if let pin { soulacy_curl_pin_public_key(easy, pin) }
         if r.method != "GET" || !r.body.isEmpty {
             soulacy_curl_setopt_long(easy, CURLOPT_POST, 1)
             soulacy_curl_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(r.body.count))

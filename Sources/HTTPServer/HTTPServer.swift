@@ -23,6 +23,12 @@ public struct HTTPServerConfiguration: Sendable {
     /// or the end of its previous request; a connection still sending after that is closed (a slow-loris guard:
     /// the idle timeout alone resets with every byte).
     public var requestReceiveSeconds: Int = 30
+    /// With `tls`, the same port serves plain HTTP too, as the original gateway's auto-TLS listener does: a
+    /// connection whose first byte opens a TLS handshake gets TLS, any other gets plain HTTP (a reverse proxy in
+    /// front keeps working, and a phone on the same network pins the certificate on the very same port).
+    public var acceptsPlainHTTP: Bool = false
+    /// How long a new connection on a shared port may stay silent before its first byte; then it is closed.
+    public var firstByteTimeoutSeconds: Int = 10
 
     public init(host: String = "127.0.0.1", port: UInt16 = 8080, threadPoolSize: Int = 4, maximumBodyBytes: Int = 1 << 20,
                 connectionMemoryBytes: Int = 32 * 1024, connectionLimit: Int = 1024, idleTimeoutSeconds: Int = 60,
@@ -47,21 +53,30 @@ public struct HTTPServerError: Error, CustomStringConvertible, Sendable {
 /// `immediate` may answer first, on the MHD thread itself: for quick reads this saves the suspend, the task
 /// hop and the wake-up of the polling thread, which cost more than the read.
 public final class HTTPServer: Sendable {
-    private let core: ServerCore
+    /// One per daemon: plain or TLS (both on a shared port), each telling its requests whether they came over TLS.
+    private let cores: [ServerCore]
+    private let receiveDeadlines: ReceiveDeadlines
     public let configuration: HTTPServerConfiguration
-    // The MHD_Daemon pointer as its bit pattern (0: not running); pointers are not Sendable.
-    private let daemon = Mutex<UInt>(0)
+    // The MHD_Daemon pointers as bit patterns (empty: not running); pointers are not Sendable.
+    private let daemons = Mutex<[UInt]>([])
+    /// On a shared port: the listening socket, the pipe that stops the accept thread, and the thread's end.
+    private let sharedPort = Mutex<SharedPortListener?>(nil)
 
     public init(configuration: HTTPServerConfiguration, immediate: (@Sendable (HTTPRequest) -> HTTPResponse?)? = nil,
                 handler: @escaping @Sendable (HTTPRequest) async -> HTTPResponse) {
         self.configuration = configuration
-        core = ServerCore(handler: handler, immediate: immediate, maximumBodyBytes: configuration.maximumBodyBytes,
-                          receiveDeadlines: ReceiveDeadlines(seconds: configuration.requestReceiveSeconds), isSecure: configuration.tls != nil)
+        receiveDeadlines = ReceiveDeadlines(seconds: configuration.requestReceiveSeconds)
+        let secureModes = configuration.tls == nil ? [false] : configuration.acceptsPlainHTTP ? [true, false] : [true]
+        cores = secureModes.map { [receiveDeadlines] secure in
+            ServerCore(handler: handler, immediate: immediate, maximumBodyBytes: configuration.maximumBodyBytes,
+                       receiveDeadlines: receiveDeadlines, isSecure: secure)
+        }
     }
 
     /// The bound port (the chosen one when configured with port 0).
     public var port: UInt16 {
-        daemon.withLock { d in d == 0 ? 0 : soulacy_mhd_bound_port(OpaquePointer(bitPattern: d)) }
+        if let listener = sharedPort.withLock({ $0 }) { return soulacy_socket_port(listener.fd) }
+        return daemons.withLock { d in d.first.map { soulacy_mhd_bound_port(OpaquePointer(bitPattern: $0)) } ?? 0 }
     }
 
     public func start() throws(HTTPServerError) {
@@ -87,55 +102,124 @@ public final class HTTPServer: Sendable {
             guard ok else { throw HTTPServerError(description: "listen address '\(configuration.host)' is not an IPv4 or IPv6 address") }
             isV6 = true
         }
-        var flags = UInt32(MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue)
-        if isV6 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
-        if configuration.tls != nil { flags |= UInt32(MHD_USE_TLS.rawValue) }
-        let context = Unmanaged.passUnretained(core).toOpaque()
-        let started: OpaquePointer? = withUnsafePointer(to: &storage) { address in
-            address.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                withOptionalCString(configuration.tls?.keyPEM) { key in
-                    withOptionalCString(configuration.tls?.certificatePEM) { cert in
-                        var options = soulacy_mhd_options(
-                            thread_pool_size: UInt32(configuration.threadPoolSize),
-                            connection_limit: UInt32(configuration.connectionLimit),
-                            connection_timeout_seconds: UInt32(configuration.idleTimeoutSeconds),
-                            connection_memory_limit: configuration.connectionMemoryBytes,
-                            bind_address: sa, https_key_pem: key, https_cert_pem: cert,
-                            per_ip_connection_limit: UInt32(configuration.perAddressConnectionLimit),
-                            strict_for_client: 0, notify_connection: connectionNotified, notify_connection_cls: context)
-                        return soulacy_mhd_start(flags, configuration.port, accessHandler, context, requestCompleted, context, &options)
+        let shared = cores.count > 1
+        var listenFD: Int32 = -1
+        if shared {
+            let length = socklen_t(isV6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+            listenFD = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { soulacy_listen_socket($0, length, 511) } }
+            guard listenFD >= 0 else {
+                throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port): \(String(cString: strerror(errno)))")
+            }
+        }
+        var started: [UInt] = []
+        for core in cores {
+            var flags = UInt32(MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue)
+            if isV6 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
+            if core.isSecure { flags |= UInt32(MHD_USE_TLS.rawValue) }
+            // On a shared port the accept thread hands each connection to one of the daemons.
+            if shared { flags |= UInt32(MHD_USE_NO_LISTEN_SOCKET.rawValue | MHD_USE_ITC.rawValue) }
+            let context = Unmanaged.passUnretained(core).toOpaque()
+            let tls = core.isSecure ? configuration.tls : nil
+            let daemon: OpaquePointer? = withUnsafePointer(to: &storage) { address in
+                address.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                    withOptionalCString(tls?.keyPEM) { key in
+                        withOptionalCString(tls?.certificatePEM) { cert in
+                            var options = soulacy_mhd_options(
+                                thread_pool_size: UInt32(configuration.threadPoolSize),
+                                connection_limit: UInt32(configuration.connectionLimit),
+                                connection_timeout_seconds: UInt32(configuration.idleTimeoutSeconds),
+                                connection_memory_limit: configuration.connectionMemoryBytes,
+                                bind_address: shared ? nil : sa, https_key_pem: key, https_cert_pem: cert,
+                                per_ip_connection_limit: UInt32(configuration.perAddressConnectionLimit),
+                                strict_for_client: 0, notify_connection: connectionNotified, notify_connection_cls: context)
+                            return soulacy_mhd_start(flags, shared ? 0 : configuration.port, accessHandler, context, requestCompleted, context, &options)
+                        }
                     }
                 }
             }
+            guard let daemon else {
+                let reason = String(cString: strerror(errno))
+                for d in started { MHD_stop_daemon(OpaquePointer(bitPattern: d)) }
+                if listenFD >= 0 { close(listenFD) }
+                throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port): \(reason)")
+            }
+            started.append(UInt(bitPattern: daemon))
         }
-        guard let started else {
-            throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port): \(String(cString: strerror(errno)))")
+        daemons.withLock { $0 = started }
+        if shared {
+            let listener = SharedPortListener(fd: listenFD, tls: started[0], plain: started[1],
+                                              firstByteTimeoutMilliseconds: Int32(configuration.firstByteTimeoutSeconds * 1000),
+                                              perAddressLimit: Int32(configuration.perAddressConnectionLimit))
+            sharedPort.withLock { $0 = listener }
         }
-        daemon.withLock { $0 = UInt(bitPattern: started) }
-        core.receiveDeadlines.startSweeping()
+        receiveDeadlines.startSweeping()
     }
 
     /// Stops accepting connections, lets running handlers finish (up to `drainTimeout`), then closes.
     public func stop(drainTimeout: Duration = .seconds(10)) async {
-        let d = daemon.withLock { $0 }
-        guard d != 0 else { return }
-        _ = MHD_quiesce_daemon(OpaquePointer(bitPattern: d))
+        let running = daemons.withLock { $0 }
+        guard !running.isEmpty else { return }
+        if let listener = sharedPort.withLock({ $0 }) {
+            listener.stopAccepting()
+        } else {
+            for d in running { _ = MHD_quiesce_daemon(OpaquePointer(bitPattern: d)) }
+        }
         let deadline = ContinuousClock.now + drainTimeout
-        while core.inFlight.load(ordering: .acquiring) > 0, ContinuousClock.now < deadline {
+        while cores.contains(where: { $0.inFlight.load(ordering: .acquiring) > 0 }), ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(10))
         }
-        daemon.withLock { d in
-            if d != 0 { MHD_stop_daemon(OpaquePointer(bitPattern: d)) }
-            d = 0
-        }
-        core.receiveDeadlines.stopSweeping()
+        stopDaemons()
     }
 
-    deinit {
-        daemon.withLock { d in
-            if d != 0 { MHD_stop_daemon(OpaquePointer(bitPattern: d)) }
+    private func stopDaemons() {
+        sharedPort.withLock { listener in
+            listener?.stopAccepting()
+            listener = nil
         }
-        core.receiveDeadlines.stopSweeping()
+        daemons.withLock { d in
+            for daemon in d { MHD_stop_daemon(OpaquePointer(bitPattern: daemon)) }
+            d = []
+        }
+        receiveDeadlines.stopSweeping()
+    }
+
+    deinit { stopDaemons() }
+}
+
+/// The accept thread of a port that serves TLS and plain HTTP: it peeks at each connection's first byte and hands
+/// the connection to the daemon that speaks it.
+final class SharedPortListener: Sendable {
+    let fd: Int32
+    private let stopPipe: (read: Int32, write: Int32)
+    private let done = Mutex<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(fd: Int32, tls: UInt, plain: UInt, firstByteTimeoutMilliseconds: Int32, perAddressLimit: Int32) {
+        self.fd = fd
+        var fds: [Int32] = [-1, -1]
+        _ = soulacy_pipe_cloexec(&fds)
+        stopPipe = (fds[0], fds[1])
+        let stopRead = fds[0]
+        let finished = self.finished
+        let thread = Thread {
+            soulacy_split_listener_run(fd, stopRead, OpaquePointer(bitPattern: tls), OpaquePointer(bitPattern: plain),
+                                       firstByteTimeoutMilliseconds, 1024, perAddressLimit)
+            finished.signal()
+        }
+        thread.name = "soulacy accept"
+        thread.start()
+    }
+
+    /// Ends the accept thread and closes the listening socket (idempotent); connections already handed over stay.
+    func stopAccepting() {
+        let first = done.withLock { d -> Bool in defer { d = true }; return !d }
+        guard first else { return }
+        var byte: UInt8 = 1
+        _ = write(stopPipe.write, &byte, 1)
+        finished.wait()
+        close(fd)
+        close(stopPipe.read)
+        close(stopPipe.write)
     }
 }
 

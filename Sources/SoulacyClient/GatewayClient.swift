@@ -80,7 +80,7 @@ public actor GatewayClient {
         self.token = token
         self.probeTimeout = probeTimeout
         self.readBack = readBack
-        lanClient = paths.lan.flatMap { Hex.decode($0.fingerprint) }.map { HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedCertificateSHA256: $0)) }
+        lanClient = paths.lan.flatMap { Hex.decode($0.fingerprint) }.map { HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedPublicKeySHA256: $0)) }
     }
 
     public var path: InboxPath? { current }

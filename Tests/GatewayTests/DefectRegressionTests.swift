@@ -159,9 +159,9 @@ struct DefectRegressionTests {
     @Test("the LAN door checks in order: Origin 403, bad bearer 401, outside the allowlist 404, missing key 422")
     func doorOrder() async throws {
         try await withTestGateway(lan: true) { gw in
-            let fingerprint = try #require(gw.gateway.lanFingerprint)
+            let fingerprint = try #require(gw.gateway.tlsPin)
             let key = try await gw.mintKey(subject: "owner", role: "operator")
-            let client = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedCertificateSHA256: Hex.decode(fingerprint)))
+            let client = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedPublicKeySHA256: Hex.decode(fingerprint)))
             let base = "https://127.0.0.1:\(gw.gateway.lanPort!)"
             func post(_ path: String, _ headers: [(String, String)]) async throws -> Int {
                 try await client.send(ClientRequest(method: "POST", url: base + path, headers: headers, body: Array(#"{"text":"x"}"#.utf8))).status

@@ -26,8 +26,11 @@ struct HouseholdTests {
         try await withTestGateway { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "operator")
             let (code, offer) = try await pair(gw, as: priya)
-            #expect(offer["subject"] == "priya" && offer["role"] == "operator" && offer["fingerprint"] == "" && offer["display_name"]?.stringValue != nil)
-            #expect(offer["pair_url"] == .string("\(gw.baseURL)/mobile?pair=\(code)") && offer["base_url"] == .string(gw.baseURL))
+            // The main port serves TLS beside plain HTTP: the link pins it, on the same host and port.
+            let pin = try #require(gw.gateway.tlsPin)
+            let https = "https://127.0.0.1:\(gw.gateway.port)"
+            #expect(offer["subject"] == "priya" && offer["role"] == "operator" && offer["fingerprint"] == .string(pin) && offer["display_name"]?.stringValue != nil)
+            #expect(offer["pair_url"] == .string("\(https)/mobile?pair=\(code)&fp=\(pin)") && offer["base_url"] == .string(https))
             #expect(offer["link"]?.stringValue?.hasPrefix("soulacy://pair?v=1&code=\(code)") == true)
             #expect(code.count == 16 && code.allSatisfy { ("A"..."Z").contains($0) || ("2"..."7").contains($0) })
             let redeemed = try await redeem(gw, " " + code.lowercased() + " ")  // trimmed and upper-cased, as the original reads it
@@ -190,6 +193,28 @@ struct HouseholdTests {
         }
     }
 
+    @Test("without auto-TLS, or behind a public URL, links are not pinned; a typed base_url is pinned when TLS is on, refused when it is not a URL")
+    func unpinnedLinks() async throws {
+        try await withTestGateway(environment: ["SOULACY_TLS": "off"]) { (gw) async throws in
+            #expect(gw.gateway.tlsPin == nil)
+            let (code, offer) = try await pair(gw, as: gw.adminKey)
+            #expect(offer["fingerprint"] == "" && offer["pair_url"] == .string("\(gw.baseURL)/mobile?pair=\(code)") && offer["base_url"] == .string(gw.baseURL))
+            let typed = try await gw.request("POST", "/api/v1/pairing/tokens", json: ["base_url": "http://box.tailnet.ts.net:18789"])
+            #expect(typed.json["pair_url"]?.stringValue?.hasPrefix("http://box.tailnet.ts.net:18789/mobile?pair=") == true && typed.json["fingerprint"] == "")
+        }
+        try await withTestGateway(environment: ["SOULACY_PUBLIC_URL": "https://soulacy.example.com"]) { (gw) async throws in
+            let (code, offer) = try await pair(gw, as: gw.adminKey)
+            #expect(offer["pair_url"] == .string("https://soulacy.example.com/mobile?pair=\(code)") && offer["fingerprint"] == "")
+            // Typed by the operator: direct, so pinned, and http becomes https on the same host and port.
+            let typed = try await gw.request("POST", "/api/v1/pairing/tokens", json: ["base_url": "http://192.168.1.20:18789"])
+            let typedCode = typed.json["code"]?.stringValue ?? ""
+            #expect(typed.json["pair_url"] == .string("https://192.168.1.20:18789/mobile?pair=\(typedCode)&fp=\(gw.gateway.tlsPin!)"))
+            #expect(typed.json["base_url"] == "https://192.168.1.20:18789")
+            let bad = try await gw.request("POST", "/api/v1/pairing/tokens", json: ["base_url": "ftp://x/y"])
+            #expect(bad.status == 400 && bad.json["field"] == "base_url")
+        }
+    }
+
     @Test("soulacy pair prints a code, the app's link with its QR code and the soulacy:// link; the code pairs; GET /mobile says to use the app")
     func pairCommand() async throws {
         let directory = TestGateway.makeTemporaryDirectory()
@@ -198,7 +223,8 @@ struct HouseholdTests {
             #expect(status == 0)
             let code = try #require(output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.count == 16 && $0.allSatisfy { $0.isUppercase || $0.isNumber } })
             #expect(output.contains("soulacy://pair?v=1&code=\(code)"))
-            #expect(output.contains("http://127.0.0.1:8080/mobile?pair=\(code)"), "the Soulacy app's link, which the QR encodes")
+            let pin = try #require(gw.gateway.tlsPin)
+            #expect(output.contains("https://127.0.0.1:8080/mobile?pair=\(code)&fp=\(pin)"), "the Soulacy app's link, which the QR encodes, pins the certificate")
             // Scanned with the camera instead: the page says to open it in the app.
             let page = try await gw.request("GET", "/mobile?pair=\(code)", key: .none)
             #expect(page.status == 200 && page.text.contains("Open this in the Soulacy app") && page.headers["content-type"]?.hasPrefix("text/html") == true)

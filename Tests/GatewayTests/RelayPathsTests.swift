@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
+import Gateway
 #endif
 import GatewayTestSupport
 import HTTPClient
@@ -21,7 +22,7 @@ struct RelayPathsTests {
     func pairPhone(_ gw: TestGateway) async throws -> (token: String, relay: RelayEndpoint) {
         let code = try #require(try await gw.request("POST", "/api/v1/pairing/tokens").json["code"]?.stringValue)
         let port = try #require(gw.gateway.lanPort, "relay tests pair over the pinned listener: start the gateway with lan: true")
-        let pinned = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedCertificateSHA256: Hex.decode(gw.gateway.lanFingerprint!)))
+        let pinned = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedPublicKeySHA256: Hex.decode(gw.gateway.tlsPin!)))
         let answer = try await pinned.send(ClientRequest(method: "POST", url: "https://127.0.0.1:\(port)/api/v1/pairing/redeem", headers: [("content-type", "application/json")],
                                                          body: JSONValue.object(["code": .string(code), "name": "Test phone"]).serializedBytes()))
         let redeemed = try JSONValue.parse(answer.body)
@@ -53,26 +54,26 @@ struct RelayPathsTests {
 
     func client(_ gw: TestGateway?, token: String, relay: RelayEndpoint?, lanPin: String? = nil, readBack: Duration = .seconds(6)) -> GatewayClient {
         var paths = GatewayPaths(relay: relay)
-        if let gw, let port = gw.gateway.lanPort { paths.lan = ("https://127.0.0.1:\(port)", lanPin ?? gw.gateway.lanFingerprint!) }
+        if let gw, let port = gw.gateway.lanPort { paths.lan = ("https://127.0.0.1:\(port)", lanPin ?? gw.gateway.tlsPin!) }
         paths.tailnet = gw.map { $0.baseURL } ?? "http://127.0.0.1:\(freePort())"
         return GatewayClient(paths: paths, token: token, probeTimeout: .seconds(1), readBack: readBack)
     }
 
-    @Test("the Wi-Fi listener is HTTPS with a pinned leaf: the right pin connects, a wrong one is refused; the pairing link carries it")
+    @Test("the Wi-Fi listener is HTTPS with a pinned key: the right pin connects, a wrong one is refused; both pairing links carry the one pin")
     func pinning() async throws {
         try await withTestGateway(lan: true) { (gw) async throws in
-            let fingerprint = try #require(gw.gateway.lanFingerprint)
+            let fingerprint = try #require(gw.gateway.tlsPin)
             #expect(fingerprint.count == 64)
             let offer = try await gw.request("POST", "/api/v1/pairing/tokens").json
             let link = offer["link"]?.stringValue ?? ""
             #expect(link.contains("fp=\(fingerprint)") && link.contains("lan=127.0.0.1:\(gw.gateway.lanPort!)"))
             // The original app's link goes to the pinned listener and pins its public key (64 hex, not the certificate's hash).
-            let pin = try #require(gw.gateway.lanPin)
+            let pin = fingerprint
             let code = offer["code"]?.stringValue ?? ""
             #expect(offer["pair_url"] == .string("https://127.0.0.1:\(gw.gateway.lanPort!)/mobile?pair=\(code)&fp=\(pin)"))
-            #expect(pin.count == 64 && pin != fingerprint && offer["fingerprint"] == .string(pin))
+            #expect(offer["fingerprint"] == .string(pin))
             // The pin is SHA-256 of the certificate's EC point (0x04‖X‖Y), as iOS' SecKeyCopyExternalRepresentation gives it.
-            let pem = try String(contentsOfFile: gw.gateway.options.dataDirectory + "/lan-cert.pem", encoding: .utf8)
+            let pem = try String(contentsOfFile: GatewayTLSIdentity.certificatePath(dataDirectory: gw.gateway.options.dataDirectory), encoding: .utf8)
             let point = try runProgram("/bin/sh", ["-c", "printf '%s' \"$0\" | openssl x509 -pubkey -noout | openssl ec -pubin -outform DER 2>/dev/null | tail -c 65 | openssl dgst -sha256 -r", pem])
             #expect(point.output.hasPrefix(pin), "\(point.output)")
             let key = try await gw.mintKey(subject: "owner", role: "operator")
@@ -85,7 +86,7 @@ struct RelayPathsTests {
             #expect(await bad.probe() == nil)
             guard case .unreachable = await bad.send(method: "GET", path: "/api/v1/mobile/deliveries") else { Issue.record("a wrong pin connected"); return }
             // The door: a browser Origin is refused; a POST without an Idempotency-Key is 422.
-            let pinned = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedCertificateSHA256: Hex.decode(fingerprint)))
+            let pinned = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedPublicKeySHA256: Hex.decode(fingerprint)))
             let base = "https://127.0.0.1:\(gw.gateway.lanPort!)"
             let noKey = try await pinned.send(ClientRequest(method: "POST", url: base + "/api/v1/memory/facts", headers: [("authorization", "Bearer \(key)")], body: Array(#"{"text":"x"}"#.utf8)))
             #expect(noKey.status == 422 && String(decoding: noKey.body, as: UTF8.self).contains("idempotency_key_required"))

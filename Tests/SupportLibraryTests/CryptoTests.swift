@@ -78,13 +78,34 @@ struct SealingTests {
         #expect(throws: SealError.malformed) { try SealedBox.open("abc", key: key, header: "v1 record") }
     }
 
-    @Test("a self-signed certificate's fingerprint is the SHA-256 of its DER")
+    @Test("the gateway's certificate: CN, O, server-auth use and names as the original makes it; the pin is SHA-256 of the EC point, as openssl computes it")
     func certificate() throws {
-        let made = try SelfSignedCertificate.generate(commonName: "test", ipAddresses: ["127.0.0.1"])
+        let made = try SelfSignedCertificate.generate(commonName: "Soulacy gateway", organization: "Soulacy", ipAddresses: ["127.0.0.1", "::1"], dnsNames: ["box", "box.local"])
         #expect(made.certificatePEM.hasPrefix("-----BEGIN CERTIFICATE-----") && made.keyPEM.contains("PRIVATE KEY"))
-        let fp = try SelfSignedCertificate.fingerprint(pem: made.certificatePEM)
-        #expect(fp.count == 64 && Hex.decode(fp) != nil)
-        #expect(try SelfSignedCertificate.fingerprint(pem: made.certificatePEM) == fp)
+        let pin = try SelfSignedCertificate.publicKeyPin(pem: made.certificatePEM)
+        #expect(pin.count == 64 && Hex.decode(pin) != nil)
+        let directory = NSTemporaryDirectory() + "cert-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try made.certificatePEM.write(toFile: directory + "/c.pem", atomically: true, encoding: .utf8)
+        func shell(_ command: String) throws -> String {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", command]
+            process.currentDirectoryURL = URL(fileURLWithPath: directory)
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            try process.run()
+            let data = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return String(decoding: data, as: UTF8.self)
+        }
+        let text = try shell("openssl x509 -in c.pem -noout -text")
+        #expect(text.contains("CN = Soulacy gateway") && text.contains("O = Soulacy") && text.contains("TLS Web Server Authentication"), "\(text)")
+        #expect(text.contains("DNS:localhost") && text.contains("DNS:box.local") && text.contains("IP Address:127.0.0.1") && text.contains("ASN1 OID: prime256v1"))
+        // The 65-byte uncompressed point 0x04‖X‖Y is the last 65 bytes of the SPKI DER.
+        let point = try shell("openssl x509 -in c.pem -pubkey -noout | openssl pkey -pubin -outform DER | tail -c 65 | openssl dgst -sha256 -r")
+        #expect(point.hasPrefix(pin), "\(point)")
     }
 }
 

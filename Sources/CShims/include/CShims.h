@@ -40,6 +40,17 @@ struct MHD_Daemon *soulacy_mhd_start(unsigned int flags, uint16_t port,
 /* The client's address as text ("127.0.0.1", "::1"); writes an empty string when unknown. */
 void soulacy_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t length);
 
+/* A listening TCP socket (close-on-exec, non-blocking, SO_REUSEADDR), or -1 with errno. */
+int soulacy_listen_socket(const struct sockaddr *address, socklen_t length, int backlog);
+/* The local port of a socket, 0 when unknown. */
+uint16_t soulacy_socket_port(int fd);
+/* Accepts on `listen_fd` until `stop_fd` is readable, handing each connection to `tls` when its first byte
+   opens a TLS handshake (0x16) and to `plain` otherwise; both daemons run with MHD_USE_NO_LISTEN_SOCKET.
+   A connection silent for `first_byte_timeout_ms` is closed; at most `pending_limit` wait for their first byte,
+   `per_address_limit` from one address. */
+void soulacy_split_listener_run(int listen_fd, int stop_fd, struct MHD_Daemon *tls, struct MHD_Daemon *plain,
+                                int first_byte_timeout_ms, int pending_limit, int per_address_limit);
+
 /* The port the daemon is bound to (useful when started on port 0). */
 uint16_t soulacy_mhd_bound_port(struct MHD_Daemon *daemon);
 
@@ -56,9 +67,10 @@ CURLcode soulacy_curl_set_callbacks(CURL *handle, soulacy_curl_data_fn body, sou
 /* The next finished transfer of a multi handle: returns 1 and fills easy/result, or 0 when there is none. */
 int soulacy_curl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result);
 
-/* Trust exactly one certificate: the handshake fails unless the server's leaf certificate DER hashes
-   (SHA-256) to `fingerprint` (32 bytes, kept by the caller for the transfer's life). No CA is consulted. */
-CURLcode soulacy_curl_pin_certificate(CURL *handle, const unsigned char *fingerprint);
+/* Trust exactly one key: the handshake fails unless the server's leaf public key, in the bytes iOS'
+   SecKeyCopyExternalRepresentation gives (EC: 0x04||X||Y, RSA: PKCS#1 DER), hashes (SHA-256) to `pin`
+   (32 bytes, kept by the caller for the transfer's life), as the original Soulacy app checks. No CA is consulted. */
+CURLcode soulacy_curl_pin_public_key(CURL *handle, const unsigned char *pin);
 
 #include <spawn.h>
 /* pipe2(O_CLOEXEC) and posix_spawn_file_actions_addchdir_np are GNU extensions the Swift Glibc module hides. */

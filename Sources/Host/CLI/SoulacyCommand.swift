@@ -122,15 +122,17 @@ struct SoulacyCommand {
             try gateway.start()
             if token != nil {
                 let offer = try gateway.ownerPairingOffer()
-                let lan = gateway.lanPort.map { "\(opts["lan"].map { String($0[..<$0.lastIndex(of: ":")!]) } ?? "0.0.0.0"):\($0)" }
-                let lanAddress = gateway.lanPort.map { "\(opts["lan"].map { String($0[..<$0.lastIndex(of: ":")!]) } ?? "127.0.0.1"):\($0)" }
-                printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway.pairingGatewayURL, lanAddress: lanAddress, pin: gateway.lanPin),
-                           url: PairingLink.url(offer: offer, gateway: gateway.pairingGatewayURL, lanAddress: lan, fingerprint: gateway.lanFingerprint), qr: false)
+                printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway.pairingGatewayURL, pinnedAddress: gateway.pinnedAddress, pin: gateway.tlsPin),
+                           url: PairingLink.url(offer: offer, gateway: gateway.pairingGatewayURL, pinnedAddress: gateway.pinnedAddress, pin: gateway.tlsPin), qr: false)
             }
         } catch {
             fail("soulacy: \(error)")
         }
-        print("soulacy is listening on http://\(listen) (Ctrl-C stops it)")
+        if let pin = gateway.tlsPin, gateway.options.autoTLS {
+            print("soulacy is listening on http://\(listen) and https://\(listen) (certificate pin \(pin)) (Ctrl-C stops it)")
+        } else {
+            print("soulacy is listening on http://\(listen) (Ctrl-C stops it)")
+        }
         fflush(nil)
 
         await waitForTermination(reload: { gateway.catalog.reload() })
@@ -167,14 +169,20 @@ struct SoulacyCommand {
                 guard opts["role"] == nil else { fail("--role goes with --name (your own phone gets your role)", code: 64) }
                 offer = try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil)
             }
-            let gateway = opts["url"] ?? ProcessInfo.processInfo.environment["SOULACY_PUBLIC_URL"] ?? "http://127.0.0.1:8080"
-            // With the LAN listener on, the link carries its address and its certificate's SHA-256 for pinning.
-            let lan = opts["lan"] ?? ProcessInfo.processInfo.environment["SOULACY_LAN_LISTEN"]
-            let certificate = lan == nil ? nil : try? String(contentsOfFile: data + "/lan-cert.pem", encoding: .utf8)
-            let fingerprint = certificate.flatMap { try? SelfSignedCertificate.fingerprint(pem: $0) }
+            let environment = ProcessInfo.processInfo.environment
+            let publicURL = environment["SOULACY_PUBLIC_URL"]
+            let gateway = opts["url"] ?? publicURL ?? "http://127.0.0.1:8080"
+            // The link pins the gateway's certificate (made at its first start) where TLS answers: the same-Wi-Fi
+            // listener when there is one, else the gateway's own port; a public URL (a proxy's) is never pinned.
+            let certificate = try? String(contentsOfFile: GatewayTLSIdentity.certificatePath(dataDirectory: data), encoding: .utf8)
             let pin = certificate.flatMap { try? SelfSignedCertificate.publicKeyPin(pem: $0) }
-            printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway, lanAddress: pin == nil ? nil : lan, pin: pin),
-                       url: PairingLink.url(offer: offer, gateway: gateway, lanAddress: fingerprint == nil ? nil : lan, fingerprint: fingerprint), qr: true)
+            let tlsOff = ["off", "0", "false", "no"].contains(environment["SOULACY_TLS"]?.lowercased() ?? "")
+            let directAddress = tlsOff || (opts["url"] == nil && publicURL != nil) ? nil : URLComponents(string: gateway).flatMap { url in
+                url.scheme == "http" || url.scheme == "https" ? url.host.map { "\($0):\(url.port ?? (url.scheme == "https" ? 443 : 80))" } : nil
+            }
+            let pinnedAddress = pin == nil ? nil : opts["lan"] ?? environment["SOULACY_LAN_LISTEN"] ?? directAddress
+            printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway, pinnedAddress: pinnedAddress, pin: pin),
+                       url: PairingLink.url(offer: offer, gateway: gateway, pinnedAddress: pinnedAddress, pin: pin), qr: true)
         } catch {
             fail("soulacy pair: \(error)")
         }

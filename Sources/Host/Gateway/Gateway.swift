@@ -35,6 +35,9 @@ public struct GatewayOptions: Sendable {
     public var lanPort: UInt16 = 0
     /// The address pairing links point phones at; defaults to the listen address.
     public var publicURL: String?
+    /// The main port serves TLS (the gateway's pinned certificate) and plain HTTP together, as the original's
+    /// auto-TLS does; `SOULACY_TLS=off` serves plain HTTP only (behind a proxy that terminates TLS, say).
+    public var autoTLS: Bool
 
     public init(configPath: String, dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8080,
                 clock: any WallClock = SystemWallClock(), log: Log = Log(), maximumBodyBytes: Int = 1 << 20,
@@ -43,6 +46,7 @@ public struct GatewayOptions: Sendable {
                 approvalTimeout: TimeInterval = 600, publicURL: String? = nil) {
         self.approvalTimeout = environment["SOULACY_APPROVAL_TIMEOUT_SECONDS"].flatMap(TimeInterval.init) ?? approvalTimeout
         self.publicURL = publicURL ?? environment["SOULACY_PUBLIC_URL"]
+        self.autoTLS = !["off", "0", "false", "no"].contains(environment["SOULACY_TLS"]?.lowercased() ?? "")
         self.environment = environment
         self.extraTransports = extraTransports
         self.retryPolicy = retryPolicy
@@ -99,15 +103,13 @@ public final class Gateway: Sendable {
     let providers: LLMProviders
     let server: HTTPServer
     let lanServer: HTTPServer?
-    /// SHA-256 of the LAN listener's certificate, as pairing links carry it.
-    public let lanFingerprint: String?
-    /// The original app's pin of the same certificate: SHA-256 of its public key (`fp` in the original's pairing link).
-    public let lanPin: String?
+    /// The pin of the gateway's one certificate (`fp` in pairing links), when TLS is served at all.
+    public let tlsPin: String?
     public let idempotency: IdempotencyLog
     public let housekeeping: Housekeeping
     private let housekeepingTask = LockedTask()
     public let carriage: RelayCarriage?
-    let lanLink = LANLink()
+    let pinnedLink = PinnedLink()
     private let carriageTask = LockedTask()
     public let router: Router
     private let schedulerTask = LockedTask()
@@ -214,10 +216,15 @@ public final class Gateway: Sendable {
         router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
         let port = boundPort
         let publicURL = options.publicURL
-        let lanLink = self.lanLink
+        let identity = options.autoTLS || options.lanHost != nil
+            ? try GatewayTLSIdentity.loadOrCreate(dataDirectory: options.dataDirectory, hosts: [options.host] + (options.lanHost.map { [$0] } ?? []))
+            : nil
+        tlsPin = identity?.pin
+        let pinnedLink = self.pinnedLink
+        let linkHost = LocalAddresses.linkHost(for: options.host)
         router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
-                                gatewayURL: { publicURL ?? "http://\(hostForURL):\(port.value.load(ordering: .relaxed))" },
-                                lan: { lanLink.value }, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) },
+                                gatewayURL: { publicURL ?? "http://\(linkHost):\(port.value.load(ordering: .relaxed))" },
+                                pinned: { pinnedLink.value }, mainPortPin: options.autoTLS ? identity?.pin : nil, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) },
                                 relayConfigured: { carriageBox.value != nil }).routes)
         let longPoll = Duration.seconds(options.environment["SOULACY_LONG_POLL_SECONDS"].flatMap(Int.init) ?? 25)
         router.add(ApprovalsAPI(broker: approvals, catalog: catalog, runs: runs, longPoll: longPoll).routes)
@@ -244,8 +251,10 @@ public final class Gateway: Sendable {
         let answerAtOnce: @Sendable (HTTPRequest) -> HTTPResponse? = { request in
             IdempotencyLog.isMutating(request.method) ? nil : routerCopy.handleImmediately(request)
         }
-        server = HTTPServer(configuration: HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes),
-                            immediate: answerAtOnce, handler: answer)
+        var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
+                                                          tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
+        serverConfiguration.acceptsPlainHTTP = true
+        server = HTTPServer(configuration: serverConfiguration, immediate: answerAtOnce, handler: answer)
         if let relayURL = options.environment["SOULACY_RELAY_MAILBOX_URL"] {
             do {
                 carriage = try RelayCarriage(url: relayURL, caFile: options.environment["SOULACY_RELAY_MAILBOX_CA_FILE"], database: database,
@@ -260,10 +269,7 @@ public final class Gateway: Sendable {
             carriage = nil
         }
         carriageBox.set(carriage)
-        if let lanHost = options.lanHost {
-            let identity = try Self.lanIdentity(directory: options.dataDirectory, host: lanHost)
-            lanFingerprint = identity.fingerprint
-            lanPin = try? SelfSignedCertificate.publicKeyPin(pem: identity.certificatePEM)
+        if let lanHost = options.lanHost, let identity {
             lanServer = HTTPServer(configuration: HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                                           tls: (identity.keyPEM, identity.certificatePEM)),
                                    immediate: { request in Self.doorRefusal(request, principal: routerCopy.principal)?.response ?? answerAtOnce(request) }) { request in
@@ -271,8 +277,6 @@ public final class Gateway: Sendable {
                 return await answer(request)
             }
         } else {
-            lanFingerprint = nil
-            lanPin = nil
             lanServer = nil
         }
     }
@@ -390,23 +394,6 @@ public final class Gateway: Sendable {
     /// What the door lets through without a key: redeeming a pairing code and the liveness check.
     static let doorOpenPaths: Set<String> = ["/api/v1/pairing/redeem", "/pairing/redeem", "/health", "/api/v1/health", "/ping", "/mobile"]
 
-    /// The LAN certificate and key, made on first use and kept in the data directory (the key readable by the owner only).
-    static func lanIdentity(directory: String, host: String) throws(GatewayStartError) -> (keyPEM: String, certificatePEM: String, fingerprint: String) {
-        let keyPath = directory + "/lan-key.pem", certPath = directory + "/lan-cert.pem"
-        do {
-            if let key = try? String(contentsOfFile: keyPath, encoding: .utf8), let cert = try? String(contentsOfFile: certPath, encoding: .utf8) {
-                return (key, cert, try SelfSignedCertificate.fingerprint(pem: cert))
-            }
-            let addresses = host == "0.0.0.0" || host == "::" ? ["127.0.0.1"] : [host]
-            let made = try SelfSignedCertificate.generate(commonName: "soulacy gateway", ipAddresses: addresses)
-            try SecretFile.write(made.keyPEM, to: keyPath)
-            try made.certificatePEM.write(toFile: certPath, atomically: true, encoding: .utf8)
-            return (made.keyPEM, made.certificatePEM, try SelfSignedCertificate.fingerprint(pem: made.certificatePEM))
-        } catch {
-            throw .listen("cannot make the LAN listener's certificate: \(error)")
-        }
-    }
-
     /// The LAN listener's port, when it is on.
     public var lanPort: UInt16? { lanServer?.port }
 
@@ -418,8 +405,11 @@ public final class Gateway: Sendable {
         try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil)
     }
 
+    /// Where pairing links pin this gateway (`host:port`), once it listens; nil without TLS or behind a public URL.
+    public var pinnedAddress: String? { pinnedLink.value?.address }
+
     public var pairingGatewayURL: String {
-        options.publicURL ?? "http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(port)"
+        options.publicURL ?? "http://\(LocalAddresses.linkHost(for: options.host)):\(port)"
     }
 
     /// Creates the owner's admin key on first start; returns its token once, or nil when keys exist.
@@ -431,9 +421,13 @@ public final class Gateway: Sendable {
     public func start() throws(GatewayStartError) {
         do {
             try server.start()
-            if let lanServer, let lanHost = options.lanHost, let fingerprint = lanFingerprint {
+            // Pairing links pin the same-Wi-Fi listener when there is one, else the main port's TLS; a public URL
+            // (a proxy's) is never pinned, as in the original.
+            if let lanServer, let lanHost = options.lanHost, let tlsPin {
                 try lanServer.start()
-                lanLink.set((host: "\(lanHost):\(lanServer.port)", fingerprint: fingerprint, pin: lanPin ?? ""))
+                pinnedLink.set((address: "\(LocalAddresses.linkHost(for: lanHost)):\(lanServer.port)", pin: tlsPin))
+            } else if options.autoTLS, options.publicURL == nil, let tlsPin {
+                pinnedLink.set((address: "\(LocalAddresses.linkHost(for: options.host)):\(server.port)", pin: tlsPin))
             }
         } catch { throw .listen(error.description) }
         boundPort.value.store(server.port, ordering: .relaxed)
@@ -507,9 +501,9 @@ final class CarriageBox: Sendable {
     var value: RelayCarriage? { box.withLock { $0 } }
 }
 
-/// The LAN listener's host and pin, for pairing links (its port is known once it listens).
-final class LANLink: Sendable {
-    private let box = Mutex<(host: String, fingerprint: String, pin: String)?>(nil)
-    func set(_ v: (host: String, fingerprint: String, pin: String)) { box.withLock { $0 = v } }
-    var value: (host: String, fingerprint: String, pin: String)? { box.withLock { $0 } }
+/// Where pairing links send a phone over pinned TLS, and the pin (the port is known once the server listens).
+final class PinnedLink: Sendable {
+    private let box = Mutex<(address: String, pin: String)?>(nil)
+    func set(_ v: (address: String, pin: String)) { box.withLock { $0 = v } }
+    var value: (address: String, pin: String)? { box.withLock { $0 } }
 }

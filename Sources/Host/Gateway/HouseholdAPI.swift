@@ -16,7 +16,10 @@ struct HouseholdAPI: Sendable {
     /// The address a pairing link sends the phone to.
     let gatewayURL: @Sendable () -> String
     /// The LAN listener's address and certificate pin, when it is on.
-    let lan: @Sendable () -> (host: String, fingerprint: String, pin: String)?
+    /// Where the pinned TLS is (`host:port`) and its pin, when pairing links should pin.
+    let pinned: @Sendable () -> (address: String, pin: String)?
+    /// The certificate's pin when the main port serves TLS (so a typed `base_url` can be pinned).
+    let mainPortPin: String?
     /// Gives a redeemed phone its relay mailbox place and pairing secret, when a relay is configured.
     let enroll: @Sendable (String, String) async -> RelayCarriage.Enrollment?
     /// Whether a relay mailbox is configured (the redeem answer then says how to get onto it).
@@ -72,21 +75,38 @@ struct HouseholdAPI: Sendable {
             offer = try household.createOffer(subject: caller.subject, name: displayName.isEmpty ? caller.subject : displayName,
                                               role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID)
         }
-        let links = pairingLinks(offer)
+        let links = try pairingLinks(offer, typedBase: body.optionalString("base_url", maxLength: 500).map(SchemaWhitespace.trim))
         return .json([
             "code": .string(offer.code), "expires_at": .timestamp(offer.expiresAt), "subject": .string(offer.subject),
             "display_name": .string(displayName), "role": .string(offer.role.rawValue),
             "pair_url": .string(links.original), "base_url": .string(links.base), "fingerprint": .string(links.pin),
             // This gateway's three-path link (LAN, tailnet, relay), for its own client.
-            "link": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), lanAddress: lan().map { "\($0.host)" }, fingerprint: lan()?.fingerprint)),
+            "link": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), pinnedAddress: pinned()?.address, pin: pinned()?.pin)),
         ])
     }
 
     /// The original app's link: `https://host:port/mobile?pair=CODE&fp=PIN` over the pinned listener when there is
     /// one, else `<gateway>/mobile?pair=CODE`.
-    func pairingLinks(_ offer: PairingOffer) -> (original: String, base: String, pin: String) {
-        if let lan = lan(), !lan.pin.isEmpty {
-            return (PairingLink.original(code: offer.code, gateway: gatewayURL(), lanAddress: lan.host, pin: lan.pin), "https://\(lan.host)", lan.pin)
+    /// A `base_url` the operator typed is direct: with TLS on the main port it is pinned (an `http://` base becomes
+    /// `https://` on the same host and port), as the original does.
+    nonisolated(unsafe) static let baseURLPattern = /([Hh][Tt][Tt][Pp][Ss]?):\/\/([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?\/?/
+
+    func pairingLinks(_ offer: PairingOffer, typedBase: String? = nil) throws -> (original: String, base: String, pin: String) {
+        if let typedBase, !typedBase.isEmpty {
+            guard let match = typedBase.wholeMatch(of: Self.baseURLPattern) else {
+                throw APIError.invalidField("base_url", "must be http://host:port or https://host:port, got \"\(typedBase)\"")
+            }
+            let scheme = match.output.1.lowercased()
+            if let pin = mainPortPin {
+                let port = match.output.3.map { String($0.dropFirst()) } ?? (scheme == "https" ? "443" : "80")
+                let address = "\(match.output.2):\(port)"
+                return (PairingLink.original(code: offer.code, gateway: "", pinnedAddress: address, pin: pin), "https://\(address)", pin)
+            }
+            let base = typedBase.hasSuffix("/") ? String(typedBase.dropLast()) : typedBase
+            return (PairingLink.original(code: offer.code, gateway: base), base, "")
+        }
+        if let pinned = pinned(), !pinned.pin.isEmpty {
+            return (PairingLink.original(code: offer.code, gateway: gatewayURL(), pinnedAddress: pinned.address, pin: pinned.pin), "https://\(pinned.address)", pinned.pin)
         }
         return (PairingLink.original(code: offer.code, gateway: gatewayURL()), gatewayURL(), "")
     }
@@ -122,7 +142,7 @@ struct HouseholdAPI: Sendable {
             var answer: [String: JSONValue] = [
                 "paired": true, "token": .string(minted.token), "key_id": .string(minted.key.id), "subject": .string(minted.key.subject),
                 "role": .string(minted.key.role.rawValue), "scopes": .array(Self.scopes(for: minted.key.role).map(JSONValue.string)),
-                "display_name": .string(displayName), "fingerprint": .string(lan()?.pin ?? ""),
+                "display_name": .string(displayName), "fingerprint": .string(pinned()?.pin ?? ""),
                 "message": "Store this token; it is shown only once.",
             ]
             // The relay path: the pairing secret S reaches the phone only over the pinned TLS listener, never in plain
@@ -446,20 +466,23 @@ struct AssistantAPI: Sendable {
 
 /// The links a pairing QR code carries.
 public enum PairingLink {
-    /// The original app's link: `https://<lan>/mobile?pair=CODE&fp=PIN` over the pinned listener, else `<gateway>/mobile?pair=CODE`.
-    public static func original(code: String, gateway: String, lanAddress: String? = nil, pin: String? = nil) -> String {
-        if let lanAddress, let pin, !pin.isEmpty { return "https://\(lanAddress)/mobile?pair=\(code)&fp=\(pin)" }
+    /// The original app's link: `https://<pinned>/mobile?pair=CODE&fp=PIN` over pinned TLS, else `<gateway>/mobile?pair=CODE`.
+    public static func original(code: String, gateway: String, pinnedAddress: String? = nil, pin: String? = nil) -> String {
+        if let pinnedAddress, let pin, !pin.isEmpty { return "https://\(pinnedAddress)/mobile?pair=\(code)&fp=\(pin)" }
         return "\(gateway)/mobile?pair=\(code)"
     }
 
-    public static func url(offer: PairingOffer, gateway: String, lanAddress: String? = nil, fingerprint: String? = nil) -> String {
+    /// This gateway's three-path link: `lan` is where pinned TLS answers, `fp` its pin (the same as the original's).
+    public static func url(offer: PairingOffer, gateway: String, pinnedAddress: String? = nil, pin: String? = nil) -> String {
         var components = URLComponents()
         components.scheme = "soulacy"
         components.host = "pair"
         var items = [URLQueryItem(name: "v", value: "1"), URLQueryItem(name: "code", value: offer.code),
                      URLQueryItem(name: "gateway", value: gateway), URLQueryItem(name: "name", value: offer.name)]
-        if let lanAddress { items.append(URLQueryItem(name: "lan", value: lanAddress)) }
-        if let fingerprint { items.append(URLQueryItem(name: "fp", value: fingerprint)) }
+        if let pinnedAddress, let pin, !pin.isEmpty {
+            items.append(URLQueryItem(name: "lan", value: pinnedAddress))
+            items.append(URLQueryItem(name: "fp", value: pin))
+        }
         components.queryItems = items
         return components.string ?? "soulacy://pair?v=1&code=\(offer.code)"
     }
