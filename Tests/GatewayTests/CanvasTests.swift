@@ -1,7 +1,9 @@
+import ChannelAPI
 import Foundation
 import GatewayTestSupport
 import HTTPServer
 import Mobile
+import SQLite
 import Testing
 
 /// canvas.present through mobile.invoke: the card vocabulary and limits, and the waiting form.
@@ -147,8 +149,49 @@ struct CanvasTests {
             // Removing the phone expires what was queued for it.
             #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/priya-phone", key: .some(priya)).status == 204)
             let id = try #require(queued.json["id"]?.stringValue)
-            let state = try gw.gateway.database.read { try $0.query("SELECT state FROM mobile_device_commands WHERE id = ?", id).first?.string("state") }
+            let state = try gw.gateway.database.read { try $0.query("SELECT status FROM mobile_node_commands WHERE id = ?", id).first?.string("status") }
             #expect(state == "expired")
         }
+    }
+
+    @Test("one protocol: the first routes are aliases of the node queue; a canvas device is a canvas node; what the old table held moves over on upgrade")
+    func oneProtocol() async throws {
+        try await withTestGateway { (gw) async throws in
+            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "capabilities": ["canvas"], "push_token": .string(String(repeating: "ab", count: 32))])
+            let queued = try await gw.request("POST", "/api/v1/mobile/invoke", json: ["device_id": "phone", "command": "canvas.present", "params": Self.formCard, "wait": false])
+            let id = try #require(queued.json["id"]?.stringValue)
+            // The node routes see the same command, and the phone may answer either way.
+            let nodes = try await gw.request("GET", "/api/v1/mobile/nodes").json["nodes"]?.arrayValue ?? []
+            #expect(nodes.first?["device_id"] == "phone" && nodes.first?["capabilities"] == ["canvas.present"])
+            #expect(try await gw.request("GET", "/api/v1/mobile/nodes/phone/commands").json["commands"]?[0]?["id"] == .string(id))
+            #expect(try await gw.request("POST", "/api/v1/mobile/nodes/phone/commands/\(id)/claim").json["status"] == "running")
+            let answered = try await gw.request("POST", "/api/v1/mobile/commands/\(id)/result", json: ["device_id": "phone", "presented": true, "dismissed": true])
+            #expect(answered.status == 200 && answered.json["state"] == "completed")
+            let settled = try await gw.request("GET", "/api/v1/mobile/nodes/phone/commands/\(id)").json
+            #expect(settled["status"] == "completed" && settled["result"]?["dismissed"] == true)
+            // A command queued on the node routes is in the first protocol's list too.
+            let viaNode = try await gw.request("POST", "/api/v1/mobile/nodes/phone/commands", json: ["command": "canvas.present", "params": ["title": "Hi"]])
+            #expect(viaNode.status == 201)
+            #expect(try await gw.request("GET", "/api/v1/mobile/commands?device_id=phone").json["commands"]?[0]?["id"] == viaNode.json["id"])
+            // Both woke the phone (each command its own discreet wake-up).
+            let wakes = try gw.gateway.database.read { try $0.query("SELECT count(*) AS n FROM mobile_push_outbox WHERE device_id = 'phone'").first?.int("n") }
+            #expect((wakes ?? 0) >= 2)
+        }
+        // Upgrade: a database from before, with a fetched and a finished command in the first protocol's table.
+        let directory = TestGateway.makeTemporaryDirectory()
+        let database = try DatabasePool(path: directory + "/old.db")
+        let store = try MobileStore(database: database)
+        try database.migrate([DeviceNodes.migrations[0]])
+        try database.transaction { db in
+            for (id, state) in [("cmd_a", "delivered"), ("cmd_b", "completed")] {
+                try db.run("INSERT INTO mobile_device_commands (id, device_id, subject, command, params, waits, state, result, created_at, expires_at) VALUES (?, 'phone', 'owner', 'canvas.present', '{\"title\":\"Hi\"}', 0, ?, NULL, 1, 9999999999999)", id, state)
+            }
+        }
+        _ = try DeviceNodes(store: store, dispatcher: nil, clock: SystemWallClock())
+        let moved = try database.read { try $0.query("SELECT id, status FROM mobile_node_commands ORDER BY id").map { "\($0.string("id")!)=\($0.string("status")!)" } }
+        #expect(moved == ["cmd_a=queued", "cmd_b=completed"])
+        let old = try database.read { try $0.query("SELECT name FROM sqlite_master WHERE name = 'mobile_device_commands'") }
+        #expect(old.isEmpty)
+        database.close()
     }
 }

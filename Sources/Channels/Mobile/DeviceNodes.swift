@@ -23,6 +23,23 @@ public final class DeviceNodes: Sendable {
     public static let pollIntervalSeconds = 5
 
     public static let migrations: [Migration] = [
+        // The first command protocol's table; its rows move into the node queue below (mobile.9).
+        Migration("mobile.6-device-commands", """
+            CREATE TABLE mobile_device_commands (
+                id TEXT PRIMARY KEY,
+                device_id TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                command TEXT NOT NULL,
+                params TEXT NOT NULL,
+                waits INTEGER NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('queued', 'delivered', 'completed', 'expired')),
+                result TEXT,
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                completed_at INTEGER
+            );
+            CREATE INDEX mobile_device_commands_by_device ON mobile_device_commands (device_id, state);
+            """),
         Migration("mobile.8-nodes", """
             CREATE TABLE mobile_nodes (
                 device_id TEXT PRIMARY KEY,
@@ -52,6 +69,14 @@ public final class DeviceNodes: Sendable {
                 PRIMARY KEY (device_id, id)
             );
             CREATE INDEX mobile_node_commands_queued ON mobile_node_commands (device_id, status, created_at);
+            """),
+        // One command protocol: the first one's commands join the node queue (a fetched one is still waiting for
+        // its answer, so it is queued again), and devices with the canvas capability become canvas nodes.
+        Migration("mobile.9-one-command-queue", """
+            INSERT OR IGNORE INTO mobile_node_commands (id, device_id, subject, command, params, status, result, created_at, expires_at, completed_at)
+                SELECT id, device_id, subject, command, params, CASE state WHEN 'delivered' THEN 'queued' ELSE state END, result,
+                       created_at, expires_at, completed_at FROM mobile_device_commands;
+            DROP TABLE mobile_device_commands;
             """),
     ]
 
@@ -150,6 +175,38 @@ public final class DeviceNodes: Sendable {
 
     public func node(deviceID: String, subject: String) throws -> Node? {
         try store.database.read { db in try db.query("SELECT * FROM mobile_nodes WHERE device_id = ? AND subject = ?", deviceID, subject).first.map(Self.node) }
+    }
+
+    /// A device registered with the `canvas` capability (the first command protocol) is a node with
+    /// `canvas.present`: made or widened here. False when the device has neither that capability nor a node with it.
+    public func adoptCanvasCapability(of device: Device) throws -> Bool {
+        let existing = try node(deviceID: device.id, subject: device.subject)
+        if existing?.capabilities.contains("canvas.present") == true { return true }
+        guard device.capabilities.contains("canvas") else { return false }
+        var node = existing ?? Node(deviceID: device.id, subject: device.subject, name: device.name, platform: "ios", model: "", osVersion: "",
+                                    appVersion: "", capabilities: [], permissions: [:], updatedAt: clock.now())
+        node.capabilities.append("canvas.present")
+        node.updatedAt = clock.now()
+        _ = try register(node)
+        return true
+    }
+
+    /// Waits for the command's outcome until it expires; one still open then is settled as expired.
+    public func settle(id: String, deviceID: String, subject: String) async throws -> Command {
+        while true {
+            let current = try command(id: id, deviceID: deviceID, subject: subject)
+            if Self.terminalStatuses.contains(current.status) { return current }
+            let now = clock.now()
+            if current.expiresAt <= now {
+                try store.database.transaction { db in
+                    try db.run("""
+                        UPDATE mobile_node_commands SET status = 'expired', completed_at = ? WHERE device_id = ? AND id = ? AND status IN ('queued', 'running')
+                        """, Self.ms(now), deviceID, id)
+                }
+                return try command(id: id, deviceID: deviceID, subject: subject)
+            }
+            try await Task.sleep(for: .milliseconds(min(250, max(10, Int(current.expiresAt.timeIntervalSince(now) * 1000)))))
+        }
     }
 
     // MARK: Commands

@@ -222,9 +222,7 @@ public final class MobileStore: Sendable {
     public func deleteDevice(id: String, subject: String) throws -> Bool {
         try database.transaction { db in
             let removed = try db.run("DELETE FROM mobile_devices WHERE id = ? AND subject = ?", id, subject) > 0
-            // Commands queued for a removed phone can never be answered.
             if removed {
-                try DeviceCommands.expireQueued(deviceID: id, in: db, now: clock.now())
                 try Self.forgetReceipts(ofRemovedDevices: db)
             }
             // Its node goes too, and what was waiting for it expires (the node tables exist once DeviceNodes opened them).

@@ -176,12 +176,6 @@ public final class Gateway: Sendable {
                 }
             }
         }
-        let commands: DeviceCommands
-        do {
-            commands = try DeviceCommands(store: mobileStore, dispatcher: dispatcher, clock: options.clock)
-        } catch {
-            throw .storage("cannot open the device command table: \(error)")
-        }
         let nodes: DeviceNodes
         do {
             nodes = try DeviceNodes(store: mobileStore, dispatcher: dispatcher, clock: options.clock)
@@ -212,7 +206,7 @@ public final class Gateway: Sendable {
                               transportNames: transports.transports.map(\.name),
                               revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
-        router.add(DeviceCommandsAPI(store: mobileStore, commands: commands).routes)
+        router.add(DeviceCommandsAPI(store: mobileStore, nodes: nodes).routes)
         router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
         let port = boundPort
         let publicURL = options.publicURL
