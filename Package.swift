@@ -41,6 +41,8 @@ let package = Package(
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
+        // Services and the group that runs them, handles SIGTERM/SIGINT and stops them in reverse order.
+        .target(name: "Lifecycle", path: "Sources/Lifecycle"),
         .target(name: "ChannelAPI", path: "Sources/ChannelAPI"),
         // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
@@ -50,14 +52,14 @@ let package = Package(
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/Relay"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
-        .target(name: "Gateway", dependencies: ["LLM", "JSON", "ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
+        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).
         .target(name: "SoulacyClient", dependencies: ["HTTPClient", "RelayProtocol", "Crypto"], path: "Sources/SoulacyClient"),
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
         .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
-        .executableTarget(name: "soulacy-relay", dependencies: ["RelayMailbox", "HTTPServer", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
+        .executableTarget(name: "soulacy-relay", dependencies: ["Lifecycle", "RelayMailbox", "HTTPServer", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
@@ -70,7 +72,7 @@ let package = Package(
 
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
-        .testTarget(name: "SupportLibraryTests", dependencies: ["SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
+        .testTarget(name: "SupportLibraryTests", dependencies: ["Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
         .testTarget(name: "GatewayTests", dependencies: ["LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

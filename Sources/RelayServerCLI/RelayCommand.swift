@@ -2,6 +2,7 @@ import APNs
 import Crypto
 import Foundation
 import HTTPServer
+import Lifecycle
 import RelayMailbox
 
 /// `soulacy-relay --data DIR [--listen ADDR:PORT] [--tls-cert PEM --tls-key PEM]`: the end-to-end encrypted
@@ -42,13 +43,18 @@ struct RelayCommand {
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             // With SOULACY_MOBILE_APNS_* set, the relay wakes phones for new items (a generic alert, sealed payload).
             let push = try APNsConfiguration.fromEnvironment(ProcessInfo.processInfo.environment).map { try APNsTransport(configuration: $0) }
-            let api = MailboxAPI(store: try MailboxStore(path: data + "/relay.db"), maximumItemBytes: Int(options["max-item-bytes"] ?? "") ?? 256 * 1024, push: push)
+            let store = try MailboxStore(path: data + "/relay.db")
+            let api = MailboxAPI(store: store, maximumItemBytes: Int(options["max-item-bytes"] ?? "") ?? 256 * 1024, push: push)
             let router = api.router
             let server = HTTPServer(configuration: HTTPServerConfiguration(host: String(listen[..<colon]), port: port, maximumBodyBytes: 4 << 20, tls: tls)) { await router.handle($0) }
             try server.start()
             print("soulacy-relay is listening on \(tls == nil ? "http" : "https")://\(String(listen[..<colon])):\(server.port)")
             fflush(nil)
-            while true { try await Task.sleep(for: .seconds(3600)) }
+            // SIGTERM/SIGINT: stop taking connections, let requests in flight finish, close the database, exit 0.
+            let report: @Sendable (String) -> Void = { FileHandle.standardError.write(Data("soulacy-relay: \($0)\n".utf8)) }
+            try await ServiceGroup(services: [("listener", OnShutdown { await server.stop() })], report: report).run()
+            store.database.close()
+            report("stopped")
         } catch {
             FileHandle.standardError.write(Data("soulacy-relay: \(error)\n".utf8))
             exit(1)

@@ -74,12 +74,14 @@ public final class GatewayProcess: @unchecked Sendable {
         self.process = nil
     }
 
-    /// SIGTERM and wait: the graceful path.
-    public func terminate() {
-        guard let process, process.isRunning else { return }
+    /// SIGTERM and wait: the graceful path. Returns the exit status (nil when it was not running).
+    @discardableResult
+    public func terminate() -> Int32? {
+        guard let process, process.isRunning else { return nil }
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
         self.process = nil
+        return process.terminationStatus
     }
 
     deinit { kill9() }

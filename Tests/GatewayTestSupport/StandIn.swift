@@ -265,8 +265,10 @@ public final class RelayServerProcess: @unchecked Sendable {
             try made.certificatePEM.write(toFile: certificatePath, atomically: true, encoding: .utf8)
             process.arguments! += ["--tls-cert", certificatePath, "--tls-key", directory + "/relay-key.pem"]
         }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+        _ = FileManager.default.createFile(atPath: directory + "/relay.log", contents: nil)
+        let log = FileHandle(forWritingAtPath: directory + "/relay.log")
+        process.standardOutput = log
+        process.standardError = log
         try process.run()
         self.process = process
         let client = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: tls ? certificatePath : nil))
@@ -284,6 +286,15 @@ public final class RelayServerProcess: @unchecked Sendable {
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         self.process = nil
+    }
+
+    /// SIGTERM and wait; returns the exit status and what the relay wrote (nil when it was not running).
+    public func terminate() -> (status: Int32, output: String)? {
+        guard let process, process.isRunning else { return nil }
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        self.process = nil
+        return (process.terminationStatus, (try? String(contentsOfFile: directory + "/relay.log", encoding: .utf8)) ?? "")
     }
 
     deinit { stop() }

@@ -200,16 +200,21 @@ final class Doorbell: Sendable {
             try? await Task.sleep(for: timeout)
             self?.expire(generation)
         }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { s -> Bool in
-                if s.rung {
-                    s.rung = false
-                    return true
+        // Cancellation rings: a stopping dispatcher does not sit out the rest of its wait.
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { s -> Bool in
+                    if s.rung {
+                        s.rung = false
+                        return true
+                    }
+                    s.waiter = continuation
+                    return false
                 }
-                s.waiter = continuation
-                return false
+                if now { continuation.resume() }
             }
-            if now { continuation.resume() }
+        } onCancel: {
+            ring()
         }
         timer.cancel()
     }

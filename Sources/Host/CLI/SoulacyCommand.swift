@@ -119,7 +119,7 @@ struct SoulacyCommand {
                       SOULACY_ADMIN_KEY=\(token)
                     """)
             }
-            try gateway.start()
+            try gateway.start(signals: [SIGTERM, SIGINT])
             if token != nil {
                 let offer = try gateway.ownerPairingOffer()
                 printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway.pairingGatewayURL, pinnedAddress: gateway.pinnedAddress, pin: gateway.tlsPin),
@@ -135,9 +135,8 @@ struct SoulacyCommand {
         }
         fflush(nil)
 
-        await waitForTermination(reload: { gateway.catalog.reload() })
-        FileHandle.standardError.write(Data("soulacy: stopping; letting requests and runs finish\n".utf8))
-        await gateway.stop()
+        // SIGTERM or SIGINT: the service group drains the API, lets runs finish and their wake-ups go, then returns.
+        await gateway.waitUntilStopped()
     }
 
     /// The code, the Soulacy app's link (the QR encodes it), and this gateway's three-path link.
@@ -185,30 +184,6 @@ struct SoulacyCommand {
                        url: PairingLink.url(offer: offer, gateway: gateway, pinnedAddress: pinnedAddress, pin: pin), qr: true)
         } catch {
             fail("soulacy pair: \(error)")
-        }
-    }
-
-    /// Returns on SIGINT or SIGTERM; SIGHUP reloads the agent files.
-    static func waitForTermination(reload: @escaping @Sendable () -> Void) async {
-        let stream = AsyncStream<Int32> { continuation in
-            let sources = [SIGINT, SIGTERM, SIGHUP].map { sig in
-                signal(sig, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-                source.setEventHandler { continuation.yield(sig) }
-                source.resume()
-                return source
-            }
-            // The stream keeps the sources alive until it ends.
-            nonisolated(unsafe) let retained = sources
-            continuation.onTermination = { _ in retained.forEach { $0.cancel() } }
-        }
-        for await sig in stream {
-            if sig == SIGHUP {
-                FileHandle.standardError.write(Data("soulacy: SIGHUP: reloading the agent files\n".utf8))
-                reload()
-                continue
-            }
-            return
         }
     }
 }

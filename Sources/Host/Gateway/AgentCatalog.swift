@@ -127,9 +127,13 @@ public final class AgentCatalog: Sendable {
 
     /// Polls the agent files and reloads when they change and then hold still for one interval, until cancelled.
     /// Polling a few stat calls a quarter second is cheap and works on every file system (bind mounts included).
-    public func watch(interval: Duration = .milliseconds(250)) async {
+    /// The files as they are now, for `watch(from:)`: taken when the gateway starts, so a change made between the
+    /// start and the watcher's first look is not taken for the baseline.
+    public func fileSignature() -> [String: String] { path.isEmpty ? [:] : Self.signature(path) }
+
+    public func watch(from baseline: [String: String]? = nil, interval: Duration = .milliseconds(250)) async {
         guard !path.isEmpty else { return }
-        var seen = Self.signature(path)
+        var seen = baseline ?? Self.signature(path)
         var pending = false
         while !Task.isCancelled {
             do { try await Task.sleep(for: interval) } catch { return }

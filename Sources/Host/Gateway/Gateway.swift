@@ -3,6 +3,7 @@ import FCM
 import Relay
 import ChannelAPI
 import Foundation
+import Lifecycle
 import Glibc
 import HTTPServer
 import Identity
@@ -107,14 +108,11 @@ public final class Gateway: Sendable {
     public let tlsPin: String?
     public let idempotency: IdempotencyLog
     public let housekeeping: Housekeeping
-    private let housekeepingTask = LockedTask()
     public let carriage: RelayCarriage?
     let pinnedLink = PinnedLink()
-    private let carriageTask = LockedTask()
     public let router: Router
-    private let schedulerTask = LockedTask()
-    private let watcherTask = LockedTask()
-    private let dispatcherTask = LockedTask()
+    /// The running service group and the task that ends when it has stopped (and the database is closed).
+    private let running = Mutex<(group: ServiceGroup, task: Task<Void, Never>)?>(nil)
     private let boundPort = BoundPort()
 
     public init(options: GatewayOptions) throws(GatewayStartError) {
@@ -412,7 +410,9 @@ public final class Gateway: Sendable {
         return try keys.mint(name: "Owner (first start)", subject: Principal.ownerSubject, role: .admin, kind: .bootstrap).token
     }
 
-    public func start() throws(GatewayStartError) {
+    /// Binds the listeners (so a taken port fails here, with its reason), then runs the gateway's services as one
+    /// group. With `signals`, SIGTERM/SIGINT shut it down gracefully and SIGHUP reloads the agent files.
+    public func start(signals: [Int32] = []) throws(GatewayStartError) {
         do {
             try server.start()
             // Pairing links pin the same-Wi-Fi listener when there is one, else the main port's TLS; a public URL
@@ -425,54 +425,68 @@ public final class Gateway: Sendable {
             }
         } catch { throw .listen(error.description) }
         boundPort.value.store(server.port, ordering: .relaxed)
-        let scheduler = self.scheduler
-        schedulerTask.set(Task { await scheduler.run() })
         let providers = self.providers
         let catalogForProbe = self.catalog
         let log = options.log
         Task { await Self.probeOllama(providers: providers, agents: catalogForProbe.current, log: log) }
-        // SOULACY_AGENT_WATCH=off leaves reloads to SIGHUP (read-only or network file systems where polling is unwanted).
-        if options.environment["SOULACY_AGENT_WATCH"] != "off" {
+        var services = self.services
+        if signals.contains(SIGTERM) || signals.contains(SIGINT) {
             let catalog = self.catalog
-            watcherTask.set(Task { await catalog.watch() })
+            services.insert(("SIGHUP reload", SignalHandler(signal: SIGHUP) {
+                log.info("SIGHUP: reloading the agent files")
+                catalog.reload()
+            }), at: 0)
         }
-        let dispatcher = self.dispatcher
-        dispatcherTask.set(Task { await dispatcher.run() })
-        let housekeeping = self.housekeeping
-        housekeepingTask.set(Task { await housekeeping.run() })
-        if let carriage { carriageTask.set(Task { await carriage.run() }) }
+        let group = ServiceGroup(services: services, signals: signals, report: { log.info($0) })
+        let database = self.database
+        let task = Task {
+            do { try await group.run() } catch { log.error("the gateway stopped on an error: \(error)") }
+            // Nothing of this gateway uses its files any more.
+            database.close()
+        }
+        running.withLock { $0 = (group, task) }
         options.log.info("soulacy \(GatewayVersion.current) listening on \(options.host):\(port) with \(config.agents.count) agent(s) from \(catalog.path)")
     }
 
-    /// Stops schedules, drains the API, and lets runs in flight finish.
-    public func stop() async {
-        schedulerTask.cancel()
-        watcherTask.cancel()
-        housekeepingTask.cancel()
-        await server.stop()
-        await lanServer?.stop()
-        await runs.waitForAll()
-        // Wake-ups in flight settle before the process goes; the rest wait in the outbox.
-        dispatcher.poke()
-        await dispatcherTask.cancelAndWait()
-        await carriageTask.cancelAndWait()
-        // Nothing of this gateway uses its files any more.
-        database.close()
-    }
-}
-
-final class LockedTask: @unchecked Sendable {
-    private let lock = NSLock()
-    private var task: Task<Void, Never>?
-    func set(_ t: Task<Void, Never>) { lock.withLock { task = t } }
-    func cancel() { lock.withLock { task?.cancel(); task = nil } }
-    func cancelAndWait() async {
-        let running = lock.withLock { () -> Task<Void, Never>? in
-            defer { task = nil }
-            task?.cancel()
-            return task
+    /// The gateway's services in start order; shutdown runs in reverse: the API drains first, then nothing new is
+    /// scheduled, runs in flight finish, their wake-ups are sent, and the relay carriage stops last.
+    var services: [ServiceGroup.Entry] {
+        let (scheduler, catalog, runs, dispatcher, housekeeping) = (self.scheduler, self.catalog, self.runs, self.dispatcher, self.housekeeping)
+        var list: [ServiceGroup.Entry] = []
+        if let carriage { list.append(("relay carriage", CancelledOnShutdown { await carriage.run() })) }
+        list.append(("push dispatcher", CancelledOnShutdown { await dispatcher.run() }))
+        list.append(("housekeeping", CancelledOnShutdown { await housekeeping.run() }))
+        // Wake-ups of the last runs settle before the process goes; the rest wait in the outbox.
+        list.append(("runs in flight", OnShutdown {
+            await runs.waitForAll()
+            dispatcher.poke()
+        }))
+        list.append(("scheduler", CancelledOnShutdown { await scheduler.run() }))
+        // SOULACY_AGENT_WATCH=off leaves reloads to SIGHUP (read-only or network file systems where polling is unwanted).
+        if options.environment["SOULACY_AGENT_WATCH"] != "off" {
+            let baseline = catalog.fileSignature()
+            list.append(("agent file watcher", CancelledOnShutdown { await catalog.watch(from: baseline) }))
         }
-        await running?.value
+        // A bound listener serves until shutdown reaches it, then stops taking connections and drains.
+        let server = self.server
+        if let lanServer { list.append(("same-Wi-Fi listener", OnShutdown { await lanServer.stop() })) }
+        list.append(("API listener", OnShutdown { await server.stop() }))
+        return list
+    }
+
+    /// Shuts the services down gracefully (as SIGTERM does) and returns when the gateway has stopped.
+    public func stop() async {
+        guard let current = running.withLock({ $0 }) else {
+            database.close()
+            return
+        }
+        current.group.triggerGracefulShutdown()
+        await current.task.value
+    }
+
+    /// Returns when the gateway has stopped (after a signal or `stop()`).
+    public func waitUntilStopped() async {
+        await running.withLock({ $0 })?.task.value
     }
 }
 
