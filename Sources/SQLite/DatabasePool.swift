@@ -87,29 +87,11 @@ public final class DatabasePool: Sendable {
         }
     }
 
-    /// Applies the migrations not yet recorded in `schema_migrations`, each in its own transaction.
+    /// Applies `migrations` (see `DatabaseMigrator`, which a composition root uses to register every module's list).
     public func migrate(_ migrations: [Migration]) throws {
-        try transaction { db in
-            try db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
-        }
-        for migration in migrations {
-            try transaction { db in
-                let applied = try db.query("SELECT 1 FROM schema_migrations WHERE id = ?", migration.id)
-                guard applied.isEmpty else { return }
-                try db.execute(migration.sql)
-                try db.run("INSERT INTO schema_migrations (id, applied_at) VALUES (?, ?)", migration.id, Date().sqliteMillis)
-            }
-        }
-    }
-}
-
-/// A schema change, identified by a stable id. Once shipped, a migration's SQL never changes; add a new one.
-public struct Migration: Sendable {
-    public let id: String
-    public let sql: String
-    public init(_ id: String, _ sql: String) {
-        self.id = id
-        self.sql = sql
+        var migrator = DatabaseMigrator()
+        try migrator.register(migrations)
+        try migrator.migrate(self)
     }
 }
 

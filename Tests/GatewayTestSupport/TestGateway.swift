@@ -7,6 +7,7 @@ import FoundationNetworking
 import Gateway
 import HTTPServer
 import Mobile
+import SQLite
 
 /// A real gateway for tests: real SQLite file in a temp directory, real libmicrohttpd on a loopback port.
 public final class TestGateway: Sendable {
@@ -172,4 +173,12 @@ public func withTestGateway<T>(config: String = TestGateway.defaultConfig, agent
         await gateway.stop()
         throw error
     }
+}
+
+/// A database at `path` with the whole schema in place, as the gateway's composition root leaves it, for tests that
+/// build a store on its own.
+public func migratedDatabase(_ path: String) throws -> DatabasePool {
+    let database = try DatabasePool(path: path)
+    try GatewaySchema.migrator().migrate(database)
+    return database
 }

@@ -306,7 +306,7 @@ struct DefectRegressionTests {
         let transport = StallingTransport(stalledDevice: "stuck", stall: .seconds(12))
         let directory = TestGateway.makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let store = try MobileStore(database: try DatabasePool(path: directory + "/soulacy.db"))
+        let store = try MobileStore(database: try migratedDatabase(directory + "/soulacy.db"))
         let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([transport]), log: Log(minimum: .error), pollInterval: .milliseconds(50))
         let channel = MobileChannel(store: store, dispatcher: dispatcher)
         for id in ["stuck", "a", "b"] {

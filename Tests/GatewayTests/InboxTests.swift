@@ -116,7 +116,7 @@ struct InboxTests {
     func lineOwnerMigration() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("migrate-\(UUID().uuidString).db").path
         let database = try DatabasePool(path: path)
-        try database.migrate(MobileStore.migrations.filter { $0.id != "mobile.6-line-owner" } + PushOutbox.migrations)
+        try database.migrate(Array(MobileSchema.migrations.prefix { $0.id != "mobile.6-line-owner" }))
         try database.transaction { db in
             // Priya registered "tablet" at 100, after the owner's tablet of that id had gone.
             for (id, subject, registered) in [("tablet", "priya", 100), ("phone", "owner", 0)] {
@@ -131,6 +131,7 @@ struct InboxTests {
                 try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES (?, ?, 1)", line, device)
             }
         }
+        try database.migrate(MobileSchema.migrations)
         let store = try MobileStore(database: database)
         #expect(try database.read { try $0.query("SELECT COUNT(*) AS n FROM mobile_deliveries").first?.int("n") } == 4)
         // The tablet line was the owner's; the owner has no tablet now, so it shows for no one.

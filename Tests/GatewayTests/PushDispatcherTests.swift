@@ -23,7 +23,7 @@ struct PushDispatcherTests {
 
     static func fixture(transport: any WakeTransport, path: String? = nil, clock: ManualClock = ManualClock(Date())) throws -> Fixture {
         let file = path ?? TestGateway.makeTemporaryDirectory() + "/soulacy.db"
-        let store = try MobileStore(database: try DatabasePool(path: file), clock: clock)
+        let store = try MobileStore(database: try migratedDatabase(file), clock: clock)
         let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([transport]), clock: clock,
                                         policy: RetryPolicy(initialDelay: 10, maximumDelay: 600), log: Log(minimum: .error))
         return Fixture(store: store, channel: MobileChannel(store: store, dispatcher: dispatcher), dispatcher: dispatcher, clock: clock, path: file)

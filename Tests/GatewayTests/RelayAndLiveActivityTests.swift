@@ -85,7 +85,7 @@ struct RelayAndLiveActivityTests {
 
     static func fixture(startToken: String? = startToken) throws -> Fixture {
         let clock = ManualClock(Date(timeIntervalSince1970: 1_800_000_000))
-        let store = try MobileStore(database: try DatabasePool(path: TestGateway.makeTemporaryDirectory() + "/db.sqlite"), clock: clock)
+        let store = try MobileStore(database: try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/db.sqlite"), clock: clock)
         var body: [String: JSONValue] = ["id": "iphone", "push_token": .string(token)]
         if let startToken { body["live_start_token"] = .string(startToken) }
         try store.register(try DeviceRegistration(json: JSONObject(body)), subject: "owner")
@@ -217,7 +217,7 @@ struct RelayAndLiveActivityTests {
         let standIn = try await RelayStandIn.start()
         defer { standIn.stop() }
         let clock = ManualClock(Date())
-        let store = try MobileStore(database: try DatabasePool(path: TestGateway.makeTemporaryDirectory() + "/db.sqlite"), clock: clock)
+        let store = try MobileStore(database: try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/db.sqlite"), clock: clock)
         try store.register(try DeviceRegistration(json: JSONObject(["id": "iphone", "push_token": .string(Self.token), "live_start_token": .string(Self.startToken)])), subject: "owner")
         let publisher = try LiveActivityPublisher(store: store, transports: WakeTransportRegistry([relay(standIn)]), clock: clock)
         await publisher.runStarted(Self.run(background: true, clock: clock))

@@ -22,63 +22,6 @@ public final class DeviceNodes: Sendable {
     public static let maximumExpiry: TimeInterval = 900
     public static let pollIntervalSeconds = 5
 
-    public static let migrations: [Migration] = [
-        // The first command protocol's table; its rows move into the node queue below (mobile.9).
-        Migration("mobile.6-device-commands", """
-            CREATE TABLE mobile_device_commands (
-                id TEXT PRIMARY KEY,
-                device_id TEXT NOT NULL,
-                subject TEXT NOT NULL,
-                command TEXT NOT NULL,
-                params TEXT NOT NULL,
-                waits INTEGER NOT NULL,
-                state TEXT NOT NULL CHECK (state IN ('queued', 'delivered', 'completed', 'expired')),
-                result TEXT,
-                created_at INTEGER NOT NULL,
-                expires_at INTEGER NOT NULL,
-                completed_at INTEGER
-            );
-            CREATE INDEX mobile_device_commands_by_device ON mobile_device_commands (device_id, state);
-            """),
-        Migration("mobile.8-nodes", """
-            CREATE TABLE mobile_nodes (
-                device_id TEXT PRIMARY KEY,
-                subject TEXT NOT NULL,
-                name TEXT NOT NULL,
-                platform TEXT NOT NULL,
-                model TEXT NOT NULL,
-                os_version TEXT NOT NULL,
-                app_version TEXT NOT NULL,
-                capabilities TEXT NOT NULL,
-                permissions TEXT NOT NULL,
-                updated_at INTEGER NOT NULL
-            );
-            CREATE INDEX mobile_nodes_by_subject ON mobile_nodes (subject, updated_at);
-            CREATE TABLE mobile_node_commands (
-                id TEXT NOT NULL,
-                device_id TEXT NOT NULL,
-                subject TEXT NOT NULL,
-                command TEXT NOT NULL,
-                params TEXT NOT NULL,
-                status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed', 'declined', 'expired')),
-                result TEXT,
-                error TEXT,
-                created_at INTEGER NOT NULL,
-                expires_at INTEGER NOT NULL,
-                completed_at INTEGER,
-                PRIMARY KEY (device_id, id)
-            );
-            CREATE INDEX mobile_node_commands_queued ON mobile_node_commands (device_id, status, created_at);
-            """),
-        // One command protocol: the first one's commands join the node queue (a fetched one is still waiting for
-        // its answer, so it is queued again), and devices with the canvas capability become canvas nodes.
-        Migration("mobile.9-one-command-queue", """
-            INSERT OR IGNORE INTO mobile_node_commands (id, device_id, subject, command, params, status, result, created_at, expires_at, completed_at)
-                SELECT id, device_id, subject, command, params, CASE state WHEN 'delivered' THEN 'queued' ELSE state END, result,
-                       created_at, expires_at, completed_at FROM mobile_device_commands;
-            DROP TABLE mobile_device_commands;
-            """),
-    ]
 
     public struct Node: Sendable, Equatable {
         public var deviceID: String
@@ -115,7 +58,6 @@ public final class DeviceNodes: Sendable {
         self.store = store
         self.dispatcher = dispatcher
         self.clock = clock
-        try store.database.migrate(Self.migrations)
     }
 
     static func ms(_ d: Date) -> Int64 { d.sqliteMillis }

@@ -28,20 +28,6 @@ public struct ActivityRun: Sendable, Equatable {
 
 /// Per-activity update tokens the phones report, in SQLite.
 public struct LiveActivityTokens: Sendable {
-    public static let migrations: [Migration] = [
-        Migration("mobile.4-live-activities", """
-            CREATE TABLE mobile_live_activities (
-                device_id TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                agent_id TEXT NOT NULL,
-                token TEXT NOT NULL,
-                environment TEXT NOT NULL,
-                created_at INTEGER NOT NULL,
-                PRIMARY KEY (device_id, session_id)
-            );
-            CREATE INDEX mobile_live_activities_by_session ON mobile_live_activities (session_id);
-            """),
-    ]
     let database: DatabasePool
 
     public func register(deviceID: String, sessionID: String, agentID: String, token: String, environment: WakeTarget.Environment, now: Date) throws {
@@ -112,7 +98,6 @@ public actor LiveActivityPublisher {
     public init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock, log: Log = Log(),
                 progressInterval: TimeInterval = 2, dismissAfter: TimeInterval = 300) throws {
         tokens = LiveActivityTokens(database: store.database)
-        try store.database.migrate(LiveActivityTokens.migrations)
         self.transports = transports
         self.clock = clock
         self.log = log

@@ -52,80 +52,6 @@ public final class MobileStore: Sendable {
     /// The System agent's id: its lines are kept but never shown to phones.
     public static let systemAgentID = "system"
 
-    public static let migrations: [Migration] = [
-        Migration("mobile.1-inbox", """
-            CREATE TABLE mobile_devices (
-                id TEXT PRIMARY KEY,
-                subject TEXT NOT NULL,
-                name TEXT NOT NULL,
-                platform TEXT NOT NULL CHECK (platform IN ('ios', 'android')),
-                bundle_id TEXT NOT NULL,
-                push_token TEXT,
-                push_environment TEXT,
-                notifications_enabled INTEGER NOT NULL,
-                live_start_token TEXT,
-                created_at INTEGER NOT NULL,
-                updated_at INTEGER NOT NULL
-            );
-            CREATE INDEX mobile_devices_by_subject ON mobile_devices (subject);
-            CREATE TABLE mobile_deliveries (
-                seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                id TEXT NOT NULL UNIQUE,
-                destination TEXT NOT NULL,
-                destination_kind TEXT NOT NULL CHECK (destination_kind IN ('all', 'user', 'device')),
-                destination_value TEXT NOT NULL,
-                agent_id TEXT NOT NULL,
-                agent_name TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                title TEXT NOT NULL,
-                body TEXT NOT NULL,
-                parts TEXT NOT NULL,
-                metadata TEXT NOT NULL,
-                created_at INTEGER NOT NULL
-            );
-            CREATE INDEX mobile_deliveries_by_destination ON mobile_deliveries (destination_kind, destination_value, seq);
-            CREATE TABLE mobile_delivery_recipients (
-                delivery_id TEXT NOT NULL REFERENCES mobile_deliveries (id) ON DELETE CASCADE,
-                device_id TEXT NOT NULL,
-                PRIMARY KEY (delivery_id, device_id)
-            );
-            CREATE TABLE mobile_receipts (
-                delivery_id TEXT NOT NULL REFERENCES mobile_deliveries (id) ON DELETE CASCADE,
-                device_id TEXT NOT NULL,
-                read_at INTEGER NOT NULL,
-                PRIMARY KEY (delivery_id, device_id)
-            );
-            CREATE INDEX mobile_receipts_by_device ON mobile_receipts (device_id);
-            """),
-        // Which API key registered a device, so revoking that key unpairs the phone.
-        Migration("mobile.3-device-key", "ALTER TABLE mobile_devices ADD COLUMN registered_by_key TEXT"),
-        // What the app has switched on (canvas, …), as a JSON array.
-        Migration("mobile.5-capabilities", "ALTER TABLE mobile_devices ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'"),
-        // A `device:` line belongs to the person who owned the device when it was written: a device id reused
-        // by someone else later must not show them the line. (Older lines: the owner of a registration at least
-        // as old as the line; lines older than the device's current registration belong to no one.) Receipts go
-        // with their device, so the unread count is a difference of two index counts instead of a lookup per line.
-        Migration("mobile.6-line-owner", """
-            ALTER TABLE mobile_deliveries ADD COLUMN destination_subject TEXT;
-            UPDATE mobile_deliveries SET destination_subject = destination_value WHERE destination_kind = 'user';
-            UPDATE mobile_deliveries SET destination_subject = (SELECT subject FROM mobile_devices m
-                    WHERE m.id = destination_value AND m.created_at <= mobile_deliveries.created_at)
-                WHERE destination_kind = 'device';
-            DELETE FROM mobile_receipts WHERE device_id NOT IN (SELECT id FROM mobile_devices);
-            DELETE FROM mobile_receipts WHERE rowid IN (
-                SELECT r.rowid FROM mobile_receipts r
-                JOIN mobile_deliveries d ON d.id = r.delivery_id JOIN mobile_devices m ON m.id = r.device_id
-                WHERE d.agent_id = 'system' OR (d.destination_kind = 'user' AND d.destination_value <> m.subject)
-                   OR (d.destination_kind = 'device' AND (d.destination_value <> m.id OR d.destination_subject IS NOT m.subject)));
-            DROP INDEX mobile_deliveries_by_destination;
-            CREATE INDEX mobile_deliveries_visible ON mobile_deliveries (destination_kind, destination_value, seq, agent_id, destination_subject);
-            """),
-        // Parts as the original app decodes them: objects `{"type": "text", "text": …}`, never bare strings.
-        Migration("mobile.7-part-objects", """
-            UPDATE mobile_deliveries SET parts = (SELECT json_group_array(json_object('type', 'text', 'text', value)) FROM json_each(mobile_deliveries.parts))
-                WHERE json_valid(parts) AND json_type(parts) = 'array' AND json_type(parts, '$[0]') = 'text';
-            """),
-    ]
 
     public let database: DatabasePool
     public let outbox: PushOutbox
@@ -135,7 +61,6 @@ public final class MobileStore: Sendable {
         self.database = database
         self.clock = clock
         outbox = PushOutbox(database: database)
-        try database.migrate(Self.migrations + PushOutbox.migrations)
     }
 
     static func millis(_ date: Date) -> Int64 { date.sqliteMillis }

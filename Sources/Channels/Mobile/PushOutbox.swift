@@ -25,29 +25,6 @@ public struct OutboxEntry: Sendable, Equatable {
 
 /// The push outbox in SQLite: rows are written with the inbox line, claimed with a lease, settled once.
 public struct PushOutbox: Sendable {
-    public static let migrations: [Migration] = [
-        Migration("mobile.2-push-outbox", """
-            CREATE TABLE mobile_push_outbox (
-                id INTEGER PRIMARY KEY AUTOINCREMENT,
-                wake_id TEXT NOT NULL UNIQUE,
-                delivery_id TEXT,
-                device_id TEXT NOT NULL,
-                signal TEXT NOT NULL,
-                state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'failed', 'skipped')),
-                attempts INTEGER NOT NULL DEFAULT 0,
-                next_attempt_at INTEGER NOT NULL,
-                expires_at INTEGER NOT NULL,
-                lease_owner TEXT,
-                lease_until INTEGER,
-                transport TEXT,
-                outcome TEXT,
-                created_at INTEGER NOT NULL,
-                finished_at INTEGER
-            );
-            CREATE INDEX mobile_push_outbox_due ON mobile_push_outbox (state, next_attempt_at);
-            CREATE INDEX mobile_push_outbox_by_delivery ON mobile_push_outbox (delivery_id);
-            """),
-    ]
 
     /// How long a wake-up stays worth sending; after that it is recorded as expired.
     public static let defaultLifetime: TimeInterval = 24 * 3600

@@ -35,22 +35,6 @@ public struct MintedKey: Sendable {
 public final class APIKeyStore: Sendable {
     public static let tokenPrefix = "sk_"
 
-    public static let migrations: [Migration] = [
-        Migration("auth.1-api-keys", """
-            CREATE TABLE api_keys (
-                id TEXT PRIMARY KEY,
-                name TEXT NOT NULL,
-                subject TEXT NOT NULL,
-                role TEXT NOT NULL CHECK (role IN ('admin', 'operator', 'viewer')),
-                kind TEXT NOT NULL,
-                token_sha256 BLOB NOT NULL UNIQUE,
-                created_at INTEGER NOT NULL,
-                last_used_at INTEGER,
-                revoked_at INTEGER
-            );
-            CREATE INDEX api_keys_by_subject ON api_keys (subject);
-            """),
-    ]
 
     let database: DatabasePool
     /// Recently seen tokens (by hash) and whom they belong to. Revoking clears it, so a revoked key is refused at
@@ -60,7 +44,6 @@ public final class APIKeyStore: Sendable {
 
     public init(database: DatabasePool) throws {
         self.database = database
-        try database.migrate(Self.migrations)
     }
 
     private static func millis(_ d: Date) -> Int64 { d.sqliteMillis }

@@ -40,25 +40,6 @@ public enum ApprovalError: Error, Sendable, Equatable, CustomStringConvertible {
 /// A decision is a conditional update in SQLite, so of any number of racing answers exactly one wins and
 /// every other surface is told the decision already taken. The tool runs at most once.
 public actor ApprovalsBroker {
-    public static let migrations: [Migration] = [
-        Migration("approvals.1", """
-            CREATE TABLE approvals (
-                call_id TEXT PRIMARY KEY,
-                subject TEXT NOT NULL,
-                agent_id TEXT NOT NULL,
-                agent_name TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                tool TEXT NOT NULL,
-                arguments TEXT NOT NULL,
-                state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'expired')),
-                decided_by TEXT,
-                decided_at INTEGER,
-                created_at INTEGER NOT NULL,
-                expires_at INTEGER NOT NULL
-            );
-            CREATE INDEX approvals_by_subject ON approvals (subject, state, created_at);
-            """),
-    ]
 
     nonisolated let database: DatabasePool
     nonisolated let mobile: MobileStore
@@ -73,7 +54,6 @@ public actor ApprovalsBroker {
         self.dispatcher = dispatcher
         self.clock = clock
         self.defaultTimeout = defaultTimeout
-        try database.migrate(Self.migrations)
     }
 
     static func ms(_ d: Date) -> Int64 { d.sqliteMillis }

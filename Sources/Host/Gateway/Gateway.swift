@@ -135,6 +135,8 @@ public final class Gateway: Sendable {
         do {
             let quota = options.environment["SOULACY_DB_MAX_MB"].flatMap(Int.init).map { $0 * 1_048_576 }
             database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: quota)
+            // The schema is brought up to date once, here, before any store exists.
+            try GatewaySchema.migrator().migrate(database)
             mobileStore = try MobileStore(database: database, clock: options.clock)
             keys = try APIKeyStore(database: database)
             runStore = try RunStore(database: database)

@@ -32,25 +32,6 @@ public enum PairingError: Error, Sendable, Equatable, CustomStringConvertible {
 public final class HouseholdStore: Sendable {
     public static let codeLifetime: TimeInterval = 120
 
-    public static let migrations: [Migration] = [
-        Migration("household.1", """
-            CREATE TABLE household_members (
-                subject TEXT PRIMARY KEY,
-                name TEXT NOT NULL,
-                created_at INTEGER NOT NULL
-            );
-            CREATE TABLE pairing_codes (
-                code_sha256 BLOB PRIMARY KEY,
-                subject TEXT NOT NULL,
-                role TEXT NOT NULL,
-                created_by_key TEXT,
-                created_at INTEGER NOT NULL,
-                expires_at INTEGER NOT NULL,
-                redeemed_at INTEGER,
-                redeemed_key TEXT
-            );
-            """),
-    ]
 
     let database: DatabasePool
     let keys: APIKeyStore
@@ -58,7 +39,6 @@ public final class HouseholdStore: Sendable {
     public init(database: DatabasePool, keys: APIKeyStore) throws {
         self.database = database
         self.keys = keys
-        try database.migrate(Self.migrations)
     }
 
     static func ms(_ d: Date) -> Int64 { d.sqliteMillis }

@@ -19,27 +19,6 @@ import Synchronization
 /// gateway never stores: minted API keys or pairing codes in an answer are not readable from the database.
 public final class IdempotencyLog: Sendable {
     public static let header = "idempotency-key"
-    public static let migrations: [Migration] = [
-        Migration("idempotency.1", """
-            CREATE TABLE idempotency_log (
-                scope TEXT NOT NULL,
-                idempotency_key TEXT NOT NULL,
-                method TEXT NOT NULL,
-                path TEXT NOT NULL,
-                status INTEGER NOT NULL,
-                content_type TEXT,
-                body BLOB NOT NULL,
-                created_at INTEGER NOT NULL,
-                PRIMARY KEY (scope, idempotency_key)
-            );
-            """),
-        // Answers are sealed from now on; plain ones of routes that mint secrets are dropped (their replay
-        // protection ends, but no key or code stays readable on disk).
-        Migration("idempotency.2-sealed", """
-            ALTER TABLE idempotency_log ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;
-            DELETE FROM idempotency_log WHERE path IN ('/admin/api-keys', '/api/v1/pairing/tokens', '/pairing/tokens', '/api/v1/pairing/redeem', '/pairing/redeem');
-            """),
-    ]
 
     /// The status of a line whose effect committed but whose answer was not recorded (yet).
     static let appliedWithoutAnswer = 0
@@ -54,7 +33,6 @@ public final class IdempotencyLog: Sendable {
         self.database = database
         self.clock = clock
         self.killAfterEffect = killAfterEffect
-        try database.migrate(Self.migrations)
     }
 
     /// Forgets answers recorded before `cutoff`: a retry after that is applied again.

@@ -11,36 +11,6 @@ public final class MemoryFactStore: Sendable {
     /// How many facts, at most, go into a model's system message.
     public static let promptFacts = 5
 
-    public static let migrations: [Migration] = [
-        Migration("memory.1", """
-            CREATE TABLE memory_facts (
-                id TEXT PRIMARY KEY,
-                subject TEXT NOT NULL,
-                text TEXT NOT NULL,
-                source TEXT NOT NULL,
-                created_at INTEGER NOT NULL
-            );
-            CREATE INDEX memory_facts_by_subject ON memory_facts (subject, created_at);
-            """),
-        // The original's fact: category, agent scope, status, expiry, last change; and the change feed phones sync.
-        Migration("memory.2-categories-and-sync", """
-            ALTER TABLE memory_facts ADD COLUMN category TEXT NOT NULL DEFAULT 'preference';
-            ALTER TABLE memory_facts ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
-            ALTER TABLE memory_facts ADD COLUMN status TEXT NOT NULL DEFAULT 'active';
-            ALTER TABLE memory_facts ADD COLUMN expires_at INTEGER;
-            ALTER TABLE memory_facts ADD COLUMN updated_at INTEGER;
-            UPDATE memory_facts SET updated_at = created_at;
-            CREATE TABLE memory_fact_changes (
-                cursor INTEGER PRIMARY KEY AUTOINCREMENT,
-                subject TEXT NOT NULL,
-                fact_id TEXT NOT NULL,
-                agent_id TEXT NOT NULL,
-                event TEXT NOT NULL
-            );
-            CREATE INDEX memory_fact_changes_by_subject ON memory_fact_changes (subject, cursor);
-            INSERT INTO memory_fact_changes (subject, fact_id, agent_id, event) SELECT subject, id, '', 'created' FROM memory_facts ORDER BY created_at;
-            """),
-    ]
 
     public struct Fact: Sendable, Equatable {
         public var id: String
@@ -85,7 +55,6 @@ public final class MemoryFactStore: Sendable {
     public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
         self.database = database
         self.clock = clock
-        try database.migrate(Self.migrations)
     }
 
     private static func fact(_ row: Row) -> Fact {

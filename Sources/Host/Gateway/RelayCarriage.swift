@@ -12,18 +12,6 @@ import SQLite
 /// through the same API (the idempotency log answers a replay), posts sealed results, and sends new inbox lines
 /// down as sealed records. The relay sees only ciphertext, sequence numbers and cursors.
 public actor RelayCarriage {
-    public static let migrations: [Migration] = [
-        Migration("relaycarriage.1", """
-            CREATE TABLE relay_mailbox (id INTEGER PRIMARY KEY CHECK (id = 1), url TEXT NOT NULL, mailbox_id TEXT NOT NULL, bearer TEXT NOT NULL);
-            CREATE TABLE relay_devices (
-                device_id TEXT PRIMARY KEY, subject TEXT NOT NULL, secret BLOB NOT NULL,
-                last_seq INTEGER NOT NULL DEFAULT 0, registered INTEGER NOT NULL DEFAULT 0
-            );
-            """),
-        // A revoked phone is marked at once (nothing more goes down for it) and forgotten once the relay has
-        // removed its place, bearer and held items.
-        Migration("relaycarriage.2-revoked", "ALTER TABLE relay_devices ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;"),
-    ]
     /// Down items larger than this go as a too_large marker; the phone reads them over a direct path.
     public static let maximumItemBytes = 192 * 1024
 
@@ -53,7 +41,6 @@ public actor RelayCarriage {
         self.log = log
         self.apply = apply
         client = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: caFile))
-        try database.migrate(Self.migrations)
     }
 
     private func call(_ method: String, _ path: String, bearer: String?, json: JSONValue? = nil) async throws -> (Int, JSONValue) {

@@ -26,37 +26,11 @@ public struct RunRecord: Sendable, Equatable {
 
 /// Runs and schedule bookkeeping in SQLite, so a restart knows what was running and when each schedule last fired.
 public final class RunStore: Sendable {
-    public static let migrations: [Migration] = [
-        Migration("runs.1", """
-            CREATE TABLE runs (
-                id TEXT PRIMARY KEY,
-                agent_id TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                trigger TEXT NOT NULL,
-                status TEXT NOT NULL,
-                started_at INTEGER NOT NULL,
-                finished_at INTEGER,
-                error TEXT,
-                delivery_id TEXT
-            );
-            CREATE INDEX runs_by_agent ON runs (agent_id, started_at);
-            CREATE TABLE schedule_state (
-                agent_id TEXT PRIMARY KEY,
-                last_fire_at INTEGER NOT NULL
-            );
-            """),
-        Migration("runs.2-subject", """
-            ALTER TABLE runs ADD COLUMN subject TEXT NOT NULL DEFAULT 'owner';
-            CREATE INDEX runs_by_session ON runs (session_id);
-            """),
-        Migration("runs.3-note", "ALTER TABLE runs ADD COLUMN note TEXT;"),
-    ]
 
     let database: DatabasePool
 
     public init(database: DatabasePool) throws {
         self.database = database
-        try database.migrate(Self.migrations)
     }
 
     private static func ms(_ d: Date) -> Int64 { d.sqliteMillis }

@@ -9,21 +9,10 @@ import SQLite
 /// When each location trigger last fired for each device, so cooldowns survive restarts and concurrent fires
 /// start one run (the check and the claim are one transaction).
 public final class TriggerCooldowns: Sendable {
-    public static let migrations: [Migration] = [
-        Migration("triggers.1", """
-            CREATE TABLE trigger_fires (
-                agent_id TEXT NOT NULL,
-                device_id TEXT NOT NULL,
-                fired_at INTEGER NOT NULL,
-                PRIMARY KEY (agent_id, device_id)
-            );
-            """),
-    ]
     let database: DatabasePool
 
     public init(database: DatabasePool) throws {
         self.database = database
-        try database.migrate(Self.migrations)
     }
 
     /// Claims a fire: nil when allowed (and recorded), else the seconds left of the cooldown.

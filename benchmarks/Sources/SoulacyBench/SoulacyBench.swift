@@ -39,7 +39,9 @@ struct SoulacyBench {
     static func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
 
     static func store(path: String) throws -> MobileStore {
-        let store = try MobileStore(database: try DatabasePool(path: path))
+        let database = try DatabasePool(path: path)
+        try database.migrate(MobileSchema.migrations)
+        let store = try MobileStore(database: database)
         for i in 0..<2 {
             try store.register(try DeviceRegistration(json: JSONObject(["id": .string("phone-\(i)"), "push_token": .string(String(repeating: "0\(i)", count: 32))])), subject: "owner")
         }

@@ -1,0 +1,169 @@
+import SQLite
+
+/// Every table of the mobile channel (devices, inbox lines, recipients and receipts, the push outbox, Live Activity
+/// tokens, device nodes and their commands), as one ordered list: the one file to open to change the inbox schema.
+/// Ids never change once shipped and a migration's SQL never changes: add a new one at the end.
+public enum MobileSchema {
+    public static let migrations: [Migration] = [
+        Migration("mobile.1-inbox", """
+            CREATE TABLE mobile_devices (
+                id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                name TEXT NOT NULL,
+                platform TEXT NOT NULL CHECK (platform IN ('ios', 'android')),
+                bundle_id TEXT NOT NULL,
+                push_token TEXT,
+                push_environment TEXT,
+                notifications_enabled INTEGER NOT NULL,
+                live_start_token TEXT,
+                created_at INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL
+            );
+            CREATE INDEX mobile_devices_by_subject ON mobile_devices (subject);
+            CREATE TABLE mobile_deliveries (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL UNIQUE,
+                destination TEXT NOT NULL,
+                destination_kind TEXT NOT NULL CHECK (destination_kind IN ('all', 'user', 'device')),
+                destination_value TEXT NOT NULL,
+                agent_id TEXT NOT NULL,
+                agent_name TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                title TEXT NOT NULL,
+                body TEXT NOT NULL,
+                parts TEXT NOT NULL,
+                metadata TEXT NOT NULL,
+                created_at INTEGER NOT NULL
+            );
+            CREATE INDEX mobile_deliveries_by_destination ON mobile_deliveries (destination_kind, destination_value, seq);
+            CREATE TABLE mobile_delivery_recipients (
+                delivery_id TEXT NOT NULL REFERENCES mobile_deliveries (id) ON DELETE CASCADE,
+                device_id TEXT NOT NULL,
+                PRIMARY KEY (delivery_id, device_id)
+            );
+            CREATE TABLE mobile_receipts (
+                delivery_id TEXT NOT NULL REFERENCES mobile_deliveries (id) ON DELETE CASCADE,
+                device_id TEXT NOT NULL,
+                read_at INTEGER NOT NULL,
+                PRIMARY KEY (delivery_id, device_id)
+            );
+            CREATE INDEX mobile_receipts_by_device ON mobile_receipts (device_id);
+            """),
+        Migration("mobile.2-push-outbox", """
+            CREATE TABLE mobile_push_outbox (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                wake_id TEXT NOT NULL UNIQUE,
+                delivery_id TEXT,
+                device_id TEXT NOT NULL,
+                signal TEXT NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'failed', 'skipped')),
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                lease_owner TEXT,
+                lease_until INTEGER,
+                transport TEXT,
+                outcome TEXT,
+                created_at INTEGER NOT NULL,
+                finished_at INTEGER
+            );
+            CREATE INDEX mobile_push_outbox_due ON mobile_push_outbox (state, next_attempt_at);
+            CREATE INDEX mobile_push_outbox_by_delivery ON mobile_push_outbox (delivery_id);
+            """),
+        // Which API key registered a device, so revoking that key unpairs the phone.
+        Migration("mobile.3-device-key", "ALTER TABLE mobile_devices ADD COLUMN registered_by_key TEXT"),
+        Migration("mobile.4-live-activities", """
+            CREATE TABLE mobile_live_activities (
+                device_id TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                agent_id TEXT NOT NULL,
+                token TEXT NOT NULL,
+                environment TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                PRIMARY KEY (device_id, session_id)
+            );
+            CREATE INDEX mobile_live_activities_by_session ON mobile_live_activities (session_id);
+            """),
+        // What the app has switched on (canvas, …), as a JSON array.
+        Migration("mobile.5-capabilities", "ALTER TABLE mobile_devices ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'"),
+        // A `device:` line belongs to the person who owned the device when it was written: a device id reused
+        // by someone else later must not show them the line. (Older lines: the owner of a registration at least
+        // as old as the line; lines older than the device's current registration belong to no one.) Receipts go
+        // with their device, so the unread count is a difference of two index counts instead of a lookup per line.
+        Migration("mobile.6-line-owner", """
+            ALTER TABLE mobile_deliveries ADD COLUMN destination_subject TEXT;
+            UPDATE mobile_deliveries SET destination_subject = destination_value WHERE destination_kind = 'user';
+            UPDATE mobile_deliveries SET destination_subject = (SELECT subject FROM mobile_devices m
+                    WHERE m.id = destination_value AND m.created_at <= mobile_deliveries.created_at)
+                WHERE destination_kind = 'device';
+            DELETE FROM mobile_receipts WHERE device_id NOT IN (SELECT id FROM mobile_devices);
+            DELETE FROM mobile_receipts WHERE rowid IN (
+                SELECT r.rowid FROM mobile_receipts r
+                JOIN mobile_deliveries d ON d.id = r.delivery_id JOIN mobile_devices m ON m.id = r.device_id
+                WHERE d.agent_id = 'system' OR (d.destination_kind = 'user' AND d.destination_value <> m.subject)
+                   OR (d.destination_kind = 'device' AND (d.destination_value <> m.id OR d.destination_subject IS NOT m.subject)));
+            DROP INDEX mobile_deliveries_by_destination;
+            CREATE INDEX mobile_deliveries_visible ON mobile_deliveries (destination_kind, destination_value, seq, agent_id, destination_subject);
+            """),
+        // The first command protocol's table; its rows move into the node queue below (mobile.9).
+        Migration("mobile.6-device-commands", """
+            CREATE TABLE mobile_device_commands (
+                id TEXT PRIMARY KEY,
+                device_id TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                command TEXT NOT NULL,
+                params TEXT NOT NULL,
+                waits INTEGER NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('queued', 'delivered', 'completed', 'expired')),
+                result TEXT,
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                completed_at INTEGER
+            );
+            CREATE INDEX mobile_device_commands_by_device ON mobile_device_commands (device_id, state);
+            """),
+        // Parts as the original app decodes them: objects `{"type": "text", "text": …}`, never bare strings.
+        Migration("mobile.7-part-objects", """
+            UPDATE mobile_deliveries SET parts = (SELECT json_group_array(json_object('type', 'text', 'text', value)) FROM json_each(mobile_deliveries.parts))
+                WHERE json_valid(parts) AND json_type(parts) = 'array' AND json_type(parts, '$[0]') = 'text';
+            """),
+        Migration("mobile.8-nodes", """
+            CREATE TABLE mobile_nodes (
+                device_id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                name TEXT NOT NULL,
+                platform TEXT NOT NULL,
+                model TEXT NOT NULL,
+                os_version TEXT NOT NULL,
+                app_version TEXT NOT NULL,
+                capabilities TEXT NOT NULL,
+                permissions TEXT NOT NULL,
+                updated_at INTEGER NOT NULL
+            );
+            CREATE INDEX mobile_nodes_by_subject ON mobile_nodes (subject, updated_at);
+            CREATE TABLE mobile_node_commands (
+                id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                command TEXT NOT NULL,
+                params TEXT NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed', 'declined', 'expired')),
+                result TEXT,
+                error TEXT,
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                completed_at INTEGER,
+                PRIMARY KEY (device_id, id)
+            );
+            CREATE INDEX mobile_node_commands_queued ON mobile_node_commands (device_id, status, created_at);
+            """),
+        // One command protocol: the first one's commands join the node queue (a fetched one is still waiting for
+        // its answer, so it is queued again), and devices with the canvas capability become canvas nodes.
+        Migration("mobile.9-one-command-queue", """
+            INSERT OR IGNORE INTO mobile_node_commands (id, device_id, subject, command, params, status, result, created_at, expires_at, completed_at)
+                SELECT id, device_id, subject, command, params, CASE state WHEN 'delivered' THEN 'queued' ELSE state END, result,
+                       created_at, expires_at, completed_at FROM mobile_device_commands;
+            DROP TABLE mobile_device_commands;
+            """),
+    ]
+}

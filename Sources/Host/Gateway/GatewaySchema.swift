@@ -1,0 +1,155 @@
+import Mobile
+import SQLite
+
+/// Every table of the gateway itself (API keys, runs, household, memory facts, approvals, trigger cooldowns, the
+/// idempotency log, the relay carriage), as one ordered list. Ids never change once shipped and a migration's SQL
+/// never changes: add a new one at the end.
+public enum GatewaySchema {
+    public static let migrations: [Migration] = [
+        Migration("auth.1-api-keys", """
+            CREATE TABLE api_keys (
+                id TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                role TEXT NOT NULL CHECK (role IN ('admin', 'operator', 'viewer')),
+                kind TEXT NOT NULL,
+                token_sha256 BLOB NOT NULL UNIQUE,
+                created_at INTEGER NOT NULL,
+                last_used_at INTEGER,
+                revoked_at INTEGER
+            );
+            CREATE INDEX api_keys_by_subject ON api_keys (subject);
+            """),
+        Migration("runs.1", """
+            CREATE TABLE runs (
+                id TEXT PRIMARY KEY,
+                agent_id TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                trigger TEXT NOT NULL,
+                status TEXT NOT NULL,
+                started_at INTEGER NOT NULL,
+                finished_at INTEGER,
+                error TEXT,
+                delivery_id TEXT
+            );
+            CREATE INDEX runs_by_agent ON runs (agent_id, started_at);
+            CREATE TABLE schedule_state (
+                agent_id TEXT PRIMARY KEY,
+                last_fire_at INTEGER NOT NULL
+            );
+            """),
+        Migration("runs.2-subject", """
+            ALTER TABLE runs ADD COLUMN subject TEXT NOT NULL DEFAULT 'owner';
+            CREATE INDEX runs_by_session ON runs (session_id);
+            """),
+        Migration("runs.3-note", "ALTER TABLE runs ADD COLUMN note TEXT;"),
+        Migration("household.1", """
+            CREATE TABLE household_members (
+                subject TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                created_at INTEGER NOT NULL
+            );
+            CREATE TABLE pairing_codes (
+                code_sha256 BLOB PRIMARY KEY,
+                subject TEXT NOT NULL,
+                role TEXT NOT NULL,
+                created_by_key TEXT,
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                redeemed_at INTEGER,
+                redeemed_key TEXT
+            );
+            """),
+        Migration("memory.1", """
+            CREATE TABLE memory_facts (
+                id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                text TEXT NOT NULL,
+                source TEXT NOT NULL,
+                created_at INTEGER NOT NULL
+            );
+            CREATE INDEX memory_facts_by_subject ON memory_facts (subject, created_at);
+            """),
+        // The original's fact: category, agent scope, status, expiry, last change; and the change feed phones sync.
+        Migration("memory.2-categories-and-sync", """
+            ALTER TABLE memory_facts ADD COLUMN category TEXT NOT NULL DEFAULT 'preference';
+            ALTER TABLE memory_facts ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
+            ALTER TABLE memory_facts ADD COLUMN status TEXT NOT NULL DEFAULT 'active';
+            ALTER TABLE memory_facts ADD COLUMN expires_at INTEGER;
+            ALTER TABLE memory_facts ADD COLUMN updated_at INTEGER;
+            UPDATE memory_facts SET updated_at = created_at;
+            CREATE TABLE memory_fact_changes (
+                cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+                subject TEXT NOT NULL,
+                fact_id TEXT NOT NULL,
+                agent_id TEXT NOT NULL,
+                event TEXT NOT NULL
+            );
+            CREATE INDEX memory_fact_changes_by_subject ON memory_fact_changes (subject, cursor);
+            INSERT INTO memory_fact_changes (subject, fact_id, agent_id, event) SELECT subject, id, '', 'created' FROM memory_facts ORDER BY created_at;
+            """),
+        Migration("approvals.1", """
+            CREATE TABLE approvals (
+                call_id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                agent_id TEXT NOT NULL,
+                agent_name TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                arguments TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'expired')),
+                decided_by TEXT,
+                decided_at INTEGER,
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL
+            );
+            CREATE INDEX approvals_by_subject ON approvals (subject, state, created_at);
+            """),
+        Migration("triggers.1", """
+            CREATE TABLE trigger_fires (
+                agent_id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                fired_at INTEGER NOT NULL,
+                PRIMARY KEY (agent_id, device_id)
+            );
+            """),
+        Migration("idempotency.1", """
+            CREATE TABLE idempotency_log (
+                scope TEXT NOT NULL,
+                idempotency_key TEXT NOT NULL,
+                method TEXT NOT NULL,
+                path TEXT NOT NULL,
+                status INTEGER NOT NULL,
+                content_type TEXT,
+                body BLOB NOT NULL,
+                created_at INTEGER NOT NULL,
+                PRIMARY KEY (scope, idempotency_key)
+            );
+            """),
+        // Answers are sealed from now on; plain ones of routes that mint secrets are dropped (their replay
+        // protection ends, but no key or code stays readable on disk).
+        Migration("idempotency.2-sealed", """
+            ALTER TABLE idempotency_log ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;
+            DELETE FROM idempotency_log WHERE path IN ('/admin/api-keys', '/api/v1/pairing/tokens', '/pairing/tokens', '/api/v1/pairing/redeem', '/pairing/redeem');
+            """),
+        Migration("relaycarriage.1", """
+            CREATE TABLE relay_mailbox (id INTEGER PRIMARY KEY CHECK (id = 1), url TEXT NOT NULL, mailbox_id TEXT NOT NULL, bearer TEXT NOT NULL);
+            CREATE TABLE relay_devices (
+                device_id TEXT PRIMARY KEY, subject TEXT NOT NULL, secret BLOB NOT NULL,
+                last_seq INTEGER NOT NULL DEFAULT 0, registered INTEGER NOT NULL DEFAULT 0
+            );
+            """),
+        // A revoked phone is marked at once (nothing more goes down for it) and forgotten once the relay has
+        // removed its place, bearer and held items.
+        Migration("relaycarriage.2-revoked", "ALTER TABLE relay_devices ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;"),
+    ]
+
+    /// The whole database of a gateway: the mobile channel's tables, then the gateway's. A duplicate id is an error
+    /// here, before anything is opened.
+    public static func migrator() throws(MigrationError) -> DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        try migrator.register(MobileSchema.migrations)
+        try migrator.register(migrations)
+        return migrator
+    }
+}
