@@ -36,12 +36,15 @@ public enum DestinationError: Error, Sendable, Equatable, CustomStringConvertibl
     case unknownForm(String)
     case emptyValue(String)
     case whitespace(String)
+    /// Another channel's own refusal, in its words (a webhook's URL, a sidecar's address).
+    case invalid(String)
 
     public var description: String {
         switch self {
         case .unknownForm(let text): return "destination '\(text)' is not one of all, user:<subject>, device:<installation-id>"
         case .emptyValue(let kind): return "destination '\(kind):' needs a value after the colon"
         case .whitespace(let text): return "destination '\(text)' must not contain whitespace"
+        case .invalid(let message): return message
         }
     }
 }

@@ -29,7 +29,8 @@ public final class TestGateway: Sendable {
     /// With `agents`, the gateway reads that file or directory instead (hot-reload tests edit it while it runs).
     public static func start(config: String = defaultConfig, agents: String? = nil, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                              maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:],
-                             transports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false) async throws -> TestGateway {
+                             transports: [any WakeTransport] = [], channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(),
+                             lan: Bool = false) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
         var configPath = dir + "/SOUL.yaml"
         if let agents { configPath = agents } else { try config.write(toFile: configPath, atomically: true, encoding: .utf8) }
@@ -37,6 +38,7 @@ public final class TestGateway: Sendable {
                                      clock: clock, log: Log(minimum: .warning), maximumBodyBytes: maximumBodyBytes,
                                      environment: environment, extraTransports: transports, retryPolicy: retryPolicy)
         if lan { options.lanHost = "127.0.0.1" }
+        options.extraChannels = channels
         let gateway = try Gateway(options: options)
         let bootstrap = try gateway.bootstrapAdminKey()
         try gateway.start()
@@ -162,9 +164,10 @@ public func eventually(timeout: Duration = .seconds(10), _ condition: @Sendable 
 /// Starts a gateway, runs `body` with it, and stops it afterwards whatever happened.
 public func withTestGateway<T>(config: String = TestGateway.defaultConfig, agents: String? = nil, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                                maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:], transports: [any WakeTransport] = [],
-                               retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false, _ body: (TestGateway) async throws -> T) async throws -> T {
+                               channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false,
+                               _ body: (TestGateway) async throws -> T) async throws -> T {
     let gateway = try await TestGateway.start(config: config, agents: agents, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
-                                              environment: environment, transports: transports, retryPolicy: retryPolicy, lan: lan)
+                                              environment: environment, transports: transports, channels: channels, retryPolicy: retryPolicy, lan: lan)
     do {
         let result = try await body(gateway)
         await gateway.stop()

@@ -21,13 +21,15 @@ struct CommandRunnerTests {
 
     @Test("the environment is clean: configured variables and run facts, none of the gateway's secrets")
     func cleanEnvironment() async throws {
-        setenv("SOULACY_MOBILE_PUSH_RELAY_TOKEN", "leak-me-not", 1)
-        defer { unsetenv("SOULACY_MOBILE_PUSH_RELAY_TOKEN") }
-        let result = try await runner(["/usr/bin/env"], env: ["STYLE": "short"]).run(request())
+        // The gateway's own environment holds a secret; the command sees HOME from it and nothing else.
+        let host = ["SOULACY_MOBILE_PUSH_RELAY_TOKEN": "leak-me-not", "HOME": "/home/gateway", "OPENAI_API_KEY": "sk-leak-me-not"]
+        let runner = CommandRunner(config: CommandRunnerConfig(argv: ["/usr/bin/env"], environment: ["STYLE": "short"], timeout: .seconds(10)), hostEnvironment: host)
+        let result = try await runner.run(request())
+        #expect(result.reply.contains("HOME=/home/gateway"))
         #expect(result.reply.contains("STYLE=short"))
         #expect(result.reply.contains("SOULACY_AGENT_ID=a"))
         #expect(result.reply.contains("SOULACY_RUN_ID=r"))
-        #expect(!result.reply.contains("leak-me-not"))
+        #expect(!result.reply.contains("leak-me-not") && !result.reply.contains("OPENAI_API_KEY"))
     }
 
     @Test("a run past its timeout is stopped with its whole process group")

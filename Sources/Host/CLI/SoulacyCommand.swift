@@ -106,10 +106,11 @@ struct SoulacyCommand {
         let gateway: Gateway
         do {
             var gatewayOptions = GatewayOptions(configPath: config, dataDirectory: data, host: host, port: port)
-            if let lan = opts["lan"] ?? ProcessInfo.processInfo.environment["SOULACY_LAN_LISTEN"] {
-                guard let c = lan.lastIndex(of: ":"), let lanPort = UInt16(lan[lan.index(after: c)...]) else { fail("--lan must be ADDR:PORT", code: 64) }
-                gatewayOptions.lanHost = String(lan[..<c])
-                gatewayOptions.lanPort = lanPort
+            // SOULACY_LAN_LISTEN and the other settings are read by the gateway (GatewaySettings); the flag wins.
+            if let lan = opts["lan"] {
+                guard let address = GatewaySettings.listenAddress(lan) else { fail("--lan must be ADDR:PORT", code: 64) }
+                gatewayOptions.lanHost = address.host
+                gatewayOptions.lanPort = address.port
             }
             gateway = try Gateway(options: gatewayOptions)
             let token = try gateway.bootstrapAdminKey()
@@ -169,18 +170,17 @@ struct SoulacyCommand {
                 guard opts["role"] == nil else { fail("--role goes with --name (your own phone gets your role)", code: 64) }
                 offer = try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil)
             }
-            let environment = ProcessInfo.processInfo.environment
-            let publicURL = environment["SOULACY_PUBLIC_URL"]
+            let settings = try GatewaySettings.fromEnvironment(ProcessInfo.processInfo.environment)
+            let publicURL = settings.publicURL
             let gateway = opts["url"] ?? publicURL ?? "http://127.0.0.1:8080"
             // The link pins the gateway's certificate (made at its first start) where TLS answers: the same-Wi-Fi
             // listener when there is one, else the gateway's own port; a public URL (a proxy's) is never pinned.
             let certificate = try? String(contentsOfFile: GatewayTLSIdentity.certificatePath(dataDirectory: data), encoding: .utf8)
             let pin = certificate.flatMap { try? SelfSignedCertificate.publicKeyPin(pem: $0) }
-            let tlsOff = ["off", "0", "false", "no"].contains(environment["SOULACY_TLS"]?.lowercased() ?? "")
-            let directAddress = tlsOff || (opts["url"] == nil && publicURL != nil) ? nil : URLComponents(string: gateway).flatMap { url in
+            let directAddress = !settings.autoTLS || (opts["url"] == nil && publicURL != nil) ? nil : URLComponents(string: gateway).flatMap { url in
                 url.scheme == "http" || url.scheme == "https" ? url.host.map { "\($0):\(url.port ?? (url.scheme == "https" ? 443 : 80))" } : nil
             }
-            let pinnedAddress = pin == nil ? nil : opts["lan"] ?? environment["SOULACY_LAN_LISTEN"] ?? directAddress
+            let pinnedAddress = pin == nil ? nil : opts["lan"] ?? settings.lanListen.map { "\($0.host):\($0.port)" } ?? directAddress
             printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway, pinnedAddress: pinnedAddress, pin: pin),
                        url: PairingLink.url(offer: offer, gateway: gateway, pinnedAddress: pinnedAddress, pin: pin), qr: true)
         } catch {

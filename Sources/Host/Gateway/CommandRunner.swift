@@ -96,15 +96,20 @@ public struct CommandRunner: AgentRunner {
     /// Extra variables the gateway adds (its API address for callbacks and so on).
     public let gatewayEnvironment: [String: String]
 
-    public init(config: CommandRunnerConfig, gatewayEnvironment: [String: String] = [:]) {
+    /// The gateway's own environment: only HOME is taken from it, nothing else (its secrets stay with it).
+    public let hostEnvironment: [String: String]
+
+    public init(config: CommandRunnerConfig, gatewayEnvironment: [String: String] = [:],
+                hostEnvironment: [String: String] = ProcessInfo.processInfo.environment) {
         self.config = config
         self.gatewayEnvironment = gatewayEnvironment
+        self.hostEnvironment = hostEnvironment
     }
 
     func environment(for request: RunRequest) -> [String] {
         var env: [String: String] = [
             "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": ProcessInfo.processInfo.environment["HOME"] ?? "/",
+            "HOME": hostEnvironment["HOME"] ?? "/",
             "LANG": "C.UTF-8",
         ]
         env.merge(gatewayEnvironment) { $1 }

@@ -26,6 +26,9 @@ public struct GatewayOptions: Sendable {
     public var environment: [String: String]
     /// Transports added by code (plugins, tests), tried before the ones the environment configures.
     public var extraTransports: [any WakeTransport]
+    /// Channels added by code (a webhook, a sidecar), beside `mobile`: SOUL.yaml outputs may name them, and their
+    /// destinations are checked when the agent files load.
+    public var extraChannels: [any Channel] = []
     public var retryPolicy: RetryPolicy
     /// How long an approval waits for an answer before the run sees a denial.
     public var approvalTimeout: TimeInterval
@@ -37,17 +40,16 @@ public struct GatewayOptions: Sendable {
     /// The address pairing links point phones at; defaults to the listen address.
     public var publicURL: String?
     /// The main port serves TLS (the gateway's pinned certificate) and plain HTTP together, as the original's
-    /// auto-TLS does; `SOULACY_TLS=off` serves plain HTTP only (behind a proxy that terminates TLS, say).
-    public var autoTLS: Bool
+    /// auto-TLS does; false (or `SOULACY_TLS=off`) serves plain HTTP only (behind a proxy that terminates TLS, say).
+    public var autoTLS = true
 
     public init(configPath: String, dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8080,
                 clock: any WallClock = SystemWallClock(), log: Log = Log(), maximumBodyBytes: Int = 1 << 20,
                 durability: Durability = .full, environment: [String: String] = ProcessInfo.processInfo.environment,
                 extraTransports: [any WakeTransport] = [], retryPolicy: RetryPolicy = RetryPolicy(),
                 approvalTimeout: TimeInterval = 600, publicURL: String? = nil) {
-        self.approvalTimeout = environment["SOULACY_APPROVAL_TIMEOUT_SECONDS"].flatMap(TimeInterval.init) ?? approvalTimeout
-        self.publicURL = publicURL ?? environment["SOULACY_PUBLIC_URL"]
-        self.autoTLS = !["off", "0", "false", "no"].contains(environment["SOULACY_TLS"]?.lowercased() ?? "")
+        self.approvalTimeout = approvalTimeout
+        self.publicURL = publicURL
         self.environment = environment
         self.extraTransports = extraTransports
         self.retryPolicy = retryPolicy
@@ -68,11 +70,12 @@ public enum GatewayStartError: Error, CustomStringConvertible {
     case storage(String)
     case listen(String)
     case transport(String)
+    case settings(String)
 
     public var description: String {
         switch self {
         case .config(let errors): return errors.description
-        case .dataDirectory(let message), .storage(let message), .listen(let message), .transport(let message): return message
+        case .dataDirectory(let message), .storage(let message), .listen(let message), .transport(let message), .settings(let message): return message
         }
     }
 }
@@ -85,6 +88,11 @@ public final class Gateway: Sendable {
     ]
 
     public let options: GatewayOptions
+
+    /// A channel's own destination check, as the agent-file loader calls it.
+    static func validator(of channel: any Channel) -> DestinationValidator {
+        return { text throws(DestinationError) in try channel.validate(destination: text) }
+    }
     public let database: DatabasePool
     public let mobileStore: MobileStore
     public let keys: APIKeyStore
@@ -115,13 +123,32 @@ public final class Gateway: Sendable {
     private let running = Mutex<(group: ServiceGroup, task: Task<Void, Never>)?>(nil)
     private let boundPort = BoundPort()
 
-    public init(options: GatewayOptions) throws(GatewayStartError) {
+    /// The `SOULACY_*` settings read from `options.environment`, once.
+    public let settings: GatewaySettings
+
+    public init(options given: GatewayOptions) throws(GatewayStartError) {
+        let settings: GatewaySettings
+        do { settings = try GatewaySettings.fromEnvironment(given.environment) } catch { throw .settings(error.description) }
+        self.settings = settings
+        // Code's choices first; the environment fills what code left open.
+        var options = given
+        options.publicURL = given.publicURL ?? settings.publicURL
+        options.autoTLS = given.autoTLS && settings.autoTLS
+        if let timeout = settings.approvalTimeout { options.approvalTimeout = timeout }
+        if options.lanHost == nil, let lan = settings.lanListen {
+            options.lanHost = lan.host
+            options.lanPort = lan.port
+        }
         self.options = options
         signal(SIGPIPE, SIG_IGN)
         let log = options.log
         let catalog: AgentCatalog
         do {
-            catalog = try AgentCatalog(path: options.configPath, destinations: Self.destinationValidators, environment: options.environment, log: log)
+            var destinations = Self.destinationValidators
+            for channel in options.extraChannels where channel.name != "mobile" {
+                destinations[channel.name] = Self.validator(of: channel)
+            }
+            catalog = try AgentCatalog(path: options.configPath, destinations: destinations, environment: options.environment, log: log)
         } catch {
             throw .config(error)
         }
@@ -133,8 +160,7 @@ public final class Gateway: Sendable {
             throw .dataDirectory("cannot create the data directory \(options.dataDirectory): \(error.localizedDescription)")
         }
         do {
-            let quota = options.environment["SOULACY_DB_MAX_MB"].flatMap(Int.init).map { $0 * 1_048_576 }
-            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: quota)
+            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes)
             // The schema is brought up to date once, here, before any store exists.
             try GatewaySchema.migrator().migrate(database)
             mobileStore = try MobileStore(database: database, clock: options.clock)
@@ -164,9 +190,11 @@ public final class Gateway: Sendable {
         } catch {
             throw .storage("cannot open the approvals table: \(error)")
         }
-        channels = ChannelRegistry([mobile])
+        // The mobile channel is the durable sink every gateway has; an embedder's own channel may not replace it.
+        channels = ChannelRegistry([mobile] + options.extraChannels.filter { $0.name != "mobile" })
         let boundPort = self.boundPort
         let hostForURL = options.host.contains(":") ? "[\(options.host)]" : options.host
+        let hostEnvironment = options.environment
         let providers = LLMProviders(environment: options.environment)
         self.providers = providers
         for agent in catalog.current.agents where agent.isOn {
@@ -189,7 +217,8 @@ public final class Gateway: Sendable {
             switch agent.runner {
             case .command(let command):
                 // Agents call back into the gateway (mobile.invoke, approvals) at this address.
-                return CommandRunner(config: command, gatewayEnvironment: ["SOULACY_API_URL": "http://\(hostForURL):\(boundPort.value.load(ordering: .relaxed))"])
+                return CommandRunner(config: command, gatewayEnvironment: ["SOULACY_API_URL": "http://\(hostForURL):\(boundPort.value.load(ordering: .relaxed))"],
+                                     hostEnvironment: hostEnvironment)
             case .llm:
                 return LLMRunner(agent: agent, providers: providers, environment: llmEnvironment)
             }
@@ -220,7 +249,7 @@ public final class Gateway: Sendable {
                                 gatewayURL: { publicURL ?? "http://\(linkHost):\(port.value.load(ordering: .relaxed))" },
                                 pinned: { pinnedLink.value }, mainPortPin: options.autoTLS ? identity?.pin : nil, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) },
                                 relayConfigured: { carriageBox.value != nil }).routes)
-        let longPoll = Duration.seconds(options.environment["SOULACY_LONG_POLL_SECONDS"].flatMap(Int.init) ?? 25)
+        let longPoll = settings.longPoll
         router.add(ApprovalsAPI(broker: approvals, catalog: catalog, runs: runs, longPoll: longPoll).routes)
         router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
         router.add(AssistantAPI(runs: runs, catalog: catalog, sessions: ChatSessions()).routes)
@@ -234,7 +263,7 @@ public final class Gateway: Sendable {
         let idempotency: IdempotencyLog
         do {
             idempotency = try IdempotencyLog(database: database, clock: options.clock,
-                                             killAfterEffect: options.environment["SOULACY_FAULT_KILL_AFTER_EFFECT"] == "1")
+                                             killAfterEffect: settings.killAfterEffect)
         } catch { throw .storage("cannot open the idempotency log: \(error)") }
         self.idempotency = idempotency
         housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)
@@ -249,9 +278,9 @@ public final class Gateway: Sendable {
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
         server = HTTPServer(configuration: serverConfiguration, immediate: answerAtOnce, handler: answer)
-        if let relayURL = options.environment["SOULACY_RELAY_MAILBOX_URL"] {
+        if let relayURL = settings.relayMailboxURL {
             do {
-                carriage = try RelayCarriage(url: relayURL, caFile: options.environment["SOULACY_RELAY_MAILBOX_CA_FILE"], database: database,
+                carriage = try RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, database: database,
                                              mobile: mobileStore, keys: keys, log: log) { request, principal, secret in
                     await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }
                 }
@@ -465,7 +494,7 @@ public final class Gateway: Sendable {
         }))
         list.append(("scheduler", CancelledOnShutdown { await scheduler.run() }))
         // SOULACY_AGENT_WATCH=off leaves reloads to SIGHUP (read-only or network file systems where polling is unwanted).
-        if options.environment["SOULACY_AGENT_WATCH"] != "off" {
+        if settings.watchAgentFiles {
             let baseline = catalog.fileSignature()
             list.append(("agent file watcher", CancelledOnShutdown { await catalog.watch(from: baseline) }))
         }

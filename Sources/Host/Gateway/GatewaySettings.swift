@@ -1,0 +1,91 @@
+import Foundation
+
+/// Every `SOULACY_*` setting the gateway itself reads, parsed once from an environment dictionary (the process's
+/// in `soulacy serve`, a literal one in tests). Transports and model providers read their own variables through
+/// their `fromEnvironment` (`APNsConfiguration`, `FCMConfiguration`, `RelayConfiguration`, `LLMProviders`).
+/// A malformed value is an error naming the variable, never a silent default.
+public struct GatewaySettings: Sendable, Equatable {
+    /// `SOULACY_PUBLIC_URL`: where pairing links send phones (a proxy's address; never pinned).
+    public var publicURL: String?
+    /// `SOULACY_TLS`: the gateway's port serves TLS beside plain HTTP (default on; `off` for plain only).
+    public var autoTLS = true
+    /// `SOULACY_LAN_LISTEN` (`ADDR:PORT`): the pinned same-Wi-Fi door.
+    public var lanListen: (host: String, port: UInt16)?
+    /// `SOULACY_APPROVAL_TIMEOUT_SECONDS`: how long an approval waits before the run sees a denial.
+    public var approvalTimeout: TimeInterval?
+    /// `SOULACY_LONG_POLL_SECONDS`: the longest one request waits for an approval (default 25).
+    public var longPoll: Duration = .seconds(25)
+    /// `SOULACY_DB_MAX_MB`: a size cap for the database.
+    public var databaseMaximumBytes: Int?
+    /// `SOULACY_RELAY_MAILBOX_URL`, `SOULACY_RELAY_MAILBOX_CA_FILE`: the end-to-end encrypted relay mailbox.
+    public var relayMailboxURL: String?
+    public var relayMailboxCAFile: String?
+    /// `SOULACY_AGENT_WATCH`: poll the agent files for changes (default on; `off` leaves reloads to SIGHUP).
+    public var watchAgentFiles = true
+    /// `SOULACY_FAULT_KILL_AFTER_EFFECT=1`, test builds' fault: die between an effect's commit and its answer's.
+    public var killAfterEffect = false
+
+    public struct Invalid: Error, CustomStringConvertible, Equatable {
+        public let variable: String
+        public let message: String
+        public var description: String { "\(variable): \(message)" }
+    }
+
+    public init() {}
+
+    public static func == (a: GatewaySettings, b: GatewaySettings) -> Bool {
+        a.publicURL == b.publicURL && a.autoTLS == b.autoTLS && a.lanListen?.host == b.lanListen?.host && a.lanListen?.port == b.lanListen?.port
+            && a.approvalTimeout == b.approvalTimeout && a.longPoll == b.longPoll && a.databaseMaximumBytes == b.databaseMaximumBytes
+            && a.relayMailboxURL == b.relayMailboxURL && a.relayMailboxCAFile == b.relayMailboxCAFile && a.watchAgentFiles == b.watchAgentFiles
+            && a.killAfterEffect == b.killAfterEffect
+    }
+
+    public static func fromEnvironment(_ environment: [String: String]) throws(Invalid) -> GatewaySettings {
+        var settings = GatewaySettings()
+        func value(_ name: String) -> String? {
+            guard let text = environment[name]?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
+            return text
+        }
+        func switchValue(_ name: String, default fallback: Bool) throws(Invalid) -> Bool {
+            guard let text = value(name)?.lowercased() else { return fallback }
+            if ["on", "1", "true", "yes"].contains(text) { return true }
+            if ["off", "0", "false", "no"].contains(text) { return false }
+            throw Invalid(variable: name, message: "must be on or off, got '\(text)'")
+        }
+        func positive(_ name: String, unit: String) throws(Invalid) -> Int? {
+            guard let text = value(name) else { return nil }
+            guard let number = Int(text), number > 0 else { throw Invalid(variable: name, message: "must be a whole number of \(unit) above 0, got '\(text)'") }
+            return number
+        }
+        func url(_ name: String) throws(Invalid) -> String? {
+            guard let text = value(name) else { return nil }
+            guard let parsed = URLComponents(string: text), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""), parsed.host?.isEmpty == false else {
+                throw Invalid(variable: name, message: "must be an http:// or https:// URL, got '\(text)'")
+            }
+            return text.hasSuffix("/") ? String(text.dropLast()) : text
+        }
+        settings.publicURL = try url("SOULACY_PUBLIC_URL")
+        settings.autoTLS = try switchValue("SOULACY_TLS", default: true)
+        if let text = value("SOULACY_LAN_LISTEN") {
+            guard let address = Self.listenAddress(text) else {
+                throw Invalid(variable: "SOULACY_LAN_LISTEN", message: "must be ADDR:PORT, for example 0.0.0.0:8443, got '\(text)'")
+            }
+            settings.lanListen = address
+        }
+        settings.approvalTimeout = try positive("SOULACY_APPROVAL_TIMEOUT_SECONDS", unit: "seconds").map(TimeInterval.init)
+        settings.longPoll = .seconds(try positive("SOULACY_LONG_POLL_SECONDS", unit: "seconds") ?? 25)
+        settings.databaseMaximumBytes = try positive("SOULACY_DB_MAX_MB", unit: "megabytes").map { $0 * 1_048_576 }
+        settings.relayMailboxURL = try url("SOULACY_RELAY_MAILBOX_URL")
+        settings.relayMailboxCAFile = value("SOULACY_RELAY_MAILBOX_CA_FILE")
+        settings.watchAgentFiles = try switchValue("SOULACY_AGENT_WATCH", default: true)
+        settings.killAfterEffect = value("SOULACY_FAULT_KILL_AFTER_EFFECT") == "1"
+        return settings
+    }
+
+    /// `ADDR:PORT` (IPv6 in brackets or not); nil when it is not one.
+    public static func listenAddress(_ text: String) -> (host: String, port: UInt16)? {
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
+        let host = String(text[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return host.isEmpty ? nil : (host, port)
+    }
+}
