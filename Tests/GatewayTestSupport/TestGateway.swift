@@ -30,12 +30,12 @@ public final class TestGateway: Sendable {
     public static func start(config: String = defaultConfig, agents: String? = nil, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                              maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:],
                              transports: [any WakeTransport] = [], channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(),
-                             lan: Bool = false) async throws -> TestGateway {
+                             lan: Bool = false, log: Log = Log(minimum: .warning)) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
         var configPath = dir + "/SOUL.yaml"
         if let agents { configPath = agents } else { try config.write(toFile: configPath, atomically: true, encoding: .utf8) }
         var options = GatewayOptions(configPath: configPath, dataDirectory: dir + "/data", host: "127.0.0.1", port: 0,
-                                     clock: clock, log: Log(minimum: .warning), maximumBodyBytes: maximumBodyBytes,
+                                     clock: clock, log: log, maximumBodyBytes: maximumBodyBytes,
                                      environment: environment, extraTransports: transports, retryPolicy: retryPolicy)
         if lan { options.lanHost = "127.0.0.1" }
         options.extraChannels = channels
@@ -165,9 +165,10 @@ public func eventually(timeout: Duration = .seconds(10), _ condition: @Sendable 
 public func withTestGateway<T>(config: String = TestGateway.defaultConfig, agents: String? = nil, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                                maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:], transports: [any WakeTransport] = [],
                                channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false,
-                               _ body: (TestGateway) async throws -> T) async throws -> T {
+                               log: Log = Log(minimum: .warning), _ body: (TestGateway) async throws -> T) async throws -> T {
     let gateway = try await TestGateway.start(config: config, agents: agents, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
-                                              environment: environment, transports: transports, channels: channels, retryPolicy: retryPolicy, lan: lan)
+                                              environment: environment, transports: transports, channels: channels, retryPolicy: retryPolicy, lan: lan,
+                                              log: log)
     do {
         let result = try await body(gateway)
         await gateway.stop()

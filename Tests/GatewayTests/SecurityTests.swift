@@ -1,3 +1,5 @@
+import ChannelAPI
+import ChannelTesting
 import Crypto
 import Foundation
 #if canImport(FoundationNetworking)
@@ -62,6 +64,34 @@ struct SecurityTests {
             #expect(!log.contains(secret), "the log holds a secret")
         }
         #expect(log.contains("listening"))
+    }
+
+    @Test("in process, at debug level: no key, code, push token, relay secret or agent output in any log line")
+    func nothingSecretInProcessLogs() async throws {
+        let memory = MemoryLogHandler()
+        let apns = try await APNsStandIn.start()
+        defer { apns.stop() }
+        let output = "AGENT-OUTPUT-MUST-NOT-BE-LOGGED-51f"
+        let token = String(repeating: "cd", count: 32)
+        var secrets: [String] = [output, token]
+        try await withTestGateway(environment: apns.environment, log: Log(minimum: .debug, handler: memory)) { (gw) async throws in
+            secrets.append(gw.adminKey)
+            let code = try #require(try await gw.request("POST", "/api/v1/pairing/tokens", json: ["name": "Priya", "role": "viewer"]).json["code"]?.stringValue)
+            secrets.append(code)
+            let priya = try #require(try await gw.request("POST", "/api/v1/pairing/redeem", json: ["code": .string(code)], key: .none).json["token"]?.stringValue)
+            secrets.append(priya)
+            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "p1", "push_token": .string(token)], key: .some(priya))
+            _ = try await gw.runAgent("echo", input: output, to: "all")
+            _ = try await gw.request("POST", "/api/v1/memory/facts", json: ["content": .string(output)], key: .some(priya))
+            _ = try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some("sk_guessed-key-\(output)"))
+            _ = try await gw.request("POST", "/api/v1/pairing/redeem", json: ["code": "WRONGCODE0000000"], key: .none)
+            #expect(await eventually { (try? await apns.requests().count) == 1 })
+        }
+        let lines = memory.lines
+        #expect(lines.contains { $0.contains("listening") }, "the log was captured")
+        for secret in secrets {
+            #expect(!lines.contains { $0.contains(secret) }, "a log line holds a secret")
+        }
     }
 
     @Test("secret comparison takes the same time wherever the strings differ")
