@@ -27,17 +27,20 @@ let package = Package(
         .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CQRencode", path: "Sources/CQRencode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
-        // Non-variadic entry points for C functions Swift cannot call (MHD_start_daemon, curl_easy_setopt).
-        .target(name: "CShims", dependencies: ["CMicroHTTPD", "CCurl", "COpenSSL"], path: "Sources/CShims",
+        // Entry points Swift cannot call directly (variadic C functions, GNU extensions), one shim per library, so the
+        // phone-side client never needs libmicrohttpd's headers.
+        .target(name: "CHTTPServerShims", dependencies: ["CMicroHTTPD"], path: "Sources/CHTTPServerShims"),
+        .target(name: "CCurlShims", dependencies: ["CCurl", "COpenSSL"], path: "Sources/CCurlShims",
                 linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        .target(name: "CProcessShims", path: "Sources/CProcessShims"),
 
         // MARK: Thin Swift wrappers over the C libraries
         .target(name: "SQLite", dependencies: ["CSQLite"], path: "Sources/SQLite"),
         .target(name: "YAML", dependencies: ["CYAML"], path: "Sources/YAML"),
         .target(name: "Crypto", dependencies: ["COpenSSL"], path: "Sources/Crypto"),
-        .target(name: "HTTPClient", dependencies: ["CCurl", "CShims"], path: "Sources/HTTPClient"),
+        .target(name: "HTTPClient", dependencies: ["CCurl", "CCurlShims"], path: "Sources/HTTPClient"),
         .target(name: "JSON", path: "Sources/JSON"),
-        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Identity", "JSON"], path: "Sources/HTTPServer"),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims", "Identity", "JSON"], path: "Sources/HTTPServer"),
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
@@ -52,7 +55,7 @@ let package = Package(
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/Relay"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
-        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CShims"], path: "Sources/Host/Gateway"),
+        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).

@@ -1,5 +1,5 @@
 internal import CCurl
-internal import CShims
+internal import CCurlShims
 import Foundation
 import Synchronization
 

@@ -1,5 +1,6 @@
 internal import CMicroHTTPD
-internal import CShims
+internal import CHTTPServerShims
+internal import CProcessShims
 import Foundation
 import Synchronization
 import Glibc

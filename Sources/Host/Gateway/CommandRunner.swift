@@ -1,4 +1,4 @@
-internal import CShims
+internal import CProcessShims
 import Foundation
 import LLM
 import Glibc

@@ -1,17 +1,11 @@
 #define _GNU_SOURCE
-#include <fcntl.h>
-#include <unistd.h>
-#include <spawn.h>
-#include "CShims.h"
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-#include <openssl/evp.h>
-#include <openssl/crypto.h>
+#include "CHTTPServerShims.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <ctype.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 void soulacy_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t length) {
     buffer[0] = 0;
@@ -100,79 +94,6 @@ struct MHD_Daemon *soulacy_mhd_start(unsigned int flags, uint16_t port,
 uint16_t soulacy_mhd_bound_port(struct MHD_Daemon *daemon) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
     return info ? info->port : 0;
-}
-
-CURLcode soulacy_curl_setopt_long(CURL *h, CURLoption o, long v) { return curl_easy_setopt(h, o, v); }
-CURLcode soulacy_curl_setopt_ptr(CURL *h, CURLoption o, const void *v) { return curl_easy_setopt(h, o, v); }
-CURLcode soulacy_curl_setopt_off(CURL *h, CURLoption o, curl_off_t v) { return curl_easy_setopt(h, o, v); }
-CURLcode soulacy_curl_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }
-CURLMcode soulacy_curl_multi_setopt_long(CURLM *h, CURLMoption o, long v) { return curl_multi_setopt(h, o, v); }
-CURLSHcode soulacy_curl_share_setopt_long(CURLSH *h, CURLSHoption o, long v) { return curl_share_setopt(h, o, v); }
-
-int soulacy_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
-int soulacy_spawn_add_chdir(posix_spawn_file_actions_t *actions, const char *path) {
-    return posix_spawn_file_actions_addchdir_np(actions, path);
-}
-
-CURLcode soulacy_curl_set_callbacks(CURL *h, soulacy_curl_data_fn body, soulacy_curl_data_fn header, void *userdata) {
-    CURLcode rc = curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body);
-    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_WRITEDATA, userdata);
-    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header);
-    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_HEADERDATA, userdata);
-    return rc;
-}
-
-int soulacy_curl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result) {
-    int left = 0;
-    CURLMsg *msg;
-    while ((msg = curl_multi_info_read(multi, &left)) != NULL) {
-        if (msg->msg == CURLMSG_DONE) {
-            *easy = msg->easy_handle;
-            *result = msg->data.result;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static int soulacy_pin_index = -1;
-
-static int soulacy_pin_verify(int preverify, X509_STORE_CTX *store) {
-    (void)preverify;
-    if (X509_STORE_CTX_get_error_depth(store) != 0) return 1;  /* only the leaf is checked, and only by its key's hash */
-    SSL *ssl = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx());
-    const unsigned char *expected = ssl ? SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), soulacy_pin_index) : NULL;
-    X509 *leaf = X509_STORE_CTX_get_current_cert(store);
-    if (!expected || !leaf) return 0;
-    /* The original app's pin: the public key as iOS represents it (EC: 0x04||X||Y; RSA: PKCS#1 DER). */
-    EVP_PKEY *key = X509_get0_pubkey(leaf);
-    unsigned char *der = NULL;
-    int length = key ? i2d_PublicKey(key, &der) : 0;
-    if (length <= 0) return 0;
-    unsigned char digest[32];
-    unsigned int digest_length = 0;
-    int ok = EVP_Digest(der, (size_t)length, digest, &digest_length, EVP_sha256(), NULL) == 1 && digest_length == 32
-             && CRYPTO_memcmp(digest, expected, 32) == 0;
-    OPENSSL_free(der);
-    if (ok) X509_STORE_CTX_set_error(store, X509_V_OK);
-    return ok;
-}
-
-static CURLcode soulacy_pin_ctx(CURL *curl, void *ssl_ctx, void *fingerprint) {
-    (void)curl;
-    SSL_CTX_set_ex_data((SSL_CTX *)ssl_ctx, soulacy_pin_index, fingerprint);
-    SSL_CTX_set_verify((SSL_CTX *)ssl_ctx, SSL_VERIFY_PEER, soulacy_pin_verify);
-    return CURLE_OK;
-}
-
-CURLcode soulacy_curl_pin_public_key(CURL *handle, const unsigned char *fingerprint) {
-    if (soulacy_pin_index < 0) soulacy_pin_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, NULL);
-    CURLcode rc = curl_easy_setopt(handle, CURLOPT_SSL_VERIFYHOST, 0L);
-    if (rc == CURLE_OK) rc = curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, soulacy_pin_ctx);
-    if (rc == CURLE_OK) rc = curl_easy_setopt(handle, CURLOPT_SSL_CTX_DATA, (void *)fingerprint);
-    /* Connections are not shared with unpinned transfers: a fresh one is made and checked. */
-    if (rc == CURLE_OK) rc = curl_easy_setopt(handle, CURLOPT_SSL_SESSIONID_CACHE, 0L);
-    return rc;
 }
 
 /* ---- One port for TLS and plain HTTP (the original gateway's auto-TLS listener) ---- */

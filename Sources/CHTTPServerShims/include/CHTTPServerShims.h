@@ -1,12 +1,12 @@
-// Fixed-arity entry points for variadic C functions, which Swift cannot call directly.
-#ifndef SOULACY_CSHIMS_H
-#define SOULACY_CSHIMS_H
+// libmicrohttpd entry points Swift cannot call directly (variadic MHD_start_daemon, values with their lengths),
+// and the accept loop that serves TLS and plain HTTP on one port.
+#ifndef SOULACY_CHTTPSERVERSHIMS_H
+#define SOULACY_CHTTPSERVERSHIMS_H
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
 #include <sys/socket.h>
 #include <microhttpd.h>
-#include <curl/curl.h>
 
 struct soulacy_mhd_options {
     unsigned int thread_pool_size;
@@ -53,28 +53,5 @@ void soulacy_split_listener_run(int listen_fd, int stop_fd, struct MHD_Daemon *t
 
 /* The port the daemon is bound to (useful when started on port 0). */
 uint16_t soulacy_mhd_bound_port(struct MHD_Daemon *daemon);
-
-CURLcode soulacy_curl_setopt_long(CURL *handle, CURLoption option, long value);
-CURLcode soulacy_curl_setopt_ptr(CURL *handle, CURLoption option, const void *value);
-CURLcode soulacy_curl_setopt_off(CURL *handle, CURLoption option, curl_off_t value);
-CURLcode soulacy_curl_getinfo_long(CURL *handle, CURLINFO info, long *value);
-CURLMcode soulacy_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long value);
-CURLSHcode soulacy_curl_share_setopt_long(CURLSH *handle, CURLSHoption option, long value);
-
-typedef size_t (*soulacy_curl_data_fn)(char *data, size_t size, size_t count, void *userdata);
-/* Installs the body and header callbacks with one user-data pointer. */
-CURLcode soulacy_curl_set_callbacks(CURL *handle, soulacy_curl_data_fn body, soulacy_curl_data_fn header, void *userdata);
-/* The next finished transfer of a multi handle: returns 1 and fills easy/result, or 0 when there is none. */
-int soulacy_curl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result);
-
-/* Trust exactly one key: the handshake fails unless the server's leaf public key, in the bytes iOS'
-   SecKeyCopyExternalRepresentation gives (EC: 0x04||X||Y, RSA: PKCS#1 DER), hashes (SHA-256) to `pin`
-   (32 bytes, kept by the caller for the transfer's life), as the original Soulacy app checks. No CA is consulted. */
-CURLcode soulacy_curl_pin_public_key(CURL *handle, const unsigned char *pin);
-
-#include <spawn.h>
-/* pipe2(O_CLOEXEC) and posix_spawn_file_actions_addchdir_np are GNU extensions the Swift Glibc module hides. */
-int soulacy_pipe_cloexec(int fds[2]);
-int soulacy_spawn_add_chdir(posix_spawn_file_actions_t *actions, const char *path);
 
 #endif

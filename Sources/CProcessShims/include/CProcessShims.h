@@ -1,0 +1,10 @@
+// GNU extensions the Swift Glibc module hides: pipe2(O_CLOEXEC) and posix_spawn_file_actions_addchdir_np.
+#ifndef SOULACY_CPROCESSSHIMS_H
+#define SOULACY_CPROCESSSHIMS_H
+#include <spawn.h>
+
+/* pipe2(O_CLOEXEC) and posix_spawn_file_actions_addchdir_np are GNU extensions the Swift Glibc module hides. */
+int soulacy_pipe_cloexec(int fds[2]);
+int soulacy_spawn_add_chdir(posix_spawn_file_actions_t *actions, const char *path);
+
+#endif

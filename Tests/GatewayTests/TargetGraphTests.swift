@@ -1,0 +1,50 @@
+import Foundation
+import GatewayTestSupport
+import Testing
+
+/// The module boundaries, read from Package.swift: what each target may reach, directly or through others.
+@Suite("Target graph")
+struct TargetGraphTests {
+    /// Every target's direct dependencies, from the `.target(name:dependencies:)` entries.
+    static func graph() throws -> [String: [String]] {
+        let manifest = try String(contentsOfFile: RepositoryPaths.root + "/Package.swift", encoding: .utf8)
+        var graph: [String: [String]] = [:]
+        let entry = /\.(?:target|executableTarget|testTarget|systemLibrary)\(name:\s*"([^"]+)"(?:,\s*dependencies:\s*\[([^\]]*)\])?/
+        for match in manifest.matches(of: entry) {
+            let dependencies = match.output.2.map { list in list.matches(of: /"([^"]+)"/).map { String($0.output.1) } } ?? []
+            graph[String(match.output.1)] = dependencies
+        }
+        return graph
+    }
+
+    static func reach(_ target: String, in graph: [String: [String]]) -> Set<String> {
+        var seen: Set<String> = []
+        var queue = graph[target] ?? []
+        while let next = queue.popLast() {
+            if seen.insert(next).inserted { queue += graph[next] ?? [] }
+        }
+        return seen
+    }
+
+    @Test("transports, the plugin contracts, the model providers and the phone-side client stay off the server, the database and the host")
+    func boundaries() throws {
+        let graph = try Self.graph()
+        #expect(graph.count > 20 && graph["Gateway"] != nil, "the manifest was read")
+        let serverSide: Set = ["HTTPServer", "CHTTPServerShims", "CMicroHTTPD", "SQLite", "CSQLite", "Gateway", "Mobile"]
+        let rules: [(target: String, forbidden: Set<String>)] = [
+            ("ChannelAPI", serverSide.union(["HTTPClient", "Crypto", "JSON"])),
+            ("APNs", serverSide), ("FCM", serverSide), ("Relay", serverSide),
+            ("LLM", serverSide),
+            ("HTTPClient", serverSide),
+            // The phone-side client builds without libmicrohttpd's headers.
+            ("SoulacyClient", serverSide),
+            ("RelayProtocol", serverSide.union(["HTTPClient"])),
+            ("Lifecycle", serverSide.union(["HTTPClient", "ChannelAPI"])),
+        ]
+        for rule in rules {
+            #expect(graph[rule.target] != nil, "\(rule.target) is a target")
+            let reached = Self.reach(rule.target, in: graph).intersection(rule.forbidden)
+            #expect(reached.isEmpty, "\(rule.target) reaches \(reached.sorted())")
+        }
+    }
+}
