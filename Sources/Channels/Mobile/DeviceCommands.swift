@@ -39,12 +39,13 @@ public struct DeviceCommandsAPI: Sendable {
             throw APIError.invalidField("command", "'\(command)' is not a command of this route; use canvas.present (the others go through /api/v1/mobile/nodes)")
         }
         let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
-        guard let params = body.fields["params"] else { throw APIError.missingField("params") }
-        let card = try CanvasCard(params)
-        let expiresIn = try body.optionalInteger("expires_in_seconds", in: 1...Int(DeviceNodes.maximumExpiry)) ?? Self.defaultExpiry
+        // The device first, then the card: a phone without the canvas switched on is told so whatever the card.
         guard try nodes.adoptCanvasCapability(of: device) else {
             throw APIError(status: 409, code: "capability_off", message: "device_id: \(device.id) does not have the Soulacy canvas capability on", field: "device_id")
         }
+        guard let params = body.fields["params"] else { throw APIError.missingField("params") }
+        let card = try CanvasCard(params)
+        let expiresIn = try body.optionalInteger("expires_in_seconds", in: 1...Int(DeviceNodes.maximumExpiry)) ?? Self.defaultExpiry
         let queued = try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json,
                                        expiresAt: nodes.clock.now().addingTimeInterval(TimeInterval(expiresIn)))
         guard try body.optionalBool("wait") ?? true else { return .json(Self.json(queued), status: 202) }
