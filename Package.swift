@@ -75,7 +75,7 @@ let package = Package(
 
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
-        .testTarget(name: "SupportLibraryTests", dependencies: ["Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer"], path: "Tests/SupportLibraryTests"),
+        .testTarget(name: "SupportLibraryTests", dependencies: ["Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "Identity"], path: "Tests/SupportLibraryTests"),
         .testTarget(name: "GatewayTests", dependencies: ["LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

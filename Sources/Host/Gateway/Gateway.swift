@@ -267,17 +267,14 @@ public final class Gateway: Sendable {
         } catch { throw .storage("cannot open the idempotency log: \(error)") }
         self.idempotency = idempotency
         housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)
-        let answer: @Sendable (HTTPRequest) async -> HTTPResponse = { request in
-            await idempotency.answer(request, principal: routerCopy.principal(of: request)) { await routerCopy.handle($0) }
-        }
-        // Quick reads (the inbox) are answered on the server thread; mutating calls always take the idempotent path.
-        let answerAtOnce: @Sendable (HTTPRequest) -> HTTPResponse? = { request in
-            IdempotencyLog.isMutating(request.method) ? nil : routerCopy.handleImmediately(request)
-        }
+        // What each listener serves: the routes behind their middleware. Quick reads (the inbox) are answered on the
+        // server thread; mutating calls always take the idempotent path.
+        let idempotent = IdempotencyMiddleware(log: idempotency, router: routerCopy)
+        let api = Responder(router: routerCopy, middleware: [idempotent])
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
-        server = HTTPServer(configuration: serverConfiguration, immediate: answerAtOnce, handler: answer)
+        server = api.server(serverConfiguration)
         if let relayURL = settings.relayMailboxURL {
             do {
                 carriage = try RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, database: database,
@@ -293,12 +290,9 @@ public final class Gateway: Sendable {
         }
         carriageBox.set(carriage)
         if let lanHost = options.lanHost, let identity {
-            lanServer = HTTPServer(configuration: HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
-                                                                          tls: (identity.keyPEM, identity.certificatePEM)),
-                                   immediate: { request in Self.doorRefusal(request, principal: routerCopy.principal)?.response ?? answerAtOnce(request) }) { request in
-                if let refusal = Self.doorRefusal(request, principal: routerCopy.principal) { return refusal.response }
-                return await answer(request)
-            }
+            let door = Responder(router: routerCopy, middleware: [LANDoorMiddleware(router: routerCopy), idempotent])
+            lanServer = door.server(HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
+                                                            tls: (identity.keyPEM, identity.certificatePEM)))
         } else {
             lanServer = nil
         }
@@ -392,30 +386,6 @@ public final class Gateway: Sendable {
         }
         return APIError.internal("the gateway could not complete the request").response
     }
-
-    /// The door's checks for the LAN listener, in the documented order: a browser (any Origin) is refused (403);
-    /// a missing, unknown or revoked bearer is 401 (pairing and health need none); a path outside what a phone may
-    /// call is 404; a mutating call without an Idempotency-Key is 422, so a retry over another path cannot apply it twice.
-    static func doorRefusal(_ request: HTTPRequest, principal: (HTTPRequest) -> Principal?) -> APIError? {
-        if request.header("origin") != nil { return APIError.forbidden("browsers may not call this listener") }
-        let path = request.path
-        let open = Self.doorOpenPaths.contains(path)
-        if !open, principal(request) == nil {
-            var error = request.header("authorization") == nil
-                ? APIError.unauthorized("an API key is required (Authorization: Bearer <key>)")
-                : APIError.unauthorized("the API key is unknown or has been revoked")
-            error.extraHeaders["WWW-Authenticate"] = "Bearer"
-            return error
-        }
-        guard !path.hasPrefix("/admin/"), path != "/admin" else { return APIError.notFound("no route for \(request.method) \(path) on this listener") }
-        if IdempotencyLog.isMutating(request.method), request.header(IdempotencyLog.header) == nil, !open {
-            return APIError(status: 422, code: "idempotency_key_required", message: "Idempotency-Key: every \(request.method) on this listener needs one (one key per intent)", field: "Idempotency-Key")
-        }
-        return nil
-    }
-
-    /// What the door lets through without a key: redeeming a pairing code and the liveness check.
-    static let doorOpenPaths: Set<String> = ["/api/v1/pairing/redeem", "/pairing/redeem", "/health", "/api/v1/health", "/ping", "/mobile"]
 
     /// The LAN listener's port, when it is on.
     public var lanPort: UInt16? { lanServer?.port }

@@ -1,0 +1,64 @@
+import Foundation
+
+/// What a middleware says about a request on the server thread, before a quick route answers it there.
+public enum Screening: Sendable {
+    /// Nothing for this middleware to do: the request may be answered at once.
+    case pass
+    /// Refused here, with this answer.
+    case refuse(HTTPResponse)
+    /// This middleware must run around the request: it goes to a task and `handle`.
+    case needsTask
+}
+
+/// One step around every request of a listener, in Hummingbird 2's shape (one method plus a quick screen):
+/// authentication rules of a door, idempotency, logging. Middleware wraps routing; routes never see it.
+public protocol Middleware: Sendable {
+    func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse
+    /// Called instead of `handle` when the request could be answered on the server thread.
+    func screen(_ request: HTTPRequest) -> Screening
+}
+
+extension Middleware {
+    public func screen(_ request: HTTPRequest) -> Screening { .needsTask }
+}
+
+/// A router with middleware around it: what a listener serves. The first middleware is the outermost.
+public struct Responder: Sendable {
+    public let router: Router
+    public let middleware: [any Middleware]
+
+    public init(router: Router, middleware: [any Middleware] = []) {
+        self.router = router
+        self.middleware = middleware
+    }
+
+    /// The answer, through every middleware in order, then the router.
+    public func respond(_ request: HTTPRequest) async -> HTTPResponse {
+        await Self.run(middleware[...], request, router)
+    }
+
+    private static func run(_ chain: ArraySlice<any Middleware>, _ request: HTTPRequest, _ router: Router) async -> HTTPResponse {
+        guard let first = chain.first else { return await router.handle(request) }
+        let rest = chain.dropFirst()
+        return await first.handle(request) { await run(rest, $0, router) }
+    }
+
+    /// The answer on the calling thread when every middleware lets the request pass and its route is a quick one;
+    /// nil when it needs `respond`.
+    public func respondImmediately(_ request: HTTPRequest) -> HTTPResponse? {
+        for step in middleware {
+            switch step.screen(request) {
+            case .pass: continue
+            case .refuse(let response): return response
+            case .needsTask: return nil
+            }
+        }
+        return router.handleImmediately(request)
+    }
+
+    /// An HTTP server that serves this responder.
+    public func server(_ configuration: HTTPServerConfiguration) -> HTTPServer {
+        let responder = self
+        return HTTPServer(configuration: configuration, immediate: { responder.respondImmediately($0) }) { await responder.respond($0) }
+    }
+}

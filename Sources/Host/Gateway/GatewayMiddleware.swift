@@ -1,0 +1,54 @@
+import HTTPServer
+import Identity
+
+/// Mutating calls with an `Idempotency-Key` are answered from the log when replayed (see `IdempotencyLog`).
+struct IdempotencyMiddleware: Middleware {
+    let log: IdempotencyLog
+    let router: Router
+
+    func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
+        await log.answer(request, principal: router.principal(of: request), handle: next)
+    }
+
+    /// Reads pass; a mutating call is never answered on the server thread.
+    func screen(_ request: HTTPRequest) -> Screening {
+        IdempotencyLog.isMutating(request.method) ? .needsTask : .pass
+    }
+}
+
+/// The same-Wi-Fi door's rules, in the documented order: a browser (any Origin) is refused (403); a missing,
+/// unknown or revoked bearer is 401 (pairing and health need none); a path outside what a phone may call is 404;
+/// a mutating call without an Idempotency-Key is 422, so a retry over another path cannot apply it twice.
+struct LANDoorMiddleware: Middleware {
+    /// What the door lets through without a key: redeeming a pairing code and the liveness checks.
+    static let openPaths: Set<String> = ["/api/v1/pairing/redeem", "/pairing/redeem", "/health", "/api/v1/health", "/ping", "/mobile"]
+
+    let router: Router
+
+    func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
+        if let refusal = refusal(request) { return refusal.response }
+        return await next(request)
+    }
+
+    func screen(_ request: HTTPRequest) -> Screening {
+        refusal(request).map { .refuse($0.response) } ?? .pass
+    }
+
+    func refusal(_ request: HTTPRequest) -> APIError? {
+        if request.header("origin") != nil { return APIError.forbidden("browsers may not call this listener") }
+        let path = request.path
+        let open = Self.openPaths.contains(path)
+        if !open, router.principal(of: request) == nil {
+            var error = request.header("authorization") == nil
+                ? APIError.unauthorized("an API key is required (Authorization: Bearer <key>)")
+                : APIError.unauthorized("the API key is unknown or has been revoked")
+            error.extraHeaders["WWW-Authenticate"] = "Bearer"
+            return error
+        }
+        guard !path.hasPrefix("/admin/"), path != "/admin" else { return APIError.notFound("no route for \(request.method) \(path) on this listener") }
+        if IdempotencyLog.isMutating(request.method), request.header(IdempotencyLog.header) == nil, !open {
+            return APIError(status: 422, code: "idempotency_key_required", message: "Idempotency-Key: every \(request.method) on this listener needs one (one key per intent)", field: "Idempotency-Key")
+        }
+        return nil
+    }
+}

@@ -1,0 +1,63 @@
+import Foundation
+import HTTPServer
+import Identity
+import Synchronization
+import Testing
+
+/// Records the order it ran in, and refuses paths under /blocked (on the server thread too).
+struct Tracing: Middleware {
+    let name: String
+    let trail: Trail
+    func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
+        trail.add("\(name) in")
+        if request.path.hasPrefix("/blocked") { return HTTPResponse(status: 403, headers: [], body: Array(name.utf8)) }
+        let response = await next(request)
+        trail.add("\(name) out")
+        return response
+    }
+    func screen(_ request: HTTPRequest) -> Screening {
+        request.path.hasPrefix("/blocked") ? .refuse(HTTPResponse(status: 403, headers: [], body: Array(name.utf8))) : .pass
+    }
+}
+
+final class Trail: Sendable {
+    private let steps = Mutex<[String]>([])
+    func add(_ step: String) { steps.withLock { $0.append(step) } }
+    var all: [String] { steps.withLock { $0 } }
+}
+
+/// The API kit in process: a responder answers a request with no socket, through its middleware in order.
+@Suite("Middleware and the in-process responder")
+struct MiddlewareTests {
+    func responder(_ trail: Trail) -> Responder {
+        var router = Router(authenticator: { $0 == "good" ? Principal(keyID: "k", subject: "owner", role: .admin) : nil })
+        router.add(Route(.GET, "/quick", access: .open, immediate: { _ in HTTPResponse(status: 200, headers: [], body: Array("quick".utf8)) }))
+        router.add(Route(.POST, "/items/:id", access: .role(.operator), handler: { request in
+            await Task.yield()
+            trail.add("route \(request.parameter("id"))")
+            return HTTPResponse(status: 201, headers: [], body: Array((try request.caller().subject).utf8))
+        }))
+        return Responder(router: router, middleware: [Tracing(name: "outer", trail: trail), Tracing(name: "inner", trail: trail)])
+    }
+
+    @Test("middleware runs outermost first around the route; the route still enforces its role")
+    func order() async throws {
+        let trail = Trail()
+        let answer = await responder(trail).respond(HTTPRequest(method: "POST", path: "/items/7", headers: ["authorization": "Bearer good"]))
+        #expect(answer.status == 201 && String(decoding: answer.body, as: UTF8.self) == "owner")
+        #expect(trail.all == ["outer in", "inner in", "route 7", "inner out", "outer out"])
+        let anonymous = await responder(Trail()).respond(HTTPRequest(method: "POST", path: "/items/7"))
+        #expect(anonymous.status == 401)
+    }
+
+    @Test("a refusal stops the chain; on the server thread, screens refuse or pass and quick routes answer there")
+    func refusalsAndQuickAnswers() async throws {
+        let trail = Trail()
+        let refused = await responder(trail).respond(HTTPRequest(method: "GET", path: "/blocked/x"))
+        #expect(refused.status == 403 && String(decoding: refused.body, as: UTF8.self) == "outer" && trail.all == ["outer in"])
+        #expect(responder(Trail()).respondImmediately(HTTPRequest(method: "GET", path: "/blocked/x"))?.status == 403)
+        #expect(responder(Trail()).respondImmediately(HTTPRequest(method: "GET", path: "/quick")).map { String(decoding: $0.body, as: UTF8.self) } == "quick")
+        // A route that runs in a task is not answered on the server thread.
+        #expect(responder(Trail()).respondImmediately(HTTPRequest(method: "POST", path: "/items/1", headers: ["authorization": "Bearer good"])) == nil)
+    }
+}
