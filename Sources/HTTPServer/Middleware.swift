@@ -16,10 +16,39 @@ public protocol Middleware: Sendable {
     func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse
     /// Called instead of `handle` when the request could be answered on the server thread.
     func screen(_ request: HTTPRequest) -> Screening
+    /// After a request this middleware passed was answered on the server thread (logging, metrics).
+    func answeredAtOnce(_ request: HTTPRequest, with response: HTTPResponse)
 }
 
 extension Middleware {
     public func screen(_ request: HTTPRequest) -> Screening { .needsTask }
+    public func answeredAtOnce(_ request: HTTPRequest, with response: HTTPResponse) {}
+}
+
+/// One line per request at debug level: method, path, status and time. Never a header, a query or a body (they
+/// carry keys, codes and agent output).
+public struct RequestLogMiddleware: Middleware {
+    let write: @Sendable (String) -> Void
+
+    public init(write: @escaping @Sendable (String) -> Void) { self.write = write }
+
+    public func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
+        let started = ContinuousClock.now
+        let response = await next(request)
+        write(Self.line(request, response, ContinuousClock.now - started))
+        return response
+    }
+
+    public func screen(_ request: HTTPRequest) -> Screening { .pass }
+
+    public func answeredAtOnce(_ request: HTTPRequest, with response: HTTPResponse) {
+        write(Self.line(request, response, nil))
+    }
+
+    static func line(_ request: HTTPRequest, _ response: HTTPResponse, _ took: Duration?) -> String {
+        let time = took.map { " \(Int(($0.components.seconds * 1000) + $0.components.attoseconds / 1_000_000_000_000_000)) ms" } ?? " (at once)"
+        return "\(request.method) \(request.path) \(response.status)\(time)"
+    }
 }
 
 /// A router with middleware around it: what a listener serves. The first middleware is the outermost.
@@ -53,7 +82,9 @@ public struct Responder: Sendable {
             case .needsTask: return nil
             }
         }
-        return router.handleImmediately(request)
+        guard let response = router.handleImmediately(request) else { return nil }
+        for step in middleware { step.answeredAtOnce(request, with: response) }
+        return response
     }
 
     /// An HTTP server that serves this responder.

@@ -89,6 +89,7 @@ struct SecurityTests {
         }
         let lines = memory.lines
         #expect(lines.contains { $0.contains("listening") }, "the log was captured")
+        #expect(lines.contains { $0.contains("POST /api/v1/pairing/redeem 200") }, "requests are logged at debug")
         for secret in secrets {
             #expect(!lines.contains { $0.contains(secret) }, "a log line holds a secret")
         }

@@ -270,7 +270,9 @@ public final class Gateway: Sendable {
         // What each listener serves: the routes behind their middleware. Quick reads (the inbox) are answered on the
         // server thread; mutating calls always take the idempotent path.
         let idempotent = IdempotencyMiddleware(log: idempotency, router: routerCopy)
-        let api = Responder(router: routerCopy, middleware: [idempotent])
+        // Request lines only when the log is at debug: the inbox's hot path pays nothing otherwise.
+        let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware { line in log.debug(line) }] : []
+        let api = Responder(router: routerCopy, middleware: requestLog + [idempotent])
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
@@ -290,7 +292,7 @@ public final class Gateway: Sendable {
         }
         carriageBox.set(carriage)
         if let lanHost = options.lanHost, let identity {
-            let door = Responder(router: routerCopy, middleware: [LANDoorMiddleware(router: routerCopy), idempotent])
+            let door = Responder(router: routerCopy, middleware: requestLog + [LANDoorMiddleware(router: routerCopy), idempotent])
             lanServer = door.server(HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                             tls: (identity.keyPEM, identity.certificatePEM)))
         } else {
