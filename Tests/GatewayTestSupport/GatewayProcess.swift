@@ -46,6 +46,7 @@ public final class GatewayProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.soulacyBinary)
         process.arguments = ["serve", "--config", configPath, "--data", dataDirectory, "--listen", "127.0.0.1:\(port)"]
         var env = ["PATH": "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]
+        env.merge(sanitizerEnvironment()) { $1 }
         env.merge(environment) { $1 }
         process.environment = env
         process.standardOutput = log
@@ -85,4 +86,10 @@ public final class GatewayProcess: @unchecked Sendable {
     }
 
     deinit { kill9() }
+}
+
+/// The sanitizer settings of this test run (scripts/test sets them), for the binaries it starts: they run under the
+/// same rules (ASan's leak check is off there, its error checks on).
+public func sanitizerEnvironment() -> [String: String] {
+    ProcessInfo.processInfo.environment.filter { ["ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"].contains($0.key) }
 }

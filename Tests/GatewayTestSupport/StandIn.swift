@@ -27,7 +27,7 @@ public func runProgram(_ path: String, _ arguments: [String], environment: [Stri
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
-    if let environment { process.environment = environment }
+    if let environment { process.environment = sanitizerEnvironment().merging(environment) { $1 } }
     let pipe = Pipe()
     process.standardOutput = pipe
     process.standardError = pipe
@@ -257,7 +257,7 @@ public final class RelayServerProcess: @unchecked Sendable {
     public func start(environment: [String: String] = [:]) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.relayBinary)
-        process.environment = ["PATH": "/usr/bin:/bin"].merging(environment) { $1 }
+        process.environment = ["PATH": "/usr/bin:/bin"].merging(sanitizerEnvironment()) { $1 }.merging(environment) { $1 }
         process.arguments = ["--data", directory, "--listen", "127.0.0.1:\(port)", "--max-item-bytes", "65536"]
         if tls {
             let made = try SelfSignedCertificate.generate(commonName: "test relay", ipAddresses: ["127.0.0.1"])
