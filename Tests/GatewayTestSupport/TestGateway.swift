@@ -1,6 +1,7 @@
 import ChannelAPI
 import ChannelTesting
 import Foundation
+import Glibc
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -60,8 +61,9 @@ public final class TestGateway: Sendable {
         self.baseURL = baseURL
     }
 
+    /// A fresh directory under this test process's own root, which goes when the process exits.
     public static func makeTemporaryDirectory() -> String {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("soulacy-test-\(UUID().uuidString)").path
+        let path = TemporaryRoot.path + "/\(UUID().uuidString)"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         return path
     }
@@ -185,4 +187,24 @@ public func migratedDatabase(_ path: String) throws -> DatabasePool {
     let database = try DatabasePool(path: path)
     try GatewaySchema.migrator().migrate(database)
     return database
+}
+
+/// Where a test process keeps its files: `soulacy-tests-<pid>` in the temporary directory, removed at exit (and
+/// roots of test processes that died without cleaning up are removed by the next one).
+enum TemporaryRoot {
+    static func path(for pid: Int32) -> String { FileManager.default.temporaryDirectory.appendingPathComponent("soulacy-tests-\(pid)").path }
+
+    static let path: String = {
+        let files = FileManager.default
+        let base = FileManager.default.temporaryDirectory.path
+        for name in (try? files.contentsOfDirectory(atPath: base)) ?? [] where name.hasPrefix("soulacy-tests-") {
+            if let pid = Int32(name.dropFirst("soulacy-tests-".count)), kill(pid, 0) != 0, errno == ESRCH {
+                try? files.removeItem(atPath: base + "/" + name)
+            }
+        }
+        let root = path(for: getpid())
+        try? files.createDirectory(atPath: root, withIntermediateDirectories: true)
+        atexit { try? FileManager.default.removeItem(atPath: TemporaryRoot.path(for: getpid())) }
+        return root
+    }()
 }

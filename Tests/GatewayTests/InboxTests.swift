@@ -114,7 +114,7 @@ struct InboxTests {
 
     @Test("the line-owner migration keeps every line, hides reused-id lines and drops receipts that no longer apply")
     func lineOwnerMigration() throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("migrate-\(UUID().uuidString).db").path
+        let path = TestGateway.makeTemporaryDirectory() + "/migrate.db"
         let database = try DatabasePool(path: path)
         try database.migrate(Array(MobileSchema.migrations.prefix { $0.id != "mobile.6-line-owner" }))
         try database.transaction { db in

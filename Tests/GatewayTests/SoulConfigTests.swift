@@ -239,7 +239,7 @@ struct SoulConfigTests {
     func checkCommand() throws {
         let binary = RepositoryPaths.soulacyBinary
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the soulacy binary first (swift build)")
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("check-\(UUID().uuidString)")
+        let dir = URL(fileURLWithPath: TestGateway.makeTemporaryDirectory())
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let bad = dir.appendingPathComponent("SOUL.yaml")
         try "agents:\n  - id: a\n    runner: {command: [x]}\n    shedule: {}\n    schedule: {cron: '61 * * * *'}\n".write(to: bad, atomically: true, encoding: .utf8)
