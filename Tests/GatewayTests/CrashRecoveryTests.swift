@@ -112,6 +112,10 @@ extension CrashRecoveryTests {
         let key = try #require(try await gateway.start())
         let deliveries = Acknowledged()
         let decisions = Decisions()
+        // The kill points come from a seed that every failure message names, so a failing run can be replayed
+        // (SOULACY_TEST_SEED=<seed> picks it).
+        let seed = ProcessInfo.processInfo.environment["SOULACY_TEST_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64.max)
+        var random = SplitMix(seed: seed)
         for cycle in 0..<3 {
             let calls = (0..<20).map { "call-\(cycle)-\($0)" }
             for call in calls {
@@ -135,23 +139,23 @@ extension CrashRecoveryTests {
                     }
                 }
             }
-            try await Task.sleep(for: .milliseconds(Int.random(in: 80...400)))
+            try await Task.sleep(for: .milliseconds(80 + random.next(321)))
             gateway.kill9()
             _ = await work.result
             _ = try await gateway.start()
         }
         let db = try Connection(path: directory + "/data/soulacy.db", readOnly: true)
-        #expect(try db.integrityCheck() == "ok")
+        #expect(try db.integrityCheck() == "ok", "seed \(seed)")
         let stored = Dictionary(uniqueKeysWithValues: try db.query("SELECT call_id, state FROM approvals").map { ($0.string("call_id")!, $0.string("state")!) })
         let seen = decisions.all
         // One decider at most per approval, and what it was told is what is stored.
         for (call, answers) in seen {
-            #expect(answers.filter(\.decidedNow).count <= 1, "\(call) was decided twice")
-            for answer in answers { #expect(stored[call] == answer.state, "\(call): told \(answer.state), stored \(stored[call] ?? "nothing")") }
+            #expect(answers.filter(\.decidedNow).count <= 1, "\(call) was decided twice (seed \(seed))")
+            for answer in answers { #expect(stored[call] == answer.state, "\(call): told \(answer.state), stored \(stored[call] ?? "nothing") (seed \(seed))") }
         }
         #expect(seen.values.contains { $0.contains(where: \.decidedNow) })
         let lines = Set(try db.query("SELECT id FROM mobile_deliveries").compactMap { $0.string("id") })
-        #expect(deliveries.ids.isSubset(of: lines), "lost \(deliveries.ids.subtracting(lines).count) acknowledged deliveries")
+        #expect(deliveries.ids.isSubset(of: lines), "lost \(deliveries.ids.subtracting(lines).count) acknowledged deliveries (seed \(seed))")
         // A second answer after the restarts reports the decision already taken.
         if let (call, state) = stored.first(where: { $0.value != "pending" }) {
             let (_, again) = try await gateway.call("POST", "/approvals/\(call)/approve", key: key)
