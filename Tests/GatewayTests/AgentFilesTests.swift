@@ -105,7 +105,7 @@ struct AgentFilesTests {
             })
             try await Task.sleep(for: .milliseconds(200))
             clock.advance(to: Self.date("2026-03-10T08:00:00Z"))
-            try await Task.sleep(for: .milliseconds(300))
+            await settled(gw, clock)
             #expect(try await inbox(gw).isEmpty, "the old 08:00 schedule is gone")
             clock.advance(to: Self.date("2026-03-10T09:30:00Z"))
             #expect(try await eventually { try await inbox(gw).count == 1 })

@@ -56,8 +56,9 @@ struct DurableDeliveryTests {
             #expect(try await eventually { try gw.gateway.mobileStore.device(id: "phone")?.pushToken == nil })
             let devices = try await gw.request("GET", "/api/v1/mobile/devices")
             #expect(devices.json["devices"]?.arrayValue?.first?["has_push_token"] == false)
-            _ = try await gw.runAgent("echo", input: "two", to: "all")
-            try await Task.sleep(for: .milliseconds(300))
+            let two = try #require(try await gw.runAgent("echo", input: "two", to: "all")["delivery_id"]?.stringValue)
+            // The line is stored with no wake-up row at all (the row would be written in the same transaction).
+            #expect(try gw.gateway.mobileStore.outbox.entries(deliveryID: two).isEmpty)
             #expect(try await standIn.requests().count == 1)
             #expect(try await inbox(gw).count == 2)
         }

@@ -48,7 +48,7 @@ struct ScheduleDeliveryTests {
             #expect(line["metadata"]?["trigger"] == "cron")
             // Nothing more until the next day's 08:00.
             clock.advance(to: Self.date("2026-03-10T12:00:00Z"))
-            try await Task.sleep(for: .milliseconds(200))
+            await settled(gw, clock)
             #expect(try await inbox(gw).count == 1)
             clock.advance(to: Self.date("2026-03-11T07:00:00Z"))
             #expect(try await eventually { try await inbox(gw).count == 2 })
@@ -87,13 +87,15 @@ struct ScheduleDeliveryTests {
             #expect(try await inbox(gw).first?["metadata"]?["trigger"] == "cron-missed")
         }
         // Restarting again does not replay the same fire a second time.
-        try await withTestGateway(config: config, directory: directory, clock: ManualClock(Self.date("2026-03-10T09:30:00Z"))) { (gw) async throws in
-            try await Task.sleep(for: .milliseconds(300))
+        let later = ManualClock(Self.date("2026-03-10T09:30:00Z"))
+        try await withTestGateway(config: config, directory: directory, clock: later) { (gw) async throws in
+            await settled(gw, later)
             #expect(try await inbox(gw).count == 1)
         }
         // Down past the window: nothing is replayed.
-        try await withTestGateway(config: config, directory: directory, clock: ManualClock(Self.date("2026-03-11T20:00:00Z"))) { (gw) async throws in
-            try await Task.sleep(for: .milliseconds(300))
+        let pastWindow = ManualClock(Self.date("2026-03-11T20:00:00Z"))
+        try await withTestGateway(config: config, directory: directory, clock: pastWindow) { (gw) async throws in
+            await settled(gw, pastWindow)
             #expect(try await inbox(gw).count == 1)
         }
     }
@@ -140,4 +142,11 @@ struct ScheduleDeliveryTests {
             #expect(loud.hasPrefix("loud stopped\n\n") && loud.contains("status 5: loud-detail"), "\(loud)")
         }
     }
+}
+
+/// The scheduler has looked at the manual clock (it sleeps on it again) and every run it started has finished:
+/// what has not happened by now will not, without sleeping and hoping.
+func settled(_ gw: TestGateway, _ clock: ManualClock) async {
+    _ = await eventually { clock.sleeperCount >= 1 }
+    await gw.gateway.runs.waitForAll()
 }
