@@ -1,3 +1,4 @@
+import ChannelTesting
 import Foundation
 import GatewayTestSupport
 import HTTPServer
@@ -97,7 +98,9 @@ struct TriggerTests {
     @Test("the cooldown holds across concurrent fires and a restart, then lets the next fire through")
     func cooldown() async throws {
         let directory = TestGateway.makeTemporaryDirectory()
-        try await withTestGateway(config: Self.config(cooldown: "2s"), directory: directory, environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
+        // The cooldown runs on the gateway's clock: a manual one moves only when the test says so.
+        let clock = ManualClock(Date(timeIntervalSince1970: 1_780_000_000))
+        try await withTestGateway(config: Self.config(cooldown: "2s"), directory: directory, clock: clock, environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             let answers = try await withThrowingTaskGroup(of: TestResponse.self) { group in
                 for _ in 0..<12 { group.addTask { try await fire(gw, ["event": "enter", "device_id": "phone"]) } }
@@ -109,11 +112,13 @@ struct TriggerTests {
             #expect(answers.allSatisfy { $0.json["run_id"] != nil || $0.json["reason"] == "cooldown" || $0.status == 409 })
             await gw.gateway.runs.waitForAll()
         }
-        try await withTestGateway(config: Self.config(cooldown: "2s"), directory: directory, environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
+        try await withTestGateway(config: Self.config(cooldown: "2s"), directory: directory, clock: clock, environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
             let cooling = try await fire(gw, ["event": "enter", "device_id": "phone"])
             #expect(cooling.json["reason"] == "cooldown")
             #expect((cooling.json["retry_after"]?.numberValue ?? 0) >= 1)
-            try await Task.sleep(for: .milliseconds(2100))
+            clock.advance(by: .milliseconds(1900))
+            #expect(try await fire(gw, ["event": "enter", "device_id": "phone"]).json["reason"] == "cooldown", "still inside the two seconds")
+            clock.advance(by: .milliseconds(200))
             #expect(try await fire(gw, ["event": "enter", "device_id": "phone"]).json["run_id"] != nil)
         }
     }
