@@ -52,7 +52,7 @@ let package = Package(
         .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "SQLite", "HTTPServer", "Crypto"], path: "Sources/Channels/Mobile"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
-        .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/Relay"),
+        .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),

@@ -64,6 +64,8 @@ public struct WakeSignal: Sendable, Equatable, Codable {
     public var collapseID: String?
     /// Stable across retries of the same wake-up (APNs apns-id), so a resend after a crash can be recognised.
     public var wakeID: UUID?
+    /// For `.liveActivity`: the event and the exact APNs body the phone draws from.
+    public var liveActivity: LiveActivityUpdate?
 
     public init(kind: Kind = .alert, category: Category, title: String, body: String, deepLink: String, threadID: String,
                 timeSensitive: Bool = false, deliveryID: String? = nil, extra: [String: String] = [:],
@@ -80,6 +82,14 @@ public struct WakeSignal: Sendable, Equatable, Codable {
         self.priority = priority
         self.expiresAt = expiresAt
         self.collapseID = collapseID
+    }
+
+    /// A Live Activity push: APNs gets `update.apnsBody` unchanged; a relay gets it inside `POST /v1/live`.
+    public static func liveActivity(_ update: LiveActivityUpdate, title: String, deepLink: String, threadID: String, priority: Priority) -> WakeSignal {
+        var signal = WakeSignal(kind: .liveActivity, category: Category(rawValue: "SOULACY_ACTIVITY"), title: title, body: "", deepLink: deepLink,
+                                threadID: threadID, timeSensitive: priority == .high, priority: priority)
+        signal.liveActivity = update
+        return signal
     }
 
     /// The wake-up for a new inbox line: the same generic words whatever the agent said.
@@ -138,5 +148,25 @@ public enum RetryAfter {
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
         guard let date = formatter.date(from: header) else { return nil }
         return .seconds(max(0, Int64(date.timeIntervalSince(now))))
+    }
+}
+
+/// A Live Activity event, as APNs and the original app name them (an open set: a struct with the known values).
+public struct LiveActivityEvent: RawRepresentable, Sendable, Hashable, Codable {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public static let start = LiveActivityEvent(rawValue: "start")
+    public static let update = LiveActivityEvent(rawValue: "update")
+    public static let end = LiveActivityEvent(rawValue: "end")
+}
+
+/// One Live Activity push: its event and the APNs body, encoded once by the channel (the transports never
+/// rebuild it, so the app reads the same bytes whichever way they travel).
+public struct LiveActivityUpdate: Sendable, Equatable, Codable {
+    public var event: LiveActivityEvent
+    public var apnsBody: [UInt8]
+    public init(event: LiveActivityEvent, apnsBody: [UInt8]) {
+        self.event = event
+        self.apnsBody = apnsBody
     }
 }

@@ -100,7 +100,7 @@ struct RelayAndLiveActivityTests {
     }
 
     func payload(_ sent: RecordingTransport.Sent) throws -> JSONValue {
-        try JSONValue.parse(Array(try #require(sent.signal.extra["apns_payload"]).utf8))
+        try JSONValue.parse(try #require(sent.signal.liveActivity).apnsBody)
     }
 
     @Test("a background run starts at its first tool call; progress is coalesced at low priority; waiting and finished go at once")

@@ -40,14 +40,14 @@ public struct APNsRequest: Sendable, Equatable {
             priority = signal.priority.rawValue
         }
         let bytes: [UInt8]
-        if signal.kind == .liveActivity, let payload = signal.extra["apns_payload"] {
+        if signal.kind == .liveActivity, let update = signal.liveActivity {
             // A Live Activity's body is the exact content-state document the phone draws from, already written.
-            bytes = Array(payload.utf8)
+            bytes = update.apnsBody
         } else {
             var root: [String: JSONValue] = ["aps": .object(aps), "category": .string(signal.category.rawValue),
                                              "deep_link": .string(signal.deepLink), "thread_id": .string(signal.threadID)]
             if let id = signal.deliveryID { root["delivery_id"] = .string(id) }
-            for (key, value) in signal.extra where root[key] == nil && key != "apns_payload" { root[key] = .string(value) }
+            for (key, value) in signal.extra where root[key] == nil { root[key] = .string(value) }
             // Written directly: Foundation's JSONSerialization was half the cost of a push.
             bytes = JSONValue.object(root).serializedBytes()
         }

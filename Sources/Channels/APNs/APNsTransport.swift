@@ -78,9 +78,10 @@ public final class APNsTransport: WakeTransport {
         return .retry(after: nil, reason: "APNs refused the provider token")
     }
 
+    /// Apple's error body: `{"reason": "BadDeviceToken", "timestamp"?}`.
     static func reason(in body: [UInt8]) -> String? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return nil }
-        return object["reason"] as? String
+        struct ErrorBody: Decodable { let reason: String? }
+        return (try? JSONDecoder().decode(ErrorBody.self, from: Data(body)))?.reason
     }
 
 }

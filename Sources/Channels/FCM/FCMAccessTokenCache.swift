@@ -93,12 +93,17 @@ public actor FCMAccessTokenCache {
         } catch {
             return .failure(.unreachable(error.description))
         }
-        guard response.status == 200, let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any],
-              let token = object["access_token"] as? String else {
-            let detail = (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])?["error"].map { "\($0)" } ?? "no access_token"
-            return .failure(.refused(status: response.status, detail: detail))
+        let answer = try? JSONDecoder().decode(TokenAnswer.self, from: Data(response.body))
+        guard response.status == 200, let token = answer?.access_token else {
+            return .failure(.refused(status: response.status, detail: answer?.error ?? "no access_token"))
         }
-        let lifetime = (object["expires_in"] as? NSNumber)?.doubleValue ?? 3600
-        return .success((token, now.addingTimeInterval(lifetime)))
+        return .success((token, now.addingTimeInterval(answer?.expires_in ?? 3600)))
     }
+}
+
+/// Google's OAuth 2.0 token answer (RFC 6749 §5.1 and §5.2), the fields used.
+struct TokenAnswer: Decodable {
+    let access_token: String?
+    let expires_in: Double?
+    let error: String?
 }

@@ -27,23 +27,27 @@ public final class FCMTransport: WakeTransport {
         target.platform == .android && !target.pushToken.isEmpty
     }
 
-    /// The message body FCM receives for a wake-up.
-    public static func message(_ signal: WakeSignal, token: String) -> [String: Any] {
+    /// The message body FCM receives for a wake-up: data only (the app shows its own generic notification).
+    public static func message(_ signal: WakeSignal, token: String) -> FCMMessage {
         var data: [String: String] = [
             "category": signal.category.rawValue, "title": signal.title, "body": signal.body, "deep_link": signal.deepLink,
             "thread_id": signal.threadID, "time_sensitive": signal.timeSensitive ? "true" : "false",
         ]
         if let id = signal.deliveryID { data["delivery_id"] = id }
-        for (key, value) in signal.extra where data[key] == nil && key != "apns_payload" { data[key] = value }
-        var android: [String: Any] = ["priority": "high"]
-        if let collapse = signal.collapseID { android["collapse_key"] = collapse }
-        if let expires = signal.expiresAt { android["ttl"] = "\(max(0, Int(expires.timeIntervalSinceNow)))s" }
-        return ["message": ["token": token, "data": data, "android": android]]
+        for (key, value) in signal.extra where data[key] == nil { data[key] = value }
+        let ttl = signal.expiresAt.map { "\(max(0, Int($0.timeIntervalSinceNow)))s" }
+        return FCMMessage(message: .init(token: token, data: data, android: .init(priority: "high", collapseKey: signal.collapseID, ttl: ttl)))
     }
+
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
 
     public func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
         guard signal.kind != .liveActivity else { return .failed(reason: "Live Activities are never sent to Android") }
-        guard let body = try? JSONSerialization.data(withJSONObject: Self.message(signal, token: target.pushToken), options: [.sortedKeys]) else {
+        guard let body = try? Self.encoder.encode(Self.message(signal, token: target.pushToken)) else {
             return .failed(reason: "the FCM message could not be encoded")
         }
         let url = "\(configuration.baseURL)/v1/projects/\(configuration.projectID)/messages:send"
@@ -92,13 +96,36 @@ struct FCMError {
     let code: String
     let message: String
 
+    /// The body as Google documents it; every field may be missing.
+    struct Body: Decodable {
+        struct Detail: Decodable { let errorCode: String? }
+        struct Inner: Decodable { let message: String?; let status: String?; let details: [Detail]? }
+        let error: Inner?
+    }
+
     init(status: Int, body: [UInt8]) {
-        let object = (try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])?["error"] as? [String: Any]
-        let details = (object?["details"] as? [[String: Any]]) ?? []
-        let fcmCode = details.compactMap { $0["errorCode"] as? String }.first
-        code = fcmCode ?? (object?["status"] as? String) ?? "HTTP \(status)"
+        let error = (try? JSONDecoder().decode(Body.self, from: Data(body)))?.error
+        let fcmCode = error?.details?.compactMap(\.errorCode).first
+        code = fcmCode ?? error?.status ?? "HTTP \(status)"
         // Google's messages can quote the token; keep only the first sentence and drop anything token-shaped.
-        let text = (object?["message"] as? String) ?? ""
+        let text = error?.message ?? ""
         message = String(text.prefix { $0 != ":" }.prefix(200))
     }
+}
+
+/// FCM HTTP v1's `messages:send` body, as Google documents it (only the fields a wake-up uses).
+public struct FCMMessage: Encodable, Sendable, Equatable {
+    public struct Android: Encodable, Sendable, Equatable {
+        public var priority: String
+        public var collapseKey: String?
+        /// A duration in seconds with an `s` suffix ("3600s").
+        public var ttl: String?
+        enum CodingKeys: String, CodingKey { case priority, ttl, collapseKey = "collapse_key" }
+    }
+    public struct Message: Encodable, Sendable, Equatable {
+        public var token: String
+        public var data: [String: String]
+        public var android: Android
+    }
+    public var message: Message
 }

@@ -117,7 +117,7 @@ public actor LiveActivityPublisher {
         if state.waiting == nil { state.detail = "Running \(Self.spoken(tool))" }
         sessions[sessionID] = state
         if !state.started {
-            if state.run.background { await push(sessionID, event: "start", priority: .high) }
+            if state.run.background { await push(sessionID, event: .start, priority: .high) }
             return
         }
         let now = clock.now()
@@ -126,7 +126,7 @@ public actor LiveActivityPublisher {
         if let last = state.lastPush, now.timeIntervalSince(last) < progressInterval {
             scheduleFlush(sessionID, at: last.addingTimeInterval(progressInterval))
         } else {
-            await push(sessionID, event: "update", priority: .low)
+            await push(sessionID, event: .update, priority: .low)
         }
     }
 
@@ -137,7 +137,7 @@ public actor LiveActivityPublisher {
         state.waiting = (callID, tool)
         state.detail = "Needs your approval: \(Self.spoken(tool))"
         sessions[run.sessionID] = state
-        await push(run.sessionID, event: state.started ? "update" : "start", priority: .high)
+        await push(run.sessionID, event: state.started ? .update : .start, priority: .high)
     }
 
     /// The decision is in: the activity says so at routine priority, as the original sends it.
@@ -146,7 +146,7 @@ public actor LiveActivityPublisher {
         state.waiting = nil
         state.detail = approved ? "Approved, continuing" : "Denied, agent is wrapping up"
         sessions[sessionID] = state
-        if state.started { await push(sessionID, event: "update", priority: .low) }
+        if state.started { await push(sessionID, event: .update, priority: .low) }
     }
 
     public func finished(sessionID: String, succeeded: Bool) async {
@@ -155,7 +155,7 @@ public actor LiveActivityPublisher {
         state.waiting = nil
         state.detail = succeeded ? "Finished" : "Stopped with an error"
         sessions[sessionID] = state
-        if state.started { await push(sessionID, event: "end", priority: .high, succeeded: succeeded) }
+        if state.started { await push(sessionID, event: .end, priority: .high, succeeded: succeeded) }
         sessions[sessionID] = nil
     }
 
@@ -174,7 +174,7 @@ public actor LiveActivityPublisher {
         state.flushScheduled = false
         sessions[sessionID] = state
         guard !state.finished, state.started else { return }
-        await push(sessionID, event: "update", priority: .low)
+        await push(sessionID, event: .update, priority: .low)
     }
 
     /// Tool names as the original shows them: `_` and `.` become spaces; no name is "a tool".
@@ -185,51 +185,93 @@ public actor LiveActivityPublisher {
 
     /// The exact APNs body for a Live Activity event, in the original app's shape: `SoulacyRunAttributes` and its
     /// attributes on start, the content state {stage, detail, steps, needs_you, call_id?, updated_at} on every push.
-    static func payload(_ state: State, event: String, now: Date, dismissAfter: TimeInterval, succeeded: Bool?) -> [String: Any] {
+    static func payload(_ state: State, event: LiveActivityEvent, now: Date, dismissAfter: TimeInterval, succeeded: Bool?) -> LiveActivityPayload {
         let updated = Int(now.timeIntervalSince1970)
         let stage: String = switch (event, succeeded) {
-        case ("end", false?): "failed"
-        case ("end", _): "done"
+        case (.end, false?): "failed"
+        case (.end, _): "done"
         default: state.waiting != nil ? "waiting" : "running"
         }
-        var content: [String: Any] = ["stage": stage, "detail": state.detail, "steps": state.steps, "needs_you": state.waiting != nil, "updated_at": updated]
-        if let waiting = state.waiting { content["call_id"] = waiting.callID }
-        var aps: [String: Any] = ["timestamp": updated, "event": event, "content-state": content]
-        if event == "start" {
-            aps["attributes-type"] = attributesType
-            aps["attributes"] = ["run_key": runKey(agentID: state.run.agentID, sessionID: state.run.sessionID), "agent_id": state.run.agentID,
-                                 "agent_name": state.run.agentName, "session_id": state.run.sessionID,
-                                 "started_at": Int(state.run.startedAt.timeIntervalSince1970)]
+        var aps = LiveActivityPayload.APS(timestamp: updated, event: event.rawValue, contentState: .init(
+            stage: stage, detail: state.detail, steps: state.steps, needsYou: state.waiting != nil, callID: state.waiting?.callID, updatedAt: updated))
+        if event == .start {
+            aps.attributesType = attributesType
+            aps.attributes = .init(runKey: runKey(agentID: state.run.agentID, sessionID: state.run.sessionID), agentID: state.run.agentID,
+                                   agentName: state.run.agentName, sessionID: state.run.sessionID, startedAt: Int(state.run.startedAt.timeIntervalSince1970))
         }
         // The alert only while approval is pending; the dismissal only at the end.
-        if state.waiting != nil, event != "end" { aps["alert"] = ["title": "\(state.run.agentName) needs you", "body": state.detail] }
-        if event == "end" { aps["dismissal-date"] = Int(now.addingTimeInterval(dismissAfter).timeIntervalSince1970) }
-        return ["aps": aps]
+        if state.waiting != nil, event != .end { aps.alert = .init(title: "\(state.run.agentName) needs you", body: state.detail) }
+        if event == .end { aps.dismissalDate = Int(now.addingTimeInterval(dismissAfter).timeIntervalSince1970) }
+        return LiveActivityPayload(aps: aps)
     }
 
-    private func push(_ sessionID: String, event: String, priority: WakeSignal.Priority, succeeded: Bool? = nil) async {
+    private func push(_ sessionID: String, event: LiveActivityEvent, priority: WakeSignal.Priority, succeeded: Bool? = nil) async {
         guard var state = sessions[sessionID] else { return }
         let now = clock.now()
         let targets: [WakeTarget]
         do {
-            targets = event == "start" ? try tokens.startTargets(subject: state.run.subject) : try tokens.targets(sessionID: sessionID, subject: state.run.subject)
+            targets = event == .start ? try tokens.startTargets(subject: state.run.subject) : try tokens.targets(sessionID: sessionID, subject: state.run.subject)
         } catch {
             log.error("live activity: cannot read tokens: \(error)")
             return
         }
-        if event == "start" { state.started = true }
+        if event == .start { state.started = true }
         state.lastPush = now
         sessions[sessionID] = state
-        let body = Self.payload(state, event: event, now: now, dismissAfter: dismissAfter, succeeded: succeeded)
-        guard let json = try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]) else { return }
-        let signal = WakeSignal(kind: .liveActivity, category: WakeSignal.Category(rawValue: "SOULACY_ACTIVITY"), title: state.run.agentName,
-                                body: "", deepLink: "soulacy://session/\(sessionID)", threadID: "activity-\(sessionID)",
-                                timeSensitive: priority == .high, extra: ["apns_payload": String(decoding: json, as: UTF8.self), "live_event": event],
-                                priority: priority)
+        guard let body = try? Self.encoder.encode(Self.payload(state, event: event, now: now, dismissAfter: dismissAfter, succeeded: succeeded)) else { return }
+        let signal = WakeSignal.liveActivity(LiveActivityUpdate(event: event, apnsBody: Array(body)), title: state.run.agentName,
+                                             deepLink: "soulacy://session/\(sessionID)", threadID: "activity-\(sessionID)", priority: priority)
         for target in targets {
             guard let transport = transports.transport(for: target) else { continue }
             let outcome = await transport.send(signal, to: target)
-            if outcome != .delivered { log.warning("live activity \(event) for device \(target.deviceID): \(outcome)") }
+            if outcome != .delivered { log.warning("live activity \(event.rawValue) for device \(target.deviceID): \(outcome)") }
         }
     }
+}
+
+extension LiveActivityPublisher {
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+}
+
+/// The APNs body of a Live Activity push, field for field what the original app's `SoulacyRunAttributes` widget decodes.
+struct LiveActivityPayload: Encodable, Equatable {
+    struct ContentState: Encodable, Equatable {
+        var stage: String
+        var detail: String
+        var steps: Int
+        var needsYou: Bool
+        var callID: String?
+        var updatedAt: Int
+        enum CodingKeys: String, CodingKey { case stage, detail, steps, needsYou = "needs_you", callID = "call_id", updatedAt = "updated_at" }
+    }
+    struct Attributes: Encodable, Equatable {
+        var runKey: String
+        var agentID: String
+        var agentName: String
+        var sessionID: String
+        var startedAt: Int
+        enum CodingKeys: String, CodingKey { case runKey = "run_key", agentID = "agent_id", agentName = "agent_name", sessionID = "session_id", startedAt = "started_at" }
+    }
+    struct Alert: Encodable, Equatable {
+        var title: String
+        var body: String
+    }
+    struct APS: Encodable, Equatable {
+        var timestamp: Int
+        var event: String
+        var contentState: ContentState
+        var attributesType: String?
+        var attributes: Attributes?
+        var alert: Alert?
+        var dismissalDate: Int?
+        enum CodingKeys: String, CodingKey {
+            case timestamp, event, alert, attributes
+            case contentState = "content-state", attributesType = "attributes-type", dismissalDate = "dismissal-date"
+        }
+    }
+    var aps: APS
 }

@@ -1,6 +1,7 @@
 import ChannelAPI
 import Foundation
 import HTTPClient
+import JSON
 
 public struct RelayConfiguration: Sendable {
     public var baseURL: String
@@ -57,32 +58,32 @@ public final class RelayTransport: WakeTransport {
     }
 
     /// The body of POST /v1/push.
-    public static func pushBody(_ signal: WakeSignal, target: WakeTarget) -> [String: Any] {
-        var body: [String: Any] = [
-            "device_token": target.pushToken, "environment": target.environment.rawValue, "bundle_id": target.bundleID,
-            "title": signal.title, "body": signal.body, "deep_link": signal.deepLink, "category": signal.category.rawValue,
-            "thread_id": signal.threadID, "time_sensitive": signal.timeSensitive, "push_type": signal.kind == .background ? "background" : "alert",
-            "priority": signal.priority.rawValue,
-        ]
-        if let id = signal.deliveryID { body["delivery_id"] = id }
-        if let collapse = signal.collapseID { body["collapse_id"] = collapse }
-        if let wake = signal.wakeID { body["push_id"] = wake.uuidString.lowercased() }
-        let extra = signal.extra.filter { $0.key != "apns_payload" }
-        if !extra.isEmpty { body["data"] = extra }
-        return body
+    public static func pushBody(_ signal: WakeSignal, target: WakeTarget) -> RelayPushRequest {
+        RelayPushRequest(deviceToken: target.pushToken, environment: target.environment.rawValue, bundleID: target.bundleID, title: signal.title,
+                         body: signal.body, deepLink: signal.deepLink, category: signal.category.rawValue, threadID: signal.threadID,
+                         timeSensitive: signal.timeSensitive, pushType: signal.kind == .background ? "background" : "alert",
+                         priority: signal.priority.rawValue, deliveryID: signal.deliveryID, collapseID: signal.collapseID,
+                         pushID: signal.wakeID.map { $0.uuidString.lowercased() }, data: signal.extra.isEmpty ? nil : signal.extra)
     }
 
-    /// The body of POST /v1/live: {token, environment, bundle_id, event, priority, payload}.
-    public static func liveBody(_ signal: WakeSignal, target: WakeTarget) -> [String: Any] {
-        let payload = signal.extra["apns_payload"].flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } ?? [:]
-        return ["token": target.pushToken, "environment": target.environment.rawValue, "bundle_id": target.bundleID,
-                "event": signal.extra["live_event"] ?? "update", "priority": signal.priority.rawValue, "payload": payload]
+    /// The body of POST /v1/live: {token, environment, bundle_id, event, priority, payload}, the payload being the
+    /// exact APNs body the channel wrote.
+    public static func liveBody(_ signal: WakeSignal, target: WakeTarget) -> RelayLiveRequest {
+        let payload = signal.liveActivity.flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.apnsBody)) } ?? .object([:])
+        return RelayLiveRequest(token: target.pushToken, environment: target.environment.rawValue, bundleID: target.bundleID,
+                                event: signal.liveActivity?.event.rawValue ?? "update", priority: signal.priority.rawValue, payload: payload)
     }
+
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
 
     public func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
         let live = signal.kind == .liveActivity
-        let object = live ? Self.liveBody(signal, target: target) : Self.pushBody(signal, target: target)
-        guard let body = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
+        let encoded = live ? try? Self.encoder.encode(Self.liveBody(signal, target: target)) : try? Self.encoder.encode(Self.pushBody(signal, target: target))
+        guard let body = encoded else {
             return .failed(reason: "the relay request could not be encoded")
         }
         let response: ClientResponse
@@ -93,7 +94,8 @@ public final class RelayTransport: WakeTransport {
         } catch {
             return .retry(after: nil, reason: "relay unreachable: \(error.description)")
         }
-        let reason = (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])?["reason"] as? String
+        struct ErrorBody: Decodable { let reason: String? }
+        let reason = (try? JSONDecoder().decode(ErrorBody.self, from: Data(response.body)))?.reason
         let label = "relay \(response.status)" + (reason.map { " \($0)" } ?? "")
         switch response.status {
         case 200, 201, 202:
@@ -110,4 +112,42 @@ public final class RelayTransport: WakeTransport {
         }
     }
 
+}
+
+/// The relay's `POST /v1/push` body.
+public struct RelayPushRequest: Encodable, Sendable, Equatable {
+    public var deviceToken: String
+    public var environment: String
+    public var bundleID: String
+    public var title: String
+    public var body: String
+    public var deepLink: String
+    public var category: String
+    public var threadID: String
+    public var timeSensitive: Bool
+    public var pushType: String
+    public var priority: Int
+    public var deliveryID: String?
+    public var collapseID: String?
+    public var pushID: String?
+    /// Feature keys that ride along (call_id, agent_id …), strings only.
+    public var data: [String: String]?
+
+    enum CodingKeys: String, CodingKey {
+        case environment, title, body, category, priority, data
+        case deviceToken = "device_token", bundleID = "bundle_id", deepLink = "deep_link", threadID = "thread_id"
+        case timeSensitive = "time_sensitive", pushType = "push_type", deliveryID = "delivery_id", collapseID = "collapse_id", pushID = "push_id"
+    }
+}
+
+/// The relay's `POST /v1/live` body.
+public struct RelayLiveRequest: Encodable, Sendable, Equatable {
+    public var token: String
+    public var environment: String
+    public var bundleID: String
+    public var event: String
+    public var priority: Int
+    public var payload: JSONValue
+
+    enum CodingKeys: String, CodingKey { case token, environment, event, priority, payload, bundleID = "bundle_id" }
 }
