@@ -47,4 +47,18 @@ struct TargetGraphTests {
             #expect(reached.isEmpty, "\(rule.target) reaches \(reached.sorted())")
         }
     }
+
+    @Test("SQL appears only in *Store.swift and *Schema.swift files (and the SQLite wrapper itself)")
+    func sqlOnlyInStores() throws {
+        let root = RepositoryPaths.root + "/Sources"
+        let files = FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") } ?? []
+        #expect(files.count > 50, "the sources were read")
+        let statement = /(query|run|execute)\("|INSERT INTO|UPDATE [a-z_]+ SET|DELETE FROM|SELECT [a-z*]/
+        var offenders: [String] = []
+        for file in files where !file.hasPrefix("SQLite/") && !file.hasSuffix("Store.swift") && !file.hasSuffix("Schema.swift") {
+            let text = try String(contentsOfFile: root + "/" + file, encoding: .utf8)
+            if text.contains(statement) { offenders.append(file) }
+        }
+        #expect(offenders.isEmpty, "SQL outside a store: \(offenders.sorted())")
+    }
 }

@@ -139,6 +139,11 @@ public final class MobileStore: Sendable {
         try database.read { db in try db.query("SELECT * FROM mobile_devices WHERE subject = ? ORDER BY created_at, id", subject).map(Self.device) }
     }
 
+    /// The newest inbox line's sequence number (0 with none).
+    public func latestDeliverySeq() throws -> Int64 {
+        try database.read { db in try db.query("SELECT COALESCE(MAX(seq), 0) AS s FROM mobile_deliveries").first?.int("s") ?? 0 }
+    }
+
     public func allDevices() throws -> [Device] {
         try database.read { db in try db.query("SELECT * FROM mobile_devices ORDER BY created_at, id").map(Self.device) }
     }

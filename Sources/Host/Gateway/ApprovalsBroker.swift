@@ -41,7 +41,7 @@ public enum ApprovalError: Error, Sendable, Equatable, CustomStringConvertible {
 /// every other surface is told the decision already taken. The tool runs at most once.
 public actor ApprovalsBroker {
 
-    nonisolated let database: DatabasePool
+    nonisolated let store: ApprovalStore
     nonisolated let mobile: MobileStore
     nonisolated let dispatcher: PushDispatcher?
     nonisolated let clock: any WallClock
@@ -49,22 +49,11 @@ public actor ApprovalsBroker {
     private var waiters = Waiters<Approval.State>()
 
     public init(database: DatabasePool, mobile: MobileStore, dispatcher: PushDispatcher?, clock: any WallClock, defaultTimeout: TimeInterval = 600) throws {
-        self.database = database
+        store = ApprovalStore(database: database)
         self.mobile = mobile
         self.dispatcher = dispatcher
         self.clock = clock
         self.defaultTimeout = defaultTimeout
-    }
-
-    static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
-    static func date(_ v: Int64?) -> Date? { v.map(Date.init(sqliteMillis:)) }
-
-    static func approval(_ row: Row) -> Approval {
-        Approval(callID: row.string("call_id") ?? "", subject: row.string("subject") ?? "", agentID: row.string("agent_id") ?? "",
-                 agentName: row.string("agent_name") ?? "", sessionID: row.string("session_id") ?? "", tool: row.string("tool") ?? "",
-                 arguments: row.string("arguments") ?? "{}", state: Approval.State(rawValue: row.string("state") ?? "") ?? .pending,
-                 decidedBy: row.string("decided_by"), decidedAt: date(row.int("decided_at")),
-                 createdAt: date(row.int("created_at")) ?? Date(timeIntervalSince1970: 0), expiresAt: date(row.int("expires_at")) ?? Date(timeIntervalSince1970: 0))
     }
 
     /// The wake-up every phone of the person gets: the agent's and the tool's names, and the ids to fetch the rest.
@@ -81,18 +70,9 @@ public actor ApprovalsBroker {
         let now = clock.now()
         let id = callID ?? "call_" + Hex.encode(SecureBytes.random(count: 10))
         let expires = now.addingTimeInterval(timeout ?? defaultTimeout)
-        let (approval, created): (Approval, Bool) = try database.transaction { db in
-            if let existing = try db.query("SELECT * FROM approvals WHERE call_id = ?", id).first.map(Self.approval) {
-                guard existing.subject == subject else { throw ApprovalError.duplicateCall(id) }
-                return (existing, false)
-            }
-            try db.run("""
-                INSERT INTO approvals (call_id, subject, agent_id, agent_name, session_id, tool, arguments, state, created_at, expires_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
-                """, id, subject, agentID, agentName, sessionID, tool, arguments, Self.ms(now), Self.ms(expires))
-            return (Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName, sessionID: sessionID, tool: tool,
-                             arguments: arguments, state: .pending, createdAt: now, expiresAt: expires), true)
-        }
+        let (approval, created) = try store.insertIfNew(Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName,
+                                                                sessionID: sessionID, tool: tool, arguments: arguments, state: .pending,
+                                                                createdAt: now, expiresAt: expires))
         if created, try mobile.queueWakeUps(Self.signal(for: approval), subject: subject) > 0 { dispatcher?.poke() }
         return approval
     }
@@ -139,33 +119,22 @@ public actor ApprovalsBroker {
 
     /// Marks a pending approval expired (if it still is) and returns its final state.
     nonisolated func expire(_ callID: String) throws -> Approval.State {
-        try database.transaction { db in
-            try db.run("UPDATE approvals SET state = 'expired', decided_at = ? WHERE call_id = ? AND state = 'pending'", Self.ms(clock.now()), callID)
-            return try db.query("SELECT state FROM approvals WHERE call_id = ?", callID).first?.string("state").flatMap(Approval.State.init(rawValue:)) ?? .expired
-        }
+        try store.expire(callID: callID, at: clock.now())
     }
 
     public nonisolated func approval(callID: String) throws -> Approval? {
-        try database.read { db in try db.query("SELECT * FROM approvals WHERE call_id = ?", callID).first.map(Self.approval) }
+        try store.approval(callID: callID)
     }
 
     /// The person's approvals, newest first; only pending ones unless `all`.
     public nonisolated func approvals(subject: String, all: Bool) throws -> [Approval] {
-        try database.read { db in
-            try db.query("SELECT * FROM approvals WHERE subject = ? \(all ? "" : "AND state = 'pending' AND expires_at > ?") ORDER BY created_at DESC LIMIT 200",
-                         arguments: all ? [subject] : [subject, Self.ms(clock.now())]).map(Self.approval)
-        }
+        try store.approvals(subject: subject, pendingAt: all ? nil : clock.now())
     }
 
     /// Decides once. Returns the approval as decided and whether this call was the one that decided it.
     public func decide(callID: String, subject: String, approve: Bool, by keyID: String) throws -> (approval: Approval, decidedNow: Bool) {
         let now = clock.now()
-        let decided = try database.transaction { db -> Bool in
-            try db.run("""
-                UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?
-                WHERE call_id = ? AND subject = ? AND state = 'pending' AND expires_at > ?
-                """, approve ? "approved" : "denied", keyID, Self.ms(now), callID, subject, Self.ms(now)) == 1
-        }
+        let decided = try store.decide(callID: callID, subject: subject, state: approve ? .approved : .denied, by: keyID, at: now)
         if !decided, let row = try approval(callID: callID), row.subject == subject, row.state == .pending {
             _ = try expire(callID)  // it ran out of time before this answer
         }

@@ -48,7 +48,7 @@ struct GatewayAPI: Sendable {
     @Sendable func apiHealth(_ request: HTTPRequest) async throws -> HTTPResponse {
         let database: JSONValue
         do {
-            _ = try mobile.database.read { try $0.query("SELECT 1") }
+            try mobile.database.checkReadable()
             database = "ok"
         } catch {
             database = .string("failing: \(error)")

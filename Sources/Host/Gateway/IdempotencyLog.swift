@@ -23,14 +23,14 @@ public final class IdempotencyLog: Sendable {
     /// The status of a line whose effect committed but whose answer was not recorded (yet).
     static let appliedWithoutAnswer = 0
 
-    let database: DatabasePool
+    let store: IdempotencyStore
     let clock: any WallClock
     /// Test-only fault: die between the effect's commit and the answer's (SOULACY_FAULT_KILL_AFTER_EFFECT=1).
     let killAfterEffect: Bool
     private let inFlight = Mutex<Set<String>>([])
 
     public init(database: DatabasePool, clock: any WallClock = SystemWallClock(), killAfterEffect: Bool = false) throws {
-        self.database = database
+        store = IdempotencyStore(database: database)
         self.clock = clock
         self.killAfterEffect = killAfterEffect
     }
@@ -38,7 +38,7 @@ public final class IdempotencyLog: Sendable {
     /// Forgets answers recorded before `cutoff`: a retry after that is applied again.
     @discardableResult
     public func forget(before cutoff: Date) throws -> Int {
-        try database.deleteInBatches(from: "idempotency_log", where: "created_at < ?", arguments: [cutoff.sqliteMillis])
+        try store.forget(before: cutoff)
     }
 
     static func isMutating(_ method: String) -> Bool { ["POST", "PUT", "PATCH", "DELETE"].contains(method) }
@@ -61,15 +61,12 @@ public final class IdempotencyLog: Sendable {
         }
         defer { _ = inFlight.withLock { $0.remove(slot) } }
         let sealingKey = Self.sealingKey(secret: request.bearerToken.map { Array($0.utf8) } ?? sealingSecret, scope: scope, key: key)
-        if let stored = try? database.read({ db in
-            try db.query("SELECT method, path, status, content_type, body, sealed FROM idempotency_log WHERE scope = ? AND idempotency_key = ?", scope, key).first
-        }) {
+        if let stored = try? store.answer(scope: scope, key: key) {
             return replay(stored, of: request, sealingKey: sealingKey)
         }
-        let now = clock.now().sqliteMillis
+        let now = clock.now()
         let hook = CommitHook { db in
-            try db.run("INSERT OR IGNORE INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at, sealed) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, 0)",
-                       scope, key, request.method, request.path, Self.appliedWithoutAnswer, [UInt8](), now)
+            try IdempotencyStore.markApplied(scope: scope, key: key, method: request.method, path: request.path, at: now, in: db)
         }
         let response = await CommitHook.$current.withValue(hook) { await handle(request) }
         hook.close()
@@ -88,22 +85,19 @@ public final class IdempotencyLog: Sendable {
             body = []
             sealed = false
         }
-        _ = try? database.transaction { db in
-            try db.run("""
-                INSERT INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (scope, idempotency_key) DO UPDATE SET status = excluded.status, content_type = excluded.content_type, body = excluded.body, sealed = excluded.sealed
-                """, scope, key, request.method, request.path, response.status, response.header("content-type"), body, now, sealed)
-        }
+        try? store.record(IdempotencyStore.Answer(method: request.method, path: request.path, status: response.status,
+                                                  contentType: response.header("content-type"), body: body, sealed: sealed),
+                          scope: scope, key: key, at: now)
         return response
     }
 
-    private func replay(_ stored: Row, of request: HTTPRequest, sealingKey: [UInt8]?) -> HTTPResponse {
-        guard stored.string("method") == request.method, stored.string("path") == request.path else {
-            return APIError.conflict("Idempotency-Key: this key was used for \(stored.string("method") ?? "") \(stored.string("path") ?? ""); use a new key for a new intent",
+    private func replay(_ stored: IdempotencyStore.Answer, of request: HTTPRequest, sealingKey: [UInt8]?) -> HTTPResponse {
+        guard stored.method == request.method, stored.path == request.path else {
+            return APIError.conflict("Idempotency-Key: this key was used for \(stored.method) \(stored.path); use a new key for a new intent",
                                      code: "idempotency_key_reused").response
         }
         var headers = [("Idempotent-Replayed", "true")]
-        let status = Int(stored.int("status") ?? 200)
+        let status = stored.status
         guard status != Self.appliedWithoutAnswer else {
             headers.append(("Content-Type", "application/json"))
             return HTTPResponse(status: 200, headers: headers, body: JSONValue.object([
@@ -111,15 +105,15 @@ public final class IdempotencyLog: Sendable {
                 "message": "this intent was applied once already; its answer was lost when the gateway stopped, so it is not applied again",
             ]).serializedBytes())
         }
-        var body = stored.blob("body") ?? []
-        if stored.bool("sealed") == true {
+        var body = stored.body
+        if stored.sealed {
             guard let sealingKey, let opened = try? SealedBox.open(String(decoding: body, as: UTF8.self), key: sealingKey, header: Self.sealHeader) else {
                 return APIError.conflict("Idempotency-Key: this intent was applied already; its answer cannot be opened with this credential",
                                          code: "idempotency_answer_sealed").response
             }
             body = opened
         }
-        if let type = stored.string("content_type") { headers.append(("Content-Type", type)) }
+        if let type = stored.contentType { headers.append(("Content-Type", type)) }
         return HTTPResponse(status: status, headers: headers, body: body)
     }
 

@@ -23,7 +23,7 @@ public actor RelayCarriage {
     }
 
     nonisolated let url: String
-    let database: DatabasePool
+    let store: RelayCarriageStore
     let client: HTTP2Client
     let mobile: MobileStore
     let keys: APIKeyStore
@@ -35,7 +35,7 @@ public actor RelayCarriage {
     public init(url: String, caFile: String?, database: DatabasePool, mobile: MobileStore, keys: APIKeyStore, log: Log,
                 apply: @escaping @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse) throws {
         self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
-        self.database = database
+        store = RelayCarriageStore(database: database)
         self.mobile = mobile
         self.keys = keys
         self.log = log
@@ -53,17 +53,14 @@ public actor RelayCarriage {
     /// The mailbox this gateway owns at the relay, created on first use; its bearer stays in the data directory.
     private func ensureMailbox() async throws -> (id: String, bearer: String) {
         if let mailbox { return mailbox }
-        if let row = try database.read({ db in try db.query("SELECT mailbox_id, bearer FROM relay_mailbox WHERE id = 1 AND url = ?", url).first }),
-           let id = row.string("mailbox_id"), let bearer = row.string("bearer") {
-            mailbox = (id, bearer)
-            return (id, bearer)
+        if let stored = try store.mailbox(url: url) {
+            mailbox = stored
+            return stored
         }
         let bearer = Base64URL.encode(SecureBytes.random(count: 32))
         let (status, body) = try await call("POST", "/v1/mailboxes", bearer: nil, json: ["secret_sha256": .string(Hex.encode(SHA256.hash(bearer)))])
         guard status == 201, let id = body["mailbox_id"]?.stringValue else { throw APIError.unavailable("the relay refused to make a mailbox (\(status))") }
-        try database.transaction { db in
-            try db.run("INSERT OR REPLACE INTO relay_mailbox (id, url, mailbox_id, bearer) VALUES (1, ?, ?, ?)", url, id, bearer)
-        }
+        try store.saveMailbox(url: url, id: id, bearer: bearer)
         mailbox = (id, bearer)
         return (id, bearer)
     }
@@ -73,10 +70,7 @@ public actor RelayCarriage {
         let box = try await ensureMailbox()
         let secret = SecureBytes.random(count: 32)
         // New lines start from now: the phone reads what came before over a direct path.
-        let latest = try mobile.database.read { db in try db.query("SELECT COALESCE(MAX(seq), 0) AS s FROM mobile_deliveries").first?.int("s") ?? 0 }
-        try database.transaction { db in
-            try db.run("INSERT OR REPLACE INTO relay_devices (device_id, subject, secret, last_seq, registered) VALUES (?, ?, ?, ?, 0)", keyID, subject, secret, latest)
-        }
+        try store.enroll(deviceID: keyID, subject: subject, secret: secret, after: try mobile.latestDeliverySeq())
         try? await register(deviceID: keyID, secret: secret, box: box)
         return Enrollment(url: url, mailboxID: box.id, deviceID: keyID, secret: secret)
     }
@@ -86,7 +80,7 @@ public actor RelayCarriage {
         let (status, _) = try await call("PUT", "/v1/mailboxes/\(box.id)/devices/\(deviceID)", bearer: box.bearer,
                                          json: ["secret_sha256": .string(keys.bearerSHA256), "cursor": 0])
         if status == 204 {
-            try database.transaction { db in try db.run("UPDATE relay_devices SET registered = 1 WHERE device_id = ?", deviceID) }
+            try store.markRegistered(deviceID)
         }
     }
 
@@ -100,14 +94,14 @@ public actor RelayCarriage {
     }
 
     private func markRevoked(_ deviceID: String) {
-        _ = try? database.transaction { db in try db.run("UPDATE relay_devices SET revoked = 1 WHERE device_id = ? AND revoked = 0", deviceID) }
+        _ = try? store.markRevoked(deviceID)
     }
 
     /// Has the relay remove a revoked phone, and forgets it here once the relay has.
     private func forget(deviceID: String, box: (id: String, bearer: String)) async {
         guard let (status, _) = try? await call("DELETE", "/v1/mailboxes/\(box.id)/devices/\(deviceID)", bearer: box.bearer),
               status == 204 || status == 404 else { return }
-        _ = try? database.transaction { db in try db.run("DELETE FROM relay_devices WHERE device_id = ? AND revoked = 1", deviceID) }
+        _ = try? store.forgetRevoked(deviceID)
     }
 
     /// Runs until cancelled, polling the mailbox twice a second while the gateway is up.
@@ -137,19 +131,18 @@ public actor RelayCarriage {
 
     private func round() async throws {
         let box = try await ensureMailbox()
-        var devices: [Row] = []
-        for row in try database.read({ db in try db.query("SELECT * FROM relay_devices") }) {
-            guard let id = row.string("device_id") else { continue }
+        var devices: [RelayCarriageStore.Device] = []
+        for device in try store.devices() {
             // A key revoked by any path (or gone) counts as revoked here too.
-            if row.bool("revoked") == true || keys.principal(keyID: id) == nil {
-                markRevoked(id)
-                await forget(deviceID: id, box: box)
+            if device.revoked || keys.principal(keyID: device.id) == nil {
+                markRevoked(device.id)
+                await forget(deviceID: device.id, box: box)
             } else {
-                devices.append(row)
+                devices.append(device)
             }
         }
-        for row in devices where row.bool("registered") == false {
-            if let id = row.string("device_id"), let secret = row.blob("secret") { try? await register(deviceID: id, secret: secret, box: box) }
+        for device in devices where !device.registered {
+            try? await register(deviceID: device.id, secret: device.secret, box: box)
         }
         let (status, body) = try await call("GET", "/v1/mailboxes/\(box.id)/commands", bearer: box.bearer)
         guard status == 200 else { throw APIError.unavailable("the relay answered \(status) for held commands") }
@@ -157,14 +150,13 @@ public actor RelayCarriage {
             guard let device = command["device_id"]?.stringValue, let id = command["id"]?.stringValue, let sealed = command["ciphertext"]?.stringValue else { continue }
             await applyCommand(device: device, id: id, sealed: sealed, box: box)
         }
-        for row in devices {
-            guard let id = row.string("device_id"), let secret = row.blob("secret"), let subject = row.string("subject") else { continue }
-            try await sendRecords(deviceID: id, subject: subject, secret: secret, after: row.int("last_seq") ?? 0, box: box)
+        for device in devices {
+            try await sendRecords(deviceID: device.id, subject: device.subject, secret: device.secret, after: device.lastSeq, box: box)
         }
     }
 
     private func applyCommand(device: String, id: String, sealed: String, box: (id: String, bearer: String)) async {
-        guard let secret = try? database.read({ db in try db.query("SELECT secret FROM relay_devices WHERE device_id = ?", device).first?.blob("secret") }),
+        guard let secret = try? store.secret(deviceID: device),
               let keys = try? RelayKeys(secret: secret, deviceID: device) else {
             _ = try? await call("POST", "/v1/mailboxes/\(box.id)/commands/\(device)/\(id)/applied", bearer: box.bearer)
             return
@@ -235,7 +227,7 @@ public actor RelayCarriage {
                                            "ciphertext": .string(nudge)])
             }
             previous = delivery.seq
-            try database.transaction { db in try db.run("UPDATE relay_devices SET last_seq = ? WHERE device_id = ?", delivery.seq, deviceID) }
+            try store.advance(deviceID, to: delivery.seq)
         }
         return true
     }

@@ -1,0 +1,112 @@
+import ChannelAPI
+import Foundation
+import HTTPServer
+import Identity
+
+/// `/api/v1/mobile/nodes`: the original app's node routes.
+public struct DeviceNodesAPI: Sendable {
+    let nodes: DeviceNodes
+    let clock: any WallClock
+
+    public init(nodes: DeviceNodes, clock: any WallClock) {
+        self.nodes = nodes
+        self.clock = clock
+    }
+
+    public var routes: [Route] {
+        [
+            Route(.POST, "/api/v1/mobile/nodes/register", access: .role(.viewer), summary: "Register this phone as a node with the commands it has switched on", handler: register),
+            Route(.GET, "/api/v1/mobile/nodes", access: .role(.viewer), summary: "Your nodes and the supported commands", handler: list),
+            Route(.GET, "/api/v1/mobile/nodes/:device/commands", access: .role(.viewer), summary: "Queued commands for a node (polling changes nothing)", handler: pending),
+            Route(.POST, "/api/v1/mobile/nodes/:device/commands", access: .role(.viewer), summary: "Queue a command for a node (Idempotency-Key is its id)", handler: enqueue),
+            Route(.GET, "/api/v1/mobile/nodes/:device/commands/:id", access: .role(.viewer), summary: "One node command", handler: get),
+            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/claim", access: .role(.viewer), summary: "Claim a queued command (exactly one claim wins)", handler: claim),
+            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/result", access: .role(.viewer), summary: "A claimed command's outcome", handler: result),
+        ]
+    }
+
+    static func text(_ body: JSONObject, _ key: String, max: Int) throws -> String {
+        guard let value = try body.optionalString(key) else { return "" }
+        guard value.utf8.count <= max else { throw DeviceNodes.invalid("\(key) is too long", field: key) }
+        return value
+    }
+
+    @Sendable func register(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        guard request.body.count <= 16384 else { throw DeviceNodes.invalid("a node registration is at most 16384 bytes") }
+        let body: JSONObject
+        do { body = try JSONObject(body: request.body) } catch { throw APIError(status: 400, code: "invalid_json", message: "invalid node registration") }
+        let deviceID = SchemaWhitespace.trim(try Self.text(body, "device_id", max: 128))
+        guard !deviceID.isEmpty else { throw DeviceNodes.invalid("device_id is required", field: "device_id") }
+        let platform = try Self.text(body, "platform", max: 16).lowercased()
+        guard ["", "ios", "watchos"].contains(platform) else { throw DeviceNodes.invalid("platform must be ios or watchos", field: "platform") }
+        var capabilities: [String] = []
+        let listed = try body.optionalArray("capabilities") ?? []
+        guard listed.count <= 32 else { throw DeviceNodes.invalid("capabilities holds at most 32 names", field: "capabilities") }
+        for (i, item) in listed.enumerated() {
+            guard let name = item.stringValue, DeviceNodes.commands.contains(name) else {
+                throw DeviceNodes.invalid("capabilities[\(i)] is not one of \(DeviceNodes.commands.joined(separator: ", "))", field: "capabilities")
+            }
+            if !capabilities.contains(name) { capabilities.append(name) }
+        }
+        var permissions: [String: String] = [:]
+        for (key, value) in try body.optionalObject("permissions")?.fields ?? [:] {
+            guard let text = value.stringValue else { throw DeviceNodes.invalid("permissions.\(key) must be text", field: "permissions") }
+            permissions[key] = text
+        }
+        let node = try nodes.register(DeviceNodes.Node(
+            deviceID: deviceID, subject: caller.subject, name: try Self.text(body, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
+            model: try Self.text(body, "model", max: 200), osVersion: try Self.text(body, "os_version", max: 64), appVersion: try Self.text(body, "app_version", max: 64),
+            capabilities: capabilities, permissions: permissions, updatedAt: clock.now()))
+        return .json(["registered": true, "device_id": .string(node.deviceID), "poll_interval_seconds": .number(Double(DeviceNodes.pollIntervalSeconds)),
+                      "foreground_only": true], status: 201)
+    }
+
+    @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        return .json(["nodes": .array(try nodes.nodes(subject: caller.subject).map(DeviceNodes.json)),
+                      "supported_commands": .array(DeviceNodes.commands.map(JSONValue.string))])
+    }
+
+    @Sendable func pending(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        return .json(["commands": .array(try nodes.pending(deviceID: request.parameter("device"), subject: caller.subject).map(DeviceNodes.json))])
+    }
+
+    @Sendable func enqueue(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let command = try body.string("command", maxLength: 64)
+        let params = body.fields["params"].flatMap { $0 == .null ? nil : $0 } ?? .object([:])
+        let id = try request.header("idempotency-key") ?? body.optionalString("id")
+        var expiresAt: Date?
+        if let text = try body.optionalString("expires_at"), !text.isEmpty {
+            guard let date = (try? Date(text, strategy: .iso8601)) ?? (try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))) else {
+                throw DeviceNodes.invalid("expires_at must be an RFC 3339 time", field: "expires_at")
+            }
+            expiresAt = date
+        }
+        let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
+        return .json(DeviceNodes.json(queued), status: 201)
+    }
+
+    @Sendable func get(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        return .json(DeviceNodes.json(try nodes.command(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+    }
+
+    @Sendable func claim(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        return .json(DeviceNodes.json(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+    }
+
+    @Sendable func result(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let body = try JSONObject(body: request.body)
+        let status = try body.string("status", maxLength: 16)
+        let error = try body.optionalString("error")
+        let result = body.fields["result"].flatMap { $0 == .null ? nil : $0 }
+        return .json(DeviceNodes.json(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
+                                                      status: status, result: result, error: error)))
+    }
+}
