@@ -170,3 +170,12 @@ public struct LiveActivityUpdate: Sendable, Equatable, Codable {
         self.apnsBody = apnsBody
     }
 }
+
+/// How every push body is written: sorted keys, slashes as they are (one policy for APNs, FCM and relay bodies).
+public enum WireJSON {
+    public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array(try encoder.encode(value))
+    }
+}

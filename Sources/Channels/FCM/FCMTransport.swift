@@ -39,15 +39,10 @@ public final class FCMTransport: WakeTransport {
         return FCMMessage(message: .init(token: token, data: data, android: .init(priority: "high", collapseKey: signal.collapseID, ttl: ttl)))
     }
 
-    static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }()
 
     public func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
         guard signal.kind != .liveActivity else { return .failed(reason: "Live Activities are never sent to Android") }
-        guard let body = try? Self.encoder.encode(Self.message(signal, token: target.pushToken)) else {
+        guard let body = try? WireJSON.encode(Self.message(signal, token: target.pushToken)) else {
             return .failed(reason: "the FCM message could not be encoded")
         }
         let url = "\(configuration.baseURL)/v1/projects/\(configuration.projectID)/messages:send"
@@ -60,7 +55,7 @@ public final class FCMTransport: WakeTransport {
             do {
                 response = try await client.send(ClientRequest(method: "POST", url: url, headers: [
                     ("authorization", "Bearer \(accessToken)"), ("content-type", "application/json; charset=utf-8"),
-                ], body: Array(body)))
+                ], body: body))
             } catch {
                 return .retry(after: nil, reason: "FCM unreachable: \(error.description)")
             }

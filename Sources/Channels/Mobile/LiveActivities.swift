@@ -181,8 +181,8 @@ public actor LiveActivityPublisher {
         if event == .start { state.started = true }
         state.lastPush = now
         sessions[sessionID] = state
-        guard let body = try? Self.encoder.encode(Self.payload(state, event: event, now: now, dismissAfter: dismissAfter, succeeded: succeeded)) else { return }
-        let signal = WakeSignal.liveActivity(LiveActivityUpdate(event: event, apnsBody: Array(body)), title: state.run.agentName,
+        guard let body = try? WireJSON.encode(Self.payload(state, event: event, now: now, dismissAfter: dismissAfter, succeeded: succeeded)) else { return }
+        let signal = WakeSignal.liveActivity(LiveActivityUpdate(event: event, apnsBody: body), title: state.run.agentName,
                                              deepLink: "soulacy://session/\(sessionID)", threadID: "activity-\(sessionID)", priority: priority)
         for target in targets {
             guard let transport = transports.transport(for: target) else { continue }
@@ -192,13 +192,6 @@ public actor LiveActivityPublisher {
     }
 }
 
-extension LiveActivityPublisher {
-    static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }()
-}
 
 /// The APNs body of a Live Activity push, field for field what the original app's `SoulacyRunAttributes` widget decodes.
 struct LiveActivityPayload: Encodable, Equatable {

@@ -74,15 +74,10 @@ public final class RelayTransport: WakeTransport {
                                 event: signal.liveActivity?.event.rawValue ?? "update", priority: signal.priority.rawValue, payload: payload)
     }
 
-    static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }()
 
     public func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
         let live = signal.kind == .liveActivity
-        let encoded = live ? try? Self.encoder.encode(Self.liveBody(signal, target: target)) : try? Self.encoder.encode(Self.pushBody(signal, target: target))
+        let encoded = live ? try? WireJSON.encode(Self.liveBody(signal, target: target)) : try? WireJSON.encode(Self.pushBody(signal, target: target))
         guard let body = encoded else {
             return .failed(reason: "the relay request could not be encoded")
         }
@@ -90,7 +85,7 @@ public final class RelayTransport: WakeTransport {
         do {
             response = try await client.send(ClientRequest(method: "POST", url: configuration.baseURL + (live ? "/v1/live" : "/v1/push"), headers: [
                 ("authorization", "Bearer \(configuration.token)"), ("content-type", "application/json"),
-            ], body: Array(body)))
+            ], body: body))
         } catch {
             return .retry(after: nil, reason: "relay unreachable: \(error.description)")
         }
