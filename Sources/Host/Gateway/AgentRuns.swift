@@ -99,7 +99,7 @@ public actor AgentRuns {
 
     public nonisolated let catalog: AgentCatalog
     let channels: ChannelRegistry
-    let store: RunStore
+    let store: any RunStore
     let makeRunner: RunnerFactory
     let clock: any WallClock
     let log: Log
@@ -114,7 +114,7 @@ public actor AgentRuns {
     private var recent: [String: RunRecord] = [:]
     private var recentOrder: [String] = []
 
-    public init(catalog: AgentCatalog, channels: ChannelRegistry, store: RunStore, clock: any WallClock, log: Log,
+    public init(catalog: AgentCatalog, channels: ChannelRegistry, store: any RunStore, clock: any WallClock, log: Log,
                 credentials: RunCredentials = RunCredentials(), liveActivities: LiveActivityPublisher? = nil, makeRunner: @escaping RunnerFactory) {
         self.credentials = credentials
         self.liveActivities = liveActivities

@@ -96,7 +96,7 @@ public final class Gateway: Sendable {
     public let database: DatabasePool
     public let mobileStore: MobileStore
     public let keys: APIKeyStore
-    public let runStore: RunStore
+    public let runStore: any RunStore
     public let runs: AgentRuns
     public let household: HouseholdStore
     public let approvals: ApprovalsBroker
@@ -165,7 +165,7 @@ public final class Gateway: Sendable {
             try GatewaySchema.migrator().migrate(database)
             mobileStore = try MobileStore(database: database, clock: options.clock)
             keys = try APIKeyStore(database: database)
-            runStore = try RunStore(database: database)
+            runStore = try SQLiteRunStore(database: database)
             household = try HouseholdStore(database: database, keys: keys)
             memory = try MemoryFactStore(database: database, clock: options.clock)
             let interrupted = try runStore.markInterrupted(at: options.clock.now())

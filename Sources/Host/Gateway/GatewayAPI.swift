@@ -10,7 +10,7 @@ import SQLite
 struct GatewayAPI: Sendable {
     let catalog: AgentCatalog
     let runs: AgentRuns
-    let runStore: RunStore
+    let runStore: any RunStore
     let keys: APIKeyStore
     let mobile: MobileStore
     let scheduler: Scheduler

@@ -24,8 +24,28 @@ public struct RunRecord: Sendable, Equatable {
     public var spokenReply: String? = nil
 }
 
-/// Runs and schedule bookkeeping in SQLite, so a restart knows what was running and when each schedule last fired.
-public final class RunStore: Sendable {
+/// The run history and schedule bookkeeping, so a restart knows what was running and when each schedule last
+/// fired. A protocol because a second engine (PostgreSQL, for several gateways) will keep them too.
+public protocol RunStore: Sendable {
+    func begin(_ run: RunRecord) throws
+    func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date) throws
+    /// Marks runs still "running" from before a restart as interrupted; returns how many.
+    func markInterrupted(at date: Date) throws -> Int
+    func run(id: String) throws -> RunRecord?
+    /// The person whose run a session belongs to (nil: no run has this session).
+    func subject(ofSession sessionID: String) throws -> String?
+    func lastFire(agentID: String) throws -> Date?
+    func recordFire(agentID: String, at date: Date) throws
+}
+
+extension RunStore {
+    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, at date: Date) throws {
+        try finish(id: id, status: status, error: error, deliveryID: deliveryID, note: nil, at: date)
+    }
+}
+
+/// The run store in the gateway's SQLite file.
+public final class SQLiteRunStore: RunStore {
 
     let database: DatabasePool
 
@@ -43,7 +63,7 @@ public final class RunStore: Sendable {
         }
     }
 
-    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String? = nil, at date: Date) throws {
+    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date) throws {
         try database.transaction { db in
             try db.run("UPDATE runs SET status = ?, finished_at = ?, error = ?, delivery_id = ?, note = ? WHERE id = ?",
                        status.rawValue, Self.ms(date), error, deliveryID, note, id)

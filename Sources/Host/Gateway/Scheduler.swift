@@ -10,11 +10,11 @@ import Foundation
 public struct Scheduler: Sendable {
     let catalog: AgentCatalog
     let runs: AgentRuns
-    let store: RunStore
+    let store: any RunStore
     let clock: any WallClock
     let log: Log
 
-    public init(catalog: AgentCatalog, runs: AgentRuns, store: RunStore, clock: any WallClock, log: Log) {
+    public init(catalog: AgentCatalog, runs: AgentRuns, store: any RunStore, clock: any WallClock, log: Log) {
         self.catalog = catalog
         self.runs = runs
         self.store = store
