@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 import HTTPClient
 
 /// The original Soulacy app's calls, typed: the same routes, field names and types as the app reads them
@@ -132,9 +133,40 @@ public struct SoulacyAPI: Sendable {
 
     // MARK: Calls
 
+    /// A pairing QR's link, as the original app reads it: host:port is the gateway, `pair` the code, `fp` the pin of
+    /// the gateway's key (empty when the link is not pinned).
+    public struct PairingLink: Sendable, Equatable {
+        public let gateway: String
+        public let code: String
+        public let pin: String
+
+        /// `https://host:port/mobile?pair=CODE&fp=PIN` (or an unpinned `<base>/mobile?pair=CODE`); nil for anything else.
+        public init?(_ link: String) {
+            guard let url = URLComponents(string: link), let scheme = url.scheme, scheme == "https" || scheme == "http", let host = url.host,
+                  url.path.hasSuffix("/mobile"), let code = url.queryItems?.first(where: { $0.name == "pair" })?.value, !code.isEmpty else { return nil }
+            let pin = url.queryItems?.first(where: { $0.name == "fp" })?.value ?? ""
+            guard pin.isEmpty || (scheme == "https" && pin.count == 64 && Hex.decode(pin) != nil) else { return nil }
+            let hostText = host.contains(":") ? "[\(host)]" : host
+            gateway = "\(scheme)://\(hostText)" + (url.port.map { ":\($0)" } ?? "") + String(url.path.dropLast("/mobile".count))
+            self.code = code
+            self.pin = pin
+        }
+    }
+
+    /// Pairs from a QR link: over TLS pinned to the link's key when it carries one (names are ignored, the key
+    /// decides), as the original app does. The answer's `fingerprint` is the pin to keep for the same-Wi-Fi path.
+    public static func pair(link: PairingLink, name: String = "iPhone") async throws -> Pairing {
+        let configuration = link.pin.isEmpty ? HTTP2ClientConfiguration() : HTTP2ClientConfiguration(pinnedPublicKeySHA256: Hex.decode(link.pin))
+        return try await redeem(code: link.code, gateway: link.gateway, name: name, configuration: configuration)
+    }
+
     /// Redeems a pairing code at `gateway` (no key yet): the original's answer, or its refusal (401 `reason`).
     public static func redeem(code: String, gateway: String, name: String = "iPhone", caFile: String? = nil) async throws -> Pairing {
-        let http = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: caFile))
+        try await redeem(code: code, gateway: gateway, name: name, configuration: HTTP2ClientConfiguration(caFile: caFile))
+    }
+
+    static func redeem(code: String, gateway: String, name: String, configuration: HTTP2ClientConfiguration) async throws -> Pairing {
+        let http = HTTP2Client(configuration: configuration)
         let body = try JSONSerialization.data(withJSONObject: ["code": code, "name": name])
         let response = try await http.send(ClientRequest(method: "POST", url: gateway + "/api/v1/pairing/redeem",
                                                          headers: [("content-type", "application/json")], body: Array(body)))

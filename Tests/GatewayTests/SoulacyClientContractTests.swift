@@ -84,4 +84,24 @@ struct SoulacyClientContractTests {
             }
         }
     }
+
+    @Test("from the QR link: the client pins the link's key, pairs over TLS, and reads the inbox over the pinned same-Wi-Fi path")
+    func pairFromLink() async throws {
+        try await withTestGateway(config: Self.config) { (gw) async throws in
+            let offer = try await gw.request("POST", "/api/v1/pairing/tokens", json: ["name": "Priya", "role": "viewer"])
+            let pairURL = try #require(offer.json["pair_url"]?.stringValue)
+            let link = try #require(SoulacyAPI.PairingLink(pairURL))
+            #expect(link.gateway == "https://127.0.0.1:\(gw.gateway.port)" && link.pin.count == 64)
+            let paired = try await SoulacyAPI.pair(link: link, name: "Priya's iPhone")
+            #expect(paired.paired && paired.fingerprint == link.pin && paired.subject == "priya")
+            let api = SoulacyAPI(client: GatewayClient(paths: GatewayPaths(lan: (link.gateway, paired.fingerprint)), token: paired.token))
+            try await api.register(deviceID: "priya-phone", name: "Priya's iPhone", pushToken: nil)
+            _ = try await gw.runAgent("brief", input: "over the pinned path", to: "user:priya")
+            #expect(try await api.inbox(deviceID: "priya-phone").deliveries.first?.parts?.first?.text == "Heard: over the pinned path")
+            // A link whose pin is not the gateway's key pairs nothing.
+            let forged = try #require(SoulacyAPI.PairingLink(link.gateway + "/mobile?pair=AAAABBBBCCCCDDDD&fp=" + String(repeating: "0", count: 64)))
+            await #expect(throws: (any Error).self) { _ = try await SoulacyAPI.pair(link: forged) }
+            #expect(SoulacyAPI.PairingLink("soulacy://pair?code=X") == nil && SoulacyAPI.PairingLink("https://x/mobile?pair=A&fp=zz") == nil)
+        }
+    }
 }
