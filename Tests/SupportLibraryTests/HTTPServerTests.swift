@@ -81,10 +81,10 @@ struct HTTPServerTests {
             keyChecks.add(1, ordering: .relaxed)
             return token == "good" ? Principal(keyID: "k", subject: "owner", role: .viewer) : nil
         })
-        router.add(Route(.GET, "/quick/:name", access: .role(.viewer), immediate: { request in
+        router.add(Route.answeredAtOnce(.GET, "/quick/:name", access: .role(.viewer), handler: { request in
             .json(["name": .string(request.parameter("name")), "who": .string(try request.caller().subject)])
         }))
-        router.add(Route(.GET, "/admin-only", access: .role(.admin), immediate: { _ in .noContent }))
+        router.add(Route.answeredAtOnce(.GET, "/admin-only", access: .role(.admin), handler: { _ in .noContent }))
         router.add(.POST, "/quick/:name", access: .open) { _ in
             asyncCalls.enter()
             asyncCalls.leave()

@@ -31,7 +31,7 @@ final class Trail: Sendable {
 struct MiddlewareTests {
     func responder(_ trail: Trail) -> Responder {
         var router = Router(authenticator: { $0 == "good" ? Principal(keyID: "k", subject: "owner", role: .admin) : nil })
-        router.add(Route(.GET, "/quick", access: .open, immediate: { _ in HTTPResponse(status: 200, headers: [], body: Array("quick".utf8)) }))
+        router.add(Route.answeredAtOnce(.GET, "/quick", access: .open, handler: { _ in HTTPResponse(status: 200, headers: [], body: Array("quick".utf8)) }))
         router.add(Route(.POST, "/items/:id", access: .role(.operator), handler: { request in
             await Task.yield()
             trail.add("route \(request.parameter("id"))")
