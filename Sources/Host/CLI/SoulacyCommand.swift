@@ -160,7 +160,7 @@ struct SoulacyCommand {
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let database = try DatabasePool(path: data + "/soulacy.db", readerCount: 1)
             try GatewaySchema.migrator().migrate(database)
-            let household = try HouseholdStore(database: database, keys: try APIKeyStore(database: database))
+            let household = try HouseholdStore(database: database, keys: try SQLiteAPIKeyStore(database: database))
             let offer: PairingOffer
             if let name = opts["name"] {
                 let roleText = opts["role"] ?? "viewer"

@@ -30,9 +30,22 @@ public struct MintedKey: Sendable {
     public let token: String
 }
 
-/// API keys at rest: only the SHA-256 of each token is stored. Tokens carry 256 random bits,
+/// The API keys a gateway accepts. A protocol because a second engine (PostgreSQL, for several gateways) will keep
+/// them too; whatever the engine, only a hash of each token is stored.
+public protocol APIKeyStore: Sendable {
+    func mint(name: String, subject: String, role: Role, kind: APIKey.Kind) throws -> MintedKey
+    /// The caller a bearer token names; nil for an unknown or revoked one.
+    func authenticate(_ token: String) -> Principal?
+    func principal(keyID: String) -> Principal?
+    var isEmpty: Bool { get }
+    func list() throws -> [APIKey]
+    /// Revokes a key at once: its next request is refused. False when there is no such active key.
+    func revoke(id: String) throws -> Bool
+}
+
+/// API keys at rest in SQLite: only the SHA-256 of each token is stored. Tokens carry 256 random bits,
 /// so a plain hash is enough and lookup by hash needs no comparison of secrets at all.
-public final class APIKeyStore: Sendable {
+public final class SQLiteAPIKeyStore: APIKeyStore {
     public static let tokenPrefix = "sk_"
 
 

@@ -95,7 +95,7 @@ public final class Gateway: Sendable {
     }
     public let database: DatabasePool
     public let mobileStore: MobileStore
-    public let keys: APIKeyStore
+    public let keys: any APIKeyStore
     public let runStore: any RunStore
     public let runs: AgentRuns
     public let household: HouseholdStore
@@ -164,9 +164,10 @@ public final class Gateway: Sendable {
             // The schema is brought up to date once, here, before any store exists.
             try GatewaySchema.migrator().migrate(database)
             mobileStore = try MobileStore(database: database, clock: options.clock)
-            keys = try APIKeyStore(database: database)
+            let sqliteKeys = try SQLiteAPIKeyStore(database: database)
+            keys = sqliteKeys
             runStore = try SQLiteRunStore(database: database)
-            household = try HouseholdStore(database: database, keys: keys)
+            household = try HouseholdStore(database: database, keys: sqliteKeys)
             memory = try MemoryFactStore(database: database, clock: options.clock)
             let interrupted = try runStore.markInterrupted(at: options.clock.now())
             if interrupted > 0 { log.warning("\(interrupted) run(s) were interrupted by the last stop") }

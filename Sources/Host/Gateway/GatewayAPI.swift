@@ -11,7 +11,7 @@ struct GatewayAPI: Sendable {
     let catalog: AgentCatalog
     let runs: AgentRuns
     let runStore: any RunStore
-    let keys: APIKeyStore
+    let keys: any APIKeyStore
     let mobile: MobileStore
     let scheduler: Scheduler
     let clock: any WallClock

@@ -10,7 +10,7 @@ import ChannelAPI
 /// Pairing phones and watches, the household's members, and what each role may do.
 struct HouseholdAPI: Sendable {
     let household: HouseholdStore
-    let keys: APIKeyStore
+    let keys: any APIKeyStore
     let mobile: MobileStore
     let limiter: PairingRateLimiter
     /// The address a pairing link sends the phone to.

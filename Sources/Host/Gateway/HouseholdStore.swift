@@ -34,9 +34,10 @@ public final class HouseholdStore: Sendable {
 
 
     let database: DatabasePool
-    let keys: APIKeyStore
+    /// The SQLite key store itself: a redeemed code and its new key commit in one transaction.
+    let keys: SQLiteAPIKeyStore
 
-    public init(database: DatabasePool, keys: APIKeyStore) throws {
+    public init(database: DatabasePool, keys: SQLiteAPIKeyStore) throws {
         self.database = database
         self.keys = keys
     }

@@ -26,13 +26,13 @@ public actor RelayCarriage {
     let store: RelayCarriageStore
     let client: HTTP2Client
     let mobile: MobileStore
-    let keys: APIKeyStore
+    let keys: any APIKeyStore
     let log: Log
     /// Applies a phone's command as the phone (its principal); the third argument seals the idempotency answer.
     let apply: @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse
     private var mailbox: (id: String, bearer: String)?
 
-    public init(url: String, caFile: String?, database: DatabasePool, mobile: MobileStore, keys: APIKeyStore, log: Log,
+    public init(url: String, caFile: String?, database: DatabasePool, mobile: MobileStore, keys: any APIKeyStore, log: Log,
                 apply: @escaping @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse) throws {
         self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
         store = RelayCarriageStore(database: database)
