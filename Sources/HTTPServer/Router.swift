@@ -63,6 +63,12 @@ public struct Route: Sendable {
     }
 }
 
+/// A domain error that knows its HTTP answer (Hummingbird's `HTTPResponseError`): stores throw their own errors, the
+/// HTTP layer conforms them in its files, and the router answers with them.
+public protocol HTTPResponseError: Error {
+    var apiError: APIError { get }
+}
+
 /// Resolves a bearer token to its principal; nil means unknown or revoked.
 public typealias Authenticator = @Sendable (String) -> Principal?
 
@@ -192,6 +198,7 @@ public struct Router: Sendable {
 
     private func respond(to error: any Error, _ request: HTTPRequest) -> HTTPResponse {
         if let error = error as? APIError { return error.response }
+        if let error = error as? any HTTPResponseError { return error.apiError.response }
         return errorResponder(error, request)
     }
 

@@ -37,6 +37,14 @@ struct DeviceNodesTests {
                 return try await group.reduce(into: []) { $0.append($1) }
             }
             #expect(claims.filter { $0 == 200 }.count == 1 && claims.filter { $0 == 409 }.count == 7)
+            // The original's error texts, which its app shows (§12): the store's own errors, mapped by the HTTP layer.
+            let again = try await gw.request("POST", "/api/v1/mobile/nodes/phone/commands/cmd-1/claim")
+            #expect(again.status == 409 && again.errorMessage == "mobile node command has already been claimed or settled")
+            let missing = try await gw.request("GET", "/api/v1/mobile/nodes/phone/commands/nope")
+            #expect(missing.status == 404 && missing.errorMessage == "device or command not found")
+            let notMine = try await gw.request("GET", "/api/v1/mobile/nodes/someone-elses/commands")
+            #expect(notMine.status == 404 && notMine.errorMessage == "device or command not found")
+            #expect(off.errorMessage?.hasPrefix("invalid mobile node request: ") == true && off.errorField == "command")
             #expect(try await gw.request("GET", "/api/v1/mobile/nodes/phone/commands").json["commands"] == [])
 
             let outcome: JSONValue = ["status": "completed", "result": ["focused": true, "name": "Work"]]

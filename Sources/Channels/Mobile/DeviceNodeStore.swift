@@ -82,11 +82,9 @@ public final class DeviceNodes: Sendable {
         return c
     }
 
-    static func notFound() -> APIError { APIError(status: 404, code: "not_found", message: "device or command not found") }
-    static func conflict() -> APIError { APIError(status: 409, code: "conflict", message: "mobile node command has already been claimed or settled") }
-    static func invalid(_ detail: String, field: String? = nil) -> APIError {
-        APIError(status: 400, code: "invalid_field", message: "invalid mobile node request: \(detail)", field: field)
-    }
+    static func notFound() -> NodeError { .notFound }
+    static func conflict() -> NodeError { .conflict }
+    static func invalid(_ detail: String, field: String? = nil) -> NodeError { .invalid(detail, field: field) }
 
     // MARK: Nodes
 
@@ -180,7 +178,7 @@ public final class DeviceNodes: Sendable {
             let waiting = try db.query("SELECT count(*) AS n FROM mobile_node_commands WHERE device_id = ? AND status = 'queued' AND expires_at > ?",
                                        deviceID, Self.ms(now)).first?.int("n") ?? 0
             guard waiting < Self.maximumQueued else {
-                throw APIError(status: 409, code: "queue_full", message: "this phone already has \(Self.maximumQueued) commands waiting")
+                throw NodeError.queueFull(Self.maximumQueued)
             }
             try db.run("""
                 INSERT INTO mobile_node_commands (id, device_id, subject, command, params, status, created_at, expires_at)
@@ -279,5 +277,24 @@ public final class DeviceNodes: Sendable {
         if let error = c.error { object["error"] = .string(error) }
         if let completed = c.completedAt { object["completed_at"] = .timestamp(completed) }
         return .object(object)
+    }
+}
+
+/// What the node store refuses, in the original's words (the HTTP layer maps each to its status: DeviceNodesAPI).
+public enum NodeError: Error, Equatable, CustomStringConvertible {
+    /// Not the caller's, or not there: the original does not tell the two apart.
+    case notFound
+    /// Claimed, settled, or the same id with another command.
+    case conflict
+    case invalid(String, field: String?)
+    case queueFull(Int)
+
+    public var description: String {
+        switch self {
+        case .notFound: "device or command not found"
+        case .conflict: "mobile node command has already been claimed or settled"
+        case .invalid(let detail, _): "invalid mobile node request: \(detail)"
+        case .queueFull(let limit): "this phone already has \(limit) commands waiting"
+        }
     }
 }

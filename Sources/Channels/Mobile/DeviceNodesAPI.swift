@@ -27,31 +27,31 @@ public struct DeviceNodesAPI: Sendable {
 
     static func text(_ body: JSONObject, _ key: String, max: Int) throws -> String {
         guard let value = try body.optionalString(key) else { return "" }
-        guard value.utf8.count <= max else { throw DeviceNodes.invalid("\(key) is too long", field: key) }
+        guard value.utf8.count <= max else { throw NodeError.invalid("\(key) is too long", field: key) }
         return value
     }
 
     @Sendable func register(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
-        guard request.body.count <= 16384 else { throw DeviceNodes.invalid("a node registration is at most 16384 bytes") }
+        guard request.body.count <= 16384 else { throw NodeError.invalid("a node registration is at most 16384 bytes", field: nil) }
         let body: JSONObject
         do { body = try JSONObject(body: request.body) } catch { throw APIError(status: 400, code: "invalid_json", message: "invalid node registration") }
         let deviceID = SchemaWhitespace.trim(try Self.text(body, "device_id", max: 128))
-        guard !deviceID.isEmpty else { throw DeviceNodes.invalid("device_id is required", field: "device_id") }
+        guard !deviceID.isEmpty else { throw NodeError.invalid("device_id is required", field: "device_id") }
         let platform = try Self.text(body, "platform", max: 16).lowercased()
-        guard ["", "ios", "watchos"].contains(platform) else { throw DeviceNodes.invalid("platform must be ios or watchos", field: "platform") }
+        guard ["", "ios", "watchos"].contains(platform) else { throw NodeError.invalid("platform must be ios or watchos", field: "platform") }
         var capabilities: [String] = []
         let listed = try body.optionalArray("capabilities") ?? []
-        guard listed.count <= 32 else { throw DeviceNodes.invalid("capabilities holds at most 32 names", field: "capabilities") }
+        guard listed.count <= 32 else { throw NodeError.invalid("capabilities holds at most 32 names", field: "capabilities") }
         for (i, item) in listed.enumerated() {
             guard let name = item.stringValue, DeviceNodes.commands.contains(name) else {
-                throw DeviceNodes.invalid("capabilities[\(i)] is not one of \(DeviceNodes.commands.joined(separator: ", "))", field: "capabilities")
+                throw NodeError.invalid("capabilities[\(i)] is not one of \(DeviceNodes.commands.joined(separator: ", "))", field: "capabilities")
             }
             if !capabilities.contains(name) { capabilities.append(name) }
         }
         var permissions: [String: String] = [:]
         for (key, value) in try body.optionalObject("permissions")?.fields ?? [:] {
-            guard let text = value.stringValue else { throw DeviceNodes.invalid("permissions.\(key) must be text", field: "permissions") }
+            guard let text = value.stringValue else { throw NodeError.invalid("permissions.\(key) must be text", field: "permissions") }
             permissions[key] = text
         }
         let node = try nodes.register(DeviceNodes.Node(
@@ -82,7 +82,7 @@ public struct DeviceNodesAPI: Sendable {
         var expiresAt: Date?
         if let text = try body.optionalString("expires_at"), !text.isEmpty {
             guard let date = (try? Date(text, strategy: .iso8601)) ?? (try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))) else {
-                throw DeviceNodes.invalid("expires_at must be an RFC 3339 time", field: "expires_at")
+                throw NodeError.invalid("expires_at must be an RFC 3339 time", field: "expires_at")
             }
             expiresAt = date
         }
@@ -108,5 +108,17 @@ public struct DeviceNodesAPI: Sendable {
         let result = body.fields["result"].flatMap { $0 == .null ? nil : $0 }
         return .json(DeviceNodes.json(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
                                                       status: status, result: result, error: error)))
+    }
+}
+
+extension NodeError: HTTPResponseError {
+    /// The original's statuses and texts (SOULACY-CONTRACT.md §12).
+    public var apiError: APIError {
+        switch self {
+        case .notFound: APIError(status: 404, code: "not_found", message: description)
+        case .conflict: APIError(status: 409, code: "conflict", message: description)
+        case .invalid(_, let field): APIError(status: 400, code: "invalid_field", message: description, field: field)
+        case .queueFull: APIError(status: 409, code: "queue_full", message: description)
+        }
     }
 }
