@@ -232,3 +232,13 @@ public struct MobileAPI: Sendable {
         ])
     }
 }
+
+extension DeviceError: HTTPResponseError {
+    /// 403 as the original answers a device that is unknown or someone else's; 400 for none named.
+    public var apiError: APIError {
+        switch self {
+        case .missing(let field): APIError.missingField(field)
+        case .notYours(_, let field): APIError(status: 403, code: "unknown_device", message: description, field: field)
+        }
+    }
+}

@@ -114,15 +114,15 @@ public final class MobileStore: Sendable {
     /// The caller's own device named by a request field. A missing id, an unknown one and someone else's are
     /// refused alike, naming the field, so one person cannot learn of another's devices.
     public func ownedDevice(_ id: String?, subject: String, field: String = "device_id") throws -> Device {
-        guard let id, !id.isEmpty else { throw APIError.missingField(field) }
-        guard let device = try device(id: id), device.subject == subject else { throw Self.unknownDevice(id, field: field) }
+        guard let id, !id.isEmpty else { throw DeviceError.missing(field: field) }
+        guard let device = try device(id: id), device.subject == subject else { throw DeviceError.notYours(id, field: field) }
         return device
     }
 
     /// The same check without loading the device (the inbox asks it on every uncached page).
     public func checkOwnership(of id: String, subject: String, field: String = "device_id") throws {
-        guard !id.isEmpty else { throw APIError.missingField(field) }
-        guard try database.read({ try Self.owner(ofDevice: id, in: $0) }) == subject else { throw Self.unknownDevice(id, field: field) }
+        guard !id.isEmpty else { throw DeviceError.missing(field: field) }
+        guard try database.read({ try Self.owner(ofDevice: id, in: $0) }) == subject else { throw DeviceError.notYours(id, field: field) }
     }
 
     /// Whose device `id` is now; nil when no device has that id.
@@ -130,10 +130,6 @@ public final class MobileStore: Sendable {
         try db.query("SELECT subject FROM mobile_devices WHERE id = ?", id).first?.string("subject")
     }
 
-    private static func unknownDevice(_ id: String, field: String) -> APIError {
-        // 403 as the original answers a device that is unknown or someone else's (it never says which).
-        APIError(status: 403, code: "unknown_device", message: "device is not registered to this user (\(field): \(id))", field: field)
-    }
 
     public func devices(subject: String) throws -> [Device] {
         try database.read { db in try db.query("SELECT * FROM mobile_devices WHERE subject = ? ORDER BY created_at, id", subject).map(Self.device) }
@@ -406,6 +402,19 @@ extension MobileStore {
             guard try !db.query("SELECT 1 FROM mobile_devices WHERE id = ? AND notifications_enabled = 1 AND push_token IS NOT NULL", deviceID).isEmpty else { return false }
             try PushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: [deviceID], now: clock.now(), in: db)
             return true
+        }
+    }
+}
+
+/// A device a request names that the caller may not use: none named, or unknown, or someone else's (never told apart).
+public enum DeviceError: Error, Equatable, CustomStringConvertible {
+    case missing(field: String)
+    case notYours(String, field: String)
+
+    public var description: String {
+        switch self {
+        case .missing(let field): "\(field) is required"
+        case .notYours(let id, let field): "device is not registered to this user (\(field): \(id))"
         }
     }
 }
