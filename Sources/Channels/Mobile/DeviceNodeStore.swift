@@ -133,20 +133,17 @@ public final class DeviceNodes: Sendable {
 
     /// Waits for the command's outcome until it expires; one still open then is settled as expired.
     public func settle(id: String, deviceID: String, subject: String) async throws -> Command {
-        while true {
-            let current = try command(id: id, deviceID: deviceID, subject: subject)
-            if Self.terminalStatuses.contains(current.status) { return current }
-            let now = clock.now()
-            if current.expiresAt <= now {
-                try store.database.transaction { db in
-                    try db.run("""
-                        UPDATE mobile_node_commands SET status = 'expired', completed_at = ? WHERE device_id = ? AND id = ? AND status IN ('queued', 'running')
-                        """, Self.ms(now), deviceID, id)
-                }
-                return try command(id: id, deviceID: deviceID, subject: subject)
-            }
-            try await Task.sleep(for: .milliseconds(min(250, max(10, Int(current.expiresAt.timeIntervalSince(now) * 1000)))))
+        let queued = try command(id: id, deviceID: deviceID, subject: subject)
+        let left = max(0, queued.expiresAt.timeIntervalSince(clock.now()))
+        let current = try await waitForOutcome(id: id, deviceID: deviceID, subject: subject, wait: .milliseconds(Int(left * 1000)))
+        guard !Self.terminalStatuses.contains(current.status) else { return current }
+        // Claimed but not answered by its expiry: settled as expired.
+        try store.database.transaction { db in
+            try db.run("""
+                UPDATE mobile_node_commands SET status = 'expired', completed_at = ? WHERE device_id = ? AND id = ? AND status IN ('queued', 'running')
+                """, Self.ms(clock.now()), deviceID, id)
         }
+        return try command(id: id, deviceID: deviceID, subject: subject)
     }
 
     // MARK: Commands
