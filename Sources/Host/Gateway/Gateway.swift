@@ -118,6 +118,8 @@ public final class Gateway: Sendable {
     public let housekeeping: Housekeeping
     public let carriage: RelayCarriage?
     let pinnedLink = PinnedLink()
+    /// The host links name for the listen address (a wildcard resolved to this machine's LAN address, once).
+    let linkHost: String
     public let router: Router
     /// The running service group and the task that ends when it has stopped (and the database is closed).
     private let running = Mutex<(group: ServiceGroup, task: Task<Void, Never>)?>(nil)
@@ -246,6 +248,7 @@ public final class Gateway: Sendable {
         tlsPin = identity?.pin
         let pinnedLink = self.pinnedLink
         let linkHost = LocalAddresses.linkHost(for: options.host)
+        self.linkHost = linkHost
         router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
                                 gatewayURL: { publicURL ?? "http://\(linkHost):\(port.value.load(ordering: .relaxed))" },
                                 pinned: { pinnedLink.value }, mainPortPin: options.autoTLS ? identity?.pin : nil, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) },
@@ -405,7 +408,7 @@ public final class Gateway: Sendable {
     public var pinnedAddress: String? { pinnedLink.value?.address }
 
     public var pairingGatewayURL: String {
-        options.publicURL ?? "http://\(LocalAddresses.linkHost(for: options.host)):\(port)"
+        options.publicURL ?? "http://\(linkHost):\(port)"
     }
 
     /// Creates the owner's admin key on first start; returns its token once, or nil when keys exist.
@@ -425,7 +428,7 @@ public final class Gateway: Sendable {
                 try lanServer.start()
                 pinnedLink.set((address: "\(LocalAddresses.linkHost(for: lanHost)):\(lanServer.port)", pin: tlsPin))
             } else if options.autoTLS, options.publicURL == nil, let tlsPin {
-                pinnedLink.set((address: "\(LocalAddresses.linkHost(for: options.host)):\(server.port)", pin: tlsPin))
+                pinnedLink.set((address: "\(linkHost):\(server.port)", pin: tlsPin))
             }
         } catch { throw .listen(error.description) }
         boundPort.value.store(server.port, ordering: .relaxed)
