@@ -9,8 +9,14 @@ public struct GatewaySettings: Sendable, Equatable {
     public var publicURL: String?
     /// `SOULACY_TLS`: the gateway's port serves TLS beside plain HTTP (default on; `off` for plain only).
     public var autoTLS = true
+    /// `ADDR:PORT`, as `--listen` and `--lan` take it.
+    public struct ListenAddress: Sendable, Equatable {
+        public var host: String
+        public var port: UInt16
+    }
+
     /// `SOULACY_LAN_LISTEN` (`ADDR:PORT`): the pinned same-Wi-Fi door.
-    public var lanListen: (host: String, port: UInt16)?
+    public var lanListen: ListenAddress?
     /// `SOULACY_APPROVAL_TIMEOUT_SECONDS`: how long an approval waits before the run sees a denial.
     public var approvalTimeout: TimeInterval?
     /// `SOULACY_LONG_POLL_SECONDS`: the longest one request waits for an approval (default 25).
@@ -32,13 +38,6 @@ public struct GatewaySettings: Sendable, Equatable {
     }
 
     public init() {}
-
-    public static func == (a: GatewaySettings, b: GatewaySettings) -> Bool {
-        a.publicURL == b.publicURL && a.autoTLS == b.autoTLS && a.lanListen?.host == b.lanListen?.host && a.lanListen?.port == b.lanListen?.port
-            && a.approvalTimeout == b.approvalTimeout && a.longPoll == b.longPoll && a.databaseMaximumBytes == b.databaseMaximumBytes
-            && a.relayMailboxURL == b.relayMailboxURL && a.relayMailboxCAFile == b.relayMailboxCAFile && a.watchAgentFiles == b.watchAgentFiles
-            && a.killAfterEffect == b.killAfterEffect
-    }
 
     public static func fromEnvironment(_ environment: [String: String]) throws(Invalid) -> GatewaySettings {
         var settings = GatewaySettings()
@@ -83,9 +82,9 @@ public struct GatewaySettings: Sendable, Equatable {
     }
 
     /// `ADDR:PORT` (IPv6 in brackets or not); nil when it is not one.
-    public static func listenAddress(_ text: String) -> (host: String, port: UInt16)? {
+    public static func listenAddress(_ text: String) -> ListenAddress? {
         guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
         let host = String(text[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        return host.isEmpty ? nil : (host, port)
+        return host.isEmpty ? nil : ListenAddress(host: host, port: port)
     }
 }
