@@ -177,9 +177,7 @@ struct SoulacyCommand {
             // listener when there is one, else the gateway's own port; a public URL (a proxy's) is never pinned.
             let certificate = try? String(contentsOfFile: GatewayTLSIdentity.certificatePath(dataDirectory: data), encoding: .utf8)
             let pin = certificate.flatMap { try? SelfSignedCertificate.publicKeyPin(pem: $0) }
-            let directAddress = !settings.autoTLS || (opts["url"] == nil && publicURL != nil) ? nil : URLComponents(string: gateway).flatMap { url in
-                url.scheme == "http" || url.scheme == "https" ? url.host.map { "\($0):\(url.port ?? (url.scheme == "https" ? 443 : 80))" } : nil
-            }
+            let directAddress = !settings.autoTLS || (opts["url"] == nil && publicURL != nil) ? nil : PairingLink.directAddress(ofBase: gateway)
             let pinnedAddress = pin == nil ? nil : opts["lan"] ?? settings.lanListen.map { "\($0.host):\($0.port)" } ?? directAddress
             printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway, pinnedAddress: pinnedAddress, pin: pin),
                        url: PairingLink.url(offer: offer, gateway: gateway, pinnedAddress: pinnedAddress, pin: pin), qr: true)

@@ -76,30 +76,25 @@ struct HouseholdAPI: Sendable {
                                               role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID)
         }
         let links = try pairingLinks(offer, typedBase: body.optionalString("base_url", maxLength: 500).map(SchemaWhitespace.trim))
+        let pinned = self.pinned()
         return .json([
             "code": .string(offer.code), "expires_at": .timestamp(offer.expiresAt), "subject": .string(offer.subject),
             "display_name": .string(displayName), "role": .string(offer.role.rawValue),
             "pair_url": .string(links.original), "base_url": .string(links.base), "fingerprint": .string(links.pin),
             // This gateway's three-path link (LAN, tailnet, relay), for its own client.
-            "link": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), pinnedAddress: pinned()?.address, pin: pinned()?.pin)),
+            "link": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), pinnedAddress: pinned?.address, pin: pinned?.pin)),
         ])
     }
 
     /// The original app's link: `https://host:port/mobile?pair=CODE&fp=PIN` over the pinned listener when there is
-    /// one, else `<gateway>/mobile?pair=CODE`.
-    /// A `base_url` the operator typed is direct: with TLS on the main port it is pinned (an `http://` base becomes
-    /// `https://` on the same host and port), as the original does.
-    nonisolated(unsafe) static let baseURLPattern = /([Hh][Tt][Tt][Pp][Ss]?):\/\/([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?\/?/
-
+    /// one, else `<gateway>/mobile?pair=CODE`. A `base_url` the operator typed is direct: with TLS on the main port
+    /// it is pinned (an `http://` base becomes `https://` on the same host and port), as the original does.
     func pairingLinks(_ offer: PairingOffer, typedBase: String? = nil) throws -> (original: String, base: String, pin: String) {
         if let typedBase, !typedBase.isEmpty {
-            guard let match = typedBase.wholeMatch(of: Self.baseURLPattern) else {
+            guard let address = PairingLink.directAddress(ofBase: typedBase) else {
                 throw APIError.invalidField("base_url", "must be http://host:port or https://host:port, got \"\(typedBase)\"")
             }
-            let scheme = match.output.1.lowercased()
             if let pin = mainPortPin {
-                let port = match.output.3.map { String($0.dropFirst()) } ?? (scheme == "https" ? "443" : "80")
-                let address = "\(match.output.2):\(port)"
                 return (PairingLink.original(code: offer.code, gateway: "", pinnedAddress: address, pin: pin), "https://\(address)", pin)
             }
             let base = typedBase.hasSuffix("/") ? String(typedBase.dropLast()) : typedBase
@@ -466,6 +461,15 @@ struct AssistantAPI: Sendable {
 
 /// The links a pairing QR code carries.
 public enum PairingLink {
+    nonisolated(unsafe) static let basePattern = /([Hh][Tt][Tt][Pp][Ss]?):\/\/([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?\/?/
+
+    /// `host:port` of a direct base (`http(s)://host[:port][/]`, the default port by scheme); nil for anything else.
+    public static func directAddress(ofBase base: String) -> String? {
+        guard let match = base.wholeMatch(of: basePattern) else { return nil }
+        let port = match.output.3.map { String($0.dropFirst()) } ?? (match.output.1.lowercased() == "https" ? "443" : "80")
+        return "\(match.output.2):\(port)"
+    }
+
     /// The original app's link: `https://<pinned>/mobile?pair=CODE&fp=PIN` over pinned TLS, else `<gateway>/mobile?pair=CODE`.
     public static func original(code: String, gateway: String, pinnedAddress: String? = nil, pin: String? = nil) -> String {
         if let pinnedAddress, let pin, !pin.isEmpty { return "https://\(pinnedAddress)/mobile?pair=\(code)&fp=\(pin)" }
