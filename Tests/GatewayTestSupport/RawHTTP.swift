@@ -27,9 +27,7 @@ public enum RawHTTP {
     /// The exchange runs on a thread of its own: blocking reads on the cooperative pool would starve the gateway
     /// that runs in the same test process.
     public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5) async -> String {
-        await withCheckedContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(returning: exchangeBlocking(port: port, request, timeout: timeout)) }
-        }
+        await onOwnThread { exchangeBlocking(port: port, request, timeout: timeout) }
     }
 
     static func exchangeBlocking(port: UInt16, _ request: [UInt8], timeout: Double) -> String {
@@ -53,4 +51,12 @@ public enum RawHTTP {
     }
 
     public static func exchange(port: UInt16, _ text: String) async -> String { await exchange(port: port, Array(text.utf8)) }
+}
+
+/// Runs blocking work (socket reads that wait on the gateway) on a thread of its own: on the cooperative pool it
+/// would starve the gateway that runs in the same test process.
+public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(returning: body()) }
+    }
 }

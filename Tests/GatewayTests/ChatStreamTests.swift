@@ -33,9 +33,7 @@ struct ChatStreamTests {
         @discardableResult
         func read(until condition: @escaping @Sendable (String) -> Bool) async -> Bool {
             let reader = UncheckedBox(self)
-            return await withCheckedContinuation { continuation in
-                Thread.detachNewThread { continuation.resume(returning: reader.value.readBlocking(until: condition)) }
-            }
+            return await onOwnThread { reader.value.readBlocking(until: condition) }
         }
 
         private func readBlocking(until condition: (String) -> Bool) -> Bool {

@@ -125,11 +125,9 @@ struct SharedPortTests {
         let silent = try #require(RawHTTP.connect(port: port, timeout: 5))
         defer { close(silent) }
         let start = ContinuousClock.now
-        let closed = await withCheckedContinuation { continuation in
-            Thread.detachNewThread {
-                var byte: UInt8 = 0
-                continuation.resume(returning: recv(silent, &byte, 1, 0) == 0)
-            }
+        let closed = await onOwnThread {
+            var byte: UInt8 = 0
+            return recv(silent, &byte, 1, 0) == 0
         }
         #expect(closed && ContinuousClock.now - start < .seconds(4))
         await server.stop()
