@@ -53,8 +53,6 @@ public enum GracefulShutdown {
         }
     }
 
-    public static var isAnnounced: Bool { trigger?.isAnnounced ?? false }
-
     /// Runs `body` with its own trigger, as a group does for each service (and tests do for one).
     public static func withTrigger<T>(_ trigger: ShutdownTrigger, _ body: () async throws -> T) async rethrows -> T {
         try await $trigger.withValue(trigger) { try await body() }
@@ -62,7 +60,8 @@ public enum GracefulShutdown {
 }
 
 /// A loop that only stops by cancellation (`Scheduler.run`, `PushDispatcher.run`…) as a service: graceful
-/// shutdown cancels it, and it is done when its loop returns.
+/// shutdown cancels it. A loop that ends early by itself (nothing to watch) leaves the service idle until shutdown;
+/// it does not end the group.
 public struct CancelledOnShutdown: Service {
     let body: @Sendable () async -> Void
 
@@ -71,10 +70,8 @@ public struct CancelledOnShutdown: Service {
     public func run() async throws {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await body() }
-            group.addTask { await GracefulShutdown.wait() }
-            await group.next()
+            await GracefulShutdown.wait()
             group.cancelAll()
-            await group.waitForAll()
         }
     }
 }

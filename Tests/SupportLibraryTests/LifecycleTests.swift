@@ -69,6 +69,19 @@ struct LifecycleTests {
         #expect(journal.all.contains("stubborn cancelled") && journal.all.contains("stop first"))
     }
 
+    @Test("a cancelled-on-shutdown loop that ends early by itself leaves the group running until shutdown")
+    func earlyLoopEnd() async throws {
+        let journal = Journal()
+        let group = ServiceGroup(services: [("r", Recorder(name: "r", journal: journal)), ("idle", CancelledOnShutdown { journal.add("loop ended") })], signals: [])
+        let running = Task { try await group.run() }
+        while journal.all.count < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(!journal.all.contains("stop r"), "the group is still running")
+        group.triggerGracefulShutdown()
+        try await running.value
+        #expect(journal.all.last == "stop r")
+    }
+
     @Test("a service that fails ends the group: the others are shut down and the error comes out")
     func failureEndsTheGroup() async throws {
         let journal = Journal()
