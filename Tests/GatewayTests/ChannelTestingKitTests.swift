@@ -44,6 +44,17 @@ struct ChannelTestingKitTests {
         #expect(t.calls.count == 3)
     }
 
+    @Test("the memory log handler keeps each record at or above the level, with its metadata in the printed line")
+    func memoryLog() {
+        let memory = MemoryLogHandler()
+        let log = Log(minimum: .info, handler: memory).with("run", "run_1").with("agent", "brief")
+        log.debug("not kept")
+        log.warning("kept")
+        #expect(memory.records.map(\.message) == ["kept"] && memory.records.first?.level == .warning)
+        #expect(memory.records.first?.metadata == ["run": "run_1", "agent": "brief"])
+        #expect(memory.lines.first?.hasSuffix("warning kept agent=brief run=run_1") == true, "\(memory.lines)")
+    }
+
     @Test("the manual clock wakes sleepers only when advanced past their deadline")
     func manualClock() async throws {
         let clock = ManualClock(Date(timeIntervalSince1970: 1000))
