@@ -5,9 +5,9 @@ public struct Output: Sendable, Equatable, Codable {
     public var agentID: String
     public var agentName: String
     public var sessionID: String
-    /// Shown as the inbox line's title; defaults to "Result from <agent>".
+    /// Shown as the inbox line's title; defaults to the original's "Result from <agent id>".
     public var title: String
-    /// Text parts of the reply; the body joins them with blank lines.
+    /// Text parts of the reply; the body joins the non-empty ones with blank lines, as the original.
     public var parts: [String]
     /// Free-form string facts about the run (trigger, location.event, …).
     public var metadata: [String: String]
@@ -16,12 +16,12 @@ public struct Output: Sendable, Equatable, Codable {
         self.agentID = agentID
         self.agentName = agentName
         self.sessionID = sessionID
-        self.title = title ?? "Result from \(agentName)"
+        self.title = title ?? "Result from \(agentID)"
         self.parts = parts
         self.metadata = metadata
     }
 
-    public var body: String { parts.joined(separator: "\n\n") }
+    public var body: String { parts.filter { !$0.isEmpty }.joined(separator: "\n\n") }
 }
 
 /// Proof that a channel has taken an output for good.

@@ -39,6 +39,39 @@ public struct SoulacyAPI: Sendable {
         public let metadata: [String: String]?
         public let created_at: String
         public let read_at: String?
+        /// How to show the line (inbox list items only).
+        public let presentation: Presentation?
+    }
+
+    /// The original's presentation: a headline, a summary and typed blocks (markdown, metrics, comparison, chart,
+    /// timeline, links, checklist); a client shows a kind it does not know as its text.
+    public struct Presentation: Decodable, Sendable {
+        public let headline: String?
+        public let summary: String?
+        public let blocks: [Block]
+
+        public struct Block: Decodable, Sendable {
+            public let kind: String
+            public let title: String?
+            public let text: String?
+            public let items: [Item]?
+            public let columns: [String]?
+            public let rows: [[String]]?
+            public let numeric: [String]?
+            public let best: Best?
+            public let chart: Chart?
+        }
+        public struct Item: Decodable, Sendable {
+            public let label: String?, value: String?, hint: String?, at: String?, title: String?, detail: String?, url: String?
+            public let done: Bool?
+        }
+        public struct Best: Decodable, Sendable { public let column: String; public let row: Int }
+        public struct Chart: Decodable, Sendable {
+            public let type: String
+            public let x: [String]
+            public let series: [Series]
+        }
+        public struct Series: Decodable, Sendable { public let name: String; public let values: [Double] }
     }
 
     public struct Inbox: Decodable, Sendable {

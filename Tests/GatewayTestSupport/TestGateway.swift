@@ -110,7 +110,7 @@ public final class TestGateway: Sendable {
     @discardableResult
     public func registerDevice(id: String, key: String?, platform: String = "ios", token: String? = nil) async throws -> TestResponse {
         var body: [String: JSONValue] = ["id": .string(id), "name": .string("Phone \(id)"), "platform": .string(platform)]
-        if let token { body["push_token"] = .string(token) }
+        if let token { body["push_token"] = .string(token); body["notifications_enabled"] = true }
         return try await request("POST", "/api/v1/mobile/devices", json: .object(body), key: .some(key))
     }
 

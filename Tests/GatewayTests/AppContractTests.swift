@@ -16,7 +16,19 @@ struct AppContractTests {
     struct Delivery: Decodable {
         let id: String; let destination: String; let agent_id: String; let session_id: String; let title: String; let body: String
         let parts: [Part]?; let metadata: [String: String]?; let created_at: String; let read_at: String?
+        let presentation: Presentation?
     }
+    struct Presentation: Decodable { let headline: String?; let summary: String?; let blocks: [Block] }
+    struct Block: Decodable {
+        let kind: String; let title: String?; let text: String?; let items: [Item]?; let columns: [String]?; let rows: [[String]]?
+        let numeric: [String]?; let best: Best?; let chart: Chart?
+    }
+    struct Item: Decodable {
+        let label: String?; let value: String?; let hint: String?; let at: String?; let title: String?; let detail: String?; let url: String?; let done: Bool?
+    }
+    struct Best: Decodable { let column: String; let row: Int }
+    struct Chart: Decodable { let type: String; let x: [String]; let series: [Series] }
+    struct Series: Decodable { let name: String; let values: [Double] }
     struct DeliveryPage: Decodable { let deliveries: [Delivery]; let unread_count: Int }
     struct Registered: Decodable { let registered: Bool; let device_id: String }
     struct ReadAnswer: Decodable { let read: Bool }
@@ -75,11 +87,24 @@ struct AppContractTests {
             #expect(page.unread_count == 1 && page.deliveries.count == 1)
             let line = try #require(page.deliveries.first)
             #expect(line.parts?.first?.type == "text" && line.parts?.first?.text == "The report is ready.\nThree items changed.")
-            #expect(line.agent_id == "echo" && line.read_at == nil)
-            _ = try decode(Delivery.self, try await gw.request("GET", "/api/v1/mobile/deliveries/\(line.id)?device_id=phone-1"))
+            #expect(line.agent_id == "echo" && line.read_at == nil && line.title == "Result from echo")
+            // Unread: read_at is omitted, not null. List items say how to show them; the single line does not.
+            let raw = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone-1")
+            #expect(!raw.text.contains("read_at"))
+            #expect(line.presentation?.headline == "The report is ready." && line.presentation?.blocks.first?.kind == "markdown")
+            let single = try decode(Delivery.self, try await gw.request("GET", "/api/v1/mobile/deliveries/\(line.id)?device_id=phone-1"))
+            #expect(single.presentation == nil && single.body == line.body)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries/\(line.id)").status == 400)
             #expect(try decode(ReadAnswer.self, try await gw.request("POST", "/api/v1/mobile/deliveries/\(line.id)/read", json: ["device_id": "phone-1"])).read)
             let after = try decode(DeliveryPage.self, try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone-1"))
             #expect(after.unread_count == 0 && after.deliveries.first?.read_at != nil)
+
+            // notifications_enabled absent means off, as the original: the line lands, no wake-up is queued for it.
+            _ = try decode(Registered.self, try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "quiet", "push_token": .string(Self.token)]), status: 201)
+            let quietRun = try await gw.runAgent("echo", input: "for the quiet phone", to: "device:quiet")
+            let quietLine = try #require(quietRun["delivery_id"]?.stringValue)
+            #expect(try gw.gateway.mobileStore.outbox.entries(deliveryID: quietLine).isEmpty)
+            #expect(try decode(DeliveryPage.self, try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=quiet")).deliveries.first?.id == quietLine)
 
             // Every refusal: the app reads `error` as a string.
             let refusals = [

@@ -157,7 +157,7 @@ struct CanvasTests {
     @Test("one protocol: the first routes are aliases of the node queue; a canvas device is a canvas node; what the old table held moves over on upgrade")
     func oneProtocol() async throws {
         try await withTestGateway { (gw) async throws in
-            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "capabilities": ["canvas"], "push_token": .string(String(repeating: "ab", count: 32))])
+            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["notifications_enabled": true, "id": "phone", "capabilities": ["canvas"], "push_token": .string(String(repeating: "ab", count: 32))])
             let queued = try await gw.request("POST", "/api/v1/mobile/invoke", json: ["device_id": "phone", "command": "canvas.present", "params": Self.formCard, "wait": false])
             let id = try #require(queued.json["id"]?.stringValue)
             // The node routes see the same command, and the phone may answer either way.

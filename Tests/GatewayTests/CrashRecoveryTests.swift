@@ -23,7 +23,7 @@ struct CrashRecoveryTests {
         let tokens = (0..<3).map { String(repeating: String(format: "%02x", $0 + 1), count: 32) }
         for (i, token) in tokens.enumerated() {
             let (status, _) = try await gateway.call("POST", "/api/v1/mobile/devices", key: key,
-                                             json: ["id": .string("phone-\(i)"), "push_token": .string(token)])
+                                             json: ["notifications_enabled": true, "id": .string("phone-\(i)"), "push_token": .string(token)])
             #expect(status == 201)
         }
 

@@ -38,7 +38,7 @@ struct DurableDeliveryTests {
             #expect(received.first?["status"] == 200)
             #expect(received.first?["body"]?.stringValue?.contains("soulacy://delivery/\(id)") == true)
             // The outcome is recorded per device and shown with the line.
-            let line = try await gw.request("GET", "/api/v1/mobile/deliveries/\(id)")
+            let line = try await gw.request("GET", "/api/v1/mobile/deliveries/\(id)?device_id=phone")
             let wake = try #require(line.json["wake_ups"]?.arrayValue?.first)
             #expect(wake["device_id"] == "phone" && wake["state"] == "sent" && wake["transport"] == "apns")
             #expect((wake["attempts"]?.numberValue ?? 0) >= 3)

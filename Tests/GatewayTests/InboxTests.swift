@@ -34,10 +34,13 @@ struct InboxTests {
             #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(priya))) == [forPriya, all])
             // Another person's device cannot be named, and another person's line cannot be fetched.
             #expect(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=owner-ipad", key: .some(priya)).status == 403)
-            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries/\(forIpad)", key: .some(priya)).status == 404)
-            let fetched = try await gw.request("GET", "/api/v1/mobile/deliveries/\(forPriya)", key: .some(priya))
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries/\(forIpad)?device_id=priya-phone", key: .some(priya)).status == 404)
+            let fetched = try await gw.request("GET", "/api/v1/mobile/deliveries/\(forPriya)?device_id=priya-phone", key: .some(priya))
             #expect(fetched.json["body"] == "for priya")
-            #expect(fetched.json["title"] == "Result from Echo")
+            #expect(fetched.json["title"] == "Result from echo")
+            // One line is read as one phone sees it: without the phone, 400 naming device_id.
+            let unnamed = try await gw.request("GET", "/api/v1/mobile/deliveries/\(forPriya)", key: .some(priya))
+            #expect(unnamed.status == 400 && unnamed.json["error"] == "device_id is required" && unnamed.json["field"] == "device_id")
 
             // Recipients were resolved and stored in the same transaction as the line.
             let recipients = try gw.gateway.database.read { db in
@@ -289,7 +292,7 @@ struct InboxTests {
             let list = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone")
             #expect(ids(list) == [shown.deliveryID])
             #expect(list.json["unread_count"] == 1)
-            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries/\(hidden.deliveryID)").status == 404)
+            #expect(try await gw.request("GET", "/api/v1/mobile/deliveries/\(hidden.deliveryID)?device_id=phone").status == 404)
             #expect(!list.text.contains("internal"))
             let agents = try await gw.request("GET", "/api/v1/agents")
             #expect(!agents.text.contains("\"system\""))

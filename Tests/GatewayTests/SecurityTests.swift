@@ -51,7 +51,7 @@ struct SecurityTests {
         }
         let code = try #require(try await call("POST", "/api/v1/pairing/tokens", key: admin, json: ["name": "Priya", "role": "viewer"])["code"]?.stringValue)
         let priya = try #require(try await call("POST", "/api/v1/pairing/redeem", key: nil, json: ["code": .string(code)])["token"]?.stringValue)
-        _ = try await call("POST", "/api/v1/mobile/devices", key: priya, json: ["id": "p1", "push_token": .string(String(repeating: "ab", count: 32))])
+        _ = try await call("POST", "/api/v1/mobile/devices", key: priya, json: ["notifications_enabled": true, "id": "p1", "push_token": .string(String(repeating: "ab", count: 32))])
         _ = try await call("POST", "/api/v1/channels/mobile/test", key: admin, json: ["to": "all"])
         _ = try await call("GET", "/api/v1/mobile/deliveries", key: "sk_guessed-key")
         _ = try await call("POST", "/api/v1/pairing/redeem", key: nil, json: ["code": "WRON-GCOD-E000"])
@@ -80,7 +80,7 @@ struct SecurityTests {
             secrets.append(code)
             let priya = try #require(try await gw.request("POST", "/api/v1/pairing/redeem", json: ["code": .string(code)], key: .none).json["token"]?.stringValue)
             secrets.append(priya)
-            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "p1", "push_token": .string(token)], key: .some(priya))
+            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["notifications_enabled": true, "id": "p1", "push_token": .string(token)], key: .some(priya))
             _ = try await gw.runAgent("echo", input: output, to: "all")
             _ = try await gw.request("POST", "/api/v1/memory/facts", json: ["content": .string(output)], key: .some(priya))
             _ = try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some("sk_guessed-key-\(output)"))

@@ -39,6 +39,7 @@ struct SoulacyClientContractTests {
             _ = try await gw.runAgent("brief", input: "the weekly report", to: "user:priya")
             let inbox = try await api.inbox(deviceID: "priya-phone")
             #expect(inbox.unread_count == 1 && inbox.deliveries.first?.parts?.first?.text == "Heard: the weekly report")
+            #expect(inbox.deliveries.first?.presentation?.blocks.first?.kind == "markdown")
             try await api.markRead(try #require(inbox.deliveries.first?.id), deviceID: "priya-phone")
             #expect(try await api.inbox(deviceID: "priya-phone").unread_count == 0)
 

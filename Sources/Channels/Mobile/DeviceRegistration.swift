@@ -22,7 +22,7 @@ public struct DeviceRegistration: Sendable, Equatable {
     public var capabilities: Set<String>
 
     /// Validates a registration body with the original's normalisation (trimmed ids and names, lower-cased tokens,
-    /// an empty token counts as absent, an unknown push_environment is production); each refusal names the field.
+    /// an empty token counts as absent, an unknown push_environment is production, notifications off unless enabled); each refusal names the field.
     public init(json body: JSONObject) throws(APIError) {
         let id = SchemaWhitespace.trim(try body.string("id", maxLength: Self.maximumIDLength))
         guard !id.isEmpty else { throw APIError.invalidField("id", "must not be empty") }
@@ -43,7 +43,8 @@ public struct DeviceRegistration: Sendable, Equatable {
         }
 
         self.name = name.isEmpty ? (platform == .ios ? "iPhone" : "Android phone") : name
-        notificationsEnabled = try body.optionalBool("notifications_enabled") ?? true
+        // As the original: absent means off; wake-ups and Live Activity starts go only to phones that said yes.
+        notificationsEnabled = try body.optionalBool("notifications_enabled") ?? false
         var capabilities: Set<String> = []
         for (i, item) in (try body.optionalArray("capabilities") ?? []).enumerated() {
             guard let name = item.stringValue, (1...32).contains(name.count), name.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || "._-".contains($0)) }) else {

@@ -104,9 +104,11 @@ public struct MobileAPI: Sendable {
 
     @Sendable func getDelivery(_ request: HTTPRequest) throws -> HTTPResponse {
         let caller = try request.caller()
-        let deviceID = try ownDevice(request.query["device_id"], caller: caller)
+        // As the original: one line is always read as one phone sees it (its read_at is that phone's receipt).
+        guard let named = request.query["device_id"].map(SchemaWhitespace.trim), !named.isEmpty else { throw APIError.missingField("device_id") }
+        let deviceID = try ownDevice(named, caller: caller)
         guard let delivery = try store.delivery(id: request.parameter("id"), subject: caller.subject, deviceID: deviceID) else {
-            throw APIError.notFound("no delivery \(request.parameter("id")) in your inbox")
+            throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
         }
         // How each of the caller's phones was woken for this line (never other people's).
         let own = Set(try store.devices(subject: caller.subject).map(\.id))
@@ -126,7 +128,7 @@ public struct MobileAPI: Sendable {
             throw APIError.missingField("device_id")
         }
         guard try store.markRead(deliveryID: request.parameter("id"), deviceID: deviceID, subject: caller.subject) else {
-            throw APIError.notFound("no delivery \(request.parameter("id")) for device \(deviceID)")
+            throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
         }
         return .json(.object(["read": .bool(true)]))
     }
@@ -181,6 +183,8 @@ public struct MobileAPI: Sendable {
 
     // MARK: JSON shapes
 
+    private static let presentationEncoder = JSONCoding.encoder
+
     static func write(_ d: Delivery, into out: inout JSONWriter) {
         out.beginObject()
         out.key("agent_id"); out.string(d.agentID)
@@ -191,16 +195,20 @@ public struct MobileAPI: Sendable {
         out.key("id"); out.string(d.id)
         out.key("metadata"); out.raw(d.metadataJSON)
         out.key("parts"); out.raw(d.partsJSON)
+        // List items carry how to show them, as the original's; a line with no text has nothing to present.
+        if let presentation = Presentation(markdown: d.body), let json = try? presentationEncoder.encode(presentation) {
+            out.key("presentation"); out.raw(String(decoding: json, as: UTF8.self))
+        }
         out.key("read"); out.bool(d.readAt != nil)
-        out.key("read_at")
-        if let readAt = d.readAt { out.timestamp(readAt) } else { out.null() }
+        // Omitted while unread, as the original writes it.
+        if let readAt = d.readAt { out.key("read_at"); out.timestamp(readAt) }
         out.key("session_id"); out.string(d.sessionID)
         out.key("title"); out.string(d.title)
         out.endObject()
     }
 
     static func json(_ delivery: Delivery) -> JSONValue {
-        .object([
+        var body: [String: JSONValue] = [
             "id": .string(delivery.id),
             "destination": .string(delivery.destination.description),
             "agent_id": .string(delivery.agentID),
@@ -212,8 +220,9 @@ public struct MobileAPI: Sendable {
             "metadata": .object(delivery.metadata.mapValues(JSONValue.string)),
             "created_at": .timestamp(delivery.createdAt),
             "read": .bool(delivery.readAt != nil),
-            "read_at": delivery.readAt.map(JSONValue.timestamp) ?? .null,
-        ])
+        ]
+        if let readAt = delivery.readAt { body["read_at"] = .timestamp(readAt) }
+        return .object(body)
     }
 
     static func json(_ device: Device) -> JSONValue {
