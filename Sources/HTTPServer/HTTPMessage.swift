@@ -137,6 +137,8 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public let code: String
     public let message: String
     public let field: String?
+    /// Further string keys of the body, where the original's refusal has them (a role refusal's `role` and `required`).
+    public var details: [String: String] = [:]
     public var extraHeaders: [String: String] = [:]
 
     public init(status: Int, code: String, message: String, field: String? = nil) {
@@ -149,7 +151,9 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { "\(status) \(code): \(message)" }
 
     public var response: HTTPResponse {
-        var body: [String: JSONValue] = ["error": .string(message), "code": .string(code)]
+        var body: [String: JSONValue] = details.mapValues(JSONValue.string)
+        body["error"] = .string(message)
+        body["code"] = .string(code)
         if let field { body["field"] = .string(field) }
         var response = HTTPResponse.json(.object(body), status: status)
         for (name, value) in extraHeaders.sorted(by: { $0.key < $1.key }) { response.headers.append((name, value)) }
@@ -170,6 +174,12 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     }
     public static func forbidden(_ message: String) -> APIError {
         APIError(status: 403, code: "forbidden", message: message)
+    }
+    /// The original's role refusal: `{"error": "insufficient permissions", "role": <the key's>, "required": <the route's>}`.
+    public static func insufficientRole(has role: String, needs required: String) -> APIError {
+        var error = APIError(status: 403, code: "insufficient_role", message: "insufficient permissions")
+        error.details = ["role": role, "required": required]
+        return error
     }
     public static func notFound(_ message: String) -> APIError {
         APIError(status: 404, code: "not_found", message: message)

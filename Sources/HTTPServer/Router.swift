@@ -157,7 +157,7 @@ public struct Router: Sendable {
                 if case .role(let required) = route.access {
                     let principal = if let authenticated { authenticated } else { try authenticate(request) }
                     guard principal.role.allows(required) else {
-                        throw APIError.forbidden("this needs the \(required.rawValue) role; this key has \(principal.role.rawValue)")
+                        throw APIError.insufficientRole(has: principal.role.rawValue, needs: required.rawValue)
                     }
                     request.principal = principal
                 } else if let authenticated {

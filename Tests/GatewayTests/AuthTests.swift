@@ -29,7 +29,7 @@ struct AuthTests {
             #expect(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(viewer)).status == 200)
             let refusedRun = try await gw.request("POST", "/api/v1/agents/echo/run", json: ["input": "x"], key: .some(viewer))
             #expect(refusedRun.status == 403)
-            #expect(refusedRun.errorMessage?.contains("operator") == true)
+            #expect(refusedRun.json["required"] == "operator" && refusedRun.json["role"] == "viewer")
             #expect(try await gw.request("POST", "/api/v1/agents/echo/run", json: ["input": "x"], key: .some(op)).status == 202)
             for key in [viewer, op] {
                 #expect(try await gw.request("GET", "/admin/api-keys", key: .some(key)).status == 403)

@@ -30,7 +30,7 @@ public enum ApprovalError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .notFound(let id): return "no approval \(id) for you"
+        case .notFound: return "call_id not found — it may have already been resolved or timed out"
         case .duplicateCall(let id): return "call_id \(id) was already asked about by another person or run"
         }
     }

@@ -276,7 +276,7 @@ struct ApprovalsAPI: Sendable {
         let caller = try request.caller()
         let wait = try request.queryFlag("wait")
         guard var approval = try broker.approval(callID: request.parameter("id")), approval.subject == caller.subject else {
-            throw APIError.notFound("no approval \(request.parameter("id")) for you")
+            throw APIError.notFound(ApprovalError.notFound(request.parameter("id")).description)
         }
         if wait, approval.state == .pending {
             _ = await broker.wait(callID: approval.callID, atMost: longPoll)

@@ -48,9 +48,9 @@ struct TriggersAPI: Sendable {
     @Sendable func fire(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let agentID = request.parameter("id")
-        guard let agent = catalog.agent(id: agentID) else { throw APIError.notFound("no agent '\(agentID)'") }
+        guard let agent = catalog.agent(id: agentID) else { throw APIError.notFound("agent not found") }
         guard agent.isOn, agent.trigger == .location, let location = agent.location else {
-            throw APIError.conflict("agent '\(agentID)' is not an enabled location trigger", code: "not_a_location_trigger")
+            throw APIError.conflict("agent does not have an enabled location trigger", code: "not_a_location_trigger")
         }
         let body = try JSONObject(body: request.body)
         let eventText = try body.optionalString("event")
@@ -71,7 +71,7 @@ struct TriggersAPI: Sendable {
             throw APIError(status: 403, code: "device_not_allowed", message: "device_id: \(device.id) is not one of the devices this trigger allows", field: "device_id")
         }
         if await runs.isRunning(agentID) {
-            throw APIError.conflict("agent '\(agentID)' is already running; its runs never overlap", code: "already_running")
+            throw APIError.conflict("agent is already running", code: "already_running")
         }
         if let wait = try cooldowns.claim(agentID: agentID, deviceID: device.id, cooldown: location.cooldown, now: clock.now()) {
             return .json(["ok": true, "ignored": true, "reason": "cooldown", "retry_after": .number(Double(wait))], status: 202)
