@@ -64,6 +64,8 @@ struct PinnedPairingContractTests {
             #expect(answer.status == 200)
             let redeemed = try decode(Redeemed.self, answer.body)
             #expect(redeemed.paired && redeemed.fingerprint == fp && redeemed.role == "operator" && redeemed.message == "Store this token; it is shown only once.")
+            // The original's shapes: sk_ + 64 lowercase hex, a 16-hex key id.
+            #expect(redeemed.token.wholeMatch(of: /sk_[0-9a-f]{64}/) != nil && redeemed.key_id.wholeMatch(of: /[0-9a-f]{16}/) != nil)
             #expect(try JSONValue.parse(answer.body)["relay"]?["secret"]?.stringValue?.isEmpty == false)
             let auth = [("authorization", "Bearer \(redeemed.token)")]
             #expect(try await pinned.send(ClientRequest(method: "GET", url: base + "/api/v1/mobile/deliveries", headers: auth)).status == 200)

@@ -67,8 +67,10 @@ public final class SQLiteAPIKeyStore: APIKeyStore {
 
     /// Mints inside the caller's transaction (pairing redeems a code and mints its key as one step).
     func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, in db: Connection) throws -> MintedKey {
-        let id = "key_" + Hex.encode(SecureBytes.random(count: 8))
-        let token = Self.tokenPrefix + Base64URL.encode(SecureBytes.random(count: 32))
+        // The original's shapes: a 16-hex key id and `sk_` + 64 lowercase hex (256 random bits). Keys minted earlier in
+        // other shapes keep working: only the token's hash is looked up.
+        let id = Hex.encode(SecureBytes.random(count: 8))
+        let token = Self.tokenPrefix + Hex.encode(SecureBytes.random(count: 32))
         let now = Date()
         try db.run("INSERT INTO api_keys (id, name, subject, role, kind, token_sha256, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                    id, name, subject, role.rawValue, kind.rawValue, SHA256.hash(token), Self.millis(now))
