@@ -40,6 +40,11 @@ struct AppContractTests {
     struct FactList: Decodable { let facts: [Fact]; let provider: String; let owner: String }
     struct SyncChange: Decodable { let cursor: Int; let fact_id: String; let event: String; let deleted: Bool; let fact: Fact? }
     struct SyncPage: Decodable { let changes: [SyncChange]; let next_cursor: Int; let has_more: Bool; let reset: Bool; let provider: String; let owner: String }
+    struct HistoryEvent: Decodable {
+        let id: String; let fact_id: String; let event: String; let content: String; let category: String; let status: String; let actor: String
+        let created_at: String
+    }
+    struct History: Decodable { let events: [HistoryEvent] }
     struct Purged: Decodable { let ok: Bool; let removed: Int }
     struct MemoryStatus: Decodable { let enabled: Bool; let provider: String; let max_prompt_facts: Int; let categories: [String] }
     struct Export: Decodable { let exported_at: String; let provider: String; let owner: String; let workspace: String; let facts: [Fact] }
@@ -141,6 +146,12 @@ struct AppContractTests {
             let edited = try decode(FactAnswer.self, try await gw.request("PATCH", "/api/v1/memory/facts/\(first.id)", json: ["content": "I start work at 8:30", "category": ""])).fact
             #expect(edited.content == "I start work at 8:30" && edited.category == "preference")
             #expect(try await gw.request("DELETE", "/api/v1/memory/facts/\(second.id)").status == 204)
+            // Each fact's history: what it was after each change, oldest first (deleted facts keep theirs).
+            let history = try decode(History.self, try await gw.request("GET", "/api/v1/memory/facts/\(first.id)/history")).events
+            #expect(history.map(\.event) == ["created", "updated"] && history.map(\.content) == ["I start work at 9", "I start work at 8:30"])
+            #expect(history.allSatisfy { $0.fact_id == first.id && $0.actor == "owner" && $0.status == "active" && $0.category == "preference" })
+            #expect(try decode(History.self, try await gw.request("GET", "/api/v1/memory/facts/\(second.id)/history")).events.last?.event == "deleted")
+            #expect(try await gw.request("GET", "/api/v1/memory/facts/nope/history").status == 404)
             sync = try decode(SyncPage.self, try await gw.request("GET", "/api/v1/memory/facts/sync?since=\(sync.next_cursor)"))
             #expect(sync.changes.map(\.fact_id) == [first.id, second.id])
             #expect(sync.changes.last?.deleted == true && sync.changes.last?.fact == nil, "a deletion is a tombstone")

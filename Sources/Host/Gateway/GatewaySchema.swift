@@ -88,6 +88,22 @@ public enum GatewaySchema {
             CREATE INDEX memory_fact_changes_by_subject ON memory_fact_changes (subject, cursor);
             INSERT INTO memory_fact_changes (subject, fact_id, agent_id, event) SELECT subject, id, '', 'created' FROM memory_facts ORDER BY created_at;
             """),
+        // Each change keeps the fact as it was then, for GET /memory/facts/:id/history; earlier changes take the fact's
+        // current state, the best that is known of them.
+        Migration("memory.3-history", """
+            ALTER TABLE memory_fact_changes ADD COLUMN content TEXT NOT NULL DEFAULT '';
+            ALTER TABLE memory_fact_changes ADD COLUMN category TEXT NOT NULL DEFAULT '';
+            ALTER TABLE memory_fact_changes ADD COLUMN status TEXT NOT NULL DEFAULT '';
+            ALTER TABLE memory_fact_changes ADD COLUMN actor TEXT NOT NULL DEFAULT '';
+            ALTER TABLE memory_fact_changes ADD COLUMN changed_at INTEGER NOT NULL DEFAULT 0;
+            UPDATE memory_fact_changes SET
+                content = COALESCE((SELECT text FROM memory_facts f WHERE f.id = fact_id), ''),
+                category = COALESCE((SELECT category FROM memory_facts f WHERE f.id = fact_id), ''),
+                status = COALESCE((SELECT status FROM memory_facts f WHERE f.id = fact_id), ''),
+                actor = subject,
+                changed_at = COALESCE((SELECT updated_at FROM memory_facts f WHERE f.id = fact_id), 0);
+            CREATE INDEX memory_fact_changes_by_fact ON memory_fact_changes (fact_id, cursor);
+            """),
         Migration("approvals.1", """
             CREATE TABLE approvals (
                 call_id TEXT PRIMARY KEY,

@@ -19,6 +19,7 @@ struct MemoryAPI: Sendable {
             Route(.DELETE, "/api/v1/memory/facts", access: .role(.operator), summary: "Forget all your facts (confirm=true)", handler: purge),
             Route(.PATCH, "/api/v1/memory/facts/:id", access: .role(.operator), summary: "Edit one of your facts", handler: edit),
             Route(.DELETE, "/api/v1/memory/facts/:id", access: .role(.operator), summary: "Forget one of your facts", handler: delete),
+            Route(.GET, "/api/v1/memory/facts/:id/history", access: .role(.viewer), summary: "How one of your facts changed", handler: history),
         ]
     }
 
@@ -151,6 +152,20 @@ struct MemoryAPI: Sendable {
         let caller = try request.caller()
         guard try memory.delete(id: request.parameter("id"), subject: caller.subject) else { throw APIError.notFound("Fact not found") }
         return .noContent
+    }
+
+    @Sendable func history(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let caller = try request.caller()
+        let events = try memory.history(id: request.parameter("id"), subject: caller.subject)
+        guard !events.isEmpty else { throw APIError.notFound("Fact not found") }
+        let json: [JSONValue] = events.map { event in
+            ["id": .string(String(event.id)), "fact_id": .string(event.factID), "event": .string(event.event), "content": .string(event.content),
+             "category": .string(event.category), "status": .string(event.status), "actor": .string(event.actor),
+             "created_at": .timestamp(event.createdAt)]
+        }
+        var response = HTTPResponse.json(["events": .array(json)])
+        response.headers.append(("Cache-Control", "no-store"))
+        return response
     }
 
     @Sendable func purge(_ request: HTTPRequest) async throws -> HTTPResponse {

@@ -64,8 +64,35 @@ public final class MemoryFactStore: Sendable {
              updatedAt: row.date("updated_at") ?? row.date("created_at") ?? Date(sqliteMillis: 0), expiresAt: row.date("expires_at"))
     }
 
-    private static func record(_ event: String, fact: String, subject: String, agentID: String, in db: Connection) throws {
-        try db.run("INSERT INTO memory_fact_changes (subject, fact_id, agent_id, event) VALUES (?, ?, ?, ?)", subject, fact, agentID, event)
+    /// One entry of a fact's history: what it was after each change, and who made the change.
+    public struct HistoryEvent: Sendable, Equatable {
+        public var id: Int64
+        public var factID: String
+        public var event: String
+        public var content: String
+        public var category: String
+        public var status: String
+        public var actor: String
+        public var createdAt: Date
+    }
+
+    /// Records a change with the fact as it now is (for the sync feed and the fact's history).
+    private static func record(_ event: String, fact: Fact, actor: String, at now: Date, in db: Connection) throws {
+        try db.run("""
+            INSERT INTO memory_fact_changes (subject, fact_id, agent_id, event, content, category, status, actor, changed_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, fact.subject, fact.id, fact.agentID, event, fact.content, fact.category, fact.status, actor, now.sqliteMillis)
+    }
+
+    /// The fact's changes, oldest first; empty when the person never had it.
+    public func history(id: String, subject: String) throws -> [HistoryEvent] {
+        try database.read { db in
+            try db.query("SELECT * FROM memory_fact_changes WHERE fact_id = ? AND subject = ? ORDER BY cursor", id, subject).map { row in
+                HistoryEvent(id: row.int("cursor") ?? 0, factID: id, event: row.string("event") ?? "", content: row.string("content") ?? "",
+                             category: row.string("category") ?? "", status: row.string("status") ?? "", actor: row.string("actor") ?? "",
+                             createdAt: row.date("changed_at") ?? Date(sqliteMillis: 0))
+            }
+        }
     }
 
     public func add(_ content: String, subject: String, source: String, category: String = "preference", agentID: String = "",
@@ -78,7 +105,7 @@ public final class MemoryFactStore: Sendable {
                 INSERT INTO memory_facts (id, subject, text, source, created_at, category, agent_id, status, expires_at, updated_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?)
                 """, fact.id, subject, content, source, now.sqliteMillis, category, agentID, expiresAt?.sqliteMillis, now.sqliteMillis)
-            try Self.record("created", fact: fact.id, subject: subject, agentID: agentID, in: db)
+            try Self.record("created", fact: fact, actor: source == "extracted" ? source : subject, at: now, in: db)
         }
         return fact
     }
@@ -99,7 +126,7 @@ public final class MemoryFactStore: Sendable {
         }
     }
 
-    public func update(id: String, subject: String, _ edit: Edit) throws -> Fact? {
+    public func update(id: String, subject: String, _ edit: Edit, actor: String? = nil) throws -> Fact? {
         let now = clock.now()
         return try database.transaction { db in
             guard var fact = try db.query("SELECT * FROM memory_facts WHERE id = ? AND subject = ?", id, subject).first.map(Self.fact) else { return nil }
@@ -110,26 +137,28 @@ public final class MemoryFactStore: Sendable {
             fact.updatedAt = now
             try db.run("UPDATE memory_facts SET text = ?, category = ?, agent_id = ?, expires_at = ?, updated_at = ? WHERE id = ?",
                        fact.content, fact.category, fact.agentID, fact.expiresAt?.sqliteMillis, now.sqliteMillis, id)
-            try Self.record("updated", fact: id, subject: subject, agentID: fact.agentID, in: db)
+            try Self.record("updated", fact: fact, actor: actor ?? subject, at: now, in: db)
             return fact
         }
     }
 
-    public func delete(id: String, subject: String) throws -> Bool {
-        try database.transaction { db in
-            guard let agentID = try db.query("SELECT agent_id FROM memory_facts WHERE id = ? AND subject = ?", id, subject).first?.string("agent_id") else { return false }
+    public func delete(id: String, subject: String, actor: String? = nil) throws -> Bool {
+        let now = clock.now()
+        return try database.transaction { db in
+            guard let fact = try db.query("SELECT * FROM memory_facts WHERE id = ? AND subject = ?", id, subject).first.map(Self.fact) else { return false }
             try db.run("DELETE FROM memory_facts WHERE id = ? AND subject = ?", id, subject)
-            try Self.record("deleted", fact: id, subject: subject, agentID: agentID, in: db)
+            try Self.record("deleted", fact: fact, actor: actor ?? subject, at: now, in: db)
             return true
         }
     }
 
     /// Forgets all of the person's facts (one agent's with `agentID`); each leaves a tombstone in the feed.
     public func purge(subject: String, agentID: String? = nil) throws -> Int {
-        try database.transaction { db in
-            let gone = try db.query("SELECT id, agent_id FROM memory_facts WHERE subject = ? AND (? IS NULL OR agent_id = ?)", subject, agentID, agentID)
-            for row in gone {
-                try Self.record("deleted", fact: row.string("id") ?? "", subject: subject, agentID: row.string("agent_id") ?? "", in: db)
+        let now = clock.now()
+        return try database.transaction { db in
+            let gone = try db.query("SELECT * FROM memory_facts WHERE subject = ? AND (? IS NULL OR agent_id = ?)", subject, agentID, agentID).map(Self.fact)
+            for fact in gone {
+                try Self.record("deleted", fact: fact, actor: subject, at: now, in: db)
             }
             try db.run("DELETE FROM memory_facts WHERE subject = ? AND (? IS NULL OR agent_id = ?)", subject, agentID, agentID)
             return gone.count
