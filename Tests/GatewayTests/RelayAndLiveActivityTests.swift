@@ -243,7 +243,19 @@ struct RelayAndLiveActivityTests {
             let activity = try await gw.request("POST", "/api/v1/mobile/activities", json: .object(good))
             #expect(activity.status == 201 && activity.json["registered"] == true)
             #expect(activity.json["run_key"] == .string("\(good["agent_id"]?.stringValue ?? "")/\(good["session_id"]?.stringValue ?? "")"), "the original's run key")
-            for (field, value) in [("device_id", JSONValue.string("pixel")), ("device_id", "nope"), ("token", "xyz"), ("environment", "sandbox"), ("session_id", ""), ("agent_id", 5)] {
+            // As the original: trimmed fields, a lower-cased token, any environment but development is production.
+            var loose = good
+            loose["token"] = .string("  " + Self.activityToken.uppercased() + " ")
+            loose["environment"] = "sandbox"
+            loose["session_id"] = " ses_1 "
+            #expect(try await gw.request("POST", "/api/v1/mobile/activities", json: .object(loose)).json["run_key"] == "echo/ses_1")
+            let missing = try await gw.request("POST", "/api/v1/mobile/activities", json: ["device_id": "iphone", "token": .string(Self.activityToken)])
+            #expect(missing.status == 400 && missing.json["error"] == "device_id, agent_id and session_id are required")
+            var foreign = good
+            foreign["device_id"] = "nope"
+            let refused = try await gw.request("POST", "/api/v1/mobile/activities", json: .object(foreign))
+            #expect(refused.status == 403 && refused.json["error"] == "device is registered to another user")
+            for (field, value) in [("device_id", JSONValue.string("pixel")), ("device_id", "nope"), ("token", "xyz"), ("token", .string(String(repeating: "ab", count: 257))), ("session_id", ""), ("agent_id", 5)] {
                 var body = good
                 body[field] = value
                 let response = try await gw.request("POST", "/api/v1/mobile/activities", json: .object(body))

@@ -155,26 +155,29 @@ public struct MobileAPI: Sendable {
     @Sendable func registerActivity(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let body = try JSONObject(body: request.body)
-        let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: DeviceRegistration.maximumIDLength), subject: caller.subject)
+        // As the original: every field trimmed; the three names required together; the token lower-cased.
+        let deviceID = SchemaWhitespace.trim(try body.optionalString("device_id", maxLength: DeviceRegistration.maximumIDLength) ?? "")
+        let agentID = SchemaWhitespace.trim(try body.optionalString("agent_id", maxLength: 64) ?? "")
+        let sessionID = SchemaWhitespace.trim(try body.optionalString("session_id", maxLength: 128) ?? "")
+        for (field, value) in [("device_id", deviceID), ("agent_id", agentID), ("session_id", sessionID)] where value.isEmpty {
+            throw APIError(status: 400, code: "missing_field", message: "device_id, agent_id and session_id are required", field: field)
+        }
+        let token = SchemaWhitespace.trim(try body.optionalString("token", maxLength: 2048) ?? "").lowercased()
+        guard DeviceRegistration.liveStartTokenHexLength.contains(token.utf8.count), token.utf8.count % 2 == 0, Hex.decode(token) != nil else {
+            throw APIError.invalidField("token", "must be the activity's push token as 32 to 512 hex characters")
+        }
+        let device: Device
+        do {
+            device = try store.ownedDevice(deviceID, subject: caller.subject)
+        } catch DeviceError.notYours {
+            throw APIError(status: 403, code: "unknown_device", message: "device is registered to another user", field: "device_id")
+        }
         guard device.platform == .ios else {
             // A well-formed request about a device whose platform cannot have it: a conflict with that device.
             throw APIError(status: 409, code: "wrong_platform", message: "device_id: Live Activities are an iOS feature; they are never sent to Android devices", field: "device_id")
         }
-        let agentID = try body.string("agent_id", maxLength: 64)
-        guard !agentID.isEmpty else { throw APIError.invalidField("agent_id", "must not be empty") }
-        let sessionID = try body.string("session_id", maxLength: 128)
-        guard !sessionID.isEmpty else { throw APIError.invalidField("session_id", "must not be empty") }
-        let token = try body.string("token", maxLength: 2048)
-        guard !token.isEmpty, token.utf8.count % 2 == 0, Hex.decode(token) != nil else {
-            throw APIError.invalidField("token", "must be the activity's push token as hex")
-        }
-        let environment: WakeTarget.Environment
-        switch try body.optionalString("environment") {
-        case nil: environment = device.pushEnvironment ?? .production
-        case "production": environment = .production
-        case "development": environment = .development
-        case let other?: throw APIError.invalidField("environment", "must be \"production\" or \"development\", got \"\(other)\"")
-        }
+        // As the original: development is kept, anything else is production.
+        let environment: WakeTarget.Environment = SchemaWhitespace.trim(try body.optionalString("environment", maxLength: 64) ?? "") == "development" ? .development : .production
         guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
         try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
         return .json(["registered": true, "run_key": .string(LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID)),
