@@ -141,12 +141,12 @@ public actor AgentRuns {
     /// Starts a run in the background; refuses when the agent is already running.
     @discardableResult
     public func start(agentID: String, input: String, trigger: String, destination: RunDestination?, timeout: Duration? = nil,
-                      subject: String = "owner", chat: ChatContext? = nil) throws(RunStartError) -> StartedRun {
+                      subject: String = "owner", chat: ChatContext? = nil, sessionID namedSession: String? = nil) throws(RunStartError) -> StartedRun {
         guard let agent = catalog.agent(id: agentID) else { throw .unknownAgent(agentID) }
         guard agent.isOn else { throw .disabled(agentID: agentID, reason: agent.disabledReason) }
         if chat == nil, let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
         let runID = chat?.runID ?? AgentRuns.newRunID()
-        let sessionID = chat?.sessionID ?? "ses_" + Hex.encode(SecureBytes.random(count: 10))
+        let sessionID = chat?.sessionID ?? namedSession ?? "ses_" + Hex.encode(SecureBytes.random(count: 10))
         var record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
         record.subject = subject
         var request = RunRequest(agentID: agentID, runID: runID, sessionID: sessionID, input: input, trigger: trigger,

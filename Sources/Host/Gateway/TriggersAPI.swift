@@ -31,32 +31,49 @@ struct TriggersAPI: Sendable {
     }
 
     @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
-        let device = try mobile.ownedDevice(request.query["device_id"], subject: caller.subject)
+        // As the original: device_id is optional and only filters (a trigger bound to other phones is left out).
+        let device = request.query["device_id"].map(SchemaWhitespace.trim).flatMap { $0.isEmpty ? nil : $0 }
         let triggers = catalog.current.agents.compactMap { agent -> JSONValue? in
-            guard agent.isOn, let location = agent.location, Self.allows(location, device: device.id) else { return nil }
-            return [
+            guard agent.isOn, agent.trigger == .location, let location = agent.location else { return nil }
+            if let device, !Self.allows(location, device: device) { return nil }
+            var trigger: [String: JSONValue] = [
                 "agent_id": .string(agent.id), "agent_name": .string(agent.name), "name": .string(location.name),
                 "latitude": .number(location.latitude), "longitude": .number(location.longitude), "radius_m": .number(location.radiusMeters),
-                "on": .string(location.on.rawValue), "device": .string(location.devices.joined(separator: ",")),
-                "cooldown": .string(DurationText.format(location.cooldown)),
+                "on": .string(location.on.rawValue), "cooldown": .string(DurationText.format(location.cooldown)),
             ]
+            if !location.devices.isEmpty { trigger["device"] = .string(location.devices.joined(separator: ",")) }
+            return .object(trigger)
         }
-        return .json(["triggers": .array(Array(triggers.prefix(Self.maximumRegions))), "max_regions": .number(Double(Self.maximumRegions))])
+        var response = HTTPResponse.json(["triggers": .array(Array(triggers.prefix(Self.maximumRegions))), "max_regions": .number(Double(Self.maximumRegions))])
+        response.headers.append(("Cache-Control", "no-store"))
+        return response
+    }
+
+    /// A wait as Go prints a duration, which the original app reads: "29m41s", "1h0m5s", "45s".
+    static func goDuration(seconds: Int) -> String {
+        let (h, m, s) = (seconds / 3600, seconds % 3600 / 60, seconds % 60)
+        if h > 0 { return "\(h)h\(m)m\(s)s" }
+        if m > 0 { return "\(m)m\(s)s" }
+        return "\(s)s"
     }
 
     @Sendable func fire(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let agentID = request.parameter("id")
+        // Checked in the original's order: the agent, the body, the event, then the phone.
+        if SoulConfigLoader.reservedAgentIDs.contains(agentID) { throw APIError.forbidden("the System agent is protected") }
         guard let agent = catalog.agent(id: agentID) else { throw APIError.notFound("agent not found") }
         guard agent.isOn, agent.trigger == .location, let location = agent.location else {
             throw APIError.conflict("agent does not have an enabled location trigger", code: "not_a_location_trigger")
         }
         let body = try JSONObject(body: request.body)
-        let eventText = try body.optionalString("event")
-        let device = try mobile.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
-        guard let eventText else { throw APIError.missingField("event") }
+        guard let eventText = try body.optionalString("event").map({ SchemaWhitespace.trim($0).lowercased() }) else { throw APIError.missingField("event") }
         guard let event = LocationTrigger.Event(rawValue: eventText) else { throw APIError.invalidField("event", "must be \"enter\" or \"exit\", got \"\(eventText)\"") }
+        guard event == location.on else {
+            return .json(["ok": true, "ignored": true, "reason": .string("agent runs on \(location.on.rawValue), not \(event.rawValue)")], status: 202)
+        }
+        // Beyond the original: the phone must be the caller's, since the reply is delivered to it.
+        let device = try mobile.ownedDevice(try body.optionalString("device_id", maxLength: 128).map(SchemaWhitespace.trim), subject: caller.subject)
         let latitude = try body.optionalNumber("latitude")
         let longitude = try body.optionalNumber("longitude")
         if let latitude, !(-90...90).contains(latitude) { throw APIError.invalidField("latitude", "must be from -90 to 90") }
@@ -64,9 +81,6 @@ struct TriggersAPI: Sendable {
         let accuracy = try body.optionalNumber("accuracy_m")
         let region = try body.optionalString("region_name", maxLength: 200) ?? location.name
 
-        guard event == location.on else {
-            return .json(["ok": true, "ignored": true, "reason": .string("event \(event.rawValue) does not match this trigger's on: \(location.on.rawValue)")], status: 202)
-        }
         guard Self.allows(location, device: device.id) else {
             throw APIError(status: 403, code: "device_not_allowed", message: "device_id: \(device.id) is not one of the devices this trigger allows", field: "device_id")
         }
@@ -74,7 +88,7 @@ struct TriggersAPI: Sendable {
             throw APIError.conflict("agent is already running", code: "already_running")
         }
         if let wait = try cooldowns.claim(agentID: agentID, deviceID: device.id, cooldown: location.cooldown, now: clock.now()) {
-            return .json(["ok": true, "ignored": true, "reason": "cooldown", "retry_after": .number(Double(wait))], status: 202)
+            return .json(["ok": true, "ignored": true, "reason": "cooldown", "retry_after": .string(Self.goDuration(seconds: Int(wait)))], status: 202)
         }
         var input: [String: JSONValue] = ["event": .string(event.rawValue), "region_name": .string(region), "device_id": .string(device.id)]
         if let latitude { input["latitude"] = .number(latitude) }
@@ -83,8 +97,10 @@ struct TriggersAPI: Sendable {
         let destination = RunDestination(channel: "mobile", to: "device:\(device.id)",
                                          metadata: ["location.event": event.rawValue, "location.name": location.name])
         do {
+            // The original's session for a location run: location-<agent>-<unix nanoseconds>.
+            let session = "location-\(agentID)-\(Int64(clock.now().timeIntervalSince1970 * 1e9))"
             let started = try await runs.start(agentID: agentID, input: JSONValue.object(input).serialized(), trigger: "location",
-                                               destination: destination, subject: caller.subject)
+                                               destination: destination, subject: caller.subject, sessionID: session)
             return .json(["ok": true, "run_id": .string(started.runID), "session_id": .string(started.sessionID), "agent_id": .string(agentID)], status: 202)
         } catch {
             try? cooldowns.release(agentID: agentID, deviceID: device.id)
