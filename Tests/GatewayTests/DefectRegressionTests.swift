@@ -270,7 +270,7 @@ struct DefectRegressionTests {
             #expect(try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "nobody", "tool": "shell", "wait": false]).status == 404)
             #expect(try await gw.request("POST", "/api/v1/chat", json: ["agent_id": "nobody", "text": "hi"]).status == 404)
             try await gw.registerDevice(id: "pixel", key: nil, platform: "android")
-            let android = try await gw.request("POST", "/api/v1/mobile/activities", json: ["device_id": "pixel", "agent_id": "echo", "session_id": "s", "token": "abcd"])
+            let android = try await gw.request("POST", "/api/v1/mobile/activities", json: ["device_id": "pixel", "agent_id": "echo", "session_id": "s", "token": .string(String(repeating: "ab", count: 32))])
             #expect(android.status == 409 && android.errorField == "device_id")
             // No body pairs the caller; blanks are not JSON.
             #expect(try await gw.request("POST", "/api/v1/pairing/tokens").status == 200)
