@@ -168,7 +168,8 @@ public final class AgentCatalog: Sendable {
     private static func fingerprint(_ agent: AgentConfig) -> String { String(reflecting: agent) }
 
     static func report(_ problem: ConfigError, log: Log) {
-        if problem.severity == .error { log.error(problem.description) } else { log.warning(problem.description) }
+        // The log line carries its level already; the position and message follow it.
+        if problem.severity == .error { log.error(problem.description) } else { log.warning("\(problem.position): \(problem.message)") }
     }
 
     /// Says once per agent at start (and when it changes) what it is, and what of its file this gateway does not run.

@@ -265,7 +265,9 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
         self.severity = severity
     }
 
-    public var description: String { "\(file):\(line):\(column): \(severity == .warning ? "warning: " : "")\(message)" }
+    public var description: String { "\(position): \(severity == .warning ? "warning: " : "")\(message)" }
+    /// `file:line:col`, as compilers print it.
+    public var position: String { "\(file):\(line):\(column)" }
 }
 
 public struct ConfigErrors: Error, Sendable, CustomStringConvertible {
