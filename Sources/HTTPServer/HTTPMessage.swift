@@ -195,10 +195,3 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-public enum JSONCoding {
-    public static var encoder: JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }
-}

@@ -227,3 +227,12 @@ public struct JSONWriter {
     /// Text that is already JSON (written by `JSONValue.serialized()`), copied as it is.
     public mutating func raw(_ json: String) { separate(); bytes.append(contentsOf: json.utf8) }
 }
+
+/// The one encoder for typed answers: keys sorted (as the direct writer sorts them), slashes not escaped.
+public enum JSONCoding {
+    public static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+}

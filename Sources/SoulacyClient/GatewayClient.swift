@@ -197,7 +197,7 @@ public actor GatewayClient {
             let n = (item["n"] as? NSNumber)?.int64Value ?? 0
             last = max(last, n)
             if item["too_large"] as? Bool == true {
-                records.append(RelayRecord(seq: nil, id: nil, tooLarge: true, fields: [:]))
+                records.append(RelayRecord(seq: nil, id: nil, tooLarge: true, fields: [:], delivery: nil))
                 continue
             }
             guard let sealed = item["ciphertext"] as? String else { continue }
@@ -206,9 +206,10 @@ public actor GatewayClient {
                 results[id] = DoorAnswer(status: (result["status"] as? Int) ?? 500, body: bytes, replayed: false)
             } else if let record = try? RelayEnvelope.open(sealed, kind: .record, key: keys.down) {
                 let line = record["record"] as? [String: Any] ?? [:]
+                let delivery = (try? JSONSerialization.data(withJSONObject: line)).flatMap { try? JSONDecoder().decode(SoulacyAPI.Delivery.self, from: $0) }
                 records.append(RelayRecord(seq: (record["seq"] as? NSNumber)?.int64Value, id: record["id"] as? String,
                                            tooLarge: record["too_large"] as? Bool == true,
-                                           fields: line.compactMapValues { $0 as? String }))
+                                           fields: line.compactMapValues { $0 as? String }, delivery: delivery))
             }
         }
         guard last > relayCursor else { return 0 }
@@ -272,4 +273,6 @@ public struct RelayRecord: Sendable {
     public let tooLarge: Bool
     /// The line's text fields (title, body, agent_name, …).
     public let fields: [String: String]
+    /// The whole line, in the same shape as the inbox list's items (nil for a too_large marker).
+    public let delivery: SoulacyAPI.Delivery?
 }

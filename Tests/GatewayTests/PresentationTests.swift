@@ -1,4 +1,6 @@
+import ChannelAPI
 import Foundation
+import HTTPServer
 import Testing
 @testable import Mobile
 
@@ -89,5 +91,32 @@ struct PresentationTests {
         #expect(Set(object.keys) == ["headline", "blocks"])
         let block = try #require((object["blocks"] as? [[String: Any]])?.first)
         #expect(Set(block.keys) == ["kind", "text"])
+    }
+}
+
+/// The one delivery view: the inbox's direct writer and `JSONEncoder` give the same bytes, whatever the text.
+@Suite("Delivery view")
+struct DeliveryViewTests {
+    static func delivery(body: String, readAt: Date?, metadata: String = #"{"location.name":"Home \"north\"","trigger":"location"}"#) -> Delivery {
+        Delivery(seq: 7, id: "dlv_1", destination: .device("phone-1"), agentID: "brief", agentName: "Brief / daily", sessionID: "s-1",
+                 title: "Result from brief", body: body, partsJSON: ##"[{"text":"# Heading\n| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |","type":"text"}]"##,
+                 metadataJSON: metadata, createdAt: Date(timeIntervalSince1970: 1_790_000_000.123), readAt: readAt)
+    }
+
+    @Test("writer and encoder agree byte for byte: unread, read, list item, relay record, escapes and unicode")
+    func sameBytes() throws {
+        let bodies = ["plain", "quotes \" and \\ back\\slash / slash", "tab\tnew\nline\r ctrl \u{01}\u{1F} del \u{7F}", "émoji 🎉 中文", "",
+                      "# Heading\n| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |\n\n- [x] done\n- [ ] open"]
+        for body in bodies {
+            for readAt in [nil, Date(timeIntervalSince1970: 1_790_000_100.5)] {
+                for view in [DeliveryView(Self.delivery(body: body, readAt: readAt)), DeliveryView.listItem(Self.delivery(body: body, readAt: readAt)),
+                             DeliveryView(Self.delivery(body: body, readAt: readAt, metadata: "{}"), hasReadState: false)] {
+                    var writer = JSONWriter(capacity: 256)
+                    view.write(into: &writer)
+                    let encoded = try JSONCoding.encoder.encode(view)
+                    #expect(writer.bytes == Array(encoded), "\(String(decoding: writer.bytes, as: UTF8.self))\n\(String(decoding: encoded, as: UTF8.self))")
+                }
+            }
+        }
     }
 }

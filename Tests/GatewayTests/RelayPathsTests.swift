@@ -310,6 +310,10 @@ struct RelayPathsTests {
             let seqs = records.compactMap(\.seq)
             #expect(seqs == seqs.sorted() && Set(seqs).count == 230)
             #expect(records.first?.fields["body"] == "line 0" && records.last?.fields["body"] == "line 229")
+            // Each record is the inbox's own delivery view, decoded with the app's names and types.
+            let first = try #require(records.first?.delivery)
+            #expect(first.body == "line 0" && first.parts?.first?.text == "line 0" && first.read_at == nil && first.presentation == nil)
+            #expect(first.created_at.hasSuffix("Z") && first.destination == "all")
         }
     }
 

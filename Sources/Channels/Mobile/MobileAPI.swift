@@ -92,7 +92,7 @@ public struct MobileAPI: Sendable {
         out.beginObject()
         out.key("deliveries")
         out.beginArray()
-        for delivery in page.items { Self.write(delivery, into: &out) }
+        for delivery in page.items { DeliveryView.listItem(delivery).write(into: &out) }
         out.endArray()
         out.key("next_cursor")
         if page.hasMore, let last = page.items.last { out.string(String(last.seq)) } else { out.null() }
@@ -116,7 +116,10 @@ public struct MobileAPI: Sendable {
             .object(["device_id": .string(entry.deviceID), "state": .string(entry.state.rawValue), "attempts": .number(Double(entry.attempts)),
                      "transport": entry.transport.map(JSONValue.string) ?? .null, "outcome": entry.outcome.map(JSONValue.string) ?? .null])
         }
-        guard case .object(var body) = Self.json(delivery) else { throw APIError.internal("delivery encoding") }
+        // The single line as the original sends it (no presentation), plus how each of the caller's phones was woken.
+        guard case .object(var body) = try JSONValue.parse(Array(JSONCoding.encoder.encode(DeliveryView(delivery)))) else {
+            throw APIError.internal("delivery encoding")
+        }
         body["wake_ups"] = .array(wakeUps)
         return .json(.object(body))
     }
@@ -185,48 +188,6 @@ public struct MobileAPI: Sendable {
     }
 
     // MARK: JSON shapes
-
-    private static let presentationEncoder = JSONCoding.encoder
-
-    static func write(_ d: Delivery, into out: inout JSONWriter) {
-        out.beginObject()
-        out.key("agent_id"); out.string(d.agentID)
-        out.key("agent_name"); out.string(d.agentName)
-        out.key("body"); out.string(d.body)
-        out.key("created_at"); out.timestamp(d.createdAt)
-        out.key("destination"); out.string(d.destination.description)
-        out.key("id"); out.string(d.id)
-        out.key("metadata"); out.raw(d.metadataJSON)
-        out.key("parts"); out.raw(d.partsJSON)
-        // List items carry how to show them, as the original's; a line with no text has nothing to present.
-        if let presentation = Presentation(markdown: d.body), let json = try? presentationEncoder.encode(presentation) {
-            out.key("presentation"); out.raw(String(decoding: json, as: UTF8.self))
-        }
-        out.key("read"); out.bool(d.readAt != nil)
-        // Omitted while unread, as the original writes it.
-        if let readAt = d.readAt { out.key("read_at"); out.timestamp(readAt) }
-        out.key("session_id"); out.string(d.sessionID)
-        out.key("title"); out.string(d.title)
-        out.endObject()
-    }
-
-    static func json(_ delivery: Delivery) -> JSONValue {
-        var body: [String: JSONValue] = [
-            "id": .string(delivery.id),
-            "destination": .string(delivery.destination.description),
-            "agent_id": .string(delivery.agentID),
-            "agent_name": .string(delivery.agentName),
-            "session_id": .string(delivery.sessionID),
-            "title": .string(delivery.title),
-            "body": .string(delivery.body),
-            "parts": (try? JSONValue.parse(Array(delivery.partsJSON.utf8))) ?? .array([]),
-            "metadata": .object(delivery.metadata.mapValues(JSONValue.string)),
-            "created_at": .timestamp(delivery.createdAt),
-            "read": .bool(delivery.readAt != nil),
-        ]
-        if let readAt = delivery.readAt { body["read_at"] = .timestamp(readAt) }
-        return .object(body)
-    }
 
     static func json(_ device: Device) -> JSONValue {
         .object([

@@ -23,7 +23,9 @@ public struct Delivery: Sendable, Equatable {
     public var readAt: Date?
 
     /// The text of each part (stored as `{"type": "text", "text": …}` objects, as the original app reads them).
-    public var parts: [String] { (try? JSONDecoder().decode([Part].self, from: Data(partsJSON.utf8)))?.compactMap(\.text) ?? [] }
+    public var parts: [String] { partObjects.compactMap(\.text) }
+    /// The parts as the original app's objects.
+    public var partObjects: [Part] { (try? JSONDecoder().decode([Part].self, from: Data(partsJSON.utf8))) ?? [] }
     public var metadata: [String: String] { (try? JSONDecoder().decode([String: String].self, from: Data(metadataJSON.utf8))) ?? [:] }
 }
 

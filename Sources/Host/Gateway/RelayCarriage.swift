@@ -211,10 +211,13 @@ public actor RelayCarriage {
             // A revocation may land while this round waits on the relay: it stops the very next record.
             guard self.keys.principal(keyID: deviceID) != nil else { return false }
             var record: [String: Any] = ["after": previous, "seq": delivery.seq, "kind": "delivery", "id": delivery.id]
-            let line: [String: Any] = ["id": delivery.id, "agent_id": delivery.agentID, "agent_name": delivery.agentName, "title": delivery.title,
-                                       "body": delivery.body, "created_at": delivery.createdAt.timeIntervalSince1970, "destination": delivery.destination.description]
-            let size = (try? JSONSerialization.data(withJSONObject: line).count) ?? 0
-            if size > Self.maximumItemBytes { record["too_large"] = true } else { record["record"] = line }
+            // The line as the inbox shows it (one delivery view everywhere), without read state: the phone keeps its own.
+            let line = try JSONCoding.encoder.encode(DeliveryView(delivery, hasReadState: false))
+            if line.count > Self.maximumItemBytes {
+                record["too_large"] = true
+            } else {
+                record["record"] = try JSONSerialization.jsonObject(with: line)
+            }
             let envelope = try RelayEnvelope.seal(record, kind: .record, key: keys.down)
             let (status, body) = try await call("POST", "/v1/mailboxes/\(box.id)/devices/\(deviceID)/items", bearer: box.bearer,
                                                 json: ["ciphertext": .string(envelope), "kind": "record", "seq": .number(Double(delivery.seq))])
