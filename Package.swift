@@ -41,6 +41,8 @@ let package = Package(
         .target(name: "HTTPClient", dependencies: ["CCurl", "CCurlShims"], path: "Sources/HTTPClient"),
         .target(name: "JSON", path: "Sources/JSON"),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims", "Identity", "JSON"], path: "Sources/HTTPServer"),
+        // The API kit over the server: what routes share beyond HTTP (answers that commit with their effects).
+        .target(name: "APIKit", dependencies: ["HTTPServer", "SQLite"], path: "Sources/APIKit"),
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
@@ -49,13 +51,13 @@ let package = Package(
         .target(name: "ChannelAPI", path: "Sources/ChannelAPI"),
         // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
-        .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "Crypto"], path: "Sources/Channels/Mobile"),
+        .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/Channels/Mobile"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
-        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
+        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).

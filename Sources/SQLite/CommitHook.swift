@@ -7,12 +7,37 @@ import Synchronization
 public final class CommitHook: Sendable {
     @TaskLocal public static var current: CommitHook?
 
+    /// A call's answer, recorded by `DatabasePool.transaction(answering:_:)` in the transaction of its effect.
+    public struct Answer: Sendable, Equatable {
+        public var status: Int
+        public var contentType: String?
+        public var body: [UInt8]
+        public init(status: Int, contentType: String?, body: [UInt8]) {
+            self.status = status
+            self.contentType = contentType
+            self.body = body
+        }
+    }
+
     private let work: @Sendable (Connection) throws -> Void
+    private let answerWork: (@Sendable (Answer, Connection) throws -> Void)?
     private let ran = Atomic<Int>(0)
+    private let answers = Atomic<Int>(0)
     private let closed = Atomic<Bool>(false)
 
-    public init(_ work: @escaping @Sendable (Connection) throws -> Void) {
+    /// `work` runs before each effect's COMMIT; `recordAnswer`, when given, stores an answer inside the effect's transaction.
+    public init(_ work: @escaping @Sendable (Connection) throws -> Void, recordAnswer: (@Sendable (Answer, Connection) throws -> Void)? = nil) {
         self.work = work
+        self.answerWork = recordAnswer
+    }
+
+    /// Whether an answer was recorded with an effect (then nothing is left to record afterwards).
+    public var answeredWithEffect: Bool { answers.load(ordering: .acquiring) > 0 }
+
+    func record(_ answer: Answer, in db: Connection) throws {
+        guard let answerWork, !closed.load(ordering: .acquiring) else { return }
+        try answerWork(answer, db)
+        answers.add(1, ordering: .releasing)
     }
 
     /// How many committing transactions ran the hook.

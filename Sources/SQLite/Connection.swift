@@ -193,6 +193,21 @@ public final class Connection {
         try inTransaction(begin: "BEGIN IMMEDIATE", body)
     }
 
+    /// Runs `body` in a savepoint of the open transaction: its changes are kept with the transaction, or undone
+    /// alone when it throws.
+    public func savepoint<T>(_ body: (Connection) throws -> T) throws -> T {
+        try execute("SAVEPOINT nested")
+        do {
+            let value = try body(self)
+            try execute("RELEASE nested")
+            return value
+        } catch {
+            try? execute("ROLLBACK TO nested")
+            try? execute("RELEASE nested")
+            throw error
+        }
+    }
+
     /// Runs reads inside one deferred transaction: they all see the same committed state.
     public func readTransaction<T>(_ body: (Connection) throws -> T) throws -> T {
         try inTransaction(begin: "BEGIN", body)

@@ -42,7 +42,8 @@ public final class DatabasePool: Sendable {
     @discardableResult
     /// Serialised access to the writer; wrap several statements in `transaction` to commit them as one.
     public func write<T>(_ body: (Connection) throws -> T) throws -> T {
-        try writer.with { db in
+        if let open = OpenTransaction.ofCurrentTask(in: self) { return try body(open.connection) }
+        return try writer.with { db in
             let before = db.totalChanges
             // After the body, so after its COMMIT: a reader that sees the new generation sees the new rows.
             defer { if db.totalChanges != before { committedChanges.add(1, ordering: .releasing) } }
@@ -51,14 +52,47 @@ public final class DatabasePool: Sendable {
     }
 
     @discardableResult
-    /// Runs `body` in one IMMEDIATE transaction on the writer: all of it commits, or none.
+    /// Runs `body` in one IMMEDIATE transaction on the writer: all of it commits, or none. Called inside another
+    /// transaction of this pool on the same task and thread, it is a savepoint of that one and commits with it,
+    /// so a handler can wrap several stores' work (and its answer) in one transaction.
     public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
+        if let open = OpenTransaction.ofCurrentTask(in: self) { return try open.connection.savepoint(body) }
         let hook = CommitHook.current
-        return try write { db in try db.transaction { db in try CommitHook.withCurrent(hook, in: db, body) } }
+        let open = Mutex<OpenTransaction?>(nil)
+        let value = try write { db in
+            try db.transaction { db in
+                let transaction = OpenTransaction(pool: self, connection: db)
+                open.withLock { $0 = transaction }
+                defer { transaction.end() }
+                return try OpenTransaction.$current.withValue(transaction) { try CommitHook.withCurrent(hook, in: db, body) }
+            }
+        }
+        // Committed: what waited for it (waking a dispatcher that will read the new rows) runs now.
+        for work in open.withLock({ $0?.takeAfterCommit() ?? [] }) { work() }
+        return value
     }
 
-    /// A reader connection; reads see the last committed state.
+    /// Runs `work` once what this task is writing is committed: at once outside a transaction, after the
+    /// outermost COMMIT inside one (and never if it rolls back). Wake-ups use it, so nobody is woken to read rows
+    /// that are not there yet.
+    public func afterCommit(_ work: @escaping @Sendable () -> Void) {
+        if let open = OpenTransaction.ofCurrentTask(in: self) { open.deferUntilCommit(work) } else { work() }
+    }
+
+    /// One transaction whose value is also the call's answer: while an idempotency scope is bound to the task
+    /// (`CommitHook.current`), `answer` is recorded in this very transaction, so the effect never commits without it.
+    public func transaction<T>(answering answer: (T) -> CommitHook.Answer, _ body: (Connection) throws -> T) throws -> T {
+        try transaction { db in
+            let value = try body(db)
+            if let hook = CommitHook.current { try hook.record(answer(value), in: db) }
+            return value
+        }
+    }
+
+    /// A reader connection; reads see the last committed state (inside this task's open transaction, that
+    /// transaction's own state: a handler reads what it just wrote).
     public func read<T>(_ body: (Connection) throws -> T) throws -> T {
+        if let open = OpenTransaction.ofCurrentTask(in: self) { return try body(open.connection) }
         let start = nextReader.add(1, ordering: .relaxed).oldValue
         // A free reader if there is one; wait on the next in turn only when all are busy.
         for step in 0..<readers.count {
@@ -97,6 +131,37 @@ public final class DatabasePool: Sendable {
         var migrator = DatabaseMigrator()
         try migrator.register(migrations)
         try migrator.migrate(self)
+    }
+}
+
+/// The writer transaction a task has open, so a transaction begun inside it nests instead of waiting for the
+/// writer it already holds. Only the thread that opened it, while it is open, may use it: a task spawned inside
+/// inherits the task-local but runs elsewhere, and takes the writer the ordinary way.
+final class OpenTransaction: @unchecked Sendable {
+    @TaskLocal static var current: OpenTransaction?
+
+    let pool: ObjectIdentifier
+    let connection: Connection
+    private let thread = pthread_self()
+    private let isOpen = Atomic<Bool>(true)
+
+    init(pool: DatabasePool, connection: Connection) {
+        self.pool = ObjectIdentifier(pool)
+        self.connection = connection
+    }
+
+    private let afterCommit = Mutex<[@Sendable () -> Void]>([])
+
+    func end() { isOpen.store(false, ordering: .releasing) }
+
+    func deferUntilCommit(_ work: @escaping @Sendable () -> Void) { afterCommit.withLock { $0.append(work) } }
+
+    func takeAfterCommit() -> [@Sendable () -> Void] { afterCommit.withLock { work in defer { work = [] }; return work } }
+
+    static func ofCurrentTask(in pool: DatabasePool) -> OpenTransaction? {
+        guard let open = current, open.pool == ObjectIdentifier(pool), open.isOpen.load(ordering: .acquiring),
+              pthread_equal(open.thread, pthread_self()) != 0 else { return nil }
+        return open
     }
 }
 

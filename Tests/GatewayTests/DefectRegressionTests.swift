@@ -19,26 +19,61 @@ import Testing
 struct DefectRegressionTests {
     // MARK: Exactly once
 
-    @Test("a command applied just before a crash is not applied again by its retry (kill between effect and answer)")
+    @Test("kill between effect and answer on each kind of mutating route: the retry gets the very answer the effect committed with, applied once")
     func exactlyOnceAcrossCrash() async throws {
         let directory = TestGateway.makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let dying = try GatewayProcess(directory: directory, environment: ["SOULACY_FAULT_KILL_AFTER_EFFECT": "1"])
-        let admin = try #require(try await dying.start())
-        let key = ["Idempotency-Key": "remember-tea-1"]
-        // The process dies after the fact commits and before its answer is recorded: the client sees no answer.
-        await #expect(throws: (any Error).self) { _ = try await dying.call("POST", "/api/v1/memory/facts", key: admin, json: ["text": "likes tea"], headers: key) }
-        dying.kill9()
-        let back = try GatewayProcess(directory: directory)
-        try await back.start()
-        defer { back.terminate() }
-        let retry = try await back.call("POST", "/api/v1/memory/facts", key: admin, json: ["text": "likes tea"], headers: key)
-        #expect(retry.status == 200 && retry.json["applied"] == true && retry.json["answer_lost"] == true)
-        let facts = try await back.call("GET", "/api/v1/memory/facts", key: admin)
-        #expect(facts.json["facts"]?.arrayValue?.count == 1)
-        // A fresh intent is applied as usual.
-        let other = try await back.call("POST", "/api/v1/memory/facts", key: admin, json: ["text": "likes coffee"], headers: ["Idempotency-Key": "remember-2"])
-        #expect(other.status == 201)
+        let normal = try GatewayProcess(directory: directory)
+        let admin = try #require(try await normal.start())
+        // What the calls below act on, made by a gateway without the fault.
+        _ = try await normal.call("POST", "/api/v1/mobile/devices", key: admin, json: ["id": "phone", "notifications_enabled": true])
+        _ = try await normal.call("POST", "/api/v1/mobile/nodes/register", key: admin, json: ["device_id": "phone", "capabilities": ["system.notify"]])
+        let fact = try await normal.call("POST", "/api/v1/memory/facts", key: admin, json: ["content": "likes tea"])
+        let factID = try #require(fact.json["fact"]?["id"]?.stringValue)
+        _ = try await normal.call("POST", "/api/v1/approvals", key: admin, json: ["agent_id": "echo", "tool": "unlock", "call_id": "call-k", "wait": false])
+        normal.terminate()
+
+        // Each call: the process dies after the effect commits and before the client hears anything; the retry, with
+        // the same key, is answered from the log with what the effect committed together with.
+        let cases: [(method: String, path: String, body: JSONValue?, check: @Sendable (Int, JSONValue) -> Bool)] = [
+            ("POST", "/api/v1/memory/facts", ["content": "likes coffee"], { status, json in status == 201 && json["fact"]?["content"] == "likes coffee" }),
+            ("PATCH", "/api/v1/memory/facts/\(factID)", ["content": "likes green tea"], { status, json in status == 200 && json["fact"]?["content"] == "likes green tea" }),
+            ("POST", "/api/v1/mobile/devices", ["id": "phone-2"], { status, json in status == 201 && json["registered"] == true && json["created"] == true }),
+            ("POST", "/api/v1/mobile/nodes/phone/commands", ["command": "system.notify", "params": ["title": "hi"]], { status, json in status == 201 && json["status"] == "queued" }),
+            // Without the answer in the effect's transaction, this retry would say already_decided.
+            ("POST", "/api/v1/approvals/call-k/approve", nil, { status, json in status == 200 && json["approved"] == true && json["already_decided"] == false }),
+            ("POST", "/admin/api-keys", ["name": "Phone", "role": "viewer"], { status, json in status == 201 && json["key"]?.stringValue?.hasPrefix("sk_") == true }),
+            ("POST", "/api/v1/pairing/tokens", nil, { status, json in status == 200 && json["code"]?.stringValue?.count == 16 }),
+        ]
+        for (n, call) in cases.enumerated() {
+            let key = ["Idempotency-Key": "intent-\(n)"]
+            let dying = try GatewayProcess(directory: directory, environment: ["SOULACY_FAULT_KILL_AFTER_EFFECT": "1"])
+            try await dying.start()
+            await #expect(throws: (any Error).self, "\(call.path): the process died before answering") {
+                _ = try await dying.call(call.method, call.path, key: admin, json: call.body, headers: key)
+            }
+            dying.kill9()
+            let back = try GatewayProcess(directory: directory)
+            try await back.start()
+            let retry = try await back.call(call.method, call.path, key: admin, json: call.body, headers: key)
+            #expect(call.check(retry.status, retry.json), "\(call.method) \(call.path): \(retry.status) \(retry.json)")
+            #expect(retry.json["answer_lost"] == nil)
+            switch n {
+            case 0:
+                let facts = try await back.call("GET", "/api/v1/memory/facts", key: admin).json["facts"]?.arrayValue ?? []
+                #expect(facts.filter { $0["content"] == "likes coffee" }.map { $0["id"] } == [retry.json["fact"]?["id"]], "applied once")
+            case 3:
+                let queued = try await back.call("GET", "/api/v1/mobile/nodes/phone/commands", key: admin).json["commands"]?.arrayValue ?? []
+                #expect(queued.count == 1 && queued.first?["id"] == retry.json["id"], "applied once")
+            case 5:
+                // The replayed key is the one minted before the crash, and it works.
+                let token = try #require(retry.json["key"]?.stringValue)
+                #expect(try await back.call("GET", "/api/v1/mobile/deliveries", key: token).status == 200)
+            default:
+                break
+            }
+            back.terminate()
+        }
     }
 
     @Test("a minted API key in an idempotent answer is not readable from the database file; its replay still answers it")

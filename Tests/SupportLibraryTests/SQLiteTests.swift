@@ -1,5 +1,6 @@
 import Foundation
 import SQLite
+import Synchronization
 import Testing
 
 @Suite("SQLite wrapper")
@@ -15,6 +16,59 @@ struct SQLiteTests {
         #expect(try db.read { try $0.query("PRAGMA journal_mode").first?.string("journal_mode") } == "wal")
         #expect(try db.write { try $0.query("PRAGMA synchronous").first?.int("synchronous") } == 2)
         #expect(try db.read { try $0.query("PRAGMA foreign_keys").first?.int("foreign_keys") } == 1)
+    }
+
+    @Test("a transaction inside another is a savepoint of it: it reads its own writes, commits with it, and a throw undoes only it")
+    func nestedTransactions() throws {
+        struct Refused: Error {}
+        let db = try pool()
+        try db.write { try $0.execute("CREATE TABLE t (v TEXT)") }
+        let generation = db.changeGeneration
+        let woken = Mutex<[String]>([])
+        try db.transaction { outer in
+            try outer.run("INSERT INTO t VALUES ('outer')")
+            try db.transaction { try $0.run("INSERT INTO t VALUES ('inner')") }
+            // Read inside: this transaction's own rows, not the last committed state.
+            #expect(try db.read { try $0.query("SELECT count(*) AS n FROM t").first?.int("n") } == 2)
+            #expect(throws: Refused.self) { try db.transaction { db in try db.run("INSERT INTO t VALUES ('undone')"); throw Refused() } }
+            db.afterCommit { woken.withLock { $0.append("after commit") } }
+            #expect(woken.withLock { $0 }.isEmpty, "nothing is woken before the commit")
+            #expect(db.changeGeneration == generation, "not committed yet")
+        }
+        #expect(woken.withLock { $0 } == ["after commit"])
+        #expect(try db.read { try $0.query("SELECT v FROM t ORDER BY v").compactMap { $0.string("v") } } == ["inner", "outer"])
+        // A rolled-back transaction wakes nobody.
+        #expect(throws: Refused.self) {
+            try db.transaction { _ in db.afterCommit { woken.withLock { $0.append("rolled back") } }; throw Refused() }
+        }
+        #expect(woken.withLock { $0 } == ["after commit"])
+    }
+
+    @Test("an answer given with an effect is recorded in the effect's own transaction, and only under a hook")
+    func answerWithEffect() async throws {
+        let db = try pool()
+        try db.write { try $0.execute("CREATE TABLE effects (v TEXT); CREATE TABLE answers (status INTEGER, body BLOB)") }
+        let answer = { (value: Int) in CommitHook.Answer(status: value, contentType: "application/json", body: Array("{}".utf8)) }
+        // No hook bound: the effect commits, nothing else is written.
+        _ = try db.transaction(answering: answer) { db in try db.run("INSERT INTO effects VALUES ('a')"); return 201 }
+        let hook = CommitHook({ _ in }, recordAnswer: { answer, db in try db.run("INSERT INTO answers VALUES (?, ?)", answer.status, answer.body) })
+        try await CommitHook.$current.withValue(hook) {
+            _ = try db.transaction(answering: answer) { db in try db.run("INSERT INTO effects VALUES ('b')"); return 202 }
+        }
+        #expect(hook.answeredWithEffect)
+        #expect(try db.read { try $0.query("SELECT status FROM answers").compactMap { $0.int("status") } } == [202])
+        // An effect undone after its answer was given takes the answer with it.
+        struct Refused: Error {}
+        await #expect(throws: Refused.self) {
+            try await CommitHook.$current.withValue(hook) {
+                try db.transaction { _ in
+                    _ = try db.transaction(answering: answer) { db in try db.run("INSERT INTO effects VALUES ('c')"); return 203 }
+                    throw Refused()
+                }
+            }
+        }
+        #expect(try db.read { try $0.query("SELECT status FROM answers").compactMap { $0.int("status") } } == [202])
+        #expect(try db.read { try $0.query("SELECT v FROM effects ORDER BY v").compactMap { $0.string("v") } } == ["a", "b"])
     }
 
     @Test("a transaction that throws leaves nothing behind")

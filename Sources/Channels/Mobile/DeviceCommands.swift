@@ -1,3 +1,4 @@
+import APIKit
 import ChannelAPI
 import Foundation
 import HTTPServer
@@ -46,9 +47,15 @@ public struct DeviceCommandsAPI: Sendable {
         guard let params = body.fields["params"] else { throw APIError.missingField("params") }
         let card = try CanvasCard(params)
         let expiresIn = try body.optionalInteger("expires_in_seconds", in: 1...Int(DeviceNodes.maximumExpiry)) ?? Self.defaultExpiry
-        let queued = try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json,
-                                       expiresAt: nodes.clock.now().addingTimeInterval(TimeInterval(expiresIn)))
-        guard try body.optionalBool("wait") ?? true else { return .json(Self.json(queued), status: 202) }
+        let expiresAt = nodes.clock.now().addingTimeInterval(TimeInterval(expiresIn))
+        guard try body.optionalBool("wait") ?? true else {
+            // Not waiting: the queued command is the answer, committed with it.
+            return try store.database.answer { _ in
+                .json(Self.json(try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)), status: 202)
+            }
+        }
+        // Waiting: the answer is the phone's, known only later (a retry after a crash learns the command was sent).
+        let queued = try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)
         let done = try await nodes.settle(id: queued.id, deviceID: device.id, subject: caller.subject)
         switch done.status {
         case "completed":
@@ -76,20 +83,22 @@ public struct DeviceCommandsAPI: Sendable {
         let caller = try request.caller()
         let body = try JSONObject(body: request.body)
         let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
-        let existing: DeviceNodes.Command
-        do {
-            existing = try nodes.command(id: request.parameter("id"), deviceID: device.id, subject: caller.subject)
-        } catch {
-            throw APIError.notFound("no command \(request.parameter("id")) for device \(device.id)")
+        return try store.database.answer { _ in
+            let existing: DeviceNodes.Command
+            do {
+                existing = try nodes.command(id: request.parameter("id"), deviceID: device.id, subject: caller.subject)
+            } catch {
+                throw APIError.notFound("no command \(request.parameter("id")) for device \(device.id)")
+            }
+            let result = try Self.validateResult(body, for: existing)
+            if existing.status == "queued" { _ = try? nodes.claim(id: existing.id, deviceID: device.id, subject: caller.subject) }
+            let current = try nodes.command(id: existing.id, deviceID: device.id, subject: caller.subject)
+            guard current.status == "running",
+                  let settled = try? nodes.finish(id: existing.id, deviceID: device.id, subject: caller.subject, status: "completed", result: result, error: nil) else {
+                throw APIError.conflict("this command is already \(current.status); the first answer stands", code: "command_\(current.status)")
+            }
+            return .json(["ok": true, "command_id": .string(settled.id), "state": .string(settled.status)])
         }
-        let result = try Self.validateResult(body, for: existing)
-        if existing.status == "queued" { _ = try? nodes.claim(id: existing.id, deviceID: device.id, subject: caller.subject) }
-        let current = try nodes.command(id: existing.id, deviceID: device.id, subject: caller.subject)
-        guard current.status == "running",
-              let settled = try? nodes.finish(id: existing.id, deviceID: device.id, subject: caller.subject, status: "completed", result: result, error: nil) else {
-            throw APIError.conflict("this command is already \(current.status); the first answer stands", code: "command_\(current.status)")
-        }
-        return .json(["ok": true, "command_id": .string(settled.id), "state": .string(settled.status)])
     }
 
     /// The phone's answer: presented, submitted, dismissed, form_id, answers keyed by field name, checklists by title.

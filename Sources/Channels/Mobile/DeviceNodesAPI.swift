@@ -1,3 +1,4 @@
+import APIKit
 import ChannelAPI
 import Foundation
 import HTTPServer
@@ -54,12 +55,15 @@ public struct DeviceNodesAPI: Sendable {
             guard let text = value.stringValue else { throw NodeError.invalid("permissions.\(key) must be text", field: "permissions") }
             permissions[key] = text
         }
-        let node = try nodes.register(DeviceNodes.Node(
+        let node = DeviceNodes.Node(
             deviceID: deviceID, subject: caller.subject, name: try Self.text(body, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
             model: try Self.text(body, "model", max: 200), osVersion: try Self.text(body, "os_version", max: 64), appVersion: try Self.text(body, "app_version", max: 64),
-            capabilities: capabilities, permissions: permissions, updatedAt: clock.now()))
-        return .json(["registered": true, "device_id": .string(node.deviceID), "poll_interval_seconds": .number(Double(DeviceNodes.pollIntervalSeconds)),
-                      "foreground_only": true], status: 201)
+            capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
+        return try nodes.store.database.answer { _ in
+            let registered = try nodes.register(node)
+            return .json(["registered": true, "device_id": .string(registered.deviceID), "poll_interval_seconds": .number(Double(DeviceNodes.pollIntervalSeconds)),
+                          "foreground_only": true], status: 201)
+        }
     }
 
     @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -86,8 +90,10 @@ public struct DeviceNodesAPI: Sendable {
             }
             expiresAt = date
         }
-        let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
-        return .json(DeviceNodes.json(queued), status: 201)
+        return try nodes.store.database.answer { _ in
+            let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
+            return .json(DeviceNodes.json(queued), status: 201)
+        }
     }
 
     @Sendable func get(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -97,7 +103,9 @@ public struct DeviceNodesAPI: Sendable {
 
     @Sendable func claim(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
-        return .json(DeviceNodes.json(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+        return try nodes.store.database.answer { _ in
+            .json(DeviceNodes.json(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+        }
     }
 
     @Sendable func result(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -106,8 +114,10 @@ public struct DeviceNodesAPI: Sendable {
         let status = try body.string("status", maxLength: 16)
         let error = try body.optionalString("error")
         let result = body.fields["result"].flatMap { $0 == .null ? nil : $0 }
-        return .json(DeviceNodes.json(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
-                                                      status: status, result: result, error: error)))
+        return try nodes.store.database.answer { _ in
+            .json(DeviceNodes.json(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
+                                                   status: status, result: result, error: error)))
+        }
     }
 }
 

@@ -1,3 +1,4 @@
+import APIKit
 import ChannelAPI
 import Crypto
 import Foundation
@@ -36,14 +37,16 @@ public struct MobileAPI: Sendable {
     @Sendable func registerDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let registration = try DeviceRegistration(json: JSONObject(body: request.body))
-        let created: Bool
-        do {
-            created = try store.register(registration, subject: caller.subject, keyID: caller.keyID)
-        } catch DeviceOwnershipError.ownedByAnotherSubject {
-            throw APIError(status: 403, code: "device_owned_by_another_user", message: "device is registered to another user", field: "id")
+        return try store.database.answer { _ in
+            let created: Bool
+            do {
+                created = try store.register(registration, subject: caller.subject, keyID: caller.keyID)
+            } catch DeviceOwnershipError.ownedByAnotherSubject {
+                throw APIError(status: 403, code: "device_owned_by_another_user", message: "device is registered to another user", field: "id")
+            }
+            // 201 for a new and an updated device alike, as the original answers; `created` tells them apart.
+            return .json(.object(["registered": .bool(true), "device_id": .string(registration.id), "created": .bool(created)]), status: 201)
         }
-        // 201 for a new and an updated device alike, as the original answers; `created` tells them apart.
-        return .json(.object(["registered": .bool(true), "device_id": .string(registration.id), "created": .bool(created)]), status: 201)
     }
 
     @Sendable func listDevices(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -55,8 +58,10 @@ public struct MobileAPI: Sendable {
     @Sendable func deleteDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         // 204 always, as the original: an unknown or foreign id deletes nothing and says nothing about who has it.
-        _ = try store.deleteDevice(id: request.parameter("id"), subject: caller.subject)
-        return .noContent
+        return try store.database.answer { _ in
+            _ = try store.deleteDevice(id: request.parameter("id"), subject: caller.subject)
+            return .noContent
+        }
     }
 
     /// An optional `device_id`: nil when absent, else the caller's own device.
@@ -130,10 +135,12 @@ public struct MobileAPI: Sendable {
         guard let deviceID = try ownDevice(try body.optionalString("device_id") ?? request.query["device_id"], caller: caller) else {
             throw APIError.missingField("device_id")
         }
-        guard try store.markRead(deliveryID: request.parameter("id"), deviceID: deviceID, subject: caller.subject) else {
-            throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
+        return try store.database.answer { _ in
+            guard try store.markRead(deliveryID: request.parameter("id"), deviceID: deviceID, subject: caller.subject) else {
+                throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
+            }
+            return .json(.object(["read": .bool(true)]))
         }
-        return .json(.object(["read": .bool(true)]))
     }
 
     @Sendable func sendTest(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -182,9 +189,11 @@ public struct MobileAPI: Sendable {
         // As the original: development is kept, anything else is production.
         let environment: WakeTarget.Environment = SchemaWhitespace.trim(try body.optionalString("environment", maxLength: 64) ?? "") == "development" ? .development : .production
         guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
-        try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
-        return .json(["registered": true, "run_key": .string(LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID)),
-                      "device_id": .string(device.id), "session_id": .string(sessionID)], status: 201)
+        return try store.database.answer { _ in
+            try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
+            return .json(["registered": true, "run_key": .string(LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID)),
+                          "device_id": .string(device.id), "session_id": .string(sessionID)], status: 201)
+        }
     }
 
     // MARK: JSON shapes

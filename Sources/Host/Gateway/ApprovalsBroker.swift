@@ -73,7 +73,7 @@ public actor ApprovalsBroker {
         let (approval, created) = try store.insertIfNew(Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName,
                                                                 sessionID: sessionID, tool: tool, arguments: arguments, state: .pending,
                                                                 createdAt: now, expiresAt: expires))
-        if created, try mobile.queueWakeUps(Self.signal(for: approval), subject: subject) > 0 { dispatcher?.poke() }
+        if created, try mobile.queueWakeUps(Self.signal(for: approval), subject: subject) > 0, let dispatcher { mobile.database.afterCommit { dispatcher.poke() } }
         return approval
     }
 
@@ -131,15 +131,20 @@ public actor ApprovalsBroker {
         try store.approvals(subject: subject, pendingAt: all ? nil : clock.now())
     }
 
-    /// Decides once. Returns the approval as decided and whether this call was the one that decided it.
-    public func decide(callID: String, subject: String, approve: Bool, by keyID: String) throws -> (approval: Approval, decidedNow: Bool) {
+    /// Decides once. Returns the approval as decided and whether this call was the one that decided it. Runs in
+    /// the caller's transaction when it has one (a route that records its answer with the decision); whoever waits
+    /// is woken once the decision is committed.
+    public nonisolated func decide(callID: String, subject: String, approve: Bool, by keyID: String) throws -> (approval: Approval, decidedNow: Bool) {
         let now = clock.now()
         let decided = try store.decide(callID: callID, subject: subject, state: approve ? .approved : .denied, by: keyID, at: now)
         if !decided, let row = try approval(callID: callID), row.subject == subject, row.state == .pending {
             _ = try expire(callID)  // it ran out of time before this answer
         }
         guard let result = try approval(callID: callID), result.subject == subject else { throw ApprovalError.notFound(callID) }
-        if result.state != .pending { wake(callID, result.state) }
+        if result.state != .pending {
+            let state = result.state
+            store.database.afterCommit { Task { await self.wake(callID, state) } }
+        }
         return (result, decided)
     }
 }

@@ -1,3 +1,4 @@
+import APIKit
 import ChannelAPI
 import Crypto
 import Foundation
@@ -250,10 +251,12 @@ struct GatewayAPI: Sendable {
         guard !subject.isEmpty, subject.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" }) else {
             throw APIError.invalidField("subject", "must be 1-64 lower-case letters, digits, - or _")
         }
-        let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual)
-        guard case .object(var fields) = Self.json(minted.key) else { throw APIError.internal("key encoding") }
-        fields["key"] = .string(minted.token)
-        return .json(.object(fields), status: 201)
+        return try mobile.database.answer { _ in
+            let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual)
+            guard case .object(var fields) = Self.json(minted.key) else { throw APIError.internal("key encoding") }
+            fields["key"] = .string(minted.token)
+            return .json(.object(fields), status: 201)
+        }
     }
 
     @Sendable func listKeys(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -262,12 +265,15 @@ struct GatewayAPI: Sendable {
 
     @Sendable func revokeKey(_ request: HTTPRequest) async throws -> HTTPResponse {
         let id = request.parameter("id")
-        guard try keys.revoke(id: id) else { throw APIError.notFound("no active key \(id)") }
-        // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
-        try mobile.removeDevices(registeredByKey: id)
+        let answer = try mobile.database.answer { _ in
+            guard try keys.revoke(id: id) else { throw APIError.notFound("no active key \(id)") }
+            // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
+            try mobile.removeDevices(registeredByKey: id)
+            return .noContent
+        }
         // And through the relay: no more sealed records for it, and the relay drops its place and bearer.
         await revoked(id)
-        return .noContent
+        return answer
     }
 }
 

@@ -1,3 +1,4 @@
+import APIKit
 import Crypto
 import Foundation
 import LLM
@@ -49,41 +50,43 @@ struct HouseholdAPI: Sendable {
     @Sendable func createCode(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
         let body = try JSONObject(body: request.body, allowEmpty: true)
-        let offer: PairingOffer
-        let displayName: String
-        if let rawName = try body.optionalString("name") {
-            guard caller.role == .admin else { throw APIError.forbidden("only an admin can pair a phone for someone else") }
-            guard rawName.unicodeScalars.count <= 60 else { throw APIError.invalidField("name", "must be at most 60 characters") }
-            let name = SchemaWhitespace.trim(rawName)
-            guard !name.isEmpty else { throw APIError.invalidField("name", "must not be empty") }
-            let roleText = SchemaWhitespace.trim(try body.optionalString("role") ?? "").lowercased()
-            let role: Role
-            switch roleText {
-            case "", "operator": role = .operator
-            case "viewer": role = .viewer
-            default: throw APIError.invalidField("role", "must be \"operator\" or \"viewer\", got \"\(roleText)\"")
+        return try household.database.answer { _ in
+            let offer: PairingOffer
+            let displayName: String
+            if let rawName = try body.optionalString("name") {
+                guard caller.role == .admin else { throw APIError.forbidden("only an admin can pair a phone for someone else") }
+                guard rawName.unicodeScalars.count <= 60 else { throw APIError.invalidField("name", "must be at most 60 characters") }
+                let name = SchemaWhitespace.trim(rawName)
+                guard !name.isEmpty else { throw APIError.invalidField("name", "must not be empty") }
+                let roleText = SchemaWhitespace.trim(try body.optionalString("role") ?? "").lowercased()
+                let role: Role
+                switch roleText {
+                case "", "operator": role = .operator
+                case "viewer": role = .viewer
+                default: throw APIError.invalidField("role", "must be \"operator\" or \"viewer\", got \"\(roleText)\"")
+                }
+                let subject = try household.subject(forName: name)
+                guard subject != "admin", subject != caller.subject else {
+                    throw APIError.invalidField("name", "'\(name)' names you or the owner; send no body to pair your own device")
+                }
+                offer = try household.createOffer(subject: subject, name: name, role: role, createdBy: caller.keyID)
+                displayName = name
+            } else {
+                guard try body.optionalString("role") == nil else { throw APIError.invalidField("role", "goes with name; your own device gets your role") }
+                displayName = try household.displayName(subject: caller.subject) ?? ""
+                offer = try household.createOffer(subject: caller.subject, name: displayName.isEmpty ? caller.subject : displayName,
+                                                  role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID)
             }
-            let subject = try household.subject(forName: name)
-            guard subject != "admin", subject != caller.subject else {
-                throw APIError.invalidField("name", "'\(name)' names you or the owner; send no body to pair your own device")
-            }
-            offer = try household.createOffer(subject: subject, name: name, role: role, createdBy: caller.keyID)
-            displayName = name
-        } else {
-            guard try body.optionalString("role") == nil else { throw APIError.invalidField("role", "goes with name; your own device gets your role") }
-            displayName = try household.displayName(subject: caller.subject) ?? ""
-            offer = try household.createOffer(subject: caller.subject, name: displayName.isEmpty ? caller.subject : displayName,
-                                              role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID)
+            let links = try pairingLinks(offer, typedBase: body.optionalString("base_url", maxLength: 500).map(SchemaWhitespace.trim))
+            let pinned = self.pinned()
+            return .json([
+                "code": .string(offer.code), "expires_at": .timestamp(offer.expiresAt), "subject": .string(offer.subject),
+                "display_name": .string(displayName), "role": .string(offer.role.rawValue),
+                "pair_url": .string(links.original), "base_url": .string(links.base), "fingerprint": .string(links.pin),
+                // This gateway's three-path link (LAN, tailnet, relay), for its own client.
+                "link": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), pinnedAddress: pinned?.address, pin: pinned?.pin)),
+            ])
         }
-        let links = try pairingLinks(offer, typedBase: body.optionalString("base_url", maxLength: 500).map(SchemaWhitespace.trim))
-        let pinned = self.pinned()
-        return .json([
-            "code": .string(offer.code), "expires_at": .timestamp(offer.expiresAt), "subject": .string(offer.subject),
-            "display_name": .string(displayName), "role": .string(offer.role.rawValue),
-            "pair_url": .string(links.original), "base_url": .string(links.base), "fingerprint": .string(links.pin),
-            // This gateway's three-path link (LAN, tailnet, relay), for its own client.
-            "link": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), pinnedAddress: pinned?.address, pin: pinned?.pin)),
-        ])
     }
 
     /// The original app's link: `https://host:port/mobile?pair=CODE&fp=PIN` over the pinned listener when there is
@@ -248,22 +251,31 @@ struct ApprovalsAPI: Sendable {
         } else {
             activity = nil
         }
-        let approval: Approval
-        do {
-            approval = try broker.open(callID: callID, subject: caller.subject, agentID: agentID, agentName: agent.name, sessionID: sessionID,
+        let open = { () throws -> Approval in
+            do {
+                return try broker.open(callID: callID, subject: caller.subject, agentID: agentID, agentName: agent.name, sessionID: sessionID,
                                        tool: tool, arguments: arguments, timeout: timeout)
-        } catch let error as ApprovalError {
-            throw APIError.conflict(error.description, code: "call_id_taken")
+            } catch let error as ApprovalError {
+                throw APIError.conflict(error.description, code: "call_id_taken")
+            }
         }
+        // Not waiting: the request is the answer, committed with it. Waiting: the answer is the decision, later.
+        var openedNow: Approval?
+        let immediate = wait ? nil : try broker.store.database.answer { _ in
+            let opened = try open()
+            openedNow = opened
+            return .json(Self.json(opened), status: 201)
+        }
+        let asked = try openedNow ?? open()
         // The run waiting on this approval shows on the lock screen with Approve/Deny, whatever started it.
-        if let activity, approval.state == .pending {
-            await runs.liveActivities?.waitingForApproval(activity, callID: approval.callID, tool: tool)
+        if let activity, asked.state == .pending {
+            await runs.liveActivities?.waitingForApproval(activity, callID: asked.callID, tool: tool)
         }
-        guard wait else { return .json(Self.json(approval), status: 201) }
-        let state = await broker.wait(callID: approval.callID, atMost: longPoll)
+        if let immediate { return immediate }
+        let state = await broker.wait(callID: asked.callID, atMost: longPoll)
         if let activity, state != .pending { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID, approved: state == .approved) }
         // Expired counts as denied for the run: nothing runs without a yes.
-        return .json(["call_id": .string(approval.callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
+        return .json(["call_id": .string(asked.callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
     }
 
     @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -294,8 +306,10 @@ struct ApprovalsAPI: Sendable {
         let callID = try body.string("call_id", maxLength: 200)
         guard let approved = try body.optionalBool("approved") else { throw APIError.missingField("approved") }
         do {
-            let (approval, decidedNow) = try await broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)
-            return .json(["ok": true, "approved": .bool(approval.state == .approved), "already_decided": .bool(!decidedNow)])
+            return try broker.store.database.answer { _ in
+                let (approval, decidedNow) = try broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)
+                return .json(["ok": true, "approved": .bool(approval.state == .approved), "already_decided": .bool(!decidedNow)])
+            }
         } catch let error as ApprovalError {
             throw APIError.notFound(error.description)
         }
@@ -307,17 +321,19 @@ struct ApprovalsAPI: Sendable {
     func decide(_ request: HTTPRequest, approve: Bool) async throws -> HTTPResponse {
         let caller = try request.caller()
         do {
-            let (approval, decidedNow) = try await broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
-            guard case .object(var body) = Self.json(approval, withArguments: false) else { throw APIError.internal("approval encoding") }
-            body["already_decided"] = .bool(!decidedNow)
-            // The original app reads `ok` and `approved`: approved is the decision actually taken (the seed's rule).
-            body["ok"] = true
-            body["approved"] = .bool(approval.state == .approved)
-            if !decidedNow {
-                body["message"] = .string(approval.state == .expired ? "this approval expired before it was answered"
-                                                                      : "this approval was already \(approval.state.rawValue); nothing ran twice")
+            return try broker.store.database.answer { _ in
+                let (approval, decidedNow) = try broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
+                guard case .object(var body) = Self.json(approval, withArguments: false) else { throw APIError.internal("approval encoding") }
+                body["already_decided"] = .bool(!decidedNow)
+                // The original app reads `ok` and `approved`: approved is the decision actually taken (the seed's rule).
+                body["ok"] = true
+                body["approved"] = .bool(approval.state == .approved)
+                if !decidedNow {
+                    body["message"] = .string(approval.state == .expired ? "this approval expired before it was answered"
+                                                                          : "this approval was already \(approval.state.rawValue); nothing ran twice")
+                }
+                return .json(.object(body))
             }
-            return .json(.object(body))
         } catch let error as ApprovalError {
             throw APIError.notFound(error.description)
         }

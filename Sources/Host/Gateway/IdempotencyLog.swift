@@ -1,3 +1,4 @@
+import APIKit
 import ChannelAPI
 import Crypto
 import Foundation
@@ -12,8 +13,10 @@ import Synchronization
 ///
 /// Exactly once: the line "this intent was applied" is written by a `CommitHook` inside the very transaction that
 /// makes the effect, so a crash right after the effect still leaves the line, and a retry is answered, never
-/// applied again. The answer itself is added when the handler returns; a retry that finds the line without an
-/// answer (the process died in between) gets `200 {"applied": true, "answer_lost": true}`.
+/// applied again. Routes whose effect is one transaction build their answer inside it (`DatabasePool.answer`), so
+/// the answer commits with the effect and a retry after any crash gets it. Routes whose answer only exists later
+/// (a run's reply, a phone's answer to a waiting command) record it when they return; a retry that finds the line
+/// without an answer (the process died in between) gets `200 {"applied": true, "answer_lost": true}`.
 ///
 /// Answers are stored sealed (AES-256-GCM) under a key derived from the caller's own bearer token, which the
 /// gateway never stores: minted API keys or pairing codes in an answer are not readable from the database.
@@ -65,30 +68,32 @@ public final class IdempotencyLog: Sendable {
             return replay(stored, of: request, sealingKey: sealingKey)
         }
         let now = clock.now()
-        let hook = CommitHook { db in
-            try IdempotencyStore.markApplied(scope: scope, key: key, method: request.method, path: request.path, at: now, in: db)
-        }
+        let (method, path) = (request.method, request.path)
+        let hook = CommitHook({ db in
+            try IdempotencyStore.markApplied(scope: scope, key: key, method: method, path: path, at: now, in: db)
+        }, recordAnswer: { answer, db in
+            // The handler built its answer inside its effect's transaction: it commits with the effect.
+            try IdempotencyStore.record(Self.stored(answer, method: method, path: path, sealingKey: sealingKey), scope: scope, key: key, at: now, in: db)
+        })
         let response = await CommitHook.$current.withValue(hook) { await handle(request) }
         hook.close()
         if killAfterEffect, hook.runCount > 0 { kill(getpid(), SIGKILL) }
+        if hook.answeredWithEffect { return response }
         guard response.status < 500 || hook.runCount > 0 else { return response }
         // A streamed answer is being written as it is sent: there is no whole answer to keep for a retry.
         guard response.stream == nil else { return response }
         // Not recorded (the disk is full, say): a retry is applied again, as a call without a key would be,
         // unless the effect's own line already says it was applied.
-        let body: [UInt8]
-        let sealed: Bool
-        if let sealingKey, let box = try? SealedBox.seal(response.body, key: sealingKey, header: Self.sealHeader) {
-            body = Array(box.utf8)
-            sealed = true
-        } else {
-            body = []
-            sealed = false
-        }
-        try? store.record(IdempotencyStore.Answer(method: request.method, path: request.path, status: response.status,
-                                                  contentType: response.header("content-type"), body: body, sealed: sealed),
-                          scope: scope, key: key, at: now)
+        try? store.record(Self.stored(response.committedAnswer, method: method, path: path, sealingKey: sealingKey), scope: scope, key: key, at: now)
         return response
+    }
+
+    /// An answer as the log keeps it: sealed under the caller's key when there is one (else only its status).
+    static func stored(_ answer: CommitHook.Answer, method: String, path: String, sealingKey: [UInt8]?) -> IdempotencyStore.Answer {
+        guard let sealingKey, let box = try? SealedBox.seal(answer.body, key: sealingKey, header: sealHeader) else {
+            return IdempotencyStore.Answer(method: method, path: path, status: answer.status, contentType: answer.contentType, body: [], sealed: false)
+        }
+        return IdempotencyStore.Answer(method: method, path: path, status: answer.status, contentType: answer.contentType, body: Array(box.utf8), sealed: true)
     }
 
     private func replay(_ stored: IdempotencyStore.Answer, of request: HTTPRequest, sealingKey: [UInt8]?) -> HTTPResponse {

@@ -33,12 +33,15 @@ struct IdempotencyStore: Sendable {
 
     /// The answer, over the applied line if there is one.
     func record(_ answer: Answer, scope: String, key: String, at now: Date) throws {
-        try database.transaction { db in
-            try db.run("""
-                INSERT INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (scope, idempotency_key) DO UPDATE SET status = excluded.status, content_type = excluded.content_type, body = excluded.body, sealed = excluded.sealed
-                """, scope, key, answer.method, answer.path, answer.status, answer.contentType, answer.body, now.sqliteMillis, answer.sealed)
-        }
+        try database.transaction { db in try Self.record(answer, scope: scope, key: key, at: now, in: db) }
+    }
+
+    /// The answer, inside the caller's transaction (the effect's own, when the handler built its answer there).
+    static func record(_ answer: Answer, scope: String, key: String, at now: Date, in db: Connection) throws {
+        try db.run("""
+            INSERT INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (scope, idempotency_key) DO UPDATE SET status = excluded.status, content_type = excluded.content_type, body = excluded.body, sealed = excluded.sealed
+            """, scope, key, answer.method, answer.path, answer.status, answer.contentType, answer.body, now.sqliteMillis, answer.sealed)
     }
 
     func forget(before cutoff: Date) throws -> Int {

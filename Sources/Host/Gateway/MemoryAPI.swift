@@ -1,3 +1,4 @@
+import APIKit
 import Foundation
 import HTTPServer
 import Identity
@@ -90,8 +91,10 @@ struct MemoryAPI: Sendable {
         let agentID = try agentScope(try body.optionalString("agent_id", maxLength: 128)) ?? ""
         let expires = try body.optionalString("expires_at", maxLength: 64).flatMap { $0.isEmpty ? nil : $0 }.map(Self.expiry)
         let source = try body.optionalString("source", maxLength: 40) ?? "manual"
-        let fact = try memory.add(content, subject: caller.subject, source: source, category: category, agentID: agentID, expiresAt: expires)
-        return .json(["fact": Self.json(fact), "id": .string(fact.id), "text": .string(fact.content), "created_at": .timestamp(fact.createdAt)], status: 201)
+        return try memory.database.answer { _ in
+            let fact = try memory.add(content, subject: caller.subject, source: source, category: category, agentID: agentID, expiresAt: expires)
+            return .json(["fact": Self.json(fact), "id": .string(fact.id), "text": .string(fact.content), "created_at": .timestamp(fact.createdAt)], status: 201)
+        }
     }
 
     @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -144,14 +147,18 @@ struct MemoryAPI: Sendable {
         case "none": edit.expiresAt = .some(nil)
         case let text?: edit.expiresAt = .some(try Self.expiry(text))
         }
-        guard let fact = try memory.update(id: request.parameter("id"), subject: caller.subject, edit) else { throw APIError.notFound("Fact not found") }
-        return .json(["fact": Self.json(fact)])
+        return try memory.database.answer { _ in
+            guard let fact = try memory.update(id: request.parameter("id"), subject: caller.subject, edit) else { throw APIError.notFound("Fact not found") }
+            return .json(["fact": Self.json(fact)])
+        }
     }
 
     @Sendable func delete(_ request: HTTPRequest) async throws -> HTTPResponse {
         let caller = try request.caller()
-        guard try memory.delete(id: request.parameter("id"), subject: caller.subject) else { throw APIError.notFound("Fact not found") }
-        return .noContent
+        return try memory.database.answer { _ in
+            guard try memory.delete(id: request.parameter("id"), subject: caller.subject) else { throw APIError.notFound("Fact not found") }
+            return .noContent
+        }
     }
 
     @Sendable func history(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -173,8 +180,11 @@ struct MemoryAPI: Sendable {
         guard ["1", "true", "yes", "on"].contains(request.query["confirm"] ?? "") else {
             throw APIError(status: 400, code: "confirm_required", message: "Purge requires confirm=true", field: "confirm")
         }
-        let removed = try memory.purge(subject: caller.subject, agentID: try agentScope(request.query["agent_id"]))
-        return .json(["ok": true, "removed": .number(Double(removed))])
+        let agentID = try agentScope(request.query["agent_id"])
+        return try memory.database.answer { _ in
+            let removed = try memory.purge(subject: caller.subject, agentID: agentID)
+            return .json(["ok": true, "removed": .number(Double(removed))])
+        }
     }
 
     @Sendable func sync(_ request: HTTPRequest) async throws -> HTTPResponse {
