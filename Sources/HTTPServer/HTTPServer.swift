@@ -30,6 +30,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var acceptsPlainHTTP: Bool = false
     /// How long a new connection on a shared port may stay silent before its first byte; then it is closed.
     public var firstByteTimeoutSeconds: Int = 10
+    /// Where request handlers run: a storage executor's threads keep blocking database work off Swift's
+    /// cooperative pool (nil: the global executor).
+    public var handlerExecutor: (any TaskExecutor)?
 
     public init(host: String = "127.0.0.1", port: UInt16 = 8080, threadPoolSize: Int = 4, maximumBodyBytes: Int = 1 << 20,
                 connectionMemoryBytes: Int = 32 * 1024, connectionLimit: Int = 1024, idleTimeoutSeconds: Int = 60,
@@ -70,7 +73,7 @@ public final class HTTPServer: Sendable {
         let secureModes = configuration.tls == nil ? [false] : configuration.acceptsPlainHTTP ? [true, false] : [true]
         cores = secureModes.map { [receiveDeadlines] secure in
             ServerCore(handler: handler, immediate: immediate, maximumBodyBytes: configuration.maximumBodyBytes,
-                       receiveDeadlines: receiveDeadlines, isSecure: secure)
+                       receiveDeadlines: receiveDeadlines, isSecure: secure, handlerExecutor: configuration.handlerExecutor)
         }
     }
 
@@ -236,9 +239,11 @@ final class ServerCore: Sendable {
     let inFlight = Atomic<Int>(0)
     let receiveDeadlines: ReceiveDeadlines
     let isSecure: Bool
+    let handlerExecutor: (any TaskExecutor)?
 
     init(handler: @escaping @Sendable (HTTPRequest) async -> HTTPResponse, immediate: (@Sendable (HTTPRequest) -> HTTPResponse?)?, maximumBodyBytes: Int,
-         receiveDeadlines: ReceiveDeadlines, isSecure: Bool) {
+         receiveDeadlines: ReceiveDeadlines, isSecure: Bool, handlerExecutor: (any TaskExecutor)?) {
+        self.handlerExecutor = handlerExecutor
         self.handler = handler
         self.immediate = immediate
         self.maximumBodyBytes = maximumBodyBytes
@@ -549,7 +554,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         core.inFlight.add(1, ordering: .relaxed)
         MHD_suspend_connection(connection)
         let connectionAddress = UInt(bitPattern: connection)
-        Task {
+        Task(executorPreference: core.handlerExecutor) {
             let response = await core.handler(request)
             state.lock.withLock { _ in state.phase = .answered(response) }
             MHD_resume_connection(OpaquePointer(bitPattern: connectionAddress))

@@ -9,6 +9,8 @@ public final class DatabasePool: Sendable {
     private let nextReader = Atomic<Int>(0)
     private let committedChanges = Atomic<UInt64>(0)
     private let groupCommitBox = GroupCommitBox()
+    private let storageExecutor = Mutex<StorageExecutor?>(nil)
+    private let storageThreads: Int
     var groupCommit: GroupCommit { groupCommitBox.get(self) }
 
     /// `maximumBytes` caps the file (SQLite's max_page_count): past it writes fail as "disk full", cleanly.
@@ -25,11 +27,39 @@ public final class DatabasePool: Sendable {
             readers.append(GuardedConnection(try Connection(path: path, durability: durability)))
         }
         self.readers = readers
+        storageThreads = readers.count + 1
+    }
+
+    /// The pool's own threads (started on first use): the async accessors run there, and so can whole request
+    /// handlers (`HTTPServerConfiguration.handlerExecutor`), so no cooperative thread waits on SQLite.
+    public var executor: StorageExecutor {
+        storageExecutor.withLock { existing in
+            if let existing { return existing }
+            let created = StorageExecutor(threads: storageThreads)
+            existing = created
+            return created
+        }
+    }
+
+    /// `read` on the pool's own threads.
+    public func asyncRead<T: Sendable>(_ body: @Sendable (Connection) throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(executor) { try self.read(body) }
+    }
+
+    /// `write` on the pool's own threads.
+    public func asyncWrite<T: Sendable>(_ body: @Sendable (Connection) throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(executor) { try self.write(body) }
+    }
+
+    /// `transaction` on the pool's own threads.
+    public func asyncTransaction<T: Sendable>(_ body: @Sendable (Connection) throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(executor) { try self.transaction(body) }
     }
 
     /// Closes every connection once the owner has stopped using the pool (a stopped gateway releases its files
     /// even while something still holds the pool).
     public func close() {
+        storageExecutor.withLock { $0?.stop() }
         writer.with { $0.close() }
         for reader in readers { reader.with { $0.close() } }
     }
@@ -93,12 +123,20 @@ public final class DatabasePool: Sendable {
     /// transaction's own state: a handler reads what it just wrote).
     public func read<T>(_ body: (Connection) throws -> T) throws -> T {
         if let open = OpenTransaction.ofCurrentTask(in: self) { return try body(open.connection) }
+        // A read inside a read of this task and thread uses the reader it already holds: taking a second one could
+        // wait for ever once every reader is held by a thread wanting another.
+        if let held = HeldReader.ofCurrentTask(in: self) { return try body(held.connection) }
+        let holding: (Connection) throws -> T = { db in
+            let held = HeldReader(pool: self, connection: db)
+            defer { held.release() }
+            return try HeldReader.$current.withValue(held) { try body(db) }
+        }
         let start = nextReader.add(1, ordering: .relaxed).oldValue
         // A free reader if there is one; wait on the next in turn only when all are busy.
         for step in 0..<readers.count {
-            if let result = try readers[(start &+ step) % readers.count].withIfFree(body) { return result }
+            if let result = try readers[(start &+ step) % readers.count].withIfFree(holding) { return result }
         }
-        return try readers[start % readers.count].with(body)
+        return try readers[start % readers.count].with(holding)
     }
 
     /// Throws when the database cannot answer a read (the health check's probe).
@@ -162,6 +200,29 @@ final class OpenTransaction: @unchecked Sendable {
         guard let open = current, open.pool == ObjectIdentifier(pool), open.isOpen.load(ordering: .acquiring),
               pthread_equal(open.thread, pthread_self()) != 0 else { return nil }
         return open
+    }
+}
+
+/// The reader connection a task holds inside `read`, for reads nested in it (same rules as `OpenTransaction`).
+final class HeldReader: @unchecked Sendable {
+    @TaskLocal static var current: HeldReader?
+
+    let pool: ObjectIdentifier
+    let connection: Connection
+    private let thread = pthread_self()
+    private let isHeld = Atomic<Bool>(true)
+
+    init(pool: DatabasePool, connection: Connection) {
+        self.pool = ObjectIdentifier(pool)
+        self.connection = connection
+    }
+
+    func release() { isHeld.store(false, ordering: .releasing) }
+
+    static func ofCurrentTask(in pool: DatabasePool) -> HeldReader? {
+        guard let held = current, held.pool == ObjectIdentifier(pool), held.isHeld.load(ordering: .acquiring),
+              pthread_equal(held.thread, pthread_self()) != 0 else { return nil }
+        return held
     }
 }
 

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import HTTPServer
 import Identity
+import SQLite
 import Synchronization
 import Testing
 
@@ -71,6 +72,28 @@ struct HTTPServerTests {
         let (status, text, _) = try await pending.value
         #expect(status == 200)
         #expect(text == #"{"done":true}"#)
+    }
+
+    @Test("handlers run on the given executor's threads, before and after they suspend (a database's own threads, not the cooperative pool)")
+    func handlerExecutor() async throws {
+        let storage = StorageExecutor(threads: 2)
+        defer { storage.stop() }
+        let seen = Mutex<[Bool]>([])
+        let server = HTTPServer(configuration: {
+            var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+            configuration.handlerExecutor = storage
+            return configuration
+        }()) { _ in
+            seen.withLock { $0.append(storage.isCurrent) }
+            try? await Task.sleep(for: .milliseconds(5))
+            seen.withLock { $0.append(storage.isCurrent) }
+            return .json(["ok": true])
+        }
+        try server.start()
+        let (status, _, _) = try await get(server.port, "/anything")
+        await server.stop()
+        #expect(status == 200)
+        #expect(seen.withLock { $0 } == [true, true])
     }
 
     @Test("immediate routes are answered on the server thread; the others still reach their tasks")

@@ -44,6 +44,17 @@ struct SQLiteTests {
         #expect(woken.withLock { $0 } == ["after commit"])
     }
 
+    @Test("the async accessors run on the pool's own threads; a closed pool's threads end")
+    func storageThreads() async throws {
+        let db = try pool()
+        let executor = db.executor
+        #expect(!executor.isCurrent)
+        #expect(try await db.asyncWrite { _ in executor.isCurrent })
+        #expect(try await db.asyncTransaction { db in try db.run("CREATE TABLE t (v INTEGER)"); return executor.isCurrent })
+        #expect(try await db.asyncRead { db in try db.query("SELECT count(*) AS n FROM t").first?.int("n") } == 0)
+        db.close()
+    }
+
     @Test("an answer given with an effect is recorded in the effect's own transaction, and only under a hook")
     func answerWithEffect() async throws {
         let db = try pool()

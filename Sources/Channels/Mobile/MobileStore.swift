@@ -22,6 +22,22 @@ public struct Delivery: Sendable, Equatable {
     /// For the device (or person) the list was read for.
     public var readAt: Date?
 
+    public init(seq: Int64, id: String, destination: Destination, agentID: String, agentName: String, sessionID: String, title: String,
+                body: String, partsJSON: String, metadataJSON: String, createdAt: Date, readAt: Date?) {
+        self.seq = seq
+        self.id = id
+        self.destination = destination
+        self.agentID = agentID
+        self.agentName = agentName
+        self.sessionID = sessionID
+        self.title = title
+        self.body = body
+        self.partsJSON = partsJSON
+        self.metadataJSON = metadataJSON
+        self.createdAt = createdAt
+        self.readAt = readAt
+    }
+
     /// The text of each part (stored as `{"type": "text", "text": …}` objects, as the original app reads them).
     public var parts: [String] { partObjects.compactMap(\.text) }
     /// The parts as the original app's objects.
