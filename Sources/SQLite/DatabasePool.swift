@@ -72,7 +72,7 @@ public final class DatabasePool: Sendable {
     @discardableResult
     /// Serialised access to the writer; wrap several statements in `transaction` to commit them as one.
     public func write<T>(_ body: (Connection) throws -> T) throws -> T {
-        if let open = OpenTransaction.ofCurrentTask(in: self) { return try body(open.connection) }
+        if let open = HeldConnection.usable(HeldConnection.transaction, in: self) { return try body(open.connection) }
         return try writer.with { db in
             let before = db.totalChanges
             // After the body, so after its COMMIT: a reader that sees the new generation sees the new rows.
@@ -86,15 +86,15 @@ public final class DatabasePool: Sendable {
     /// transaction of this pool on the same task and thread, it is a savepoint of that one and commits with it,
     /// so a handler can wrap several stores' work (and its answer) in one transaction.
     public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
-        if let open = OpenTransaction.ofCurrentTask(in: self) { return try open.connection.savepoint(body) }
+        if let open = HeldConnection.usable(HeldConnection.transaction, in: self) { return try open.connection.savepoint(body) }
         let hook = CommitHook.current
-        let open = Mutex<OpenTransaction?>(nil)
+        let open = Mutex<HeldConnection?>(nil)
         let value = try write { db in
             try db.transaction { db in
-                let transaction = OpenTransaction(pool: self, connection: db)
+                let transaction = HeldConnection(pool: self, connection: db)
                 open.withLock { $0 = transaction }
-                defer { transaction.end() }
-                return try OpenTransaction.$current.withValue(transaction) { try CommitHook.withCurrent(hook, in: db, body) }
+                defer { transaction.release() }
+                return try HeldConnection.$transaction.withValue(transaction) { try CommitHook.withCurrent(hook, in: db, body) }
             }
         }
         // Committed: what waited for it (waking a dispatcher that will read the new rows) runs now.
@@ -106,7 +106,7 @@ public final class DatabasePool: Sendable {
     /// outermost COMMIT inside one (and never if it rolls back). Wake-ups use it, so nobody is woken to read rows
     /// that are not there yet.
     public func afterCommit(_ work: @escaping @Sendable () -> Void) {
-        if let open = OpenTransaction.ofCurrentTask(in: self) { open.deferUntilCommit(work) } else { work() }
+        if let open = HeldConnection.usable(HeldConnection.transaction, in: self) { open.deferUntilCommit(work) } else { work() }
     }
 
     /// One transaction whose value is also the call's answer: while an idempotency scope is bound to the task
@@ -122,14 +122,14 @@ public final class DatabasePool: Sendable {
     /// A reader connection; reads see the last committed state (inside this task's open transaction, that
     /// transaction's own state: a handler reads what it just wrote).
     public func read<T>(_ body: (Connection) throws -> T) throws -> T {
-        if let open = OpenTransaction.ofCurrentTask(in: self) { return try body(open.connection) }
+        if let open = HeldConnection.usable(HeldConnection.transaction, in: self) { return try body(open.connection) }
         // A read inside a read of this task and thread uses the reader it already holds: taking a second one could
         // wait for ever once every reader is held by a thread wanting another.
-        if let held = HeldReader.ofCurrentTask(in: self) { return try body(held.connection) }
+        if let held = HeldConnection.usable(HeldConnection.reader, in: self) { return try body(held.connection) }
         let holding: (Connection) throws -> T = { db in
-            let held = HeldReader(pool: self, connection: db)
+            let held = HeldConnection(pool: self, connection: db)
             defer { held.release() }
-            return try HeldReader.$current.withValue(held) { try body(db) }
+            return try HeldConnection.$reader.withValue(held) { try body(db) }
         }
         let start = nextReader.add(1, ordering: .relaxed).oldValue
         // A free reader if there is one; wait on the next in turn only when all are busy.
@@ -172,45 +172,21 @@ public final class DatabasePool: Sendable {
     }
 }
 
-/// The writer transaction a task has open, so a transaction begun inside it nests instead of waiting for the
-/// writer it already holds. Only the thread that opened it, while it is open, may use it: a task spawned inside
-/// inherits the task-local but runs elsewhere, and takes the writer the ordinary way.
-final class OpenTransaction: @unchecked Sendable {
-    @TaskLocal static var current: OpenTransaction?
-
-    let pool: ObjectIdentifier
-    let connection: Connection
-    private let thread = pthread_self()
-    private let isOpen = Atomic<Bool>(true)
-
-    init(pool: DatabasePool, connection: Connection) {
-        self.pool = ObjectIdentifier(pool)
-        self.connection = connection
-    }
-
-    private let afterCommit = Mutex<[@Sendable () -> Void]>([])
-
-    func end() { isOpen.store(false, ordering: .releasing) }
-
-    func deferUntilCommit(_ work: @escaping @Sendable () -> Void) { afterCommit.withLock { $0.append(work) } }
-
-    func takeAfterCommit() -> [@Sendable () -> Void] { afterCommit.withLock { work in defer { work = [] }; return work } }
-
-    static func ofCurrentTask(in pool: DatabasePool) -> OpenTransaction? {
-        guard let open = current, open.pool == ObjectIdentifier(pool), open.isOpen.load(ordering: .acquiring),
-              pthread_equal(open.thread, pthread_self()) != 0 else { return nil }
-        return open
-    }
-}
-
-/// The reader connection a task holds inside `read`, for reads nested in it (same rules as `OpenTransaction`).
-final class HeldReader: @unchecked Sendable {
-    @TaskLocal static var current: HeldReader?
+/// A connection a task holds (its open writer transaction, or the reader of a `read`), so work nested in it uses
+/// that connection instead of waiting for one it already holds. Only the thread that took it, while it is held,
+/// may use it: a task spawned inside inherits the task-local but runs elsewhere, and takes a connection the
+/// ordinary way.
+final class HeldConnection: @unchecked Sendable {
+    /// The writer, inside `transaction`.
+    @TaskLocal static var transaction: HeldConnection?
+    /// A reader, inside `read`.
+    @TaskLocal static var reader: HeldConnection?
 
     let pool: ObjectIdentifier
     let connection: Connection
     private let thread = pthread_self()
     private let isHeld = Atomic<Bool>(true)
+    private let afterCommit = Mutex<[@Sendable () -> Void]>([])
 
     init(pool: DatabasePool, connection: Connection) {
         self.pool = ObjectIdentifier(pool)
@@ -219,8 +195,13 @@ final class HeldReader: @unchecked Sendable {
 
     func release() { isHeld.store(false, ordering: .releasing) }
 
-    static func ofCurrentTask(in pool: DatabasePool) -> HeldReader? {
-        guard let held = current, held.pool == ObjectIdentifier(pool), held.isHeld.load(ordering: .acquiring),
+    func deferUntilCommit(_ work: @escaping @Sendable () -> Void) { afterCommit.withLock { $0.append(work) } }
+
+    func takeAfterCommit() -> [@Sendable () -> Void] { afterCommit.withLock { work in defer { work = [] }; return work } }
+
+    /// `held` when it is this pool's and this thread's, still held.
+    static func usable(_ held: HeldConnection?, in pool: DatabasePool) -> HeldConnection? {
+        guard let held, held.pool == ObjectIdentifier(pool), held.isHeld.load(ordering: .acquiring),
               pthread_equal(held.thread, pthread_self()) != 0 else { return nil }
         return held
     }

@@ -297,7 +297,7 @@ public final class Gateway: Sendable {
         carriageBox.set(carriage)
         if let lanHost = options.lanHost, let identity {
             let door = Responder(router: routerCopy, middleware: requestLog + [LANDoorMiddleware(router: routerCopy), idempotent])
-            var doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
+            let doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                             tls: (identity.keyPEM, identity.certificatePEM))
             lanServer = door.server(doorConfiguration)
         } else {
