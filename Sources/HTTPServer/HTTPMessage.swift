@@ -33,8 +33,9 @@ public struct HTTPRequest: Sendable {
 
     public func header(_ name: String) -> String? { headers[name.lowercased()] }
 
-    /// The authenticated caller; routes with `Access.role` always have one.
-    public func caller() throws(APIError) -> Principal {
+    /// The authenticated caller; routes with `Access.role` always have one, and hand it to their handlers
+    /// (`AuthenticatedRouteHandler`), so no handler reads it as an optional.
+    func caller() throws(APIError) -> Principal {
         guard let principal else { throw APIError.unauthorized("an API key is required (Authorization: Bearer <key>)") }
         return principal
     }

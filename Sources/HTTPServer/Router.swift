@@ -4,6 +4,9 @@ import Identity
 public typealias RouteHandler = @Sendable (HTTPRequest) async throws -> HTTPResponse
 /// A handler that answers at once: a short local read that never waits on a person, a timer or the network.
 public typealias ImmediateRouteHandler = @Sendable (HTTPRequest) throws -> HTTPResponse
+/// A handler of a route that needs a role: the router has authenticated its caller, who is given, never optional.
+public typealias AuthenticatedRouteHandler = @Sendable (HTTPRequest, Principal) async throws -> HTTPResponse
+public typealias AuthenticatedImmediateRouteHandler = @Sendable (HTTPRequest, Principal) throws -> HTTPResponse
 
 /// One entry of the route table: method, pattern (`/api/v1/mobile/devices/:id`), who may call it.
 public struct Route: Sendable {
@@ -29,6 +32,17 @@ public struct Route: Sendable {
 
     public init(_ method: HTTPMethod, _ pattern: String, access: Access, summary: String = "", handler: @escaping RouteHandler) {
         self.init(method, pattern, access: access, summary: summary, work: .async(handler))
+    }
+
+    /// A route for callers with at least `role`; the handler gets the authenticated caller.
+    public init(_ method: HTTPMethod, _ pattern: String, role: Role, summary: String = "", handler: @escaping AuthenticatedRouteHandler) {
+        self.init(method, pattern, access: .role(role), summary: summary, work: .async({ request in try await handler(request, try request.caller()) }))
+    }
+
+    /// `answeredAtOnce` for callers with at least `role`; the handler gets the authenticated caller.
+    public static func answeredAtOnce(_ method: HTTPMethod, _ pattern: String, role: Role, summary: String = "",
+                                      handler: @escaping AuthenticatedImmediateRouteHandler) -> Route {
+        Route(method, pattern, access: .role(role), summary: summary, work: .immediate({ request in try handler(request, try request.caller()) }))
     }
 
     /// A route for a quick read, answered on the server thread (the hottest reads: the inbox). A named factory, not

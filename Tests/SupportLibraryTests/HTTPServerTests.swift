@@ -104,8 +104,8 @@ struct HTTPServerTests {
             keyChecks.add(1, ordering: .relaxed)
             return token == "good" ? Principal(keyID: "k", subject: "owner", role: .viewer) : nil
         })
-        router.add(Route.answeredAtOnce(.GET, "/quick/:name", access: .role(.viewer), handler: { request in
-            .json(["name": .string(request.parameter("name")), "who": .string(try request.caller().subject)])
+        router.add(Route.answeredAtOnce(.GET, "/quick/:name", role: .viewer, handler: { request, caller in
+            .json(["name": .string(request.parameter("name")), "who": .string(caller.subject)])
         }))
         router.add(Route.answeredAtOnce(.GET, "/admin-only", access: .role(.admin), handler: { _ in .noContent }))
         router.add(.POST, "/quick/:name", access: .open) { _ in
@@ -113,7 +113,7 @@ struct HTTPServerTests {
             asyncCalls.leave()
             return .json(["async": true])
         }
-        router.add(.GET, "/slow-read", access: .role(.viewer)) { request in .json(["who": .string(try request.caller().subject)]) }
+        router.add(Route(.GET, "/slow-read", role: .viewer) { _, caller in .json(["who": .string(caller.subject)]) })
         let frozen = router
         let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2),
                                 immediate: { frozen.handleImmediately($0) }) { request in

@@ -32,10 +32,10 @@ struct MiddlewareTests {
     func responder(_ trail: Trail) -> Responder {
         var router = Router(authenticator: { $0 == "good" ? Principal(keyID: "k", subject: "owner", role: .admin) : nil })
         router.add(Route.answeredAtOnce(.GET, "/quick", access: .open, handler: { _ in HTTPResponse(status: 200, headers: [], body: Array("quick".utf8)) }))
-        router.add(Route(.POST, "/items/:id", access: .role(.operator), handler: { request in
+        router.add(Route(.POST, "/items/:id", role: .operator, handler: { request, caller in
             await Task.yield()
             trail.add("route \(request.parameter("id"))")
-            return HTTPResponse(status: 201, headers: [], body: Array((try request.caller().subject).utf8))
+            return HTTPResponse(status: 201, headers: [], body: Array(caller.subject.utf8))
         }))
         return Responder(router: router, middleware: [Tracing(name: "outer", trail: trail), Tracing(name: "inner", trail: trail)])
     }

@@ -20,9 +20,9 @@ public struct DeviceCommandsAPI: Sendable {
 
     public var routes: [Route] {
         [
-            Route(.POST, "/api/v1/mobile/invoke", access: .role(.operator), summary: "The mobile.invoke tool: send a device command (canvas.present)", handler: invoke),
-            Route(.GET, "/api/v1/mobile/commands", access: .role(.viewer), summary: "Commands waiting for this phone", handler: pending),
-            Route(.POST, "/api/v1/mobile/commands/:id/result", access: .role(.viewer), summary: "The phone's answer to a command", handler: result),
+            Route(.POST, "/api/v1/mobile/invoke", role: .operator, summary: "The mobile.invoke tool: send a device command (canvas.present)", handler: invoke),
+            Route(.GET, "/api/v1/mobile/commands", role: .viewer, summary: "Commands waiting for this phone", handler: pending),
+            Route(.POST, "/api/v1/mobile/commands/:id/result", role: .viewer, summary: "The phone's answer to a command", handler: result),
         ]
     }
 
@@ -32,8 +32,7 @@ public struct DeviceCommandsAPI: Sendable {
          "state": .string(c.status), "waits_for_submit": .bool((try? CanvasCard(c.params))?.waitsForSubmit ?? false), "expires_at": .timestamp(c.expiresAt)]
     }
 
-    @Sendable func invoke(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func invoke(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let command = try body.string("command")
         guard command == "canvas.present" else {
@@ -71,16 +70,14 @@ public struct DeviceCommandsAPI: Sendable {
         }
     }
 
-    @Sendable func pending(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func pending(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let device = try store.ownedDevice(request.query["device_id"], subject: caller.subject)
         guard try nodes.node(deviceID: device.id, subject: caller.subject) != nil else { return .json(["commands": []]) }
         return .json(["commands": .array(try nodes.pending(deviceID: device.id, subject: caller.subject).map(Self.json))])
     }
 
     /// The answer claims the command and settles it as completed, in one step of the node protocol's rules.
-    @Sendable func result(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
         return try store.database.answer { _ in

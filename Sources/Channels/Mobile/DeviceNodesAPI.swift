@@ -16,13 +16,13 @@ public struct DeviceNodesAPI: Sendable {
 
     public var routes: [Route] {
         [
-            Route(.POST, "/api/v1/mobile/nodes/register", access: .role(.viewer), summary: "Register this phone as a node with the commands it has switched on", handler: register),
-            Route(.GET, "/api/v1/mobile/nodes", access: .role(.viewer), summary: "Your nodes and the supported commands", handler: list),
-            Route(.GET, "/api/v1/mobile/nodes/:device/commands", access: .role(.viewer), summary: "Queued commands for a node (polling changes nothing)", handler: pending),
-            Route(.POST, "/api/v1/mobile/nodes/:device/commands", access: .role(.viewer), summary: "Queue a command for a node (Idempotency-Key is its id)", handler: enqueue),
-            Route(.GET, "/api/v1/mobile/nodes/:device/commands/:id", access: .role(.viewer), summary: "One node command", handler: get),
-            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/claim", access: .role(.viewer), summary: "Claim a queued command (exactly one claim wins)", handler: claim),
-            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/result", access: .role(.viewer), summary: "A claimed command's outcome", handler: result),
+            Route(.POST, "/api/v1/mobile/nodes/register", role: .viewer, summary: "Register this phone as a node with the commands it has switched on", handler: register),
+            Route(.GET, "/api/v1/mobile/nodes", role: .viewer, summary: "Your nodes and the supported commands", handler: list),
+            Route(.GET, "/api/v1/mobile/nodes/:device/commands", role: .viewer, summary: "Queued commands for a node (polling changes nothing)", handler: pending),
+            Route(.POST, "/api/v1/mobile/nodes/:device/commands", role: .viewer, summary: "Queue a command for a node (Idempotency-Key is its id)", handler: enqueue),
+            Route(.GET, "/api/v1/mobile/nodes/:device/commands/:id", role: .viewer, summary: "One node command", handler: get),
+            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/claim", role: .viewer, summary: "Claim a queued command (exactly one claim wins)", handler: claim),
+            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/result", role: .viewer, summary: "A claimed command's outcome", handler: result),
         ]
     }
 
@@ -32,8 +32,7 @@ public struct DeviceNodesAPI: Sendable {
         return value
     }
 
-    @Sendable func register(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func register(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         guard request.body.count <= 16384 else { throw NodeError.invalid("a node registration is at most 16384 bytes", field: nil) }
         let body: JSONObject
         do { body = try JSONObject(body: request.body) } catch { throw APIError(status: 400, code: "invalid_json", message: "invalid node registration") }
@@ -66,19 +65,16 @@ public struct DeviceNodesAPI: Sendable {
         }
     }
 
-    @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func list(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         return .json(["nodes": .array(try nodes.nodes(subject: caller.subject).map(DeviceNodes.json)),
                       "supported_commands": .array(DeviceNodes.commands.map(JSONValue.string))])
     }
 
-    @Sendable func pending(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func pending(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         return .json(["commands": .array(try nodes.pending(deviceID: request.parameter("device"), subject: caller.subject).map(DeviceNodes.json))])
     }
 
-    @Sendable func enqueue(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func enqueue(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let command = try body.string("command", maxLength: 64)
         let params = body.fields["params"].flatMap { $0 == .null ? nil : $0 } ?? .object([:])
@@ -96,20 +92,17 @@ public struct DeviceNodesAPI: Sendable {
         }
     }
 
-    @Sendable func get(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func get(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         return .json(DeviceNodes.json(try nodes.command(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
     }
 
-    @Sendable func claim(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func claim(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         return try nodes.store.database.answer { _ in
             .json(DeviceNodes.json(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
         }
     }
 
-    @Sendable func result(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let status = try body.string("status", maxLength: 16)
         let error = try body.optionalString("error")

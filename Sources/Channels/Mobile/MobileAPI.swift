@@ -23,19 +23,18 @@ public struct MobileAPI: Sendable {
 
     public var routes: [Route] {
         [
-            Route(.POST, "/api/v1/mobile/devices", access: .role(.viewer), summary: "Register or update this phone", handler: registerDevice),
-            Route(.GET, "/api/v1/mobile/devices", access: .role(.viewer), summary: "The caller's registered phones", handler: listDevices),
-            Route(.DELETE, "/api/v1/mobile/devices/:id", access: .role(.viewer), summary: "Remove one of the caller's phones", handler: deleteDevice),
-            Route.answeredAtOnce(.GET, "/api/v1/mobile/deliveries", access: .role(.viewer), summary: "The caller's inbox, newest first", handler: listDeliveries),
-            Route.answeredAtOnce(.GET, "/api/v1/mobile/deliveries/:id", access: .role(.viewer), summary: "One inbox line with its full content", handler: getDelivery),
-            Route(.POST, "/api/v1/mobile/deliveries/:id/read", access: .role(.viewer), summary: "Mark a line read on one phone", handler: markRead),
+            Route(.POST, "/api/v1/mobile/devices", role: .viewer, summary: "Register or update this phone", handler: registerDevice),
+            Route(.GET, "/api/v1/mobile/devices", role: .viewer, summary: "The caller's registered phones", handler: listDevices),
+            Route(.DELETE, "/api/v1/mobile/devices/:id", role: .viewer, summary: "Remove one of the caller's phones", handler: deleteDevice),
+            Route.answeredAtOnce(.GET, "/api/v1/mobile/deliveries", role: .viewer, summary: "The caller's inbox, newest first", handler: listDeliveries),
+            Route.answeredAtOnce(.GET, "/api/v1/mobile/deliveries/:id", role: .viewer, summary: "One inbox line with its full content", handler: getDelivery),
+            Route(.POST, "/api/v1/mobile/deliveries/:id/read", role: .viewer, summary: "Mark a line read on one phone", handler: markRead),
             Route(.POST, "/api/v1/channels/mobile/test", access: .role(.admin), summary: "Send a test line through the mobile channel", handler: sendTest),
-            Route(.POST, "/api/v1/mobile/activities", access: .role(.viewer), summary: "Report a Live Activity's update token", handler: registerActivity),
+            Route(.POST, "/api/v1/mobile/activities", role: .viewer, summary: "Report a Live Activity's update token", handler: registerActivity),
         ]
     }
 
-    @Sendable func registerDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func registerDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let registration = try DeviceRegistration(json: JSONObject(body: request.body))
         return try store.database.answer { _ in
             let created: Bool
@@ -49,14 +48,12 @@ public struct MobileAPI: Sendable {
         }
     }
 
-    @Sendable func listDevices(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func listDevices(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let devices = try store.devices(subject: caller.subject).map(Self.json)
         return .json(.object(["devices": .array(devices)]))
     }
 
-    @Sendable func deleteDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func deleteDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         // 204 always, as the original: an unknown or foreign id deletes nothing and says nothing about who has it.
         return try store.database.answer { _ in
             _ = try store.deleteDevice(id: request.parameter("id"), subject: caller.subject)
@@ -70,8 +67,7 @@ public struct MobileAPI: Sendable {
         return id
     }
 
-    @Sendable func listDeliveries(_ request: HTTPRequest) throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func listDeliveries(_ request: HTTPRequest, caller: Principal) throws -> HTTPResponse {
         // As the original: a limit that is not a number from 1 to 200 means the default 100 (never an error).
         var limit = Self.defaultPageSize
         if let text = request.query["limit"], let n = Int(text), (1...Self.maximumPageSize).contains(n) { limit = n }
@@ -107,8 +103,7 @@ public struct MobileAPI: Sendable {
         return out.bytes
     }
 
-    @Sendable func getDelivery(_ request: HTTPRequest) throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func getDelivery(_ request: HTTPRequest, caller: Principal) throws -> HTTPResponse {
         // As the original: one line is always read as one phone sees it (its read_at is that phone's receipt).
         guard let named = request.query["device_id"].map(SchemaWhitespace.trim), !named.isEmpty else { throw APIError.missingField("device_id") }
         let deviceID = try ownDevice(named, caller: caller)
@@ -129,8 +124,7 @@ public struct MobileAPI: Sendable {
         return .json(.object(body))
     }
 
-    @Sendable func markRead(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func markRead(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body, allowEmpty: true)
         guard let deviceID = try ownDevice(try body.optionalString("device_id") ?? request.query["device_id"], caller: caller) else {
             throw APIError.missingField("device_id")
@@ -162,8 +156,7 @@ public struct MobileAPI: Sendable {
         ]), status: 201)
     }
 
-    @Sendable func registerActivity(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func registerActivity(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         // As the original: every field trimmed; the three names required together; the token lower-cased.
         let deviceID = SchemaWhitespace.trim(try body.optionalString("device_id", maxLength: DeviceRegistration.maximumIDLength) ?? "")

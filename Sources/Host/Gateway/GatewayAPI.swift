@@ -26,13 +26,13 @@ struct GatewayAPI: Sendable {
             Route(.GET, "/health", access: .open, summary: "Liveness and version", handler: health),
             Route(.GET, "/ping", access: .open, summary: "Reachability, as the original's pin probe reads it", handler: ping),
             Route(.GET, "/api/v1/health", access: .role(.viewer), summary: "Health with dependencies (the original's shape)", handler: apiHealth),
-            Route(.GET, "/api/v1/mobile/status", access: .role(.viewer), summary: "Is the phone set up: devices, wake-ups, agents that deliver", handler: mobileStatus),
+            Route(.GET, "/api/v1/mobile/status", role: .viewer, summary: "Is the phone set up: devices, wake-ups, agents that deliver", handler: mobileStatus),
             Route(.GET, "/api/v1/agents", access: .role(.viewer), summary: "Enabled agents as the original lists them (System hidden)", handler: listAgents),
-            Route(.POST, "/api/v1/agents/:id/run", access: .role(.operator), summary: "Run an agent now", handler: runAgent),
-            Route(.POST, "/api/v1/agents/:id/trigger", access: .role(.operator), summary: "Run an agent now and answer with its result (the original's synchronous trigger)", handler: triggerAgent),
-            Route(.GET, "/api/v1/runs/:id", access: .role(.viewer), summary: "A run's status", handler: getRun),
-            Route(.POST, "/api/v1/runs/:id/events", access: .role(.operator), summary: "A running command reports progress (a tool call)", handler: runEvent),
-            Route(.POST, "/admin/api-keys", access: .role(.admin), summary: "Mint an API key", handler: createKey),
+            Route(.POST, "/api/v1/agents/:id/run", role: .operator, summary: "Run an agent now", handler: runAgent),
+            Route(.POST, "/api/v1/agents/:id/trigger", role: .operator, summary: "Run an agent now and answer with its result (the original's synchronous trigger)", handler: triggerAgent),
+            Route(.GET, "/api/v1/runs/:id", role: .viewer, summary: "A run's status", handler: getRun),
+            Route(.POST, "/api/v1/runs/:id/events", role: .operator, summary: "A running command reports progress (a tool call)", handler: runEvent),
+            Route(.POST, "/admin/api-keys", role: .admin, summary: "Mint an API key", handler: createKey),
             Route(.GET, "/admin/api-keys", access: .role(.admin), summary: "List API keys (never their secrets)", handler: listKeys),
             Route(.DELETE, "/admin/api-keys/:id", access: .role(.admin), summary: "Revoke an API key", handler: revokeKey),
         ]
@@ -61,8 +61,7 @@ struct GatewayAPI: Sendable {
     }
 
     /// The companion's readiness, in the original's shape: each check ok, warn or fail, with what to do next.
-    @Sendable func mobileStatus(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func mobileStatus(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let devices = try mobile.devices(subject: caller.subject)
         let notified = devices.filter { $0.wakeTarget != nil }
         let delivering = catalog.current.visibleAgents.filter { $0.isOn && $0.schedule?.output?.channel == "mobile" }
@@ -145,8 +144,7 @@ struct GatewayAPI: Sendable {
     }
 
     /// The original's `POST /agents/:id/trigger`: runs now, waits, answers `{result, delivered}`.
-    @Sendable func triggerAgent(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func triggerAgent(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let agentID = request.parameter("id")
         guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
             throw APIError.notFound("agent not found")
@@ -157,8 +155,7 @@ struct GatewayAPI: Sendable {
                       "session_id": .string(record.sessionID)])
     }
 
-    @Sendable func runAgent(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func runAgent(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body, allowEmpty: true)
         let input = try body.optionalString("input", maxLength: 100_000) ?? ""
         let agentID = request.parameter("id")
@@ -192,8 +189,7 @@ struct GatewayAPI: Sendable {
         }
     }
 
-    @Sendable func getRun(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func getRun(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let id = request.parameter("id")
         let wait = try request.queryFlag("wait")
         // A run is its person's, like their inbox: another key (even an admin's) learns nothing, not even that it exists.
@@ -212,8 +208,7 @@ struct GatewayAPI: Sendable {
         ]))
     }
 
-    @Sendable func runEvent(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func runEvent(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let runID = request.parameter("id")
         guard let run = await runs.activityRun(runID: runID), run.subject == caller.subject,
               !caller.keyID.hasPrefix("run:") || caller.keyID == "run:\(runID)" else {
@@ -238,8 +233,7 @@ struct GatewayAPI: Sendable {
         ])
     }
 
-    @Sendable func createKey(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func createKey(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let name = try body.string("name", maxLength: 200)
         guard !name.trimmingCharacters(in: .whitespaces).isEmpty else { throw APIError.invalidField("name", "must not be empty") }

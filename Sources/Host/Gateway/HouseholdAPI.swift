@@ -37,7 +37,7 @@ struct HouseholdAPI: Sendable {
         var routes: [Route] = []
         for prefix in ["/api/v1", ""] {
             // The watch and Shortcuts call the short paths; the app calls /api/v1.
-            routes.append(Route(.POST, "\(prefix)/pairing/tokens", access: .role(.viewer), summary: "Create a pairing code (for yourself, or as admin for someone)", handler: createCode))
+            routes.append(Route(.POST, "\(prefix)/pairing/tokens", role: .viewer, summary: "Create a pairing code (for yourself, or as admin for someone)", handler: createCode))
             routes.append(Route(.POST, "\(prefix)/pairing/redeem", access: .open, summary: "Redeem a pairing code for a managed key", handler: redeem))
         }
         routes.append(Route(.GET, "/api/v1/pairing/members", access: .role(.admin), summary: "Everyone with a paired phone", handler: members))
@@ -47,8 +47,7 @@ struct HouseholdAPI: Sendable {
 
     /// The original's `POST /pairing/tokens`: no body pairs the caller's own device (a viewer's as a viewer, anyone
     /// else's as an operator); `name` (admins only) pairs someone else, as operator unless `role` says viewer.
-    @Sendable func createCode(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func createCode(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body, allowEmpty: true)
         return try household.database.answer { _ in
             let offer: PairingOffer
@@ -194,15 +193,15 @@ struct ApprovalsAPI: Sendable {
 
     var routes: [Route] {
         var routes = [
-            Route(.POST, "/api/v1/approvals", access: .role(.operator), summary: "Ask for approval of a tool call and wait for the decision", handler: ask),
-            Route(.GET, "/api/v1/approvals/:id", access: .role(.viewer), summary: "One approval with its arguments", handler: get),
+            Route(.POST, "/api/v1/approvals", role: .operator, summary: "Ask for approval of a tool call and wait for the decision", handler: ask),
+            Route(.GET, "/api/v1/approvals/:id", role: .viewer, summary: "One approval with its arguments", handler: get),
         ]
-        routes.append(Route(.POST, "/api/v1/chat/confirm", access: .role(.viewer), summary: "Decide a chat stream's tool_confirm (the same broker)", handler: confirm))
+        routes.append(Route(.POST, "/api/v1/chat/confirm", role: .viewer, summary: "Decide a chat stream's tool_confirm (the same broker)", handler: confirm))
         for prefix in ["/api/v1", ""] {
-            routes.append(Route(.GET, "\(prefix)/approvals", access: .role(.viewer), summary: "Your pending approvals", handler: list))
+            routes.append(Route(.GET, "\(prefix)/approvals", role: .viewer, summary: "Your pending approvals", handler: list))
             // A viewer decides from the lock screen as the original allows (chat:chat): deciding is their own approvals only.
-            routes.append(Route(.POST, "\(prefix)/approvals/:id/approve", access: .role(.viewer), summary: "Approve (idempotent)", handler: approve))
-            routes.append(Route(.POST, "\(prefix)/approvals/:id/deny", access: .role(.viewer), summary: "Deny (idempotent)", handler: deny))
+            routes.append(Route(.POST, "\(prefix)/approvals/:id/approve", role: .viewer, summary: "Approve (idempotent)", handler: approve))
+            routes.append(Route(.POST, "\(prefix)/approvals/:id/deny", role: .viewer, summary: "Deny (idempotent)", handler: deny))
         }
         return routes
     }
@@ -224,8 +223,7 @@ struct ApprovalsAPI: Sendable {
         return .object(object)
     }
 
-    @Sendable func ask(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func ask(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let agentID = try body.string("agent_id", maxLength: 64)
         // An unknown agent is a missing resource, as in the original (404 "agent not found").
@@ -278,14 +276,12 @@ struct ApprovalsAPI: Sendable {
         return .json(["call_id": .string(asked.callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
     }
 
-    @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func list(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let all = try request.queryChoice("state", among: ["pending", "all"], fallback: "pending") == "all"
         return .json(["approvals": .array(try broker.approvals(subject: caller.subject, all: all).map { Self.json($0) })])
     }
 
-    @Sendable func get(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func get(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let wait = try request.queryFlag("wait")
         guard var approval = try broker.approval(callID: request.parameter("id")), approval.subject == caller.subject else {
             throw APIError.notFound(ApprovalError.notFound(request.parameter("id")).description)
@@ -300,8 +296,7 @@ struct ApprovalsAPI: Sendable {
     }
 
     /// The original's `/chat/confirm {call_id, approved}`: one decision on the shared broker, `{"ok": true}`.
-    @Sendable func confirm(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func confirm(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let callID = try body.string("call_id", maxLength: 200)
         guard let approved = try body.optionalBool("approved") else { throw APIError.missingField("approved") }
@@ -315,11 +310,10 @@ struct ApprovalsAPI: Sendable {
         }
     }
 
-    @Sendable func approve(_ request: HTTPRequest) async throws -> HTTPResponse { try await decide(request, approve: true) }
-    @Sendable func deny(_ request: HTTPRequest) async throws -> HTTPResponse { try await decide(request, approve: false) }
+    @Sendable func approve(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse { try decide(request, caller: caller, approve: true) }
+    @Sendable func deny(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse { try decide(request, caller: caller, approve: false) }
 
-    func decide(_ request: HTTPRequest, approve: Bool) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    func decide(_ request: HTTPRequest, caller: Principal, approve: Bool) throws -> HTTPResponse {
         do {
             return try broker.store.database.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
@@ -348,11 +342,11 @@ struct AssistantAPI: Sendable {
 
     var routes: [Route] {
         [
-            Route(.POST, "/api/v1/chat", access: .role(.viewer), summary: "Ask an agent and get its reply", handler: chat),
-            Route(.POST, "/api/v1/chat/stream", access: .role(.viewer), summary: "Ask an agent; the reply streams as server-sent events", handler: chatStream),
-            Route(.GET, "/api/v1/chat/stream", access: .role(.viewer), summary: "The same stream, asked with query parameters", handler: chatStream),
-            Route(.POST, "/api/v1/chat/cancel", access: .role(.viewer), summary: "Stop one of your runs (its run id, or a chat's session id)", handler: cancel),
-            Route(.POST, "/chat", access: .role(.viewer), summary: "Ask an agent (watch voice mode)", handler: chat),
+            Route(.POST, "/api/v1/chat", role: .viewer, summary: "Ask an agent and get its reply", handler: chat),
+            Route(.POST, "/api/v1/chat/stream", role: .viewer, summary: "Ask an agent; the reply streams as server-sent events", handler: chatStream),
+            Route(.GET, "/api/v1/chat/stream", role: .viewer, summary: "The same stream, asked with query parameters", handler: chatStream),
+            Route(.POST, "/api/v1/chat/cancel", role: .viewer, summary: "Stop one of your runs (its run id, or a chat's session id)", handler: cancel),
+            Route(.POST, "/chat", role: .viewer, summary: "Ask an agent (watch voice mode)", handler: chat),
             Route(.GET, "/agents", access: .role(.viewer), summary: "Agents (watch)", handler: agents),
         ]
     }
@@ -391,8 +385,7 @@ struct AssistantAPI: Sendable {
         return ChatRequest(agentID: agentID, text: text, sessionID: sessionID, voice: mode == "voice")
     }
 
-    @Sendable func chat(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func chat(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let ask = try chatRequest(request)
         let history = sessions.history(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID)
         let record = try await runs.runToEnd(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject,
@@ -416,8 +409,7 @@ struct AssistantAPI: Sendable {
 
     /// `/chat/stream`: `event: run` first, the reply's pieces as `data:` frames (whole at the end for an agent that does
     /// not stream), `event: tool_confirm` while a tool waits for a decision, `event: error` or `data: [DONE]` last.
-    @Sendable func chatStream(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func chatStream(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let ask = try chatRequest(request)
         let stream = ResponseStream()
         let streamed = Mutex(false)
@@ -458,8 +450,7 @@ struct AssistantAPI: Sendable {
     }
 
     /// The original's `/chat/cancel {run_id}`; for `/chat` the id may be the session id.
-    @Sendable func cancel(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func cancel(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let id = try body.string("run_id", maxLength: 200)
         guard let cancelled = await runs.cancel(id, subject: caller.subject) else {

@@ -12,15 +12,15 @@ struct MemoryAPI: Sendable {
     var routes: [Route] {
         // The literal paths come before `/:id`, which would otherwise take them.
         [
-            Route(.GET, "/api/v1/memory/facts/status", access: .role(.viewer), summary: "Memory status and counts", handler: status),
-            Route(.GET, "/api/v1/memory/facts/export", access: .role(.viewer), summary: "Export your facts as a JSON file", handler: export),
-            Route(.GET, "/api/v1/memory/facts/sync", access: .role(.viewer), summary: "Changes since a cursor, for the phone's copy", handler: sync),
-            Route(.POST, "/api/v1/memory/facts", access: .role(.operator), summary: "Remember a fact (yours only)", handler: add),
-            Route(.GET, "/api/v1/memory/facts", access: .role(.viewer), summary: "Your remembered facts", handler: list),
-            Route(.DELETE, "/api/v1/memory/facts", access: .role(.operator), summary: "Forget all your facts (confirm=true)", handler: purge),
-            Route(.PATCH, "/api/v1/memory/facts/:id", access: .role(.operator), summary: "Edit one of your facts", handler: edit),
-            Route(.DELETE, "/api/v1/memory/facts/:id", access: .role(.operator), summary: "Forget one of your facts", handler: delete),
-            Route(.GET, "/api/v1/memory/facts/:id/history", access: .role(.viewer), summary: "How one of your facts changed", handler: history),
+            Route(.GET, "/api/v1/memory/facts/status", role: .viewer, summary: "Memory status and counts", handler: status),
+            Route(.GET, "/api/v1/memory/facts/export", role: .viewer, summary: "Export your facts as a JSON file", handler: export),
+            Route(.GET, "/api/v1/memory/facts/sync", role: .viewer, summary: "Changes since a cursor, for the phone's copy", handler: sync),
+            Route(.POST, "/api/v1/memory/facts", role: .operator, summary: "Remember a fact (yours only)", handler: add),
+            Route(.GET, "/api/v1/memory/facts", role: .viewer, summary: "Your remembered facts", handler: list),
+            Route(.DELETE, "/api/v1/memory/facts", role: .operator, summary: "Forget all your facts (confirm=true)", handler: purge),
+            Route(.PATCH, "/api/v1/memory/facts/:id", role: .operator, summary: "Edit one of your facts", handler: edit),
+            Route(.DELETE, "/api/v1/memory/facts/:id", role: .operator, summary: "Forget one of your facts", handler: delete),
+            Route(.GET, "/api/v1/memory/facts/:id/history", role: .viewer, summary: "How one of your facts changed", handler: history),
         ]
     }
 
@@ -81,8 +81,7 @@ struct MemoryAPI: Sendable {
         throw APIError.invalidField("expires_at", "must be a date (YYYY-MM-DD) or an RFC 3339 time")
     }
 
-    @Sendable func add(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func add(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         // `content` as the original; `text` is this gateway's older name.
         let field = body.fields["content"] != nil || body.fields["text"] == nil ? "content" : "text"
@@ -97,8 +96,7 @@ struct MemoryAPI: Sendable {
         }
     }
 
-    @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func list(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let owner = try owner(request, caller)
         let status = try request.queryChoice("status", among: ["active", "superseded", "retracted"], fallback: "active")
         let agentID = try agentScope(request.query["agent_id"])
@@ -135,8 +133,7 @@ struct MemoryAPI: Sendable {
         return n > 0 ? min(n, maximum) : fallback
     }
 
-    @Sendable func edit(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func edit(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         var edit = MemoryFactStore.Edit()
         if let content = try body.optionalString("content") { edit.content = try Self.content(content) }
@@ -153,16 +150,14 @@ struct MemoryAPI: Sendable {
         }
     }
 
-    @Sendable func delete(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func delete(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         return try memory.database.answer { _ in
             guard try memory.delete(id: request.parameter("id"), subject: caller.subject) else { throw APIError.notFound("Fact not found") }
             return .noContent
         }
     }
 
-    @Sendable func history(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func history(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let events = try memory.history(id: request.parameter("id"), subject: caller.subject)
         guard !events.isEmpty else { throw APIError.notFound("Fact not found") }
         let json: [JSONValue] = events.map { event in
@@ -175,8 +170,7 @@ struct MemoryAPI: Sendable {
         return response
     }
 
-    @Sendable func purge(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func purge(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         guard ["1", "true", "yes", "on"].contains(request.query["confirm"] ?? "") else {
             throw APIError(status: 400, code: "confirm_required", message: "Purge requires confirm=true", field: "confirm")
         }
@@ -187,8 +181,7 @@ struct MemoryAPI: Sendable {
         }
     }
 
-    @Sendable func sync(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func sync(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let since: Int64
         if let text = request.query["since"], !text.isEmpty {
             guard let n = Int64(text), n >= 0 else { throw APIError.invalidField("since", "must be a cursor (a whole number from 0)") }
@@ -210,8 +203,7 @@ struct MemoryAPI: Sendable {
         return response
     }
 
-    @Sendable func status(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func status(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let counts = try memory.counts(subject: caller.subject)
         return .json(["enabled": true, "provider": .string(Self.provider), "max_prompt_facts": .number(Double(MemoryFactStore.promptFacts)),
                       "prompt_token_budget": 50, "model_provider": "", "model": "", "graph_enabled": false,
@@ -220,8 +212,7 @@ struct MemoryAPI: Sendable {
                       "retracted": .number(Double(counts["retracted"] ?? 0)), "relations": 0])
     }
 
-    @Sendable func export(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func export(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let agentID = try agentScope(request.query["agent_id"])
         let facts = try memory.facts(subject: caller.subject, agentID: agentID, limit: 100_000)
         var response = HTTPResponse.json(["exported_at": .timestamp(Date()), "provider": .string(Self.provider), "owner": .string(caller.subject),

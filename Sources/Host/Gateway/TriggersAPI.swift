@@ -19,9 +19,9 @@ struct TriggersAPI: Sendable {
     var routes: [Route] {
         [
             Route(.GET, "/api/v1/mobile/triggers", access: .role(.viewer), summary: "Location triggers this phone should monitor", handler: list),
-            Route(.POST, "/api/v1/mobile/triggers/:id/fire", access: .role(.operator), summary: "Report a region crossing", handler: fire),
+            Route(.POST, "/api/v1/mobile/triggers/:id/fire", role: .operator, summary: "Report a region crossing", handler: fire),
             Route(.POST, "/hooks/:id", access: .open, summary: "Run a webhook agent (its secret in X-Soulacy-Secret)", handler: webhook),
-            Route(.POST, "/api/v1/webhooks/:id", access: .role(.operator), summary: "Run a webhook or chat agent with any JSON and answer with its reply (Soulacy's webhook)",
+            Route(.POST, "/api/v1/webhooks/:id", role: .operator, summary: "Run a webhook or chat agent with any JSON and answer with its reply (Soulacy's webhook)",
                   handler: soulacyWebhook),
         ]
     }
@@ -57,8 +57,7 @@ struct TriggersAPI: Sendable {
         return "\(s)s"
     }
 
-    @Sendable func fire(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func fire(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let agentID = request.parameter("id")
         // Checked in the original's order: the agent, the body, the event, then the phone.
         if SoulConfigLoader.reservedAgentIDs.contains(agentID) { throw APIError.forbidden("the System agent is protected") }
@@ -145,8 +144,7 @@ struct TriggersAPI: Sendable {
         return body.serialized()
     }
 
-    @Sendable func soulacyWebhook(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let caller = try request.caller()
+    @Sendable func soulacyWebhook(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let agentID = request.parameter("id")
         guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
             throw APIError.notFound("no agent '\(agentID)'")
