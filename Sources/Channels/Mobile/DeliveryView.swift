@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import JSON
 
 /// One inbox line as every reader gets it, in the original app's shape: the inbox list, the single line and the
@@ -7,21 +8,24 @@ import JSON
 /// same bytes under `JSONCoding.encoder`.
 public struct DeliveryView: Sendable, Encodable {
     public let delivery: Delivery
-    /// How to show the line: list items carry it, as the original sends it there.
-    public let presentation: Presentation?
+    /// Whether the line carries how to show it: list items do, as the original sends it there.
+    public let includesPresentation: Bool
     /// Whether the reader is one phone (or person) with read state; the relay's record has none yet.
     public let hasReadState: Bool
 
-    public init(_ delivery: Delivery, presentation: Presentation? = nil, hasReadState: Bool = true) {
+    public init(_ delivery: Delivery, includesPresentation: Bool = false, hasReadState: Bool = true) {
         self.delivery = delivery
-        self.presentation = presentation
+        self.includesPresentation = includesPresentation
         self.hasReadState = hasReadState
     }
 
     /// A list item: the line with its presentation, derived from the body.
     public static func listItem(_ delivery: Delivery) -> DeliveryView {
-        DeliveryView(delivery, presentation: Presentation(markdown: delivery.body))
+        DeliveryView(delivery, includesPresentation: true)
     }
+
+    /// The presentation, derived from the body (nil when there is no text).
+    public var presentation: Presentation? { includesPresentation ? Presentation(markdown: delivery.body) : nil }
 
     enum CodingKeys: String, CodingKey {
         case agentID = "agent_id", agentName = "agent_name", body, createdAt = "created_at", destination, id, metadata, parts
@@ -48,7 +52,9 @@ public struct DeliveryView: Sendable, Encodable {
         try container.encode(delivery.title, forKey: .title)
     }
 
-    private static let presentationEncoder = JSONCoding.encoder
+    /// Lines never change, so each line's presentation is worked out once and kept (as JSON) for every page that
+    /// shows it again; a bounded number, the oldest forgotten first.
+    private static let presentations = PresentationCache(capacity: 20_000)
 
     /// The same JSON written straight to bytes, keys sorted as `JSONCoding.encoder` sorts them.
     public func write(into out: inout JSONWriter) {
@@ -62,8 +68,8 @@ public struct DeliveryView: Sendable, Encodable {
         out.key("id"); out.string(d.id)
         out.key("metadata"); out.raw(d.metadataJSON)
         out.key("parts"); out.raw(d.partsJSON)
-        if let presentation, let json = try? Self.presentationEncoder.encode(presentation) {
-            out.key("presentation"); out.raw(String(decoding: json, as: UTF8.self))
+        if includesPresentation, let json = Self.presentations.json(id: d.id, body: d.body) {
+            out.key("presentation"); out.raw(json)
         }
         if hasReadState {
             out.key("read"); out.bool(d.readAt != nil)
@@ -72,5 +78,40 @@ public struct DeliveryView: Sendable, Encodable {
         out.key("session_id"); out.string(d.sessionID)
         out.key("title"); out.string(d.title)
         out.endObject()
+    }
+}
+
+/// Presentations as JSON by delivery id, bounded: the inbox re-renders a page after any write, and its older lines
+/// need not be read again.
+final class PresentationCache: Sendable {
+    private struct State {
+        /// The body's hash with its presentation: a line's body never changes, but an id met again with another
+        /// body (another gateway in the same process, a test) must not get the first one's.
+        var json: [String: (body: Int, json: String?)] = [:]
+        var order: [String] = []
+        var oldest = 0
+    }
+    private let state = Mutex(State())
+    private let capacity: Int
+    private static let encoder = JSONCoding.encoder
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    /// The presentation of the line `id` as JSON, or nil when the body has nothing to present.
+    func json(id: String, body: String) -> String? {
+        let bodyHash = body.hashValue
+        if let hit = state.withLock({ $0.json[id] }), hit.body == bodyHash { return hit.json }
+        let json = Presentation(markdown: body).flatMap { try? Self.encoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
+        state.withLock { state in
+            guard state.json.updateValue((bodyHash, json), forKey: id) == nil else { return }
+            state.order.append(id)
+            if state.order.count - state.oldest > capacity {
+                state.json[state.order[state.oldest]] = nil
+                state.oldest += 1
+                // Compact now and then, so the order list does not grow without end.
+                if state.oldest > capacity { state.order.removeFirst(state.oldest); state.oldest = 0 }
+            }
+        }
+        return json
     }
 }

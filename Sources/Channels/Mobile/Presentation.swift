@@ -247,6 +247,8 @@ public struct Presentation: Sendable, Equatable, Encodable {
     /// Labelled bold figures ("Fare: **$839** nonstop", "**12%** — churn"), at most four, leading the blocks.
     static func metrics(_ lines: [String]) -> Block? {
         var items: [Item] = []
+        // Nearly every reply has no bold text at all.
+        guard lines.contains(where: { $0.contains("**") }) else { return nil }
         var seen: Set<String> = []
         for raw in lines {
             let line = trimmed(raw)
@@ -269,24 +271,24 @@ public struct Presentation: Sendable, Equatable, Encodable {
     /// A figure needs a label: the words before a colon ("Fare: **$839**"), a dash on either side, or a unit next to words.
     static func metricLabel(before: String, after: String, value: String) -> (String, String)? {
         let dashes: Set<Character> = ["—", "–", "-"]
-        let edge = CharacterSet(charactersIn: " ,:;—–-()")
+        let edge: Set<Character> = [",", ":", ";", "—", "–", "-", "(", ")"]
         if let colon = before.lastIndex(of: ":") {
             let between = trimmed(String(before[before.index(after: colon)...]))
             if words(between).count <= 3 {
-                let label = lastWords(String(before[..<colon]), 4).trimmingCharacters(in: edge)
+                let label = lastWords(String(before[..<colon]), 4).trimmedOf(edge)
                 if !label.isEmpty { return (label, between) }
             }
         }
         if let last = before.last(where: { !$0.isWhitespace }), dashes.contains(last) {
-            let label = lastWords(before, 4).trimmingCharacters(in: edge)
+            let label = lastWords(before, 4).trimmedOf(edge)
             if !label.isEmpty { return (label, "") }
         }
         if let first = after.first, dashes.contains(first) {
-            let label = firstWords(after, 4).trimmingCharacters(in: edge)
+            let label = firstWords(after, 4).trimmedOf(edge)
             if !label.isEmpty { return (label, "") }
         }
         if hasUnit(value) {
-            let label = (words(before).count > 1 ? lastWords(before, 3) : firstWords(after, 3)).trimmingCharacters(in: edge)
+            let label = (words(before).count > 1 ? lastWords(before, 3) : firstWords(after, 3)).trimmedOf(edge)
             if !label.isEmpty { return (label, "") }
         }
         return nil
@@ -296,7 +298,19 @@ public struct Presentation: Sendable, Equatable, Encodable {
 
     static let lowerIsBetterWords = ["price", "cost", "fare", "total", "duration", "time", "stops", "delay", "latency", "wait", "distance", "risk"]
 
-    static func trimmed(_ text: String) -> String { text.trimmingCharacters(in: .whitespacesAndNewlines) }
+    /// Whitespace and newlines off both ends (without Foundation's character sets: this runs for every line).
+    static func trimmed(_ text: String) -> String {
+        guard let first = text.firstIndex(where: { !$0.isWhitespace }) else { return "" }
+        let last = text.lastIndex(where: { !$0.isWhitespace })!
+        if first == text.startIndex, text.index(after: last) == text.endIndex { return text }
+        return String(text[first...last])
+    }
+
+    static func trimmed(_ text: String, also extra: Set<Character>) -> String {
+        guard let first = text.firstIndex(where: { !$0.isWhitespace && !extra.contains($0) }) else { return "" }
+        let last = text.lastIndex(where: { !$0.isWhitespace && !extra.contains($0) })!
+        return String(text[first...last])
+    }
 
     static func heading(_ line: String) -> String? {
         let hashes = line.prefix { $0 == "#" }.count
@@ -340,18 +354,18 @@ public struct Presentation: Sendable, Equatable, Encodable {
         let tokens = item.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         guard let first = tokens.first else { return nil }
         var taken = 0
-        let lead = first.trimmingCharacters(in: CharacterSet(charactersIn: ":—–-,"))
+        let lead = trimmed(first, also: [":", "—", "–", "-", ","])
         if isClockTime(lead) || isISODate(lead) {
             taken = 1
-            if tokens.count > 1, ["am", "pm"].contains(tokens[1].lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ":—–-,"))) { taken = 2 }
+            if tokens.count > 1, ["am", "pm"].contains(trimmed(tokens[1].lowercased(), also: [":", "—", "–", "-", ","])) { taken = 2 }
         } else if weekdays.contains(where: { lead.lowercased().hasPrefix($0) }) || months.contains(where: { lead.lowercased().hasPrefix($0) }) {
-            guard tokens.count > 1, let day = Int(tokens[1].trimmingCharacters(in: CharacterSet(charactersIn: ":—–-,."))), (1...31).contains(day) else { return nil }
+            guard tokens.count > 1, let day = Int(trimmed(tokens[1], also: [":", "—", "–", "-", ",", "."])), (1...31).contains(day) else { return nil }
             taken = 2
         } else {
             return nil
         }
-        let at = tokens.prefix(taken).joined(separator: " ").trimmingCharacters(in: CharacterSet(charactersIn: ":—–-, "))
-        let rest = tokens.dropFirst(taken).joined(separator: " ").trimmingCharacters(in: CharacterSet(charactersIn: ":—–- "))
+        let at = trimmed(tokens.prefix(taken).joined(separator: " "), also: [":", "—", "–", "-", ","])
+        let rest = trimmed(tokens.dropFirst(taken).joined(separator: " "), also: [":", "—", "–", "-"])
         return (at, rest)
     }
 
@@ -394,7 +408,7 @@ public struct Presentation: Sendable, Equatable, Encodable {
     /// "$1,299", "~12%", "71°F", "3.5k", "−4": the number, or nil for anything else.
     static func number(_ cell: String) -> Double? {
         var text = plainText(cell).replacingOccurrences(of: ",", with: "").replacingOccurrences(of: "−", with: "-")
-        text = text.trimmingCharacters(in: CharacterSet(charactersIn: "~≈$€£ "))
+        text = trimmed(text, also: ["~", "≈", "$", "€", "£"])
         var scale = 1.0
         if let last = text.last {
             switch last {
@@ -429,6 +443,7 @@ public struct Presentation: Sendable, Equatable, Encodable {
 
     /// Markdown emphasis, code marks and link targets removed.
     static func plainText(_ text: String) -> String {
+        guard text.contains(where: { $0 == "[" || $0 == "*" || $0 == "_" || $0 == "`" }) else { return trimmed(text) }
         var out = ""
         var rest = Substring(text)
         while let open = rest.firstIndex(of: "[") {
@@ -444,6 +459,8 @@ public struct Presentation: Sendable, Equatable, Encodable {
             }
         }
         out += rest
+        // Only text that has marks pays for removing them.
+        guard out.contains(where: { $0 == "*" || $0 == "_" || $0 == "`" }) else { return trimmed(out) }
         return trimmed(out.replacingOccurrences(of: "**", with: "").replacingOccurrences(of: "__", with: "").replacingOccurrences(of: "`", with: ""))
     }
 
@@ -488,4 +505,8 @@ public struct Presentation: Sendable, Equatable, Encodable {
     static func clip(_ text: String, _ limit: Int) -> String {
         text.count <= limit ? text : trimmed(String(text.prefix(limit - 1))) + "…"
     }
+}
+
+private extension String {
+    func trimmedOf(_ extra: Set<Character>) -> String { Presentation.trimmed(self, also: extra) }
 }
