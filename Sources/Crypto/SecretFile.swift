@@ -26,6 +26,19 @@ public enum SecretFile {
         }
     }
 
+    /// A random key kept in `path` (hex, owner-only), made on first use: what seals secrets that are stored
+    /// elsewhere (a database), so that store alone gives none of them back.
+    public static func key(at path: String, variable: String, count: Int = 32) throws(SecretFileError) -> [UInt8] {
+        if !FileManager.default.fileExists(atPath: path) {
+            try write(Hex.encode(SecureBytes.random(count: count)) + "\n", to: path)
+        }
+        let text = try read(path, variable: variable).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let key = Hex.decode(text), key.count == count else {
+            throw .unreadable(path: path, variable: variable, reason: "not a \(count)-byte key written as hex")
+        }
+        return key
+    }
+
     public static func read(_ path: String, variable: String) throws(SecretFileError) -> String {
         var info = stat()
         guard stat(path, &info) == 0 else {

@@ -297,6 +297,40 @@ struct RelayPathsTests {
         }
     }
 
+    @Test("the phones' pairing secrets and the mailbox bearer are sealed in the database (the key is a file beside it); clear ones from before are sealed at start")
+    func secretsSealedAtRest() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        let directory = TestGateway.makeTemporaryDirectory()
+        let legacy = SecureBytes.random(count: 32)
+        let environment = ["SOULACY_RELAY_MAILBOX_URL": relay.url]
+        func databaseBytes(_ gw: TestGateway) -> Data {
+            ["", "-wal"].reduce(into: Data()) { $0.append((try? Data(contentsOf: URL(fileURLWithPath: gw.directory + "/data/soulacy.db" + $1))) ?? Data()) }
+        }
+        try await withTestGateway(directory: directory, environment: environment, lan: true) { gw in
+            let (_, endpoint) = try await pairPhone(gw)
+            try await gw.gateway.carriage!.tick()
+            let bytes = databaseBytes(gw)
+            #expect(bytes.range(of: Data(endpoint.secret)) == nil && bytes.range(of: Data(Base64URL.encode(endpoint.secret).utf8)) == nil)
+            #expect(bytes.range(of: Data(Hex.encode(endpoint.secret).utf8)) == nil)
+            // The sealing key is a file of the owner's only, beside the database.
+            let key = try FileManager.default.attributesOfItem(atPath: gw.directory + "/data/relay-secrets.key")
+            #expect((key[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+            // A row as an earlier version wrote it: the secret in the clear.
+            try gw.gateway.database.write { db in
+                try db.run("INSERT INTO relay_devices (device_id, subject, secret, last_seq, registered) VALUES ('legacy-phone', 'owner', ?, 0, 1)", legacy)
+            }
+        }
+        try await withTestGateway(directory: directory, environment: environment, lan: true) { gw in
+            let stored = try gw.gateway.database.read { try $0.query("SELECT secret FROM relay_devices WHERE device_id = 'legacy-phone'").first?.blob("secret") }
+            #expect(stored != nil && stored != legacy, "sealed at start")
+            #expect(databaseBytes(gw).range(of: Data(legacy)) == nil)
+            let bearer = try gw.gateway.database.read { try $0.query("SELECT bearer FROM relay_mailbox").first?.string("bearer") }
+            #expect(bearer?.utf8.count ?? 0 > 43, "the mailbox bearer is sealed too")
+        }
+    }
+
     @Test("more than 200 lines written while the phone was away all come down, in order, with no gap")
     func backlog() async throws {
         try await withRelayGateway { relay, gw in

@@ -283,7 +283,9 @@ public final class Gateway: Sendable {
         server = api.server(serverConfiguration)
         if let relayURL = settings.relayMailboxURL {
             do {
-                carriage = try RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, database: database,
+                // The key that seals the relay secrets in the database lives beside it, never in it.
+                let sealingKey = try SecretFile.key(at: options.dataDirectory + "/relay-secrets.key", variable: "relay secrets key")
+                carriage = try RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, database: database, sealingKey: sealingKey,
                                              mobile: mobileStore, keys: keys, log: log) { request, principal, secret in
                     await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }
                 }

@@ -32,10 +32,11 @@ public actor RelayCarriage {
     let apply: @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse
     private var mailbox: (id: String, bearer: String)?
 
-    public init(url: String, caFile: String?, database: DatabasePool, mobile: MobileStore, keys: any APIKeyStore, log: Log,
+    /// `sealingKey` seals the phones' pairing secrets and the mailbox's bearer in the database (it is kept outside it).
+    public init(url: String, caFile: String?, database: DatabasePool, sealingKey: [UInt8], mobile: MobileStore, keys: any APIKeyStore, log: Log,
                 apply: @escaping @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse) throws {
         self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
-        store = RelayCarriageStore(database: database)
+        store = try RelayCarriageStore(database: database, key: sealingKey)
         self.mobile = mobile
         self.keys = keys
         self.log = log
