@@ -87,6 +87,39 @@ public protocol HTTPResponseError: Error {
 public typealias Authenticator = @Sendable (String) -> Principal?
 
 /// Matches requests to routes, enforces each route's `Access`, and turns every failure into the JSON error shape.
+/// Routes under one path prefix that share who may call them (a role, overridable per route), in Hummingbird's
+/// shape: `var facts = RouteGroup("/api/v1/memory/facts", role: .viewer); facts.get("/status", …) { request, caller in … }`.
+public struct RouteGroup: Sendable {
+    public let prefix: String
+    public let role: Role
+    public private(set) var routes: [Route] = []
+
+    public init(_ prefix: String, role: Role) {
+        self.prefix = prefix
+        self.role = role
+    }
+
+    public mutating func on(_ method: HTTPMethod, _ path: String = "", role: Role? = nil, summary: String, handler: @escaping AuthenticatedRouteHandler) {
+        routes.append(Route(method, prefix + path, role: role ?? self.role, summary: summary, handler: handler))
+    }
+
+    public mutating func get(_ path: String = "", role: Role? = nil, summary: String, handler: @escaping AuthenticatedRouteHandler) {
+        on(.GET, path, role: role, summary: summary, handler: handler)
+    }
+
+    public mutating func post(_ path: String = "", role: Role? = nil, summary: String, handler: @escaping AuthenticatedRouteHandler) {
+        on(.POST, path, role: role, summary: summary, handler: handler)
+    }
+
+    public mutating func patch(_ path: String = "", role: Role? = nil, summary: String, handler: @escaping AuthenticatedRouteHandler) {
+        on(.PATCH, path, role: role, summary: summary, handler: handler)
+    }
+
+    public mutating func delete(_ path: String = "", role: Role? = nil, summary: String, handler: @escaping AuthenticatedRouteHandler) {
+        on(.DELETE, path, role: role, summary: summary, handler: handler)
+    }
+}
+
 public struct Router: Sendable {
     public private(set) var routes: [Route] = []
     public var authenticator: Authenticator

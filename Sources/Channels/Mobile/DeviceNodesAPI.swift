@@ -15,15 +15,15 @@ public struct DeviceNodesAPI: Sendable {
     }
 
     public var routes: [Route] {
-        [
-            Route(.POST, "/api/v1/mobile/nodes/register", role: .viewer, summary: "Register this phone as a node with the commands it has switched on", handler: register),
-            Route(.GET, "/api/v1/mobile/nodes", role: .viewer, summary: "Your nodes and the supported commands", handler: list),
-            Route(.GET, "/api/v1/mobile/nodes/:device/commands", role: .viewer, summary: "Queued commands for a node (polling changes nothing)", handler: pending),
-            Route(.POST, "/api/v1/mobile/nodes/:device/commands", role: .viewer, summary: "Queue a command for a node (Idempotency-Key is its id)", handler: enqueue),
-            Route(.GET, "/api/v1/mobile/nodes/:device/commands/:id", role: .viewer, summary: "One node command", handler: get),
-            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/claim", role: .viewer, summary: "Claim a queued command (exactly one claim wins)", handler: claim),
-            Route(.POST, "/api/v1/mobile/nodes/:device/commands/:id/result", role: .viewer, summary: "A claimed command's outcome", handler: result),
-        ]
+        var nodes = RouteGroup("/api/v1/mobile/nodes", role: .viewer)
+        nodes.post("/register", summary: "Register this phone as a node with the commands it has switched on", handler: register)
+        nodes.get(summary: "Your nodes and the supported commands", handler: list)
+        nodes.get("/:device/commands", summary: "Queued commands for a node (polling changes nothing)", handler: pending)
+        nodes.post("/:device/commands", summary: "Queue a command for a node (Idempotency-Key is its id)", handler: enqueue)
+        nodes.get("/:device/commands/:id", summary: "One node command", handler: get)
+        nodes.post("/:device/commands/:id/claim", summary: "Claim a queued command (exactly one claim wins)", handler: claim)
+        nodes.post("/:device/commands/:id/result", summary: "A claimed command's outcome", handler: result)
+        return nodes.routes
     }
 
     static func text(_ body: JSONObject, _ key: String, max: Int) throws -> String {

@@ -10,18 +10,19 @@ struct MemoryAPI: Sendable {
     let catalog: AgentCatalog
 
     var routes: [Route] {
-        // The literal paths come before `/:id`, which would otherwise take them.
-        [
-            Route(.GET, "/api/v1/memory/facts/status", role: .viewer, summary: "Memory status and counts", handler: status),
-            Route(.GET, "/api/v1/memory/facts/export", role: .viewer, summary: "Export your facts as a JSON file", handler: export),
-            Route(.GET, "/api/v1/memory/facts/sync", role: .viewer, summary: "Changes since a cursor, for the phone's copy", handler: sync),
-            Route(.POST, "/api/v1/memory/facts", role: .operator, summary: "Remember a fact (yours only)", handler: add),
-            Route(.GET, "/api/v1/memory/facts", role: .viewer, summary: "Your remembered facts", handler: list),
-            Route(.DELETE, "/api/v1/memory/facts", role: .operator, summary: "Forget all your facts (confirm=true)", handler: purge),
-            Route(.PATCH, "/api/v1/memory/facts/:id", role: .operator, summary: "Edit one of your facts", handler: edit),
-            Route(.DELETE, "/api/v1/memory/facts/:id", role: .operator, summary: "Forget one of your facts", handler: delete),
-            Route(.GET, "/api/v1/memory/facts/:id/history", role: .viewer, summary: "How one of your facts changed", handler: history),
-        ]
+        // Every person reads their own facts; changing them needs an operator. The literal paths come before `/:id`,
+        // which would otherwise take them.
+        var facts = RouteGroup("/api/v1/memory/facts", role: .viewer)
+        facts.get("/status", summary: "Memory status and counts", handler: status)
+        facts.get("/export", summary: "Export your facts as a JSON file", handler: export)
+        facts.get("/sync", summary: "Changes since a cursor, for the phone's copy", handler: sync)
+        facts.post(role: .operator, summary: "Remember a fact (yours only)", handler: add)
+        facts.get(summary: "Your remembered facts", handler: list)
+        facts.delete(role: .operator, summary: "Forget all your facts (confirm=true)", handler: purge)
+        facts.patch("/:id", role: .operator, summary: "Edit one of your facts", handler: edit)
+        facts.delete("/:id", role: .operator, summary: "Forget one of your facts", handler: delete)
+        facts.get("/:id/history", summary: "How one of your facts changed", handler: history)
+        return facts.routes
     }
 
     static let provider = "sqlite"
