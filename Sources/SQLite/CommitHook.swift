@@ -24,6 +24,7 @@ public final class CommitHook: Sendable {
     private let ran = Atomic<Int>(0)
     private let answers = Atomic<Int>(0)
     private let closed = Atomic<Bool>(false)
+    private let preset = Mutex<Answer?>(nil)
 
     /// `work` runs before each effect's COMMIT; `recordAnswer`, when given, stores an answer inside the effect's transaction.
     public init(_ work: @escaping @Sendable (Connection) throws -> Void, recordAnswer: (@Sendable (Answer, Connection) throws -> Void)? = nil) {
@@ -33,6 +34,12 @@ public final class CommitHook: Sendable {
 
     /// Whether an answer was recorded with an effect (then nothing is left to record afterwards).
     public var answeredWithEffect: Bool { answers.load(ordering: .acquiring) > 0 }
+
+    /// An answer known before its effect (a run's 202 names the run it starts): it is recorded in the transaction
+    /// of the task's next committing write.
+    public func answerWithNextEffect(_ answer: Answer) {
+        preset.withLock { $0 = answer }
+    }
 
     func record(_ answer: Answer, in db: Connection) throws {
         guard let answerWork, !closed.load(ordering: .acquiring) else { return }
@@ -56,6 +63,7 @@ public final class CommitHook: Sendable {
         if db.totalChanges != before, !hook.closed.load(ordering: .acquiring) {
             try hook.work(db)
             hook.ran.add(1, ordering: .releasing)
+            if let answer = hook.preset.withLock({ preset in defer { preset = nil }; return preset }) { try hook.record(answer, in: db) }
         }
         return value
     }

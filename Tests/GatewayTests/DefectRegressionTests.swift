@@ -44,6 +44,8 @@ struct DefectRegressionTests {
             ("POST", "/api/v1/approvals/call-k/approve", nil, { status, json in status == 200 && json["approved"] == true && json["already_decided"] == false }),
             ("POST", "/admin/api-keys", ["name": "Phone", "role": "viewer"], { status, json in status == 201 && json["key"]?.stringValue?.hasPrefix("sk_") == true }),
             ("POST", "/api/v1/pairing/tokens", nil, { status, json in status == 200 && json["code"]?.stringValue?.count == 16 }),
+            // An answer known before its effect: the 202 names the run whose record it commits with.
+            ("POST", "/api/v1/agents/echo/run", ["input": "once"], { status, json in status == 202 && json["run_id"]?.stringValue != nil }),
         ]
         for (n, call) in cases.enumerated() {
             let key = ["Idempotency-Key": "intent-\(n)"]
@@ -65,6 +67,10 @@ struct DefectRegressionTests {
             case 3:
                 let queued = try await back.call("GET", "/api/v1/mobile/nodes/phone/commands", key: admin).json["commands"]?.arrayValue ?? []
                 #expect(queued.count == 1 && queued.first?["id"] == retry.json["id"], "applied once")
+            case 7:
+                // The run the answer names is the one that was recorded (the crash interrupted it); no second run started.
+                let run = try await back.call("GET", "/api/v1/runs/\(retry.json["run_id"]?.stringValue ?? "")", key: admin)
+                #expect(run.status == 200 && run.json["agent_id"] == "echo", "\(run.json)")
             case 5:
                 // The replayed key is the one minted before the crash, and it works.
                 let token = try #require(retry.json["key"]?.stringValue)

@@ -4,6 +4,7 @@ import Foundation
 import Identity
 import LLM
 import Mobile
+import SQLite
 import Synchronization
 
 public enum RunStartError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -141,7 +142,8 @@ public actor AgentRuns {
     /// Starts a run in the background; refuses when the agent is already running.
     @discardableResult
     public func start(agentID: String, input: String, trigger: String, destination: RunDestination?, timeout: Duration? = nil,
-                      subject: String = "owner", chat: ChatContext? = nil, sessionID namedSession: String? = nil) throws(RunStartError) -> StartedRun {
+                      subject: String = "owner", chat: ChatContext? = nil, sessionID namedSession: String? = nil,
+                      answer: ((StartedRun) -> CommitHook.Answer)? = nil) throws(RunStartError) -> StartedRun {
         guard let agent = catalog.agent(id: agentID) else { throw .unknownAgent(agentID) }
         guard agent.isOn else { throw .disabled(agentID: agentID, reason: agent.disabledReason) }
         if chat == nil, let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
@@ -163,6 +165,10 @@ public actor AgentRuns {
         let activity = ActivityRun(runID: runID, sessionID: sessionID, agentID: agentID, agentName: agent.name, subject: subject,
                                    background: Self.backgroundTriggers.contains(trigger), startedAt: record.startedAt)
         activityRuns[sessionID] = activity
+        let started = StartedRun(runID: runID, sessionID: sessionID, agentID: agentID)
+        // Recorded before the run's task starts, so a caller's answer (the 202 naming this run) commits with it.
+        if let answer { CommitHook.current?.answerWithNextEffect(answer(started)) }
+        do { try store.begin(record) } catch { log.error("run \(record.id): could not record its start: \(error)") }
         let credentials = self.credentials
         let liveActivities = self.liveActivities
         let task = Task {
@@ -173,7 +179,7 @@ public actor AgentRuns {
             return finished
         }
         if chat == nil { running[agentID] = (runID, task) } else { chatRuns[runID] = task }
-        return StartedRun(runID: runID, sessionID: sessionID, agentID: agentID)
+        return started
     }
 
     /// Stops a run of `subject`'s, named by its run id or its session id (`/chat/cancel`); the id of the run stopped.
@@ -215,7 +221,6 @@ public actor AgentRuns {
     private func execute(agent: AgentConfig, record: RunRecord, request: RunRequest, destination: RunDestination?) async -> RunRecord {
         var record = record
         defer { finished(record) }
-        do { try store.begin(record) } catch { log.error("run \(record.id): could not record its start: \(error)") }
         log.info("run \(record.id) of agent \(agent.id) started (\(request.trigger))")
         do {
             let result = try await makeRunner(agent).run(request)

@@ -177,13 +177,19 @@ struct GatewayAPI: Sendable {
         case .failure(let error):
             throw APIError.runRefused(error)
         }
-        return .json(.object(["ok": .bool(true), "run_id": .string(started.runID), "session_id": .string(started.sessionID),
-                              "agent_id": .string(agentID)]), status: 202)
+        return Self.startedAnswer(started)
+    }
+
+    /// The 202 for a started run; known before the run's record commits, so it is recorded with it.
+    static func startedAnswer(_ started: StartedRun) -> HTTPResponse {
+        .json(.object(["ok": .bool(true), "run_id": .string(started.runID), "session_id": .string(started.sessionID),
+                       "agent_id": .string(started.agentID)]), status: 202)
     }
 
     private func startRun(agentID: String, input: String, destination: RunDestination?, subject: String) async -> Result<StartedRun, RunStartError> {
         do {
-            return .success(try await runs.start(agentID: agentID, input: input, trigger: "api", destination: destination, subject: subject))
+            return .success(try await runs.start(agentID: agentID, input: input, trigger: "api", destination: destination, subject: subject,
+                                                 answer: { Self.startedAnswer($0).committedAnswer }))
         } catch {
             return .failure(error)
         }

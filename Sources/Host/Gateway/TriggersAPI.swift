@@ -1,3 +1,4 @@
+import APIKit
 import ChannelAPI
 import Crypto
 import Foundation
@@ -99,8 +100,9 @@ struct TriggersAPI: Sendable {
             // The original's session for a location run: location-<agent>-<unix nanoseconds>.
             let session = "location-\(agentID)-\(Int64(clock.now().timeIntervalSince1970 * 1e9))"
             let started = try await runs.start(agentID: agentID, input: JSONValue.object(input).serialized(), trigger: "location",
-                                               destination: destination, subject: caller.subject, sessionID: session)
-            return .json(["ok": true, "run_id": .string(started.runID), "session_id": .string(started.sessionID), "agent_id": .string(agentID)], status: 202)
+                                               destination: destination, subject: caller.subject, sessionID: session,
+                                               answer: { GatewayAPI.startedAnswer($0).committedAnswer })
+            return GatewayAPI.startedAnswer(started)
         } catch {
             try? cooldowns.release(agentID: agentID, deviceID: device.id)
             throw APIError.runRefused(error)
