@@ -60,3 +60,10 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async 
         Thread.detachNewThread { continuation.resume(returning: body()) }
     }
 }
+
+/// `onOwnThread` for work that throws.
+public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    }
+}

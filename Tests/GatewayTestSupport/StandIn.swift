@@ -21,9 +21,17 @@ public func freePort() -> UInt16 {
     return UInt16(bigEndian: address.sin_port)
 }
 
-/// Runs a program to completion and returns its exit status and output.
+/// Runs a program to completion and returns its exit status and output, waiting on a thread of its own: a test that
+/// waits for a program on Swift's cooperative pool holds one of its few threads, and every gateway and handler in
+/// the test process waits with it.
 @discardableResult
-public func runProgram(_ path: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, output: String) {
+public func runProgram(_ path: String, _ arguments: [String], environment: [String: String]? = nil) async throws -> (status: Int32, output: String) {
+    try await onOwnThread { try runProgramBlocking(path, arguments, environment: environment) }
+}
+
+/// `runProgram` for code already on a thread of its own.
+@discardableResult
+public func runProgramBlocking(_ path: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, output: String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
@@ -157,9 +165,9 @@ public final class APNsStandIn: StandInProcess, @unchecked Sendable {
     public static func start() async throws -> APNsStandIn {
         let directory = TestGateway.makeTemporaryDirectory()
         let keyFile = directory + "/AuthKey.p8"
-        try runProgram("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", keyFile])
+        try await runProgram("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", keyFile])
         chmod(keyFile, 0o600)
-        try runProgram("/usr/bin/openssl", ["pkey", "-in", keyFile, "-pubout", "-out", directory + "/AuthKey.pub"])
+        try await runProgram("/usr/bin/openssl", ["pkey", "-in", keyFile, "-pubout", "-out", directory + "/AuthKey.pub"])
         let standIn = APNsStandIn(directory: directory, keyFile: keyFile)
         try await standIn.start()
         return standIn
@@ -189,8 +197,8 @@ public final class FCMStandIn: StandInProcess, @unchecked Sendable {
     public static func start() async throws -> FCMStandIn {
         let directory = TestGateway.makeTemporaryDirectory()
         let keyFile = directory + "/sa-key.pem"
-        try runProgram("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", keyFile])
-        try runProgram("/usr/bin/openssl", ["pkey", "-in", keyFile, "-pubout", "-out", directory + "/sa-key.pub"])
+        try await runProgram("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", keyFile])
+        try await runProgram("/usr/bin/openssl", ["pkey", "-in", keyFile, "-pubout", "-out", directory + "/sa-key.pub"])
         let standIn = FCMStandIn(directory: directory)
         let account: [String: JSONValue] = [
             "type": "service_account", "project_id": .string(project), "private_key_id": "0123456789abcdef",

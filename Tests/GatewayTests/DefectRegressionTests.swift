@@ -334,7 +334,7 @@ struct DefectRegressionTests {
         let port = server.port
         let (status, output) = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Int32, String), any Error>) in
             Thread.detachNewThread {
-                continuation.resume(with: Result { try runProgram("/usr/bin/env", ["python3", RepositoryPaths.standIns + "/slow_clients.py", String(port), "1100", "3"]) })
+                continuation.resume(with: Result { try runProgramBlocking("/usr/bin/env", ["python3", RepositoryPaths.standIns + "/slow_clients.py", String(port), "1100", "3"]) })
             }
         }
         #expect(status == 0)

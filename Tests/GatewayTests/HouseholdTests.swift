@@ -219,7 +219,7 @@ struct HouseholdTests {
     func pairCommand() async throws {
         let directory = TestGateway.makeTemporaryDirectory()
         try await withTestGateway(directory: directory) { (gw) async throws in
-            let (status, output) = try runProgram(RepositoryPaths.soulacyBinary, ["pair", "--data", directory + "/data", "--name", "Priya", "--role", "viewer"])
+            let (status, output) = try await runProgram(RepositoryPaths.soulacyBinary, ["pair", "--data", directory + "/data", "--name", "Priya", "--role", "viewer"])
             #expect(status == 0)
             let code = try #require(output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.count == 16 && $0.allSatisfy { $0.isUppercase || $0.isNumber } })
             #expect(output.contains("soulacy://pair?v=1&code=\(code)"))

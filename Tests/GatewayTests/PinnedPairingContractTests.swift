@@ -43,9 +43,9 @@ struct PinnedPairingContractTests {
             // What the app pins is SHA-256 of the served leaf's EC point (SecKeyCopyExternalRepresentation), taken
             // here from the live handshake with openssl; ALPN never picks h2.
             let port = gw.gateway.port
-            let served = try runProgram("/bin/sh", ["-c", "openssl s_client -connect 127.0.0.1:\(port) -servername x </dev/null 2>/dev/null | openssl x509 -pubkey -noout | openssl pkey -pubin -outform DER | tail -c 65 | openssl dgst -sha256 -r"])
+            let served = try await runProgram("/bin/sh", ["-c", "openssl s_client -connect 127.0.0.1:\(port) -servername x </dev/null 2>/dev/null | openssl x509 -pubkey -noout | openssl pkey -pubin -outform DER | tail -c 65 | openssl dgst -sha256 -r"])
             #expect(served.output.hasPrefix(fp), "\(served.output)")
-            let alpn = try runProgram("/bin/sh", ["-c", "openssl s_client -connect 127.0.0.1:\(port) -alpn h2,http/1.1 </dev/null 2>&1"])
+            let alpn = try await runProgram("/bin/sh", ["-c", "openssl s_client -connect 127.0.0.1:\(port) -alpn h2,http/1.1 </dev/null 2>&1"])
             #expect(alpn.output.contains("BEGIN CERTIFICATE") || alpn.output.contains("Server certificate"))
             #expect(!alpn.output.contains("ALPN protocol: h2"), "\(alpn.output.suffix(400))")
 

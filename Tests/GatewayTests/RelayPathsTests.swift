@@ -74,7 +74,7 @@ struct RelayPathsTests {
             #expect(offer["fingerprint"] == .string(pin))
             // The pin is SHA-256 of the certificate's EC point (0x04‖X‖Y), as iOS' SecKeyCopyExternalRepresentation gives it.
             let pem = try String(contentsOfFile: GatewayTLSIdentity.certificatePath(dataDirectory: gw.gateway.options.dataDirectory), encoding: .utf8)
-            let point = try runProgram("/bin/sh", ["-c", "printf '%s' \"$0\" | openssl x509 -pubkey -noout | openssl ec -pubin -outform DER 2>/dev/null | tail -c 65 | openssl dgst -sha256 -r", pem])
+            let point = try await runProgram("/bin/sh", ["-c", "printf '%s' \"$0\" | openssl x509 -pubkey -noout | openssl ec -pubin -outform DER 2>/dev/null | tail -c 65 | openssl dgst -sha256 -r", pem])
             #expect(point.output.hasPrefix(pin), "\(point.output)")
             let key = try await gw.mintKey(subject: "owner", role: "operator")
             let good = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", fingerprint)), token: key, probeTimeout: .seconds(2))
@@ -172,7 +172,7 @@ struct RelayPathsTests {
         try made.certificatePEM.write(toFile: directory + "/cert.pem", atomically: true, encoding: .utf8)
         for (arguments, expected) in [(["--tls-cert", directory + "/cert.pem", "--tls-key", directory + "/key.pem"], "key.pem is readable by group or others"),
                                       (["--tls-cert", directory + "/cert.pem"], "--tls-cert and --tls-key go together")] {
-            let (status, text) = try runProgram(RepositoryPaths.relayBinary,
+            let (status, text) = try await runProgram(RepositoryPaths.relayBinary,
                                                 ["--data", directory + "/data", "--listen", "127.0.0.1:\(freePort())"] + arguments)
             #expect(status != 0)
             #expect(text.contains(expected), "\(text)")

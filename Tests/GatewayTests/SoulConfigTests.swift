@@ -236,29 +236,29 @@ struct SoulConfigTests {
     }
 
     @Test("soulacy check: problems as file:line:col, exit 1 on errors; --strict; the next three fires in the schedule's zone")
-    func checkCommand() throws {
+    func checkCommand() async throws {
         let binary = RepositoryPaths.soulacyBinary
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the soulacy binary first (swift build)")
         let dir = URL(fileURLWithPath: TestGateway.makeTemporaryDirectory())
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let bad = dir.appendingPathComponent("SOUL.yaml")
         try "agents:\n  - id: a\n    runner: {command: [x]}\n    shedule: {}\n    schedule: {cron: '61 * * * *'}\n".write(to: bad, atomically: true, encoding: .utf8)
-        let (status, text) = try runProgram(binary, ["check", bad.path])
+        let (status, text) = try await runProgram(binary, ["check", bad.path])
         #expect(status == 1)
         #expect(text.contains("\(bad.path):4:5: warning: unknown key 'shedule' in the agent; did you mean 'schedule'?"))
         #expect(text.contains("\(bad.path):5:22: minute value 61"))
 
         let warned = dir.appendingPathComponent("warned.yaml")
         try "id: w\nenabled: true\ntrigger: cron\nshedule: {}\nschedule:\n  cron: CRON_TZ=Europe/Berlin 0 8 * * MON-FRI\n".write(to: warned, atomically: true, encoding: .utf8)
-        let (warnStatus, warnText) = try runProgram(binary, ["check", warned.path])
+        let (warnStatus, warnText) = try await runProgram(binary, ["check", warned.path])
         #expect(warnStatus == 0, "warnings alone pass: \(warnText)")
         #expect(warnText.contains("in Europe/Berlin, next: "))
         let fires = warnText.components(separatedBy: "next: ").last?.components(separatedBy: "\n").first?.components(separatedBy: ", ") ?? []
         #expect(fires.count == 3 && fires.allSatisfy { $0.contains(" 08:00:00 ") && !$0.hasPrefix("Sat") && !$0.hasPrefix("Sun") }, "\(fires)")
-        let (strictStatus, _) = try runProgram(binary, ["check", "--strict", warned.path])
+        let (strictStatus, _) = try await runProgram(binary, ["check", "--strict", warned.path])
         #expect(strictStatus == 1, "--strict makes unknown keys errors")
 
-        let (okStatus, okText) = try runProgram(binary, ["check", RepositoryPaths.root + "/examples/SOUL.yaml"])
+        let (okStatus, okText) = try await runProgram(binary, ["check", RepositoryPaths.root + "/examples/SOUL.yaml"])
         #expect(okStatus == 0)
         #expect(okText.contains("ok"))
     }

@@ -79,7 +79,7 @@ struct SealingTests {
     }
 
     @Test("the gateway's certificate: CN, O, server-auth use and names as the original makes it; the pin is SHA-256 of the EC point, as openssl computes it")
-    func certificate() throws {
+    func certificate() async throws {
         let made = try SelfSignedCertificate.generate(commonName: "Soulacy gateway", organization: "Soulacy", ipAddresses: ["127.0.0.1", "::1"], dnsNames: ["box", "box.local"])
         #expect(made.certificatePEM.hasPrefix("-----BEGIN CERTIFICATE-----") && made.keyPEM.contains("PRIVATE KEY"))
         let pin = try SelfSignedCertificate.publicKeyPin(pem: made.certificatePEM)
@@ -88,23 +88,25 @@ struct SealingTests {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try made.certificatePEM.write(toFile: directory + "/c.pem", atomically: true, encoding: .utf8)
-        func shell(_ command: String) throws -> String {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", command]
-            process.currentDirectoryURL = URL(fileURLWithPath: directory)
-            let pipe = Pipe()
-            process.standardOutput = pipe
-            try process.run()
-            let data = pipe.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return String(decoding: data, as: UTF8.self)
+        @Sendable func shell(_ command: String) async throws -> String {
+            try await waitedOnOwnThread {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/bin/sh")
+                process.arguments = ["-c", command]
+                process.currentDirectoryURL = URL(fileURLWithPath: directory)
+                let pipe = Pipe()
+                process.standardOutput = pipe
+                try process.run()
+                let data = pipe.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                return String(decoding: data, as: UTF8.self)
+            }
         }
-        let text = try shell("openssl x509 -in c.pem -noout -text")
+        let text = try await shell("openssl x509 -in c.pem -noout -text")
         #expect(text.contains("CN = Soulacy gateway") && text.contains("O = Soulacy") && text.contains("TLS Web Server Authentication"), "\(text)")
         #expect(text.contains("DNS:localhost") && text.contains("DNS:box.local") && text.contains("IP Address:127.0.0.1") && text.contains("ASN1 OID: prime256v1"))
         // The 65-byte uncompressed point 0x04‖X‖Y is the last 65 bytes of the SPKI DER.
-        let point = try shell("openssl x509 -in c.pem -pubkey -noout | openssl pkey -pubin -outform DER | tail -c 65 | openssl dgst -sha256 -r")
+        let point = try await shell("openssl x509 -in c.pem -pubkey -noout | openssl pkey -pubin -outform DER | tail -c 65 | openssl dgst -sha256 -r")
         #expect(point.hasPrefix(pin), "\(point)")
     }
 }
@@ -113,18 +115,28 @@ struct SealingTests {
 @Suite("Signing keys from PEM")
 struct SigningKeyPEMTests {
     @Test("RSA keys of 2048 and 3072 bits (Google's service accounts) and an EC P-256 key (APNs .p8) load and sign", arguments: ["2048", "3072", "ec"])
-    func loads(_ kind: String) throws {
+    func loads(_ kind: String) async throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("key-\(UUID().uuidString).pem").path
         defer { try? FileManager.default.removeItem(atPath: file) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        process.arguments = kind == "ec" ? ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", file]
-            : ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:\(kind)", "-out", file]
-        try process.run()
-        process.waitUntilExit()
+        // Key generation takes seconds under the sanitizer: it waits on a thread of its own, not Swift's pool.
+        try await waitedOnOwnThread {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+            process.arguments = kind == "ec" ? ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", file]
+                : ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:\(kind)", "-out", file]
+            try process.run()
+            process.waitUntilExit()
+        }
         let pem = try String(contentsOfFile: file, encoding: .utf8)
         let key = try SigningKey(pem: pem, algorithm: kind == "ec" ? .es256 : .rs256)
         let signature = try key.sign(Array("message".utf8))
         #expect(signature.count == (kind == "ec" ? 64 : Int(kind)! / 8))
+    }
+}
+
+/// Blocking work (a child process) on a thread of its own, so it holds none of Swift's cooperative threads.
+func waitedOnOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
     }
 }
