@@ -88,17 +88,17 @@ public final class DatabasePool: Sendable {
     public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
         if let open = HeldConnection.usable(HeldConnection.transaction, in: self) { return try open.connection.savepoint(body) }
         let hook = CommitHook.current
-        let open = Mutex<HeldConnection?>(nil)
+        var held: HeldConnection?
         let value = try write { db in
             try db.transaction { db in
                 let transaction = HeldConnection(pool: self, connection: db)
-                open.withLock { $0 = transaction }
+                held = transaction
                 defer { transaction.release() }
                 return try HeldConnection.$transaction.withValue(transaction) { try CommitHook.withCurrent(hook, in: db, body) }
             }
         }
         // Committed: what waited for it (waking a dispatcher that will read the new rows) runs now.
-        for work in open.withLock({ $0?.takeAfterCommit() ?? [] }) { work() }
+        for work in held?.takeAfterCommit() ?? [] { work() }
         return value
     }
 

@@ -56,6 +56,20 @@ public struct DeliveryView: Sendable, Encodable {
     /// shows it again; a bounded number, the oldest forgotten first.
     private static let presentations = PresentationCache(capacity: 20_000)
 
+    /// The single line's answer: the view's keys and `wake_ups` beside them, in one object.
+    struct WithWakeUps: Encodable, Sendable {
+        let view: DeliveryView
+        let wakeUps: [JSONValue]
+
+        private enum Key: String, CodingKey { case wakeUps = "wake_ups" }
+
+        public func encode(to encoder: any Encoder) throws {
+            try view.encode(to: encoder)
+            var container = encoder.container(keyedBy: Key.self)
+            try container.encode(wakeUps, forKey: .wakeUps)
+        }
+    }
+
     /// The same JSON written straight to bytes, keys sorted as `JSONCoding.encoder` sorts them.
     public func write(into out: inout JSONWriter) {
         let d = delivery

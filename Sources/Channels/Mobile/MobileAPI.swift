@@ -117,11 +117,7 @@ public struct MobileAPI: Sendable {
                      "transport": entry.transport.map(JSONValue.string) ?? .null, "outcome": entry.outcome.map(JSONValue.string) ?? .null])
         }
         // The single line as the original sends it (no presentation), plus how each of the caller's phones was woken.
-        guard case .object(var body) = try JSONValue.parse(Array(JSONCoding.encoder.encode(DeliveryView(delivery)))) else {
-            throw APIError.internal("delivery encoding")
-        }
-        body["wake_ups"] = .array(wakeUps)
-        return .json(.object(body))
+        return .json(DeliveryView.WithWakeUps(view: DeliveryView(delivery), wakeUps: wakeUps))
     }
 
     @Sendable func markRead(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {

@@ -258,13 +258,17 @@ struct ApprovalsAPI: Sendable {
             }
         }
         // Not waiting: the request is the answer, committed with it. Waiting: the answer is the decision, later.
-        var openedNow: Approval?
-        let immediate = wait ? nil : try broker.store.database.answer { _ in
-            let opened = try open()
-            openedNow = opened
-            return .json(Self.json(opened), status: 201)
+        let asked: Approval
+        var immediate: HTTPResponse?
+        if wait {
+            asked = try open()
+        } else {
+            let (opened, answer) = try broker.store.database.transaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
+                let opened = try open()
+                return (opened, .json(Self.json(opened), status: 201))
+            }
+            (asked, immediate) = (opened, answer)
         }
-        let asked = try openedNow ?? open()
         // The run waiting on this approval shows on the lock screen with Approve/Deny, whatever started it.
         if let activity, asked.state == .pending {
             await runs.liveActivities?.waitingForApproval(activity, callID: asked.callID, tool: tool)
