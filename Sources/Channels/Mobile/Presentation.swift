@@ -271,24 +271,24 @@ public struct Presentation: Sendable, Equatable, Encodable {
     /// A figure needs a label: the words before a colon ("Fare: **$839**"), a dash on either side, or a unit next to words.
     static func metricLabel(before: String, after: String, value: String) -> (String, String)? {
         let dashes: Set<Character> = ["—", "–", "-"]
-        let edge: Set<Character> = [",", ":", ";", "—", "–", "-", "(", ")"]
+        let edge = joiners.union([";", "(", ")"])
         if let colon = before.lastIndex(of: ":") {
             let between = trimmed(String(before[before.index(after: colon)...]))
             if words(between).count <= 3 {
-                let label = lastWords(String(before[..<colon]), 4).trimmedOf(edge)
+                let label = trimmed(lastWords(String(before[..<colon]), 4), also: edge)
                 if !label.isEmpty { return (label, between) }
             }
         }
         if let last = before.last(where: { !$0.isWhitespace }), dashes.contains(last) {
-            let label = lastWords(before, 4).trimmedOf(edge)
+            let label = trimmed(lastWords(before, 4), also: edge)
             if !label.isEmpty { return (label, "") }
         }
         if let first = after.first, dashes.contains(first) {
-            let label = firstWords(after, 4).trimmedOf(edge)
+            let label = trimmed(firstWords(after, 4), also: edge)
             if !label.isEmpty { return (label, "") }
         }
         if hasUnit(value) {
-            let label = (words(before).count > 1 ? lastWords(before, 3) : firstWords(after, 3)).trimmedOf(edge)
+            let label = trimmed(words(before).count > 1 ? lastWords(before, 3) : firstWords(after, 3), also: edge)
             if !label.isEmpty { return (label, "") }
         }
         return nil
@@ -298,19 +298,16 @@ public struct Presentation: Sendable, Equatable, Encodable {
 
     static let lowerIsBetterWords = ["price", "cost", "fare", "total", "duration", "time", "stops", "delay", "latency", "wait", "distance", "risk"]
 
-    /// Whitespace and newlines off both ends (without Foundation's character sets: this runs for every line).
-    static func trimmed(_ text: String) -> String {
-        guard let first = text.firstIndex(where: { !$0.isWhitespace }) else { return "" }
-        let last = text.lastIndex(where: { !$0.isWhitespace })!
+    /// Whitespace, newlines and `extra` off both ends (without Foundation's character sets: this runs for every line).
+    static func trimmed(_ text: String, also extra: Set<Character> = []) -> String {
+        guard let first = text.firstIndex(where: { !$0.isWhitespace && !extra.contains($0) }) else { return "" }
+        let last = text.lastIndex(where: { !$0.isWhitespace && !extra.contains($0) })!
         if first == text.startIndex, text.index(after: last) == text.endIndex { return text }
         return String(text[first...last])
     }
 
-    static func trimmed(_ text: String, also extra: Set<Character>) -> String {
-        guard let first = text.firstIndex(where: { !$0.isWhitespace && !extra.contains($0) }) else { return "" }
-        let last = text.lastIndex(where: { !$0.isWhitespace && !extra.contains($0) })!
-        return String(text[first...last])
-    }
+    /// What joins a time, a label or a figure to its text: "07:30 — Standup", "Fare: …".
+    static let joiners: Set<Character> = [":", "—", "–", "-", ","]
 
     static func heading(_ line: String) -> String? {
         let hashes = line.prefix { $0 == "#" }.count
@@ -354,17 +351,17 @@ public struct Presentation: Sendable, Equatable, Encodable {
         let tokens = item.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         guard let first = tokens.first else { return nil }
         var taken = 0
-        let lead = trimmed(first, also: [":", "—", "–", "-", ","])
+        let lead = trimmed(first, also: joiners)
         if isClockTime(lead) || isISODate(lead) {
             taken = 1
-            if tokens.count > 1, ["am", "pm"].contains(trimmed(tokens[1].lowercased(), also: [":", "—", "–", "-", ","])) { taken = 2 }
+            if tokens.count > 1, ["am", "pm"].contains(trimmed(tokens[1].lowercased(), also: joiners)) { taken = 2 }
         } else if weekdays.contains(where: { lead.lowercased().hasPrefix($0) }) || months.contains(where: { lead.lowercased().hasPrefix($0) }) {
-            guard tokens.count > 1, let day = Int(trimmed(tokens[1], also: [":", "—", "–", "-", ",", "."])), (1...31).contains(day) else { return nil }
+            guard tokens.count > 1, let day = Int(trimmed(tokens[1], also: joiners.union(["."]))), (1...31).contains(day) else { return nil }
             taken = 2
         } else {
             return nil
         }
-        let at = trimmed(tokens.prefix(taken).joined(separator: " "), also: [":", "—", "–", "-", ","])
+        let at = trimmed(tokens.prefix(taken).joined(separator: " "), also: joiners)
         let rest = trimmed(tokens.dropFirst(taken).joined(separator: " "), also: [":", "—", "–", "-"])
         return (at, rest)
     }
@@ -505,8 +502,4 @@ public struct Presentation: Sendable, Equatable, Encodable {
     static func clip(_ text: String, _ limit: Int) -> String {
         text.count <= limit ? text : trimmed(String(text.prefix(limit - 1))) + "…"
     }
-}
-
-private extension String {
-    func trimmedOf(_ extra: Set<Character>) -> String { Presentation.trimmed(self, also: extra) }
 }
