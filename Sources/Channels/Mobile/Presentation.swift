@@ -21,10 +21,6 @@ public struct Presentation: Sendable, Equatable, Encodable {
         public static let timeline = Kind(rawValue: "timeline")
         public static let links = Kind(rawValue: "links")
         public static let checklist = Kind(rawValue: "checklist")
-        public func encode(to encoder: any Encoder) throws {
-            var container = encoder.singleValueContainer()
-            try container.encode(rawValue)
-        }
     }
 
     public struct Block: Sendable, Equatable, Encodable {
