@@ -19,15 +19,18 @@ public final class CommitHook: Sendable {
         }
     }
 
-    private let work: @Sendable (Connection) throws -> Void
+    private let work: @Sendable (Connection, _ resume: String?) throws -> Void
     private let answerWork: (@Sendable (Answer, Connection) throws -> Void)?
     private let ran = Atomic<Int>(0)
     private let answers = Atomic<Int>(0)
     private let closed = Atomic<Bool>(false)
     private let preset = Mutex<Answer?>(nil)
+    private let resumeReference = Mutex<String?>(nil)
 
-    /// `work` runs before each effect's COMMIT; `recordAnswer`, when given, stores an answer inside the effect's transaction.
-    public init(_ work: @escaping @Sendable (Connection) throws -> Void, recordAnswer: (@Sendable (Answer, Connection) throws -> Void)? = nil) {
+    /// `work` runs before each effect's COMMIT, with the resume reference if one was given (`resume(from:)`);
+    /// `recordAnswer`, when given, stores an answer inside the effect's transaction.
+    public init(_ work: @escaping @Sendable (Connection, _ resume: String?) throws -> Void,
+                recordAnswer: (@Sendable (Answer, Connection) throws -> Void)? = nil) {
         self.work = work
         self.answerWork = recordAnswer
     }
@@ -39,6 +42,12 @@ public final class CommitHook: Sendable {
     /// of the task's next committing write.
     public func answerWithNextEffect(_ answer: Answer) {
         preset.withLock { $0 = answer }
+    }
+
+    /// What the call will wait for after its effect (`<kind>:<id>`, see `AnswerResumer`): set before the effect, it is
+    /// written with the effect, so a retry after a crash can rebuild the answer the call never got to record.
+    public func resume(from reference: String) {
+        resumeReference.withLock { $0 = reference }
     }
 
     func record(_ answer: Answer, in db: Connection) throws {
@@ -61,7 +70,7 @@ public final class CommitHook: Sendable {
         let before = db.totalChanges
         let value = try body(db)
         if db.totalChanges != before, !hook.closed.load(ordering: .acquiring) {
-            try hook.work(db)
+            try hook.work(db, hook.resumeReference.withLock { $0 })
             hook.ran.add(1, ordering: .releasing)
             if let answer = hook.preset.withLock({ preset in defer { preset = nil }; return preset }) { try hook.record(answer, in: db) }
         }

@@ -32,6 +32,16 @@ struct CommandRunnerTests {
         #expect(!result.reply.contains("leak-me-not") && !result.reply.contains("OPENAI_API_KEY"))
     }
 
+    @Test("the command inherits no descriptor of the gateway's but its three pipes")
+    func noInheritedDescriptors() async throws {
+        // A descriptor without close-on-exec, as a supervisor or a library might leave one.
+        let leaked = open("/dev/null", O_RDONLY)
+        #expect(leaked > 2)
+        defer { close(leaked) }
+        let result = try await runner(["/bin/sh", "-c", "ls /proc/$$/fd"]).run(request())
+        #expect(result.reply.split(separator: "\n").sorted() == ["0", "1", "2"], "\(result.reply)")
+    }
+
     @Test("a run past its timeout is stopped with its whole process group")
     func timeout() async throws {
         let started = ContinuousClock.now

@@ -46,6 +46,10 @@ struct DefectRegressionTests {
             ("POST", "/api/v1/pairing/tokens", nil, { status, json in status == 200 && json["code"]?.stringValue?.count == 16 }),
             // An answer known before its effect: the 202 names the run whose record it commits with.
             ("POST", "/api/v1/agents/echo/run", ["input": "once"], { status, json in status == 202 && json["run_id"]?.stringValue != nil }),
+            // Answers that exist only when a run ends: recorded with the run's end.
+            ("POST", "/api/v1/chat", ["agent_id": "echo", "text": "hello once"], { status, json in status == 200 && json["reply"] == "hello once" && json["run_id"]?.stringValue != nil }),
+            ("POST", "/api/v1/agents/echo/trigger", nil, { status, json in status == 200 && json["run_id"]?.stringValue != nil && json["result"] == "" }),
+            ("POST", "/api/v1/channels/mobile/test", ["to": "device:phone"], { status, json in status == 201 && json["recipients"] == 1 && json["delivery_id"]?.stringValue != nil }),
         ]
         for (n, call) in cases.enumerated() {
             let key = ["Idempotency-Key": "intent-\(n)"]
@@ -71,6 +75,9 @@ struct DefectRegressionTests {
                 // The run the answer names is the one that was recorded (the crash interrupted it); no second run started.
                 let run = try await back.call("GET", "/api/v1/runs/\(retry.json["run_id"]?.stringValue ?? "")", key: admin)
                 #expect(run.status == 200 && run.json["agent_id"] == "echo", "\(run.json)")
+            case 10:
+                let lines = try await back.call("GET", "/api/v1/mobile/deliveries?device_id=phone", key: admin).json["deliveries"]?.arrayValue ?? []
+                #expect(lines.filter { $0["agent_id"] == "mobile-test" }.map { $0["id"] } == [retry.json["delivery_id"]], "applied once")
             case 5:
                 // The replayed key is the one minted before the crash, and it works.
                 let token = try #require(retry.json["key"]?.stringValue)
@@ -80,6 +87,60 @@ struct DefectRegressionTests {
             }
             back.terminate()
         }
+    }
+
+    @Test("a call killed while it waits after its effect (a decision, a phone's result, a run) is answered on retry from what it waited for, never applied twice")
+    func waitingCallsResumeAcrossCrash() async throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = TestGateway.defaultConfig + """
+
+              - id: slow
+                name: Slow
+                runner:
+                  command: ["/bin/sh", "-c", "while kill -0 $PPID 2>/dev/null; do sleep 0.1; done"]
+                  timeout: 60s
+            """
+        let first = try GatewayProcess(directory: directory, config: config)
+        let admin = try #require(try await first.start())
+        _ = try await first.call("POST", "/api/v1/mobile/devices", key: admin, json: ["id": "phone", "capabilities": ["canvas"]])
+        // Three calls that wait after their effect; the process dies while they wait.
+        let calls: [(method: String, path: String, body: JSONValue?, key: String)] = [
+            ("POST", "/api/v1/approvals", ["agent_id": "echo", "tool": "unlock", "call_id": "call-resume", "wait": true], "ask-1"),
+            ("POST", "/api/v1/mobile/invoke", ["device_id": "phone", "command": "canvas.present", "params": ["title": "Pick", "body": "One"], "expires_in_seconds": 600], "invoke-1"),
+            ("POST", "/api/v1/agents/slow/trigger", nil, "trigger-1"),
+        ]
+        for call in calls {
+            Task { _ = try? await first.call(call.method, call.path, key: admin, json: call.body, headers: ["Idempotency-Key": call.key]) }
+        }
+        // Each effect is committed: the approval is asked, the command queued, the run started.
+        #expect(try await eventually {
+            let asked = try await first.call("GET", "/api/v1/approvals/call-resume", key: admin).status == 200
+            let queued = try await first.call("GET", "/api/v1/mobile/commands?device_id=phone", key: admin).json["commands"]?.arrayValue?.count == 1
+            return asked && queued && first.output.contains("of agent slow started")
+        })
+        first.kill9()
+
+        let back = try GatewayProcess(directory: directory, config: config)
+        try await back.start()
+        // What they waited for happens after the restart: the person approves, the phone answers.
+        #expect(try await back.call("POST", "/api/v1/approvals/call-resume/approve", key: admin).status == 200)
+        let command = try #require(try await back.call("GET", "/api/v1/mobile/commands?device_id=phone", key: admin).json["commands"]?[0])
+        let commandID = try #require(command["id"]?.stringValue)
+        #expect(try await back.call("POST", "/api/v1/mobile/commands/\(commandID)/result", key: admin, json: ["device_id": "phone", "presented": true]).status == 200)
+
+        let asked = try await back.call(calls[0].method, calls[0].path, key: admin, json: calls[0].body, headers: ["Idempotency-Key": calls[0].key])
+        #expect(asked.status == 200 && asked.json == ["call_id": "call-resume", "state": "approved", "approved": true], "\(asked)")
+        let invoked = try await back.call(calls[1].method, calls[1].path, key: admin, json: calls[1].body, headers: ["Idempotency-Key": calls[1].key])
+        #expect(invoked.status == 200 && invoked.json["command_id"]?.stringValue == commandID && invoked.json["presented"] == true, "\(invoked)")
+        // Applied once: no second command was queued.
+        #expect(try await back.call("GET", "/api/v1/mobile/commands?device_id=phone", key: admin).json["commands"]?.arrayValue?.isEmpty == true)
+        // The run the crash interrupted is the trigger's failure; it is not run again.
+        let triggered = try await back.call(calls[2].method, calls[2].path, key: admin, json: calls[2].body, headers: ["Idempotency-Key": calls[2].key])
+        #expect(triggered.status == 500 && triggered.json["code"] == "agent_failed", "\(triggered)")
+        #expect(triggered.json["error"]?.stringValue?.contains("the gateway stopped during the run") == true, "\(triggered)")
+        #expect(!back.output.contains("of agent slow started"))
+        back.terminate()
     }
 
     @Test("a minted API key in an idempotent answer is not readable from the database file; its replay still answers it")

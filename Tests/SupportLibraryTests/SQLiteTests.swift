@@ -62,7 +62,7 @@ struct SQLiteTests {
         let answer = { (value: Int) in CommitHook.Answer(status: value, contentType: "application/json", body: Array("{}".utf8)) }
         // No hook bound: the effect commits, nothing else is written.
         _ = try db.transaction(answering: answer) { db in try db.run("INSERT INTO effects VALUES ('a')"); return 201 }
-        let hook = CommitHook({ _ in }, recordAnswer: { answer, db in try db.run("INSERT INTO answers VALUES (?, ?)", answer.status, answer.body) })
+        let hook = CommitHook({ _, _ in }, recordAnswer: { answer, db in try db.run("INSERT INTO answers VALUES (?, ?)", answer.status, answer.body) })
         try await CommitHook.$current.withValue(hook) {
             _ = try db.transaction(answering: answer) { db in try db.run("INSERT INTO effects VALUES ('b')"); return 202 }
         }

@@ -3,6 +3,7 @@ import ChannelAPI
 import Foundation
 import HTTPServer
 import Identity
+import SQLite
 
 /// The first command routes (`/api/v1/mobile/invoke`, `/api/v1/mobile/commands`) as thin aliases of the node
 /// protocol: one queue, one set of rules. A device registered with the `canvas` capability is a node with
@@ -53,9 +54,27 @@ public struct DeviceCommandsAPI: Sendable {
                 .json(Self.json(try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)), status: 202)
             }
         }
-        // Waiting: the answer is the phone's, known only later (a retry after a crash learns the command was sent).
-        let queued = try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)
-        let done = try await nodes.settle(id: queued.id, deviceID: device.id, subject: caller.subject)
+        // Waiting: the answer is the phone's, known only later; a retry after a crash waits for it again (`resumer`).
+        let commandID = UUID().uuidString.lowercased()
+        CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, id: device.id + "/" + commandID))
+        let queued = try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: commandID, command: command, params: card.json, expiresAt: expiresAt)
+        return Self.settledAnswer(try await nodes.settle(id: queued.id, deviceID: device.id, subject: caller.subject))
+    }
+
+    static let resumeKind = "command"
+
+    /// A waiting invoke whose process died before it answered (`<device>/<command id>`): its retry waits for the same
+    /// command's outcome.
+    public var resumer: AnswerResumer {
+        AnswerResumer(kind: Self.resumeKind) { [nodes] reference, caller in
+            guard let slash = reference.firstIndex(of: "/") else { return nil }
+            let (deviceID, commandID) = (String(reference[..<slash]), String(reference[reference.index(after: slash)...]))
+            return Self.settledAnswer(try await nodes.settle(id: commandID, deviceID: deviceID, subject: caller.subject))
+        }
+    }
+
+    /// The answer to a waiting invoke: the phone's result, or what became of the command.
+    static func settledAnswer(_ done: DeviceNodes.Command) -> HTTPResponse {
         switch done.status {
         case "completed":
             guard case .object(var result)? = done.result else { return .json(["command_id": .string(done.id), "presented": true]) }

@@ -142,12 +142,13 @@ public actor AgentRuns {
     /// Starts a run in the background; refuses when the agent is already running.
     @discardableResult
     public func start(agentID: String, input: String, trigger: String, destination: RunDestination?, timeout: Duration? = nil,
-                      subject: String = "owner", chat: ChatContext? = nil, sessionID namedSession: String? = nil,
-                      answer: ((StartedRun) -> CommitHook.Answer)? = nil) throws(RunStartError) -> StartedRun {
+                      subject: String = "owner", chat: ChatContext? = nil, sessionID namedSession: String? = nil, runID namedRun: String? = nil,
+                      answer: ((StartedRun) -> CommitHook.Answer)? = nil,
+                      finishAnswer: (@Sendable (RunRecord) -> CommitHook.Answer)? = nil) throws(RunStartError) -> StartedRun {
         guard let agent = catalog.agent(id: agentID) else { throw .unknownAgent(agentID) }
         guard agent.isOn else { throw .disabled(agentID: agentID, reason: agent.disabledReason) }
         if chat == nil, let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
-        let runID = chat?.runID ?? AgentRuns.newRunID()
+        let runID = chat?.runID ?? namedRun ?? AgentRuns.newRunID()
         let sessionID = chat?.sessionID ?? namedSession ?? "ses_" + Hex.encode(SecureBytes.random(count: 10))
         var record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
         record.subject = subject
@@ -173,7 +174,7 @@ public actor AgentRuns {
         let liveActivities = self.liveActivities
         let task = Task {
             await liveActivities?.runStarted(activity)
-            let finished = await self.execute(agent: agent, record: record, request: request, destination: destination)
+            let finished = await self.execute(agent: agent, record: record, request: request, destination: destination, finishAnswer: finishAnswer)
             credentials.revoke(credential)
             await liveActivities?.finished(sessionID: sessionID, succeeded: finished.status == .succeeded)
             return finished
@@ -218,7 +219,8 @@ public actor AgentRuns {
         if recentOrder.count > 256 { recent[recentOrder.removeFirst()] = nil }
     }
 
-    private func execute(agent: AgentConfig, record: RunRecord, request: RunRequest, destination: RunDestination?) async -> RunRecord {
+    private func execute(agent: AgentConfig, record: RunRecord, request: RunRequest, destination: RunDestination?,
+                         finishAnswer: (@Sendable (RunRecord) -> CommitHook.Answer)?) async -> RunRecord {
         var record = record
         defer { finished(record) }
         log.info("run \(record.id) of agent \(agent.id) started (\(request.trigger))")
@@ -251,7 +253,9 @@ public actor AgentRuns {
         }
         record.finishedAt = clock.now()
         do {
-            try store.finish(id: record.id, status: record.status, error: record.error, deliveryID: record.deliveryID, note: record.note, at: record.finishedAt!)
+            // A caller waiting for the reply (chat, trigger, webhook) has its answer recorded with the run's end.
+            try store.finish(id: record.id, status: record.status, error: record.error, deliveryID: record.deliveryID, note: record.note,
+                             at: record.finishedAt!, answer: finishAnswer?(record))
         } catch {
             log.error("run \(record.id): could not record its end: \(error)")
         }

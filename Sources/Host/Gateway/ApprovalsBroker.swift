@@ -64,11 +64,13 @@ public actor ApprovalsBroker {
                    priority: .high, expiresAt: approval.expiresAt, collapseID: approval.callID)
     }
 
+    public static func newCallID() -> String { "call_" + Hex.encode(SecureBytes.random(count: 10)) }
+
     /// Records a request and wakes the person's phones. Asking again with the same call id returns the first request.
     public nonisolated func open(callID: String?, subject: String, agentID: String, agentName: String, sessionID: String, tool: String,
                                  arguments: String, timeout: TimeInterval?) throws -> Approval {
         let now = clock.now()
-        let id = callID ?? "call_" + Hex.encode(SecureBytes.random(count: 10))
+        let id = callID ?? Self.newCallID()
         let expires = now.addingTimeInterval(timeout ?? defaultTimeout)
         let (approval, created) = try store.insertIfNew(Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName,
                                                                 sessionID: sessionID, tool: tool, arguments: arguments, state: .pending,

@@ -157,6 +157,9 @@ public struct CommandRunner: AgentRunner {
         posix_spawn_file_actions_adddup2(&actions, stdinPipe[0], 0)
         posix_spawn_file_actions_adddup2(&actions, stdoutPipe[1], 1)
         posix_spawn_file_actions_adddup2(&actions, stderrPipe[1], 2)
+        // Nothing else of the gateway's reaches the agent: no listening socket, database or inherited descriptor
+        // that lacks close-on-exec (a descriptor a supervisor passed down, say).
+        soulacy_spawn_add_closefrom(&actions, 3)
         if let directory { soulacy_spawn_add_chdir(&actions, directory) }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)

@@ -238,7 +238,8 @@ public final class Gateway: Sendable {
                               transportNames: transports.transports.map(\.name),
                               revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
-        router.add(DeviceCommandsAPI(store: mobileStore, nodes: nodes).routes)
+        let commandsAPI = DeviceCommandsAPI(store: mobileStore, nodes: nodes)
+        router.add(commandsAPI.routes)
         router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
         let port = boundPort
         let publicURL = options.publicURL
@@ -254,7 +255,8 @@ public final class Gateway: Sendable {
                                 pinned: { pinnedLink.value }, mainPortPin: options.autoTLS ? identity?.pin : nil, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) },
                                 relayConfigured: { carriageBox.value != nil }).routes)
         let longPoll = settings.longPoll
-        router.add(ApprovalsAPI(broker: approvals, catalog: catalog, runs: runs, longPoll: longPoll).routes)
+        let approvalsAPI = ApprovalsAPI(broker: approvals, catalog: catalog, runs: runs, longPoll: longPoll)
+        router.add(approvalsAPI.routes)
         router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
         router.add(AssistantAPI(runs: runs, catalog: catalog, sessions: ChatSessions()).routes)
         do {
@@ -266,8 +268,9 @@ public final class Gateway: Sendable {
         let routerCopy = router
         let idempotency: IdempotencyLog
         do {
-            idempotency = try IdempotencyLog(database: database, clock: options.clock,
-                                             killAfterEffect: settings.killAfterEffect)
+            // Calls that wait after their effect (for a run, a person, a phone) rebuild their answer on a retry after a crash.
+            idempotency = try IdempotencyLog(database: database, clock: options.clock, killAfterEffect: settings.killAfterEffect,
+                                             resumers: [AgentRuns.interruptedRunResumer(store: runStore), approvalsAPI.resumer, commandsAPI.resumer])
         } catch { throw .storage("cannot open the idempotency log: \(error)") }
         self.idempotency = idempotency
         housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)

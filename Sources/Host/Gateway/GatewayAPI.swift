@@ -6,6 +6,7 @@ import HTTPServer
 import Identity
 import Mobile
 import SQLite
+import Synchronization
 
 /// The host's own routes: health, agents and runs, and API-key administration.
 struct GatewayAPI: Sendable {
@@ -149,10 +150,11 @@ struct GatewayAPI: Sendable {
         guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
             throw APIError.notFound("agent not found")
         }
-        let record = try await runs.runToEnd(agentID: agentID, input: "", trigger: "api", destination: agent.schedule?.output.map { RunDestination($0) },
-                                             subject: caller.subject, failureStatus: 500)
-        return .json(["result": .string(record.reply ?? ""), "delivered": .bool(record.deliveryID != nil), "run_id": .string(record.id),
-                      "session_id": .string(record.sessionID)])
+        return try await runs.runToEnd(agentID: agentID, input: "", trigger: "api", destination: agent.schedule?.output.map { RunDestination($0) },
+                                       subject: caller.subject, failureStatus: 500) { record in
+            .json(["result": .string(record.reply ?? ""), "delivered": .bool(record.deliveryID != nil), "run_id": .string(record.id),
+                   "session_id": .string(record.sessionID)])
+        }.response
     }
 
     @Sendable func runAgent(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
@@ -294,19 +296,50 @@ extension APIError {
 
 extension AgentRuns {
     /// Starts a run and waits for it, as the synchronous routes (chat, trigger, webhooks) answer: a refusal is the
-    /// API's answer for it, and a failed run is `failureStatus` with the run's error.
+    /// API's answer for it, a finished run `answer(record)`, and a failed run `failureStatus` with the run's error.
+    ///
+    /// Under an Idempotency-Key the answer commits with the run's end, so a retry after a crash gets it; a run the
+    /// crash interrupted is answered as failed (`resumer`), never run twice.
     func runToEnd(agentID: String, input: String, trigger: String, destination: RunDestination?, subject: String,
-                  chat: ChatContext? = nil, failureStatus: Int = 502) async throws -> RunRecord {
+                  chat: ChatContext? = nil, failureStatus: Int = 502,
+                  answer: @escaping @Sendable (RunRecord) -> HTTPResponse) async throws -> (response: HTTPResponse, record: RunRecord) {
+        // Built once, when the run ends: the recorded answer and the one sent are the same bytes.
+        let built = Mutex<HTTPResponse?>(nil)
+        let respond: @Sendable (RunRecord) -> HTTPResponse = { record in
+            let response = record.status == .succeeded ? answer(record) : Self.failedRunAnswer(record, status: failureStatus)
+            built.withLock { $0 = response }
+            return response
+        }
+        var chat = chat
+        let runID = chat?.runID ?? AgentRuns.newRunID()
+        chat?.runID = runID
+        CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.runResumeKind, id: "\(failureStatus):\(runID)"))
         let started: StartedRun
         do {
-            started = try start(agentID: agentID, input: input, trigger: trigger, destination: destination, subject: subject, chat: chat)
+            started = try start(agentID: agentID, input: input, trigger: trigger, destination: destination, subject: subject, chat: chat,
+                                runID: runID, finishAnswer: { respond($0).committedAnswer })
         } catch {
             throw APIError.runRefused(error)
         }
         guard let record = await wait(runID: started.runID) else { throw APIError.internal("the run vanished") }
-        guard record.status == .succeeded else {
-            throw APIError(status: failureStatus, code: "agent_failed", message: "the agent did not answer: \(record.error ?? "unknown error")")
+        return (built.withLock { $0 } ?? respond(record), record)
+    }
+
+    static func failedRunAnswer(_ record: RunRecord, status: Int) -> HTTPResponse {
+        APIError(status: status, code: "agent_failed", message: "the agent did not answer: \(record.error ?? "unknown error")").response
+    }
+
+    static let runResumeKind = "run"
+
+    /// A waited-for run whose answer was never recorded (`<failure status>:<run id>`): the process died during the
+    /// run, since a finished run's answer commits with its end. Its record says interrupted; the retry hears the
+    /// route's failure for it.
+    static func interruptedRunResumer(store: any RunStore) -> AnswerResumer {
+        AnswerResumer(kind: runResumeKind) { id, caller in
+            guard let (statusText, runID) = AnswerResumer.parse(id), let status = Int(statusText),
+                  let record = try store.run(id: runID), record.subject == caller.subject, record.status != .running, record.status != .succeeded
+            else { return nil }
+            return failedRunAnswer(record, status: status)
         }
-        return record
     }
 }

@@ -158,6 +158,8 @@ public enum GatewaySchema {
         // A revoked phone is marked at once (nothing more goes down for it) and forgotten once the relay has
         // removed its place, bearer and held items.
         Migration("relaycarriage.2-revoked", "ALTER TABLE relay_devices ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;"),
+        // What a call waits for after its effect (`approval:<id>`, `run:<id>`…), so a retry after a crash rebuilds its answer.
+        Migration("idempotency.3-resume", "ALTER TABLE idempotency_log ADD COLUMN resume TEXT;"),
     ]
 
     /// The whole database of a gateway: the mobile channel's tables, then the gateway's. A duplicate id is an error

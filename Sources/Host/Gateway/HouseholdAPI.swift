@@ -6,6 +6,7 @@ import Synchronization
 import HTTPServer
 import Identity
 import Mobile
+import SQLite
 import ChannelAPI
 
 /// Pairing phones and watches, the household's members, and what each role may do.
@@ -249,7 +250,7 @@ struct ApprovalsAPI: Sendable {
         } else {
             activity = nil
         }
-        let open = { () throws -> Approval in
+        let open = { (callID: String?) throws -> Approval in
             do {
                 return try broker.open(callID: callID, subject: caller.subject, agentID: agentID, agentName: agent.name, sessionID: sessionID,
                                        tool: tool, arguments: arguments, timeout: timeout)
@@ -261,10 +262,13 @@ struct ApprovalsAPI: Sendable {
         let asked: Approval
         var immediate: HTTPResponse?
         if wait {
-            asked = try open()
+            // The decision is the answer: a retry after a crash waits for it again (`resumer`).
+            let id = callID ?? ApprovalsBroker.newCallID()
+            CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, id: id))
+            asked = try open(id)
         } else {
             let (opened, answer) = try broker.store.database.transaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
-                let opened = try open()
+                let opened = try open(callID)
                 return (opened, .json(Self.json(opened), status: 201))
             }
             (asked, immediate) = (opened, answer)
@@ -276,8 +280,22 @@ struct ApprovalsAPI: Sendable {
         if let immediate { return immediate }
         let state = await broker.wait(callID: asked.callID, atMost: longPoll)
         if let activity, state != .pending { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID, approved: state == .approved) }
-        // Expired counts as denied for the run: nothing runs without a yes.
-        return .json(["call_id": .string(asked.callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
+        return Self.decisionAnswer(callID: asked.callID, state: state)
+    }
+
+    /// A waiting ask's answer. Expired counts as denied for the run: nothing runs without a yes.
+    static func decisionAnswer(callID: String, state: Approval.State) -> HTTPResponse {
+        .json(["call_id": .string(callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
+    }
+
+    static let resumeKind = "approval"
+
+    /// A waiting ask whose process died before it answered: its retry waits for the same decision.
+    var resumer: AnswerResumer {
+        AnswerResumer(kind: Self.resumeKind) { [broker, longPoll] callID, caller in
+            guard let approval = try broker.approval(callID: callID), approval.subject == caller.subject else { return nil }
+            return Self.decisionAnswer(callID: callID, state: await broker.wait(callID: callID, atMost: longPoll))
+        }
     }
 
     @Sendable func list(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
@@ -392,17 +410,21 @@ struct AssistantAPI: Sendable {
     @Sendable func chat(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let ask = try chatRequest(request)
         let history = sessions.history(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID)
-        let record = try await runs.runToEnd(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject,
-                                             chat: ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice))
-        let reply = record.reply ?? ""
-        sessions.record(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID, user: ask.text, reply: reply)
-        var answer: [String: JSONValue] = [
-            "reply": .string(reply), "parts": reply.isEmpty ? [] : [["type": "text", "text": .string(reply)]],
-            "session_id": .string(record.sessionID), "run_id": .string(record.id), "response_id": .string(record.id),
-            "agent_id": .string(ask.agentID),
-        ]
-        if ask.voice, let spoken = record.spokenReply, !spoken.isEmpty { answer["spoken_reply"] = .string(spoken) }
-        return .json(.object(answer))
+        let (response, record) = try await runs.runToEnd(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject,
+                                                         chat: ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice)) { record in
+            let reply = record.reply ?? ""
+            var answer: [String: JSONValue] = [
+                "reply": .string(reply), "parts": reply.isEmpty ? [] : [["type": "text", "text": .string(reply)]],
+                "session_id": .string(record.sessionID), "run_id": .string(record.id), "response_id": .string(record.id),
+                "agent_id": .string(ask.agentID),
+            ]
+            if ask.voice, let spoken = record.spokenReply, !spoken.isEmpty { answer["spoken_reply"] = .string(spoken) }
+            return .json(.object(answer))
+        }
+        if record.status == .succeeded {
+            sessions.record(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID, user: ask.text, reply: record.reply ?? "")
+        }
+        return response
     }
 
     /// One server-sent event frame; newlines inside the data go as the two characters `\n`, as the original sends them.

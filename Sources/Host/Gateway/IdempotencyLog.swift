@@ -14,9 +14,11 @@ import Synchronization
 /// Exactly once: the line "this intent was applied" is written by a `CommitHook` inside the very transaction that
 /// makes the effect, so a crash right after the effect still leaves the line, and a retry is answered, never
 /// applied again. Routes whose effect is one transaction build their answer inside it (`DatabasePool.answer`), so
-/// the answer commits with the effect and a retry after any crash gets it. Routes whose answer only exists later
-/// (a run's reply, a phone's answer to a waiting command) record it when they return; a retry that finds the line
-/// without an answer (the process died in between) gets `200 {"applied": true, "answer_lost": true}`.
+/// the answer commits with the effect and a retry after any crash gets it. A run's reply is recorded with the run's
+/// end. Routes whose answer comes from someone else later (a person's decision, a phone's result) name what they
+/// wait for before their effect (`AnswerResumer`); a retry that finds the line without an answer (the process died
+/// while it waited) gets the answer rebuilt from that, waiting again if need be. Only when nothing can rebuild it
+/// does a retry get `200 {"applied": true, "answer_lost": true}`.
 ///
 /// Answers are stored sealed (AES-256-GCM) under a key derived from the caller's own bearer token, which the
 /// gateway never stores: minted API keys or pairing codes in an answer are not readable from the database.
@@ -31,11 +33,14 @@ public final class IdempotencyLog: Sendable {
     /// Test-only fault: die between the effect's commit and the answer's (SOULACY_FAULT_KILL_AFTER_EFFECT=1).
     let killAfterEffect: Bool
     private let inFlight = Mutex<Set<String>>([])
+    /// Rebuilders of answers the process died before recording, by reference kind.
+    let resumers: [String: AnswerResumer]
 
-    public init(database: DatabasePool, clock: any WallClock = SystemWallClock(), killAfterEffect: Bool = false) throws {
+    public init(database: DatabasePool, clock: any WallClock = SystemWallClock(), killAfterEffect: Bool = false, resumers: [AnswerResumer] = []) throws {
         store = IdempotencyStore(database: database)
         self.clock = clock
         self.killAfterEffect = killAfterEffect
+        self.resumers = Dictionary(resumers.map { ($0.kind, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     /// Forgets answers recorded before `cutoff`: a retry after that is applied again.
@@ -65,12 +70,12 @@ public final class IdempotencyLog: Sendable {
         defer { _ = inFlight.withLock { $0.remove(slot) } }
         let sealingKey = Self.sealingKey(secret: request.bearerToken.map { Array($0.utf8) } ?? sealingSecret, scope: scope, key: key)
         if let stored = try? store.answer(scope: scope, key: key) {
-            return replay(stored, of: request, sealingKey: sealingKey)
+            return await replay(stored, of: request, caller: principal, sealingKey: sealingKey)
         }
         let now = clock.now()
         let (method, path) = (request.method, request.path)
-        let hook = CommitHook({ db in
-            try IdempotencyStore.markApplied(scope: scope, key: key, method: method, path: path, at: now, in: db)
+        let hook = CommitHook({ db, resume in
+            try IdempotencyStore.markApplied(scope: scope, key: key, method: method, path: path, resume: resume, at: now, in: db)
         }, recordAnswer: { answer, db in
             // The handler built its answer inside its effect's transaction: it commits with the effect.
             try IdempotencyStore.record(Self.stored(answer, method: method, path: path, sealingKey: sealingKey), scope: scope, key: key, at: now, in: db)
@@ -96,13 +101,17 @@ public final class IdempotencyLog: Sendable {
         return IdempotencyStore.Answer(method: method, path: path, status: answer.status, contentType: answer.contentType, body: Array(box.utf8), sealed: true)
     }
 
-    private func replay(_ stored: IdempotencyStore.Answer, of request: HTTPRequest, sealingKey: [UInt8]?) -> HTTPResponse {
+    private func replay(_ stored: IdempotencyStore.Answer, of request: HTTPRequest, caller: Principal, sealingKey: [UInt8]?) async -> HTTPResponse {
         guard stored.method == request.method, stored.path == request.path else {
             return APIError.conflict("Idempotency-Key: this key was used for \(stored.method) \(stored.path); use a new key for a new intent",
                                      code: "idempotency_key_reused").response
         }
         var headers = [("Idempotent-Replayed", "true")]
         let status = stored.status
+        if status == Self.appliedWithoutAnswer, var resumed = await resumed(stored.resume, caller: caller) {
+            resumed.headers.append(contentsOf: headers)
+            return resumed
+        }
         guard status != Self.appliedWithoutAnswer else {
             headers.append(("Content-Type", "application/json"))
             return HTTPResponse(status: 200, headers: headers, body: JSONValue.object([
@@ -120,6 +129,21 @@ public final class IdempotencyLog: Sendable {
         }
         if let type = stored.contentType { headers.append(("Content-Type", type)) }
         return HTTPResponse(status: status, headers: headers, body: body)
+    }
+
+    /// The answer a resumer rebuilds for an applied line's reference; nil when there is none to rebuild it. Not
+    /// recorded: it is read again from what the effect left on every retry (a decision still pending may come later).
+    private func resumed(_ reference: String?, caller: Principal) async -> HTTPResponse? {
+        guard let reference, let (kind, id) = AnswerResumer.parse(reference), let resumer = resumers[kind] else { return nil }
+        do {
+            return try await resumer.resume(id, caller)
+        } catch let error as APIError {
+            return error.response
+        } catch let error as any HTTPResponseError {
+            return error.apiError.response
+        } catch {
+            return nil
+        }
     }
 
     static let sealHeader = "soulacy idempotency answer v1"

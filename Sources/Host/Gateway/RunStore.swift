@@ -28,7 +28,9 @@ public struct RunRecord: Sendable, Equatable {
 /// fired. A protocol because a second engine (PostgreSQL, for several gateways) will keep them too.
 public protocol RunStore: Sendable {
     func begin(_ run: RunRecord) throws
-    func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date) throws
+    /// Records the run's end; `answer`, when given, is the waiting caller's answer, recorded in the same transaction
+    /// (see `DatabasePool.transaction(answering:_:)`), so a retry after a crash gets it and never a second run.
+    func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date, answer: CommitHook.Answer?) throws
     /// Marks runs still "running" from before a restart as interrupted; returns how many.
     func markInterrupted(at date: Date) throws -> Int
     func run(id: String) throws -> RunRecord?
@@ -40,7 +42,7 @@ public protocol RunStore: Sendable {
 
 extension RunStore {
     public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, at date: Date) throws {
-        try finish(id: id, status: status, error: error, deliveryID: deliveryID, note: nil, at: date)
+        try finish(id: id, status: status, error: error, deliveryID: deliveryID, note: nil, at: date, answer: nil)
     }
 }
 
@@ -63,11 +65,13 @@ public final class SQLiteRunStore: RunStore {
         }
     }
 
-    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date) throws {
-        try database.transaction { db in
+    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date,
+                       answer: CommitHook.Answer?) throws {
+        let update = { (db: Connection) throws -> Void in
             try db.run("UPDATE runs SET status = ?, finished_at = ?, error = ?, delivery_id = ?, note = ? WHERE id = ?",
                        status.rawValue, Self.ms(date), error, deliveryID, note, id)
         }
+        if let answer { try database.transaction(answering: { _ in answer }, update) } else { try database.transaction(update) }
     }
 
     /// Runs the last process left as running cannot finish any more.

@@ -157,9 +157,10 @@ struct TriggersAPI: Sendable {
         let body = request.body.isEmpty ? JSONValue.object([:]) : try JSONValue.parse(request.body)
         let text = Self.webhookText(body, textPath: agent.webhook?.textPath)
         let destination = agent.webhook?.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
-        let record = try await runs.runToEnd(agentID: agentID, input: text, trigger: "webhook", destination: destination, subject: caller.subject)
-        let reply = record.reply ?? ""
-        return .json(["reply": .string(reply), "parts": [["type": "text", "text": .string(reply)]], "session_id": .string(record.sessionID),
-                      "thread_id": "", "user_id": .string(caller.subject), "run_id": .string(record.id)])
+        return try await runs.runToEnd(agentID: agentID, input: text, trigger: "webhook", destination: destination, subject: caller.subject) { record in
+            let reply = record.reply ?? ""
+            return .json(["reply": .string(reply), "parts": [["type": "text", "text": .string(reply)]], "session_id": .string(record.sessionID),
+                          "thread_id": "", "user_id": .string(caller.subject), "run_id": .string(record.id)])
+        }.response
     }
 }
