@@ -229,8 +229,11 @@ struct GatewayAPI: Sendable {
         guard !tool.isEmpty, tool.allSatisfy({ $0.isLetter || $0.isNumber || "._-".contains($0) }) else {
             throw APIError.invalidField("tool", "must be a tool name (letters, digits, . _ -)")
         }
+        // The answer is known before the Live Activity's update is queued: it commits with it.
+        let answer = HTTPResponse.json(["ok": true])
+        CommitHook.current?.answerWithNextEffect(answer.committedAnswer)
         await runs.liveActivities?.toolCalled(sessionID: run.sessionID, tool: tool)
-        return .json(["ok": true])
+        return answer
     }
 
     static func json(_ key: APIKey) -> JSONValue {
