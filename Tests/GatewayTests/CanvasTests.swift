@@ -21,7 +21,7 @@ struct CanvasTests {
         throw TestFailure("no command arrived")
     }
 
-    func check(_ card: JSONValue) -> APIError? {
+    func check(_ card: JSONValue) -> JSONFieldError? {
         do { _ = try CanvasCard(card); return nil } catch { return error }
     }
 

@@ -23,23 +23,23 @@ public struct DeviceRegistration: Sendable, Equatable {
 
     /// Validates a registration body with the original's normalisation (trimmed ids and names, lower-cased tokens,
     /// an empty token counts as absent, an unknown push_environment is production, notifications off unless enabled); each refusal names the field.
-    public init(json body: JSONObject) throws(APIError) {
+    public init(json body: JSONObject) throws(JSONFieldError) {
         let id = SchemaWhitespace.trim(try body.string("id", maxLength: Self.maximumIDLength))
-        guard !id.isEmpty else { throw APIError.invalidField("id", "must not be empty") }
+        guard !id.isEmpty else { throw JSONFieldError.invalid("id", "must not be empty") }
         guard id.unicodeScalars.allSatisfy(Self.isIDCharacter) else {
-            throw APIError.invalidField("id", "may contain only letters, digits and . _ : - (an installation id such as a UUID)")
+            throw JSONFieldError.invalid("id", "may contain only letters, digits and . _ : - (an installation id such as a UUID)")
         }
         self.id = id
 
         let name = SchemaWhitespace.trim(try body.optionalString("name", maxLength: Self.maximumNameLength) ?? "")
         guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw APIError.invalidField("name", "must not contain control characters")
+            throw JSONFieldError.invalid("name", "must not contain control characters")
         }
 
         switch try body.optionalString("platform") {
         case nil, "ios": platform = .ios
         case "android": platform = .android
-        case let other?: throw APIError.invalidField("platform", "must be \"ios\" or \"android\", got \"\(other)\"")
+        case let other?: throw JSONFieldError.invalid("platform", "must be \"ios\" or \"android\", got \"\(other)\"")
         }
 
         self.name = name.isEmpty ? (platform == .ios ? "iPhone" : "Android phone") : name
@@ -48,23 +48,23 @@ public struct DeviceRegistration: Sendable, Equatable {
         var capabilities: Set<String> = []
         for (i, item) in (try body.optionalArray("capabilities") ?? []).enumerated() {
             guard let name = item.stringValue, (1...32).contains(name.count), name.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || "._-".contains($0)) }) else {
-                throw APIError.invalidField("capabilities[\(i)]", "must be a capability name such as \"canvas\"")
+                throw JSONFieldError.invalid("capabilities[\(i)]", "must be a capability name such as \"canvas\"")
             }
             capabilities.insert(name)
         }
-        guard capabilities.count <= 32 else { throw APIError.invalidField("capabilities", "at most 32 capabilities") }
+        guard capabilities.count <= 32 else { throw JSONFieldError.invalid("capabilities", "at most 32 capabilities") }
         self.capabilities = capabilities
 
         switch platform {
         case .ios:
             let bundle = try body.optionalString("bundle_id") ?? ""
             guard bundle.isEmpty || bundle == Device.iosBundleID else {
-                throw APIError.invalidField("bundle_id", "must identify the Soulacy iOS app (\(Device.iosBundleID)), got \"\(bundle)\"")
+                throw JSONFieldError.invalid("bundle_id", "must identify the Soulacy iOS app (\(Device.iosBundleID)), got \"\(bundle)\"")
             }
             bundleID = Device.iosBundleID
             if let token = Self.normalisedToken(try body.optionalString("push_token")) {
                 guard token.utf8.count == 64, Hex.decode(token) != nil else {
-                    throw APIError.invalidField("push_token", "an iOS push token is 32 bytes written as 64 hex characters")
+                    throw JSONFieldError.invalid("push_token", "an iOS push token is 32 bytes written as 64 hex characters")
                 }
                 pushToken = token
             } else {
@@ -75,7 +75,7 @@ public struct DeviceRegistration: Sendable, Equatable {
             // Absent or empty keeps the token already stored (the store merges it).
             if let token = Self.normalisedToken(try body.optionalString("live_start_token")) {
                 guard Self.liveStartTokenHexLength.contains(token.utf8.count), token.utf8.count % 2 == 0, Hex.decode(token) != nil else {
-                    throw APIError.invalidField("live_start_token", "must be the push-to-start token as 32 to 512 hex characters")
+                    throw JSONFieldError.invalid("live_start_token", "must be the push-to-start token as 32 to 512 hex characters")
                 }
                 liveStartToken = token
             } else {
@@ -84,16 +84,16 @@ public struct DeviceRegistration: Sendable, Equatable {
         case .android:
             let bundle = try body.optionalString("bundle_id") ?? Device.androidBundleID
             guard bundle == Device.androidBundleID else {
-                throw APIError.invalidField("bundle_id", "must be omitted or \(Device.androidBundleID) for Android, got \"\(bundle)\"")
+                throw JSONFieldError.invalid("bundle_id", "must be omitted or \(Device.androidBundleID) for Android, got \"\(bundle)\"")
             }
             bundleID = bundle
             // An FCM token is opaque and stored as sent; empty counts as absent.
             if let token = try body.optionalString("push_token"), !token.isEmpty {
                 guard token.count <= Self.maximumAndroidTokenLength else {
-                    throw APIError.invalidField("push_token", "must be at most \(Self.maximumAndroidTokenLength) characters, got \(token.count)")
+                    throw JSONFieldError.invalid("push_token", "must be at most \(Self.maximumAndroidTokenLength) characters, got \(token.count)")
                 }
                 guard !token.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.properties.generalCategory == .control }) else {
-                    throw APIError.invalidField("push_token", "must not contain whitespace")
+                    throw JSONFieldError.invalid("push_token", "must not contain whitespace")
                 }
                 pushToken = token
             } else {

@@ -1,17 +1,40 @@
-@_exported import JSON
 import Foundation
+
+/// What is wrong with a JSON document a client sent, naming the field: the HTTP layer answers it as a 400
+/// (`invalid_json`, `missing_field`, `invalid_field`), and other readers (an agent's tool call) show its text.
+public struct JSONFieldError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: Sendable, Equatable {
+        /// Not JSON, or not the JSON shape the whole body must have.
+        case invalidJSON
+        case missing
+        case invalid
+    }
+    public let kind: Kind
+    /// The field at fault (`card.items[2]`); nil for the document as a whole.
+    public let field: String?
+    /// The whole sentence a client reads: `field: what is wrong` (or `field is required`).
+    public let message: String
+
+    public static func invalidJSON(_ message: String) -> JSONFieldError { JSONFieldError(kind: .invalidJSON, field: nil, message: message) }
+    public static func missing(_ field: String) -> JSONFieldError { JSONFieldError(kind: .missing, field: field, message: "\(field) is required") }
+    public static func invalid(_ field: String, _ problem: String) -> JSONFieldError {
+        JSONFieldError(kind: .invalid, field: field, message: "\(field): \(problem)")
+    }
+
+    public var description: String { message }
+}
 
 extension JSONValue {
     /// Parses a request body. Errors name what is wrong in a way a client can fix.
-    public static func parse(_ bytes: [UInt8]) throws(APIError) -> JSONValue {
-        guard !bytes.isEmpty else { throw APIError.badRequest("the request body is empty; send a JSON object", code: "invalid_json") }
+    public static func parse(_ bytes: [UInt8]) throws(JSONFieldError) -> JSONValue {
+        guard !bytes.isEmpty else { throw JSONFieldError.invalidJSON("the request body is empty; send a JSON object") }
         if let offset = trailingCommaOffset(bytes) {
-            throw APIError.badRequest("the request body is not valid JSON: a trailing comma at byte \(offset)", code: "invalid_json")
+            throw JSONFieldError.invalidJSON("the request body is not valid JSON: a trailing comma at byte \(offset)")
         }
         do {
             return try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
         } catch {
-            throw APIError.badRequest("the request body is not valid JSON", code: "invalid_json")
+            throw JSONFieldError.invalidJSON("the request body is not valid JSON")
         }
     }
 
@@ -38,7 +61,7 @@ extension JSONValue {
     }
 }
 
-/// A JSON object read field by field; each accessor throws an `APIError` naming the field.
+/// A JSON object read field by field; each accessor throws a `JSONFieldError` naming the field.
 public struct JSONObject: Sendable {
     public let fields: [String: JSONValue]
     /// Prefix for nested field names in errors ("card.components[2]").
@@ -50,14 +73,14 @@ public struct JSONObject: Sendable {
     }
 
     /// The body must be a JSON object; no body at all counts as `{}` when `allowEmpty` (blanks alone are not JSON).
-    public init(body: [UInt8], allowEmpty: Bool = false) throws(APIError) {
+    public init(body: [UInt8], allowEmpty: Bool = false) throws(JSONFieldError) {
         if allowEmpty && body.isEmpty {
             self.init([:])
             return
         }
         let value = try JSONValue.parse(body)
         guard case .object(let fields) = value else {
-            throw APIError.badRequest("the request body must be a JSON object, got \(value.typeName)", code: "invalid_json")
+            throw JSONFieldError.invalidJSON("the request body must be a JSON object, got \(value.typeName)")
         }
         self.init(fields)
     }
@@ -70,49 +93,49 @@ public struct JSONObject: Sendable {
         return false
     }
 
-    public func optionalString(_ key: String, maxLength: Int? = nil) throws(APIError) -> String? {
+    public func optionalString(_ key: String, maxLength: Int? = nil) throws(JSONFieldError) -> String? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .string(let s) = value else { throw APIError.invalidField(name(key), "must be a string, got \(value.typeName)") }
+        guard case .string(let s) = value else { throw JSONFieldError.invalid(name(key), "must be a string, got \(value.typeName)") }
         if let maxLength, s.count > maxLength {
-            throw APIError.invalidField(name(key), "must be at most \(maxLength) characters, got \(s.count)")
+            throw JSONFieldError.invalid(name(key), "must be at most \(maxLength) characters, got \(s.count)")
         }
         return s
     }
 
-    public func string(_ key: String, maxLength: Int? = nil) throws(APIError) -> String {
-        guard let s = try optionalString(key, maxLength: maxLength) else { throw APIError.missingField(name(key)) }
+    public func string(_ key: String, maxLength: Int? = nil) throws(JSONFieldError) -> String {
+        guard let s = try optionalString(key, maxLength: maxLength) else { throw JSONFieldError.missing(name(key)) }
         return s
     }
 
-    public func optionalBool(_ key: String) throws(APIError) -> Bool? {
+    public func optionalBool(_ key: String) throws(JSONFieldError) -> Bool? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .bool(let b) = value else { throw APIError.invalidField(name(key), "must be true or false, got \(value.typeName)") }
+        guard case .bool(let b) = value else { throw JSONFieldError.invalid(name(key), "must be true or false, got \(value.typeName)") }
         return b
     }
 
-    public func optionalNumber(_ key: String) throws(APIError) -> Double? {
+    public func optionalNumber(_ key: String) throws(JSONFieldError) -> Double? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .number(let d) = value, d.isFinite else { throw APIError.invalidField(name(key), "must be a number, got \(value.typeName)") }
+        guard case .number(let d) = value, d.isFinite else { throw JSONFieldError.invalid(name(key), "must be a number, got \(value.typeName)") }
         return d
     }
 
-    public func optionalInteger(_ key: String, in range: ClosedRange<Int>) throws(APIError) -> Int? {
+    public func optionalInteger(_ key: String, in range: ClosedRange<Int>) throws(JSONFieldError) -> Int? {
         guard let d = try optionalNumber(key) else { return nil }
         guard d.rounded() == d, d >= Double(range.lowerBound), d <= Double(range.upperBound) else {
-            throw APIError.invalidField(name(key), "must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+            throw JSONFieldError.invalid(name(key), "must be a whole number from \(range.lowerBound) to \(range.upperBound)")
         }
         return Int(d)
     }
 
-    public func optionalObject(_ key: String) throws(APIError) -> JSONObject? {
+    public func optionalObject(_ key: String) throws(JSONFieldError) -> JSONObject? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .object(let o) = value else { throw APIError.invalidField(name(key), "must be an object, got \(value.typeName)") }
+        guard case .object(let o) = value else { throw JSONFieldError.invalid(name(key), "must be an object, got \(value.typeName)") }
         return JSONObject(o, path: name(key))
     }
 
-    public func optionalArray(_ key: String) throws(APIError) -> [JSONValue]? {
+    public func optionalArray(_ key: String) throws(JSONFieldError) -> [JSONValue]? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .array(let a) = value else { throw APIError.invalidField(name(key), "must be an array, got \(value.typeName)") }
+        guard case .array(let a) = value else { throw JSONFieldError.invalid(name(key), "must be an array, got \(value.typeName)") }
         return a
     }
 }
