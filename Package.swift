@@ -16,6 +16,7 @@ let package = Package(
         // The gateway and the mobile channel as libraries, for embedding and for the fuzz harnesses in fuzz/.
         .library(name: "SoulacyGateway", targets: ["Gateway"]),
         .library(name: "SoulacyMobile", targets: ["Mobile"]),
+        .library(name: "SoulacyMobileHTTP", targets: ["MobileHTTP"]),
         .library(name: "SoulacyHTTPServer", targets: ["HTTPServer"]),
         .library(name: "SoulacyRelayProtocol", targets: ["RelayProtocol"]),
     ],
@@ -51,13 +52,15 @@ let package = Package(
         .target(name: "ChannelAPI", path: "Sources/ChannelAPI"),
         // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
-        .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/Channels/Mobile"),
+        .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "JSON", "SQLite", "Crypto"], path: "Sources/Channels/Mobile"),
+        // The mobile channel's routes (devices, inbox, commands, nodes) over the API kit; the core above knows no HTTP.
+        .target(name: "MobileHTTP", dependencies: ["Mobile", "ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
-        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
+        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).
@@ -78,6 +81,6 @@ let package = Package(
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "Identity"], path: "Tests/SupportLibraryTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

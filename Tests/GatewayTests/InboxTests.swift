@@ -3,6 +3,7 @@ import Foundation
 import GatewayTestSupport
 import HTTPServer
 import Mobile
+import MobileHTTP
 import SQLite
 import Testing
 

@@ -30,7 +30,7 @@ struct TargetGraphTests {
     func boundaries() throws {
         let graph = try Self.graph()
         #expect(graph.count > 20 && graph["Gateway"] != nil, "the manifest was read")
-        let serverSide: Set = ["HTTPServer", "APIKit", "CHTTPServerShims", "CMicroHTTPD", "SQLite", "CSQLite", "Gateway", "Mobile"]
+        let serverSide: Set = ["HTTPServer", "APIKit", "CHTTPServerShims", "CMicroHTTPD", "SQLite", "CSQLite", "Gateway", "Mobile", "MobileHTTP"]
         let rules: [(target: String, forbidden: Set<String>)] = [
             ("ChannelAPI", serverSide.union(["HTTPClient", "Crypto", "JSON"])),
             ("APNs", serverSide), ("FCM", serverSide), ("Relay", serverSide),
@@ -42,7 +42,10 @@ struct TargetGraphTests {
             ("Lifecycle", serverSide.union(["HTTPClient", "ChannelAPI"])),
             // The server and the database know nothing of the product; the API kit only joins the two.
             ("HTTPServer", ["SQLite", "APIKit", "Gateway", "Mobile"]), ("SQLite", ["HTTPServer", "APIKit", "Gateway", "Mobile"]),
-            ("APIKit", ["Gateway", "Mobile", "ChannelAPI"]),
+            ("APIKit", ["Gateway", "Mobile", "MobileHTTP", "ChannelAPI"]),
+            // The mobile channel's core (inbox, outbox, devices, dispatcher) knows no HTTP; its routes are MobileHTTP.
+            ("Mobile", ["HTTPServer", "APIKit", "CHTTPServerShims", "CMicroHTTPD", "MobileHTTP", "Gateway"]),
+            ("MobileHTTP", ["Gateway"]),
         ]
         for rule in rules {
             #expect(graph[rule.target] != nil, "\(rule.target) is a target")

@@ -1,4 +1,4 @@
-import HTTPServer
+import JSON
 
 /// Validates a `canvas.present` card against the seed's vocabulary and limits. Every refusal names the
 /// allowed vocabulary or the limit broken, so an agent can correct itself from the error alone.

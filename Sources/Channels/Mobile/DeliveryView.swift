@@ -57,9 +57,14 @@ public struct DeliveryView: Sendable, Encodable {
     private static let presentations = PresentationCache(capacity: 20_000)
 
     /// The single line's answer: the view's keys and `wake_ups` beside them, in one object.
-    struct WithWakeUps: Encodable, Sendable {
+    public struct WithWakeUps: Encodable, Sendable {
         let view: DeliveryView
         let wakeUps: [JSONValue]
+
+        public init(view: DeliveryView, wakeUps: [JSONValue]) {
+            self.view = view
+            self.wakeUps = wakeUps
+        }
 
         private enum Key: String, CodingKey { case wakeUps = "wake_ups" }
 

@@ -1,7 +1,7 @@
+import JSON
 import ChannelAPI
 import Crypto
 import Foundation
-import HTTPServer
 import Identity
 import SQLite
 
@@ -34,6 +34,20 @@ public final class DeviceNodes: Sendable {
         public var capabilities: [String]
         public var permissions: [String: String]
         public var updatedAt: Date
+
+        public init(deviceID: String, subject: String, name: String, platform: String, model: String, osVersion: String, appVersion: String,
+                    capabilities: [String], permissions: [String: String], updatedAt: Date) {
+            self.deviceID = deviceID
+            self.subject = subject
+            self.name = name
+            self.platform = platform
+            self.model = model
+            self.osVersion = osVersion
+            self.appVersion = appVersion
+            self.capabilities = capabilities
+            self.permissions = permissions
+            self.updatedAt = updatedAt
+        }
     }
 
     public struct Command: Sendable, Equatable {
@@ -50,9 +64,9 @@ public final class DeviceNodes: Sendable {
         public var completedAt: Date?
     }
 
-    let store: MobileStore
+    public let store: MobileStore
     let dispatcher: PushDispatcher?
-    let clock: any WallClock
+    public let clock: any WallClock
 
     public init(store: MobileStore, dispatcher: PushDispatcher?, clock: any WallClock) throws {
         self.store = store

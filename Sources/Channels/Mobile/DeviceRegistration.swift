@@ -1,7 +1,7 @@
+import JSON
 import Foundation
 import ChannelAPI
 import Crypto
-import HTTPServer
 
 /// A device registration that passed every rule of POST /api/v1/mobile/devices.
 public struct DeviceRegistration: Sendable, Equatable {

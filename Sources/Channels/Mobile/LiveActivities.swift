@@ -1,7 +1,6 @@
 import ChannelAPI
 import Crypto
 import Foundation
-import HTTPServer
 import SQLite
 
 /// A run as a Live Activity sees it.

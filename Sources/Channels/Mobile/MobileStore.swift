@@ -1,7 +1,7 @@
+import JSON
 import ChannelAPI
 import Crypto
 import Foundation
-import HTTPServer
 import SQLite
 
 /// A stored inbox line.

@@ -1,8 +1,8 @@
+import JSON
 import ChannelAPI
 import Crypto
 import Foundation
 import Glibc
-import HTTPServer
 import SQLite
 
 /// One wake-up waiting in (or done with) the durable push outbox.

@@ -9,6 +9,7 @@ import HTTPServer
 import Identity
 import LLM
 import Mobile
+import MobileHTTP
 import Crypto
 import SQLite
 import Synchronization

@@ -1,3 +1,4 @@
+import Mobile
 import APIKit
 import ChannelAPI
 import Foundation

@@ -1,3 +1,4 @@
+import Mobile
 import Crypto
 import Synchronization
 
