@@ -60,7 +60,16 @@ let package = Package(
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
-        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
+        // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
+        // Agents: their files (config, hot reload), cron and the scheduler, runs and their runners (command, LLM, phone tools).
+        .target(name: "Agents", dependencies: ["ChannelAPI", "Crypto", "Identity", "JSON", "LLM", "Mobile", "SQLite", "YAML", "CProcessShims"],
+                path: "Sources/Host/Agents"),
+        .target(name: "Approvals", dependencies: ["ChannelAPI", "Crypto", "Mobile", "SQLite"], path: "Sources/Host/Approvals"),
+        .target(name: "Household", dependencies: ["Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
+        .target(name: "RelayCarriage", dependencies: ["ChannelAPI", "Crypto", "HTTPClient", "HTTPServer", "Household", "Identity", "Mobile", "RelayProtocol", "SQLite"],
+                path: "Sources/Host/RelayCarriage"),
+        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+                                                "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).

@@ -46,6 +46,11 @@ struct TargetGraphTests {
             // The mobile channel's core (inbox, outbox, devices, dispatcher) knows no HTTP; its routes are MobileHTTP.
             ("Mobile", ["HTTPServer", "APIKit", "CHTTPServerShims", "CMicroHTTPD", "MobileHTTP", "Gateway"]),
             ("MobileHTTP", ["Gateway"]),
+            // The host by job: only the assembly (Gateway) and the route files know HTTP.
+            ("Agents", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "Gateway", "Approvals", "Household", "RelayCarriage"]),
+            ("Approvals", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "Gateway", "Agents"]),
+            ("Household", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "Gateway", "Agents", "Approvals"]),
+            ("RelayCarriage", ["APIKit", "MobileHTTP", "Gateway", "Agents", "Approvals"]),
         ]
         for rule in rules {
             #expect(graph[rule.target] != nil, "\(rule.target) is a target")

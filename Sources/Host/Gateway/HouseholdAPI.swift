@@ -267,7 +267,7 @@ struct ApprovalsAPI: Sendable {
             CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, id: id))
             asked = try open(id)
         } else {
-            let (opened, answer) = try broker.store.database.transaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
+            let (opened, answer) = try broker.database.transaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
                 let opened = try open(callID)
                 return (opened, .json(Self.json(opened), status: 201))
             }
@@ -323,7 +323,7 @@ struct ApprovalsAPI: Sendable {
         let callID = try body.string("call_id", maxLength: 200)
         guard let approved = try body.optionalBool("approved") else { throw APIError.missingField("approved") }
         do {
-            return try broker.store.database.answer { _ in
+            return try broker.database.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)
                 return .json(["ok": true, "approved": .bool(approval.state == .approved), "already_decided": .bool(!decidedNow)])
             }
@@ -337,7 +337,7 @@ struct ApprovalsAPI: Sendable {
 
     func decide(_ request: HTTPRequest, caller: Principal, approve: Bool) throws -> HTTPResponse {
         do {
-            return try broker.store.database.answer { _ in
+            return try broker.database.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
                 guard case .object(var body) = Self.json(approval, withArguments: false) else { throw APIError.internal("approval encoding") }
                 body["already_decided"] = .bool(!decidedNow)

@@ -49,7 +49,7 @@ public final class SQLiteAPIKeyStore: APIKeyStore {
     public static let tokenPrefix = "sk_"
 
 
-    let database: DatabasePool
+    public let database: DatabasePool
     /// Recently seen tokens (by hash) and whom they belong to. Revoking clears it, so a revoked key is refused at
     /// once in this process; another process sharing the database sees the revocation within `cacheLifetime`.
     private let cache = Mutex<[[UInt8]: (principal: Principal, until: ContinuousClock.Instant)]>([:])

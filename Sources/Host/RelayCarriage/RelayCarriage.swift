@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import HTTPClient
 import HTTPServer
+import Household
 import Identity
 import Mobile
 import RelayProtocol

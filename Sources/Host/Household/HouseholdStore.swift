@@ -33,7 +33,7 @@ public final class HouseholdStore: Sendable {
     public static let codeLifetime: TimeInterval = 120
 
 
-    let database: DatabasePool
+    public let database: DatabasePool
     /// The SQLite key store itself: a redeemed code and its new key commit in one transaction.
     let keys: SQLiteAPIKeyStore
 

@@ -1,6 +1,6 @@
 import ChannelAPI
 import Foundation
-import HTTPServer
+import JSON
 import LLM
 import Mobile
 
@@ -13,7 +13,8 @@ public enum PhoneTools {
     }
 
     static func failure(_ error: any Error) -> String {
-        "error: " + ((error as? APIError)?.message ?? "\(error)")
+        // Every error a tool meets says what is wrong in its description (store errors, a card's field).
+        "error: \(error)"
     }
 
     struct ListNodes: AgentTool {

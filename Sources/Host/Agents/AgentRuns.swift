@@ -100,7 +100,7 @@ public actor AgentRuns {
 
     public nonisolated let catalog: AgentCatalog
     let channels: ChannelRegistry
-    let store: any RunStore
+    public nonisolated let store: any RunStore
     let makeRunner: RunnerFactory
     let clock: any WallClock
     let log: Log

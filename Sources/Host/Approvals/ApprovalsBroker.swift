@@ -42,6 +42,8 @@ public enum ApprovalError: Error, Sendable, Equatable, CustomStringConvertible {
 public actor ApprovalsBroker {
 
     nonisolated let store: ApprovalStore
+    /// The database decisions are written to: a route that answers with a decision builds its answer in the same transaction.
+    public nonisolated var database: DatabasePool { store.database }
     nonisolated let mobile: MobileStore
     nonisolated let dispatcher: PushDispatcher?
     nonisolated let clock: any WallClock

@@ -1,5 +1,5 @@
 import Foundation
-import HTTPServer
+import JSON
 import JSON
 import LLM
 
