@@ -235,9 +235,9 @@ public final class Gateway: Sendable {
         var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
         router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
         let carriageBox = CarriageBox()
-        router.add(GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, keys: keys, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
-                              transportNames: transports.transports.map(\.name),
-                              revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
+        router.add(GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
+                              transportNames: transports.transports.map(\.name)).routes)
+        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         let commandsAPI = DeviceCommandsAPI(store: mobileStore, nodes: nodes)
         router.add(commandsAPI.routes)

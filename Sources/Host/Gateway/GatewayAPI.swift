@@ -8,19 +8,16 @@ import Mobile
 import SQLite
 import Synchronization
 
-/// The host's own routes: health, agents and runs, and API-key administration.
+/// The host's own routes: health and readiness, agents and runs.
 struct GatewayAPI: Sendable {
     let catalog: AgentCatalog
     let runs: AgentRuns
     let runStore: any RunStore
-    let keys: any APIKeyStore
     let mobile: MobileStore
     let scheduler: Scheduler
     let clock: any WallClock
     /// The wake-up transports configured (apns, relay, fcm, …), for the readiness check.
     var transportNames: [String] = []
-    /// Told of every revoked key (the relay carriage forgets the phone).
-    var revoked: @Sendable (String) async -> Void = { _ in }
 
     var routes: [Route] {
         [
@@ -33,9 +30,6 @@ struct GatewayAPI: Sendable {
             Route(.POST, "/api/v1/agents/:id/trigger", role: .operator, summary: "Run an agent now and answer with its result (the original's synchronous trigger)", handler: triggerAgent),
             Route(.GET, "/api/v1/runs/:id", role: .viewer, summary: "A run's status", handler: getRun),
             Route(.POST, "/api/v1/runs/:id/events", role: .operator, summary: "A running command reports progress (a tool call)", handler: runEvent),
-            Route(.POST, "/admin/api-keys", role: .admin, summary: "Mint an API key", handler: createKey),
-            Route(.GET, "/admin/api-keys", access: .role(.admin), summary: "List API keys (never their secrets)", handler: listKeys),
-            Route(.DELETE, "/admin/api-keys/:id", access: .role(.admin), summary: "Revoke an API key", handler: revokeKey),
         ]
     }
 
@@ -233,51 +227,6 @@ struct GatewayAPI: Sendable {
         let answer = HTTPResponse.json(["ok": true])
         CommitHook.current?.answerWithNextEffect(answer.committedAnswer)
         await runs.liveActivities?.toolCalled(sessionID: run.sessionID, tool: tool)
-        return answer
-    }
-
-    static func json(_ key: APIKey) -> JSONValue {
-        .object([
-            "id": .string(key.id), "name": .string(key.name), "subject": .string(key.subject), "role": .string(key.role.rawValue),
-            "kind": .string(key.kind.rawValue), "created_at": JSONValue.timestamp(key.createdAt),
-            "revoked_at": key.revokedAt.map(JSONValue.timestamp) ?? .null,
-        ])
-    }
-
-    @Sendable func createKey(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let name = try body.string("name", maxLength: 200)
-        guard !name.trimmingCharacters(in: .whitespaces).isEmpty else { throw APIError.invalidField("name", "must not be empty") }
-        let roleText = try body.optionalString("role") ?? Role.viewer.rawValue
-        guard let role = Role(rawValue: roleText) else {
-            throw APIError.invalidField("role", "must be admin, operator or viewer, got \"\(roleText)\"")
-        }
-        let subject = try body.optionalString("subject", maxLength: 64) ?? caller.subject
-        guard !subject.isEmpty, subject.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" }) else {
-            throw APIError.invalidField("subject", "must be 1-64 lower-case letters, digits, - or _")
-        }
-        return try mobile.database.answer { _ in
-            let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual)
-            guard case .object(var fields) = Self.json(minted.key) else { throw APIError.internal("key encoding") }
-            fields["key"] = .string(minted.token)
-            return .json(.object(fields), status: 201)
-        }
-    }
-
-    @Sendable func listKeys(_ request: HTTPRequest) async throws -> HTTPResponse {
-        .json(.object(["keys": .array(try keys.list().map(Self.json))]))
-    }
-
-    @Sendable func revokeKey(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let id = request.parameter("id")
-        let answer = try mobile.database.answer { _ in
-            guard try keys.revoke(id: id) else { throw APIError.notFound("no active key \(id)") }
-            // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
-            try mobile.removeDevices(registeredByKey: id)
-            return .noContent
-        }
-        // And through the relay: no more sealed records for it, and the relay drops its place and bearer.
-        await revoked(id)
         return answer
     }
 }

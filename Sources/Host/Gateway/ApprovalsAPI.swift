@@ -1,0 +1,182 @@
+import APIKit
+import Crypto
+import Foundation
+import LLM
+import Synchronization
+import HTTPServer
+import Identity
+import Mobile
+import SQLite
+import ChannelAPI
+
+/// Approvals over HTTP: runs ask, people answer from any surface; the broker keeps it to one decision.
+struct ApprovalsAPI: Sendable {
+    let broker: ApprovalsBroker
+    let catalog: AgentCatalog
+    let runs: AgentRuns
+    /// The longest one request waits for a decision; a run still waiting asks again (GET …/approvals/:id?wait=true).
+    let longPoll: Duration
+
+    var routes: [Route] {
+        var routes = [
+            Route(.POST, "/api/v1/approvals", role: .operator, summary: "Ask for approval of a tool call and wait for the decision", handler: ask),
+            Route(.GET, "/api/v1/approvals/:id", role: .viewer, summary: "One approval with its arguments", handler: get),
+        ]
+        routes.append(Route(.POST, "/api/v1/chat/confirm", role: .viewer, summary: "Decide a chat stream's tool_confirm (the same broker)", handler: confirm))
+        for prefix in ["/api/v1", ""] {
+            routes.append(Route(.GET, "\(prefix)/approvals", role: .viewer, summary: "Your pending approvals", handler: list))
+            // A viewer decides from the lock screen as the original allows (chat:chat): deciding is their own approvals only.
+            routes.append(Route(.POST, "\(prefix)/approvals/:id/approve", role: .viewer, summary: "Approve (idempotent)", handler: approve))
+            routes.append(Route(.POST, "\(prefix)/approvals/:id/deny", role: .viewer, summary: "Deny (idempotent)", handler: deny))
+        }
+        return routes
+    }
+
+    static func json(_ a: Approval, withArguments: Bool = true) -> JSONValue {
+        var object: [String: JSONValue] = [
+            "call_id": .string(a.callID), "agent_id": .string(a.agentID), "agent_name": .string(a.agentName),
+            "session_id": .string(a.sessionID), "tool": .string(a.tool), "state": .string(a.state.rawValue),
+            "created_at": .timestamp(a.createdAt), "expires_at": .timestamp(a.expiresAt),
+            "decided_at": a.decidedAt.map(JSONValue.timestamp) ?? .null,
+        ]
+        if withArguments {
+            let arguments = (try? JSONValue.parse(Array(a.arguments.utf8))) ?? .string(a.arguments)
+            object["arguments"] = arguments
+            // The original's names: `args` (an object, omitted when empty) and `reason`.
+            if case .object(let fields) = arguments, !fields.isEmpty { object["args"] = arguments }
+            object["reason"] = .string("\(a.agentName) wants to run \(a.tool)")
+        }
+        return .object(object)
+    }
+
+    @Sendable func ask(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        let body = try JSONObject(body: request.body)
+        let agentID = try body.string("agent_id", maxLength: 64)
+        // An unknown agent is a missing resource, as in the original (404 "agent not found").
+        guard let agent = catalog.agent(id: agentID) else { throw APIError.notFound("agent_id: no agent '\(agentID)' in SOUL.yaml") }
+        let tool = try body.string("tool", maxLength: 200)
+        guard !tool.isEmpty else { throw APIError.invalidField("tool", "must not be empty") }
+        let callID = try body.optionalString("call_id", maxLength: 128)
+        if callID?.isEmpty == true { throw APIError.invalidField("call_id", "must not be empty; leave it out to get one made") }
+        let sessionID = try body.optionalString("session_id", maxLength: 128) ?? ""
+        let arguments = body.fields["arguments"].map { $0.serialized() } ?? "{}"
+        guard arguments.utf8.count <= 64 * 1024 else { throw APIError.invalidField("arguments", "must be at most 64 KiB of JSON") }
+        let timeout = try body.optionalInteger("timeout_seconds", in: 1...3600).map(TimeInterval.init)
+        let wait = try body.optionalBool("wait") ?? true
+        // The lock screen the prompt lands on is the session's person's: only they (or their run) may ask in it.
+        let activity: ActivityRun?
+        if caller.keyID.hasPrefix("run:") {
+            activity = await runs.activityRun(runID: String(caller.keyID.dropFirst(4)))
+            if !sessionID.isEmpty, sessionID != activity?.sessionID { throw APIError.notFound("no session \(sessionID) of yours") }
+        } else if !sessionID.isEmpty {
+            activity = await runs.activityRun(sessionID: sessionID)
+            let owner = try activity?.subject ?? runs.store.subject(ofSession: sessionID)
+            if let owner, owner != caller.subject { throw APIError.notFound("no session \(sessionID) of yours") }
+        } else {
+            activity = nil
+        }
+        let open = { (callID: String?) throws -> Approval in
+            do {
+                return try broker.open(callID: callID, subject: caller.subject, agentID: agentID, agentName: agent.name, sessionID: sessionID,
+                                       tool: tool, arguments: arguments, timeout: timeout)
+            } catch let error as ApprovalError {
+                throw APIError.conflict(error.description, code: "call_id_taken")
+            }
+        }
+        // Not waiting: the request is the answer, committed with it. Waiting: the answer is the decision, later.
+        let asked: Approval
+        var immediate: HTTPResponse?
+        if wait {
+            // The decision is the answer: a retry after a crash waits for it again (`resumer`).
+            let id = callID ?? ApprovalsBroker.newCallID()
+            CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, id: id))
+            asked = try open(id)
+        } else {
+            let (opened, answer) = try broker.database.transaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
+                let opened = try open(callID)
+                return (opened, .json(Self.json(opened), status: 201))
+            }
+            (asked, immediate) = (opened, answer)
+        }
+        // The run waiting on this approval shows on the lock screen with Approve/Deny, whatever started it.
+        if let activity, asked.state == .pending {
+            await runs.liveActivities?.waitingForApproval(activity, callID: asked.callID, tool: tool)
+        }
+        if let immediate { return immediate }
+        let state = await broker.wait(callID: asked.callID, atMost: longPoll)
+        if let activity, state != .pending { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID, approved: state == .approved) }
+        return Self.decisionAnswer(callID: asked.callID, state: state)
+    }
+
+    /// A waiting ask's answer. Expired counts as denied for the run: nothing runs without a yes.
+    static func decisionAnswer(callID: String, state: Approval.State) -> HTTPResponse {
+        .json(["call_id": .string(callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
+    }
+
+    static let resumeKind = "approval"
+
+    /// A waiting ask whose process died before it answered: its retry waits for the same decision.
+    var resumer: AnswerResumer {
+        AnswerResumer(kind: Self.resumeKind) { [broker, longPoll] callID, caller in
+            guard let approval = try broker.approval(callID: callID), approval.subject == caller.subject else { return nil }
+            return Self.decisionAnswer(callID: callID, state: await broker.wait(callID: callID, atMost: longPoll))
+        }
+    }
+
+    @Sendable func list(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        let all = try request.queryChoice("state", among: ["pending", "all"], fallback: "pending") == "all"
+        return .json(["approvals": .array(try broker.approvals(subject: caller.subject, all: all).map { Self.json($0) })])
+    }
+
+    @Sendable func get(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        let wait = try request.queryFlag("wait")
+        guard var approval = try broker.approval(callID: request.parameter("id")), approval.subject == caller.subject else {
+            throw APIError.notFound(ApprovalError.notFound(request.parameter("id")).description)
+        }
+        if wait, approval.state == .pending {
+            _ = await broker.wait(callID: approval.callID, atMost: longPoll)
+            approval = try broker.approval(callID: approval.callID) ?? approval
+        }
+        guard case .object(var body) = Self.json(approval) else { throw APIError.internal("approval encoding") }
+        body["approved"] = .bool(approval.state == .approved)
+        return .json(.object(body))
+    }
+
+    /// The original's `/chat/confirm {call_id, approved}`: one decision on the shared broker, `{"ok": true}`.
+    @Sendable func confirm(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        let body = try JSONObject(body: request.body)
+        let callID = try body.string("call_id", maxLength: 200)
+        guard let approved = try body.optionalBool("approved") else { throw APIError.missingField("approved") }
+        do {
+            return try broker.database.answer { _ in
+                let (approval, decidedNow) = try broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)
+                return .json(["ok": true, "approved": .bool(approval.state == .approved), "already_decided": .bool(!decidedNow)])
+            }
+        } catch let error as ApprovalError {
+            throw APIError.notFound(error.description)
+        }
+    }
+
+    @Sendable func approve(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse { try decide(request, caller: caller, approve: true) }
+    @Sendable func deny(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse { try decide(request, caller: caller, approve: false) }
+
+    func decide(_ request: HTTPRequest, caller: Principal, approve: Bool) throws -> HTTPResponse {
+        do {
+            return try broker.database.answer { _ in
+                let (approval, decidedNow) = try broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
+                guard case .object(var body) = Self.json(approval, withArguments: false) else { throw APIError.internal("approval encoding") }
+                body["already_decided"] = .bool(!decidedNow)
+                // The original app reads `ok` and `approved`: approved is the decision actually taken (the seed's rule).
+                body["ok"] = true
+                body["approved"] = .bool(approval.state == .approved)
+                if !decidedNow {
+                    body["message"] = .string(approval.state == .expired ? "this approval expired before it was answered"
+                                                                          : "this approval was already \(approval.state.rawValue); nothing ran twice")
+                }
+                return .json(.object(body))
+            }
+        } catch let error as ApprovalError {
+            throw APIError.notFound(error.description)
+        }
+    }
+}

@@ -1,0 +1,146 @@
+import APIKit
+import Crypto
+import Foundation
+import LLM
+import Synchronization
+import HTTPServer
+import Identity
+import Mobile
+import SQLite
+import ChannelAPI
+
+/// Chat and the agent list: the Siri/Shortcuts and watch surface.
+struct AssistantAPI: Sendable {
+    let runs: AgentRuns
+    let catalog: AgentCatalog
+    let sessions: ChatSessions
+
+    var routes: [Route] {
+        [
+            Route(.POST, "/api/v1/chat", role: .viewer, summary: "Ask an agent and get its reply", handler: chat),
+            Route(.POST, "/api/v1/chat/stream", role: .viewer, summary: "Ask an agent; the reply streams as server-sent events", handler: chatStream),
+            Route(.GET, "/api/v1/chat/stream", role: .viewer, summary: "The same stream, asked with query parameters", handler: chatStream),
+            Route(.POST, "/api/v1/chat/cancel", role: .viewer, summary: "Stop one of your runs (its run id, or a chat's session id)", handler: cancel),
+            Route(.POST, "/chat", role: .viewer, summary: "Ask an agent (watch voice mode)", handler: chat),
+            Route(.GET, "/agents", access: .role(.viewer), summary: "Agents (watch)", handler: agents),
+        ]
+    }
+
+    /// The chat request as the original reads it: `agent_id` (optional here when only one agent answers chat) and
+    /// `text`, `session_id` to continue a conversation, `response_mode` text or voice.
+    struct ChatRequest {
+        var agentID: String
+        var text: String
+        var sessionID: String
+        var voice: Bool
+    }
+
+    func chatRequest(_ request: HTTPRequest) throws -> ChatRequest {
+        // GET /chat/stream carries the same names in its query.
+        let body = request.method == "GET"
+            ? try JSONObject(body: JSONValue.object(request.query.mapValues(JSONValue.string)).serializedBytes())
+            : try JSONObject(body: request.body)
+        // A URL carries less than a body: GET /chat/stream takes at most 2,000 characters of text.
+        let text = try body.string("text", maxLength: request.method == "GET" ? 2000 : 100_000)
+        let visible = catalog.current.visibleAgents.filter(\.isOn)
+        let agentID: String
+        if let id = try body.optionalString("agent_id", maxLength: 128), !id.isEmpty {
+            agentID = id
+        } else if visible.count == 1 {
+            agentID = visible[0].id
+        } else {
+            throw APIError.missingField("agent_id")
+        }
+        // An unknown agent is a missing resource, as in the original (404 "agent not found").
+        guard visible.contains(where: { $0.id == agentID }) else { throw APIError.notFound("agent_id: no agent '\(agentID)'") }
+        let given = try body.optionalString("session_id", maxLength: 128).map(SchemaWhitespace.trim)
+        let sessionID = given.flatMap { $0.isEmpty ? nil : $0 } ?? "http-" + UUID().uuidString.lowercased()
+        let mode = try body.optionalString("response_mode").map(SchemaWhitespace.trim)?.lowercased() ?? ""
+        guard ["", "text", "voice"].contains(mode) else { throw APIError.invalidField("response_mode", "response_mode must be text or voice") }
+        return ChatRequest(agentID: agentID, text: text, sessionID: sessionID, voice: mode == "voice")
+    }
+
+    @Sendable func chat(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        let ask = try chatRequest(request)
+        let history = sessions.history(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID)
+        let (response, record) = try await runs.runToEnd(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject,
+                                                         chat: ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice)) { record in
+            let reply = record.reply ?? ""
+            var answer: [String: JSONValue] = [
+                "reply": .string(reply), "parts": reply.isEmpty ? [] : [["type": "text", "text": .string(reply)]],
+                "session_id": .string(record.sessionID), "run_id": .string(record.id), "response_id": .string(record.id),
+                "agent_id": .string(ask.agentID),
+            ]
+            if ask.voice, let spoken = record.spokenReply, !spoken.isEmpty { answer["spoken_reply"] = .string(spoken) }
+            return .json(.object(answer))
+        }
+        if record.status == .succeeded {
+            sessions.record(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID, user: ask.text, reply: record.reply ?? "")
+        }
+        return response
+    }
+
+    /// One server-sent event frame; newlines inside the data go as the two characters `\n`, as the original sends them.
+    static func frame(event: String? = nil, _ data: String) -> String {
+        let escaped = data.replacingOccurrences(of: "\r", with: "").replacingOccurrences(of: "\n", with: "\\n")
+        return (event.map { "event: \($0)\n" } ?? "") + "data: \(escaped)\n\n"
+    }
+
+    /// `/chat/stream`: `event: run` first, the reply's pieces as `data:` frames (whole at the end for an agent that does
+    /// not stream), `event: tool_confirm` while a tool waits for a decision, `event: error` or `data: [DONE]` last.
+    @Sendable func chatStream(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        let ask = try chatRequest(request)
+        let stream = ResponseStream()
+        let streamed = Mutex(false)
+        let history = sessions.history(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID)
+        // The run is announced first, before any piece of its reply can be written.
+        let runID = AgentRuns.newRunID()
+        stream.write(Self.frame(event: "run", JSONValue.object(["run_id": .string(runID), "session_id": .string(ask.sessionID)]).serialized()))
+        var context = ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice, onText: { piece in
+            streamed.withLock { $0 = true }
+            stream.write(Self.frame(piece))
+        }, onToolConfirm: { callID, call in
+            let confirm: JSONValue = ["call_id": .string(callID), "tool": .string(call.name), "args": call.arguments,
+                                      "reason": .string("\(ask.agentID) wants to run \(call.name)")]
+            stream.write(Self.frame(event: "tool_confirm", confirm.serialized()))
+        })
+        context.runID = runID
+        let started: StartedRun
+        do {
+            started = try await runs.start(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject, chat: context)
+        } catch {
+            throw APIError.runRefused(error)
+        }
+        let runs = self.runs
+        let sessions = self.sessions
+        Task {
+            let record = await runs.wait(runID: started.runID)
+            if let record, record.status == .succeeded {
+                let reply = record.reply ?? ""
+                if !streamed.withLock({ $0 }), !reply.isEmpty { stream.write(Self.frame(reply)) }
+                sessions.record(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID, user: ask.text, reply: reply)
+                stream.write(Self.frame("[DONE]"))
+            } else {
+                stream.write(Self.frame(event: "error", "the agent did not answer: \(record?.error ?? "the run vanished")"))
+            }
+            stream.finish()
+        }
+        return .streaming(stream, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")])
+    }
+
+    /// The original's `/chat/cancel {run_id}`; for `/chat` the id may be the session id.
+    @Sendable func cancel(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        let body = try JSONObject(body: request.body)
+        let id = try body.string("run_id", maxLength: 200)
+        guard let cancelled = await runs.cancel(id, subject: caller.subject) else {
+            throw APIError.notFound("run not found — it may have already finished")
+        }
+        return .json(["ok": true, "cancelled": .string(cancelled)])
+    }
+
+    @Sendable func agents(_ request: HTTPRequest) async throws -> HTTPResponse {
+        .json(["agents": .array(catalog.current.visibleAgents.map {
+            ["id": .string($0.id), "name": .string($0.name)]
+        })])
+    }
+}
