@@ -68,7 +68,11 @@ let package = Package(
         .target(name: "Household", dependencies: ["Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
         .target(name: "RelayCarriage", dependencies: ["ChannelAPI", "Crypto", "HTTPClient", "HTTPServer", "Household", "Identity", "Mobile", "RelayProtocol", "SQLite"],
                 path: "Sources/Host/RelayCarriage"),
-        .target(name: "Gateway", dependencies: ["Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+        .target(name: "Memory", dependencies: ["ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Memory"),
+        // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
+        .target(name: "GatewayHTTP", dependencies: ["APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON",
+                                                    "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
+        .target(name: "Gateway", dependencies: ["GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto"], path: "Sources/RelayProtocol"),

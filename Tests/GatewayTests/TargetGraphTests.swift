@@ -47,10 +47,12 @@ struct TargetGraphTests {
             ("Mobile", ["HTTPServer", "APIKit", "CHTTPServerShims", "CMicroHTTPD", "MobileHTTP", "Gateway"]),
             ("MobileHTTP", ["Gateway"]),
             // The host by job: only the assembly (Gateway) and the route files know HTTP.
-            ("Agents", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "Gateway", "Approvals", "Household", "RelayCarriage"]),
-            ("Approvals", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "Gateway", "Agents"]),
+            ("Agents", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "GatewayHTTP", "Gateway", "Approvals", "Household", "RelayCarriage", "Memory"]),
+            ("Memory", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "GatewayHTTP", "Gateway", "Agents"]),
+            ("GatewayHTTP", ["Gateway"]),
+            ("Approvals", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents"]),
             ("Household", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "Gateway", "Agents", "Approvals"]),
-            ("RelayCarriage", ["APIKit", "MobileHTTP", "Gateway", "Agents", "Approvals"]),
+            ("RelayCarriage", ["APIKit", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals"]),
         ]
         for rule in rules {
             #expect(graph[rule.target] != nil, "\(rule.target) is a target")

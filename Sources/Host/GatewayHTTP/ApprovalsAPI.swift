@@ -1,3 +1,5 @@
+import Approvals
+import Agents
 import APIKit
 import Crypto
 import Foundation
@@ -10,14 +12,21 @@ import SQLite
 import ChannelAPI
 
 /// Approvals over HTTP: runs ask, people answer from any surface; the broker keeps it to one decision.
-struct ApprovalsAPI: Sendable {
+public struct ApprovalsAPI: Sendable {
     let broker: ApprovalsBroker
     let catalog: AgentCatalog
     let runs: AgentRuns
     /// The longest one request waits for a decision; a run still waiting asks again (GET …/approvals/:id?wait=true).
     let longPoll: Duration
 
-    var routes: [Route] {
+    public init(broker: ApprovalsBroker, catalog: AgentCatalog, runs: AgentRuns, longPoll: Duration) {
+        self.broker = broker
+        self.catalog = catalog
+        self.runs = runs
+        self.longPoll = longPoll
+    }
+
+    public var routes: [Route] {
         var routes = [
             Route(.POST, "/api/v1/approvals", role: .operator, summary: "Ask for approval of a tool call and wait for the decision", handler: ask),
             Route(.GET, "/api/v1/approvals/:id", role: .viewer, summary: "One approval with its arguments", handler: get),
@@ -116,7 +125,7 @@ struct ApprovalsAPI: Sendable {
     static let resumeKind = "approval"
 
     /// A waiting ask whose process died before it answered: its retry waits for the same decision.
-    var resumer: AnswerResumer {
+    public var resumer: AnswerResumer {
         AnswerResumer(kind: Self.resumeKind) { [broker, longPoll] callID, caller in
             guard let approval = try broker.approval(callID: callID), approval.subject == caller.subject else { return nil }
             return Self.decisionAnswer(callID: callID, state: await broker.wait(callID: callID, atMost: longPoll))

@@ -1,3 +1,4 @@
+import Agents
 import APIKit
 import ChannelAPI
 import Crypto
@@ -8,7 +9,7 @@ import Mobile
 import SQLite
 
 /// Location triggers for phones and webhook triggers for anything that can POST.
-struct TriggersAPI: Sendable {
+public struct TriggersAPI: Sendable {
     static let maximumRegions = 20
 
     let catalog: AgentCatalog
@@ -17,7 +18,15 @@ struct TriggersAPI: Sendable {
     let cooldowns: TriggerCooldowns
     let clock: any WallClock
 
-    var routes: [Route] {
+    public init(catalog: AgentCatalog, runs: AgentRuns, mobile: MobileStore, cooldowns: TriggerCooldowns, clock: any WallClock) {
+        self.catalog = catalog
+        self.runs = runs
+        self.mobile = mobile
+        self.cooldowns = cooldowns
+        self.clock = clock
+    }
+
+    public var routes: [Route] {
         [
             Route(.GET, "/api/v1/mobile/triggers", access: .role(.viewer), summary: "Location triggers this phone should monitor", handler: list),
             Route(.POST, "/api/v1/mobile/triggers/:id/fire", role: .operator, summary: "Report a region crossing", handler: fire),

@@ -1,3 +1,5 @@
+import Household
+import RelayCarriage
 import APIKit
 import Crypto
 import Foundation
@@ -10,7 +12,7 @@ import SQLite
 import ChannelAPI
 
 /// Pairing phones and watches, the household's members, and what each role may do.
-struct HouseholdAPI: Sendable {
+public struct HouseholdAPI: Sendable {
     let household: HouseholdStore
     let keys: any APIKeyStore
     let mobile: MobileStore
@@ -27,6 +29,18 @@ struct HouseholdAPI: Sendable {
     /// Whether a relay mailbox is configured (the redeem answer then says how to get onto it).
     var relayConfigured: @Sendable () -> Bool = { false }
 
+    public init(household: HouseholdStore, keys: any APIKeyStore, mobile: MobileStore, limiter: PairingRateLimiter, gatewayURL: @escaping @Sendable () -> String, pinned: @escaping @Sendable () -> (address: String, pin: String)?, mainPortPin: String?, enroll: @escaping @Sendable (String, String) async -> RelayCarriage.Enrollment?, relayConfigured: @escaping @Sendable () -> Bool = { false }) {
+        self.household = household
+        self.keys = keys
+        self.mobile = mobile
+        self.limiter = limiter
+        self.gatewayURL = gatewayURL
+        self.pinned = pinned
+        self.mainPortPin = mainPortPin
+        self.enroll = enroll
+        self.relayConfigured = relayConfigured
+    }
+
     static func scopes(for role: Role) -> [String] {
         var scopes = ["agents:read", "inbox:read", "approvals:read", "chat", "devices:register"]
         if role >= .operator { scopes += ["agents:write", "approvals:write", "memory:write", "triggers:fire"] }
@@ -34,7 +48,7 @@ struct HouseholdAPI: Sendable {
         return scopes
     }
 
-    var routes: [Route] {
+    public var routes: [Route] {
         var routes: [Route] = []
         for prefix in ["/api/v1", ""] {
             // The watch and Shortcuts call the short paths; the app calls /api/v1.

@@ -2,16 +2,21 @@ import HTTPServer
 import Identity
 
 /// Mutating calls with an `Idempotency-Key` are answered from the log when replayed (see `IdempotencyLog`).
-struct IdempotencyMiddleware: Middleware {
+public struct IdempotencyMiddleware: Middleware {
     let log: IdempotencyLog
     let router: Router
 
-    func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
+    public init(log: IdempotencyLog, router: Router) {
+        self.log = log
+        self.router = router
+    }
+
+    public func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
         await log.answer(request, principal: router.principal(of: request), handle: next)
     }
 
     /// Reads pass; a mutating call is never answered on the server thread.
-    func screen(_ request: HTTPRequest) -> Screening {
+    public func screen(_ request: HTTPRequest) -> Screening {
         IdempotencyLog.isMutating(request.method) ? .needsTask : .pass
     }
 }
@@ -19,18 +24,22 @@ struct IdempotencyMiddleware: Middleware {
 /// The same-Wi-Fi door's rules, in the documented order: a browser (any Origin) is refused (403); a missing,
 /// unknown or revoked bearer is 401 (pairing and health need none); a path outside what a phone may call is 404;
 /// a mutating call without an Idempotency-Key is 422, so a retry over another path cannot apply it twice.
-struct LANDoorMiddleware: Middleware {
+public struct LANDoorMiddleware: Middleware {
     /// What the door lets through without a key: redeeming a pairing code and the liveness checks.
     static let openPaths: Set<String> = ["/api/v1/pairing/redeem", "/pairing/redeem", "/health", "/api/v1/health", "/ping", "/mobile"]
 
     let router: Router
 
-    func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
+    public init(router: Router) {
+        self.router = router
+    }
+
+    public func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
         if let refusal = refusal(request) { return refusal.response }
         return await next(request)
     }
 
-    func screen(_ request: HTTPRequest) -> Screening {
+    public func screen(_ request: HTTPRequest) -> Screening {
         refusal(request).map { .refuse($0.response) } ?? .pass
     }
 

@@ -1,3 +1,4 @@
+import Agents
 import APIKit
 import ChannelAPI
 import Crypto
@@ -9,7 +10,7 @@ import SQLite
 import Synchronization
 
 /// The host's own routes: health and readiness, agents and runs.
-struct GatewayAPI: Sendable {
+public struct GatewayAPI: Sendable {
     let catalog: AgentCatalog
     let runs: AgentRuns
     let runStore: any RunStore
@@ -19,7 +20,17 @@ struct GatewayAPI: Sendable {
     /// The wake-up transports configured (apns, relay, fcm, …), for the readiness check.
     var transportNames: [String] = []
 
-    var routes: [Route] {
+    public init(catalog: AgentCatalog, runs: AgentRuns, runStore: any RunStore, mobile: MobileStore, scheduler: Scheduler, clock: any WallClock, transportNames: [String] = []) {
+        self.catalog = catalog
+        self.runs = runs
+        self.runStore = runStore
+        self.mobile = mobile
+        self.scheduler = scheduler
+        self.clock = clock
+        self.transportNames = transportNames
+    }
+
+    public var routes: [Route] {
         [
             Route(.GET, "/health", access: .open, summary: "Liveness and version", handler: health),
             Route(.GET, "/ping", access: .open, summary: "Reachability, as the original's pin probe reads it", handler: ping),
@@ -286,7 +297,7 @@ extension AgentRuns {
     /// A waited-for run whose answer was never recorded (`<failure status>:<run id>`): the process died during the
     /// run, since a finished run's answer commits with its end. Its record says interrupted; the retry hears the
     /// route's failure for it.
-    static func interruptedRunResumer(store: any RunStore) -> AnswerResumer {
+    public static func interruptedRunResumer(store: any RunStore) -> AnswerResumer {
         AnswerResumer(kind: runResumeKind) { id, caller in
             guard let (statusText, runID) = AnswerResumer.parse(id), let status = Int(statusText),
                   let record = try store.run(id: runID), record.subject == caller.subject, record.status != .running, record.status != .succeeded

@@ -1,3 +1,4 @@
+import Agents
 import APIKit
 import Crypto
 import Foundation
@@ -10,12 +11,18 @@ import SQLite
 import ChannelAPI
 
 /// Chat and the agent list: the Siri/Shortcuts and watch surface.
-struct AssistantAPI: Sendable {
+public struct AssistantAPI: Sendable {
     let runs: AgentRuns
     let catalog: AgentCatalog
     let sessions: ChatSessions
 
-    var routes: [Route] {
+    public init(runs: AgentRuns, catalog: AgentCatalog, sessions: ChatSessions) {
+        self.runs = runs
+        self.catalog = catalog
+        self.sessions = sessions
+    }
+
+    public var routes: [Route] {
         [
             Route(.POST, "/api/v1/chat", role: .viewer, summary: "Ask an agent and get its reply", handler: chat),
             Route(.POST, "/api/v1/chat/stream", role: .viewer, summary: "Ask an agent; the reply streams as server-sent events", handler: chatStream),

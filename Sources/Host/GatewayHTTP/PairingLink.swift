@@ -1,3 +1,4 @@
+import Household
 import APIKit
 import Crypto
 import Foundation

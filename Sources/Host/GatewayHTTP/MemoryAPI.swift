@@ -1,3 +1,5 @@
+import Memory
+import Agents
 import APIKit
 import Foundation
 import HTTPServer
@@ -5,11 +7,16 @@ import Identity
 
 /// `/api/v1/memory/facts`: what the gateway remembers about the caller, in the original app's shapes
 /// (`content`, `category`, the sync feed, export, status, purge).
-struct MemoryAPI: Sendable {
+public struct MemoryAPI: Sendable {
     let memory: MemoryFactStore
     let catalog: AgentCatalog
 
-    var routes: [Route] {
+    public init(memory: MemoryFactStore, catalog: AgentCatalog) {
+        self.memory = memory
+        self.catalog = catalog
+    }
+
+    public var routes: [Route] {
         // Every person reads their own facts; changing them needs an operator. The literal paths come before `/:id`,
         // which would otherwise take them.
         var facts = RouteGroup("/api/v1/memory/facts", role: .viewer)

@@ -49,7 +49,7 @@ public final class MemoryFactStore: Sendable {
         }
     }
 
-    let database: DatabasePool
+    public let database: DatabasePool
     let clock: any WallClock
 
     public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {

@@ -1,3 +1,4 @@
+import Household
 import APIKit
 import Foundation
 import HTTPServer
@@ -6,13 +7,19 @@ import Mobile
 import SQLite
 
 /// `/admin/api-keys`: minting, listing and revoking API keys (an admin's).
-struct APIKeysAPI: Sendable {
+public struct APIKeysAPI: Sendable {
     let keys: any APIKeyStore
     let mobile: MobileStore
     /// Told of every revoked key (the relay carriage forgets the phone).
     var revoked: @Sendable (String) async -> Void = { _ in }
 
-    var routes: [Route] {
+    public init(keys: any APIKeyStore, mobile: MobileStore, revoked: @escaping @Sendable (String) async -> Void = { _ in }) {
+        self.keys = keys
+        self.mobile = mobile
+        self.revoked = revoked
+    }
+
+    public var routes: [Route] {
         [
             Route(.POST, "/admin/api-keys", role: .admin, summary: "Mint an API key", handler: createKey),
             Route(.GET, "/admin/api-keys", access: .role(.admin), summary: "List API keys (never their secrets)", handler: listKeys),
