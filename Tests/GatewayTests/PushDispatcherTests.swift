@@ -195,7 +195,7 @@ struct PushDispatcherTests {
         try Self.register(f.store, "on")
         _ = try await f.channel.deliver(Self.output(), to: "all")
         // A lease held by a process id that does not exist on this host.
-        let host = PushOutbox.ownerName().split(separator: "|")[0]
+        let host = PushDispatcher.leaseOwnerName().split(separator: "|")[0]
         _ = try f.store.outbox.claimDue(owner: "\(host)|999999|dead", now: f.clock.now(), lease: 3600, limit: 10)
         await f.dispatcher.drain()
         #expect(recorder.sent.isEmpty)

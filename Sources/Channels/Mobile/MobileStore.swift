@@ -72,13 +72,13 @@ public final class MobileStore: Sendable {
 
 
     public let database: DatabasePool
-    public let outbox: PushOutbox
+    public let outbox: any PushOutbox
     let clock: any WallClock
 
     public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
         self.database = database
         self.clock = clock
-        outbox = PushOutbox(database: database)
+        outbox = SQLitePushOutbox(database: database)
     }
 
     static func millis(_ date: Date) -> Int64 { date.sqliteMillis }
@@ -251,7 +251,7 @@ public final class MobileStore: Sendable {
             parts = JSONValue.array(output.parts.map { ["type": "text", "text": .string($0)] }).serialized()
             metadata = JSONValue.object(output.metadata.mapValues(JSONValue.string)).serialized()
             wakes = output.agentID != MobileStore.systemAgentID
-            signal = try PushOutbox.encode(.delivery(id: id, agentID: output.agentID))
+            signal = try SQLitePushOutbox.encode(.delivery(id: id, agentID: output.agentID))
             self.now = now
         }
     }
@@ -282,7 +282,7 @@ public final class MobileStore: Sendable {
         }
         // Devices with notifications off or no token still get the line; they just get no wake-up.
         let wakeable = row.wakes ? recipients.filter { $0.wakeable }.map(\.id) : []
-        try PushOutbox.enqueue(.delivery(id: row.id, agentID: output.agentID), encoded: row.signal, deliveryID: row.id, deviceIDs: wakeable, now: row.now, in: db)
+        try SQLitePushOutbox.enqueue(.delivery(id: row.id, agentID: output.agentID), encoded: row.signal, deliveryID: row.id, deviceIDs: wakeable, now: row.now, in: db)
         return StoredDelivery(id: row.id, recipients: recipients.map(\.id), wakeUps: wakeable.count)
     }
 
@@ -408,7 +408,7 @@ extension MobileStore {
         try database.transaction { db in
             let devices = try db.query("SELECT id FROM mobile_devices WHERE subject = ? AND notifications_enabled = 1 AND push_token IS NOT NULL ORDER BY id", subject)
                 .compactMap { $0.string("id") }
-            try PushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: devices, now: clock.now(), in: db)
+            try SQLitePushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: devices, now: clock.now(), in: db)
             return devices.count
         }
     }
@@ -418,7 +418,7 @@ extension MobileStore {
     public func queueWakeUp(_ signal: WakeSignal, deviceID: String) throws -> Bool {
         try database.transaction { db in
             guard try !db.query("SELECT 1 FROM mobile_devices WHERE id = ? AND notifications_enabled = 1 AND push_token IS NOT NULL", deviceID).isEmpty else { return false }
-            try PushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: [deviceID], now: clock.now(), in: db)
+            try SQLitePushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: [deviceID], now: clock.now(), in: db)
             return true
         }
     }

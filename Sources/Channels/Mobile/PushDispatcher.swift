@@ -26,6 +26,14 @@ public struct RetryPolicy: Sendable {
 /// Sends the outbox's wake-ups through each device's transport, durably: rows survive restarts, retries
 /// back off, an acknowledged wake-up is never sent again, and a token the service rejects is cleared.
 public actor PushDispatcher {
+    /// A lease owner name that says which process holds it: host|pid|instance.
+    public static func leaseOwnerName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        gethostname(&buffer, buffer.count)
+        let host = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        return "\(host)|\(getpid())|\(UUID().uuidString.prefix(8))"
+    }
+
     public nonisolated let store: MobileStore
     public nonisolated let transports: WakeTransportRegistry
     public nonisolated let owner: String
@@ -48,7 +56,7 @@ public actor PushDispatcher {
         self.lease = lease
         self.batchSize = batchSize
         self.pollInterval = pollInterval
-        owner = PushOutbox.ownerName()
+        owner = Self.leaseOwnerName()
     }
 
     /// Wakes the dispatcher now (a delivery was just written); otherwise it polls every `pollInterval`.

@@ -23,8 +23,32 @@ public struct OutboxEntry: Sendable, Equatable {
     public var outcome: String?
 }
 
+/// What the dispatcher needs of the push outbox: due rows claimed with a lease (one owner at a time, so several
+/// dispatchers or gateways never send one twice), settled once, rescheduled, and the counts housekeeping reads.
+/// A protocol because a second engine (PostgreSQL, `FOR UPDATE SKIP LOCKED`) will keep it too; its rows are
+/// written in the transaction of the inbox line they wake for, by the inbox's own engine.
+public protocol PushOutbox: Sendable {
+    func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) throws -> [OutboxEntry]
+    /// When the next row falls due (nil: none waits).
+    func nextDue() throws -> Date?
+    /// Ends a claimed row; false when its lease was lost to another owner.
+    func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) throws -> Bool
+    func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) throws -> Bool
+    /// The service refused the token: the row fails and the device forgets the token, in one step.
+    func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) throws
+    func removeSettled(before cutoff: Date) throws -> Int
+    /// Leases a previous run of this host left behind, released at start.
+    func releaseAbandonedLeases(ownOwner: String) throws -> Int
+    func entries(deliveryID: String?) throws -> [OutboxEntry]
+    func counts() throws -> [OutboxEntry.State: Int]
+}
+
+extension PushOutbox {
+    public func entries() throws -> [OutboxEntry] { try entries(deliveryID: nil) }
+}
+
 /// The push outbox in SQLite: rows are written with the inbox line, claimed with a lease, settled once.
-public struct PushOutbox: Sendable {
+public struct SQLitePushOutbox: PushOutbox {
 
     /// How long a wake-up stays worth sending; after that it is recorded as expired.
     public static let defaultLifetime: TimeInterval = 24 * 3600
@@ -157,7 +181,7 @@ public struct PushOutbox: Sendable {
         return released
     }
 
-    public func entries(deliveryID: String? = nil) throws -> [OutboxEntry] {
+    public func entries(deliveryID: String?) throws -> [OutboxEntry] {
         try database.read { db in
             if let deliveryID {
                 return try db.query("SELECT * FROM mobile_push_outbox WHERE delivery_id = ? ORDER BY id", deliveryID).compactMap(Self.entry)
@@ -177,16 +201,9 @@ public struct PushOutbox: Sendable {
         }
     }
 
-    /// A lease owner name that says which process holds it: host|pid|instance.
-    public static func ownerName() -> String {
-        var buffer = [CChar](repeating: 0, count: 256)
-        gethostname(&buffer, buffer.count)
-        let host = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-        return "\(host)|\(getpid())|\(UUID().uuidString.prefix(8))"
-    }
 }
 
 /// The outbox's stored form of a signal, public for its round-trip test.
 public enum OutboxText {
-    public static func encode(_ signal: WakeSignal) throws -> String { try PushOutbox.encode(signal) }
+    public static func encode(_ signal: WakeSignal) throws -> String { try SQLitePushOutbox.encode(signal) }
 }

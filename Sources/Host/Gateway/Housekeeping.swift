@@ -11,7 +11,7 @@ public struct Housekeeping: Sendable {
     public static let idempotencyLifetime: TimeInterval = 30 * 86_400
     public static let interval: TimeInterval = 3_600
 
-    let outbox: PushOutbox
+    let outbox: any PushOutbox
     let idempotency: IdempotencyLog
     let clock: any WallClock
     let log: Log

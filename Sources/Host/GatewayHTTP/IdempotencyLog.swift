@@ -28,7 +28,7 @@ public final class IdempotencyLog: Sendable {
     /// The status of a line whose effect committed but whose answer was not recorded (yet).
     static let appliedWithoutAnswer = 0
 
-    let store: IdempotencyStore
+    let store: any IdempotencyStore
     let clock: any WallClock
     /// Test-only fault: die between the effect's commit and the answer's (SOULACY_FAULT_KILL_AFTER_EFFECT=1).
     let killAfterEffect: Bool
@@ -37,7 +37,7 @@ public final class IdempotencyLog: Sendable {
     let resumers: [String: AnswerResumer]
 
     public init(database: DatabasePool, clock: any WallClock = SystemWallClock(), killAfterEffect: Bool = false, resumers: [AnswerResumer] = []) throws {
-        store = IdempotencyStore(database: database)
+        store = SQLiteIdempotencyStore(database: database)
         self.clock = clock
         self.killAfterEffect = killAfterEffect
         self.resumers = Dictionary(resumers.map { ($0.kind, $0) }, uniquingKeysWith: { first, _ in first })
@@ -69,17 +69,14 @@ public final class IdempotencyLog: Sendable {
         }
         defer { _ = inFlight.withLock { $0.remove(slot) } }
         let sealingKey = Self.sealingKey(secret: request.bearerToken.map { Array($0.utf8) } ?? sealingSecret, scope: scope, key: key)
-        if let stored = try? store.answer(scope: scope, key: key) {
+        if let stored = try? store.line(scope: scope, key: key) {
             return await replay(stored, of: request, caller: principal, sealingKey: sealingKey)
         }
         let now = clock.now()
         let (method, path) = (request.method, request.path)
-        let hook = CommitHook({ db, resume in
-            try IdempotencyStore.markApplied(scope: scope, key: key, method: method, path: path, resume: resume, at: now, in: db)
-        }, recordAnswer: { answer, db in
-            // The handler built its answer inside its effect's transaction: it commits with the effect.
-            try IdempotencyStore.record(Self.stored(answer, method: method, path: path, sealingKey: sealingKey), scope: scope, key: key, at: now, in: db)
-        })
+        let hook = store.appliedHook(scope: scope, key: key, method: method, path: path, at: now) { answer in
+            Self.stored(answer, method: method, path: path, sealingKey: sealingKey)
+        }
         let response = await CommitHook.$current.withValue(hook) { await handle(request) }
         hook.close()
         if killAfterEffect, hook.runCount > 0 { kill(getpid(), SIGKILL) }
@@ -94,14 +91,14 @@ public final class IdempotencyLog: Sendable {
     }
 
     /// An answer as the log keeps it: sealed under the caller's key when there is one (else only its status).
-    static func stored(_ answer: CommitHook.Answer, method: String, path: String, sealingKey: [UInt8]?) -> IdempotencyStore.Answer {
+    static func stored(_ answer: CommitHook.Answer, method: String, path: String, sealingKey: [UInt8]?) -> IdempotencyLine {
         guard let sealingKey, let box = try? SealedBox.seal(answer.body, key: sealingKey, header: sealHeader) else {
-            return IdempotencyStore.Answer(method: method, path: path, status: answer.status, contentType: answer.contentType, body: [], sealed: false)
+            return IdempotencyLine(method: method, path: path, status: answer.status, contentType: answer.contentType, body: [], sealed: false)
         }
-        return IdempotencyStore.Answer(method: method, path: path, status: answer.status, contentType: answer.contentType, body: Array(box.utf8), sealed: true)
+        return IdempotencyLine(method: method, path: path, status: answer.status, contentType: answer.contentType, body: Array(box.utf8), sealed: true)
     }
 
-    private func replay(_ stored: IdempotencyStore.Answer, of request: HTTPRequest, caller: Principal, sealingKey: [UInt8]?) async -> HTTPResponse {
+    private func replay(_ stored: IdempotencyLine, of request: HTTPRequest, caller: Principal, sealingKey: [UInt8]?) async -> HTTPResponse {
         guard stored.method == request.method, stored.path == request.path else {
             return APIError.conflict("Idempotency-Key: this key was used for \(stored.method) \(stored.path); use a new key for a new intent",
                                      code: "idempotency_key_reused").response

@@ -1,27 +1,42 @@
 import Foundation
 import SQLite
 
-/// The idempotency log's rows: one per (caller's key, Idempotency-Key), with the answer once it is known.
-struct IdempotencyStore: Sendable {
-    /// A recorded answer; `status` 0 (`IdempotencyLog.appliedWithoutAnswer`) is "applied, answer not recorded".
-    struct Answer: Sendable, Equatable {
-        var method: String
-        var path: String
-        var status: Int
-        var contentType: String?
-        var body: [UInt8]
-        var sealed: Bool
-        /// For a line applied without an answer: what the call waited for (`AnswerResumer`'s reference).
-        var resume: String? = nil
-    }
+/// One line of the idempotency log: the answer a (caller's key, Idempotency-Key) got, sealed when it can be.
+/// `status` 0 (`IdempotencyLog.appliedWithoutAnswer`) is "applied, answer not recorded".
+public struct IdempotencyLine: Sendable, Equatable {
+    public var method: String
+    public var path: String
+    public var status: Int
+    public var contentType: String?
+    public var body: [UInt8]
+    public var sealed: Bool
+    /// For a line applied without an answer: what the call waited for (`AnswerResumer`'s reference).
+    public var resume: String? = nil
+}
 
+/// The idempotency log's rows. A protocol because a second engine (PostgreSQL, for several gateways) will keep
+/// them too; the engine's own part is `appliedHook`, which writes "applied" (and the answer, when the handler
+/// built it there) inside the transaction that makes the effect.
+public protocol IdempotencyStore: Sendable {
+    func line(scope: String, key: String) throws -> IdempotencyLine?
+    /// The answer, over the applied line if there is one, in a transaction of its own.
+    func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) throws
+    /// The hook a call's effects run before their commit: the applied line (with what the call waits for, if
+    /// it said) and, when the handler built its answer in the effect's transaction, that answer.
+    func appliedHook(scope: String, key: String, method: String, path: String, at now: Date,
+                     line: @escaping @Sendable (CommitHook.Answer) -> IdempotencyLine) -> CommitHook
+    func forget(before cutoff: Date) throws -> Int
+}
+
+/// The idempotency log in the gateway's SQLite file.
+struct SQLiteIdempotencyStore: IdempotencyStore {
     let database: DatabasePool
 
-    func answer(scope: String, key: String) throws -> Answer? {
+    func line(scope: String, key: String) throws -> IdempotencyLine? {
         try database.read { db in
             try db.query("SELECT method, path, status, content_type, body, sealed, resume FROM idempotency_log WHERE scope = ? AND idempotency_key = ?", scope, key)
                 .first.map { row in
-                    Answer(method: row.string("method") ?? "", path: row.string("path") ?? "", status: Int(row.int("status") ?? 200),
+                    IdempotencyLine(method: row.string("method") ?? "", path: row.string("path") ?? "", status: Int(row.int("status") ?? 200),
                            contentType: row.string("content_type"), body: row.blob("body") ?? [], sealed: row.bool("sealed") == true,
                            resume: row.string("resume"))
                 }
@@ -40,12 +55,22 @@ struct IdempotencyStore: Sendable {
     }
 
     /// The answer, over the applied line if there is one.
-    func record(_ answer: Answer, scope: String, key: String, at now: Date) throws {
-        try database.transaction { db in try Self.record(answer, scope: scope, key: key, at: now, in: db) }
+    func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) throws {
+        try database.transaction { db in try Self.record(line, scope: scope, key: key, at: now, in: db) }
+    }
+
+    func appliedHook(scope: String, key: String, method: String, path: String, at now: Date,
+                     line: @escaping @Sendable (CommitHook.Answer) -> IdempotencyLine) -> CommitHook {
+        CommitHook({ db, resume in
+            try Self.markApplied(scope: scope, key: key, method: method, path: path, resume: resume, at: now, in: db)
+        }, recordAnswer: { answer, db in
+            // The handler built its answer inside its effect's transaction: it commits with the effect.
+            try Self.record(line(answer), scope: scope, key: key, at: now, in: db)
+        })
     }
 
     /// The answer, inside the caller's transaction (the effect's own, when the handler built its answer there).
-    static func record(_ answer: Answer, scope: String, key: String, at now: Date, in db: Connection) throws {
+    static func record(_ answer: IdempotencyLine, scope: String, key: String, at now: Date, in db: Connection) throws {
         try db.run("""
             INSERT INTO idempotency_log (scope, idempotency_key, method, path, status, content_type, body, created_at, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (scope, idempotency_key) DO UPDATE SET status = excluded.status, content_type = excluded.content_type, body = excluded.body, sealed = excluded.sealed
