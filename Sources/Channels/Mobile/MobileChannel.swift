@@ -4,12 +4,12 @@ import Foundation
 /// The `mobile` channel: an output is delivered once it is whole in the SQLite inbox.
 public struct MobileChannel: Channel {
     public let name = "mobile"
-    public let store: MobileStore
+    public let inbox: any Inbox
     /// Told about new outbox rows so wake-ups leave at once instead of at the next poll.
     public let dispatcher: PushDispatcher?
 
-    public init(store: MobileStore, dispatcher: PushDispatcher? = nil) {
-        self.store = store
+    public init(store: any Inbox, dispatcher: PushDispatcher? = nil) {
+        self.inbox = store
         self.dispatcher = dispatcher
     }
 
@@ -19,7 +19,7 @@ public struct MobileChannel: Channel {
 
     public func deliver(_ output: Output, to destination: String) async throws -> DeliveryReceipt {
         let parsed = try Destination(parsing: destination)
-        let stored = try await store.insertDeliveryGrouped(output, destination: parsed)
+        let stored = try await inbox.insertDeliveryGrouped(output, destination: parsed)
         if stored.wakeUps > 0 { dispatcher?.poke() }
         return DeliveryReceipt(channel: name, deliveryID: stored.id, recipientCount: stored.recipients.count)
     }

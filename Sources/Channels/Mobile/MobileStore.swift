@@ -65,8 +65,33 @@ public enum DeviceOwnershipError: Error, Equatable {
     case ownedByAnotherSubject
 }
 
+/// A line as written: its id, the devices it is for, and how many wake-ups were queued with it.
+public struct StoredDelivery: Sendable {
+    public let id: String
+    public let recipients: [String]
+    public let wakeUps: Int
+}
+
+/// The inbox aggregate: lines, their recipients and per-device read receipts, each line written whole with the
+/// outbox rows that wake its devices. A protocol because a second engine (PostgreSQL, for several gateways) will
+/// keep it too; `MobileStore` is SQLite's.
+public protocol Inbox: Sendable {
+    /// One line, its recipients and wake-ups in one durable transaction.
+    func insertDelivery(_ output: Output, destination: Destination) throws -> StoredDelivery
+    /// The same, sharing its commit with lines written at the same moment.
+    func insertDeliveryGrouped(_ output: Output, destination: Destination) async throws -> StoredDelivery
+    /// A person's lines, newest first, as one device sees them (its own read state).
+    func deliveries(subject: String, deviceID: String?, before cursor: Int64?, limit: Int) throws -> (items: [Delivery], unreadCount: Int, hasMore: Bool)
+    /// A person's lines after a store sequence, oldest first (the relay carriage's feed).
+    func lines(subject: String, after seq: Int64, limit: Int) throws -> [Delivery]
+    func delivery(id: String, subject: String, deviceID: String?) throws -> Delivery?
+    /// Marks a line read on one device; false when it is not the person's.
+    func markRead(deliveryID: String, deviceID: String, subject: String) throws -> Bool
+    func latestDeliverySeq() throws -> Int64
+}
+
 /// The mobile channel's tables in SQLite: devices, deliveries, their recipients and read receipts.
-public final class MobileStore: Sendable {
+public final class MobileStore: Inbox {
     /// The System agent's id: its lines are kept but never shown to phones.
     public static let systemAgentID = "system"
 
@@ -254,12 +279,6 @@ public final class MobileStore: Sendable {
             signal = try SQLitePushOutbox.encode(.delivery(id: id, agentID: output.agentID))
             self.now = now
         }
-    }
-
-    public struct StoredDelivery: Sendable {
-        public let id: String
-        public let recipients: [String]
-        public let wakeUps: Int
     }
 
     static func writeDelivery(_ row: PreparedDelivery, in db: Connection) throws -> StoredDelivery {
