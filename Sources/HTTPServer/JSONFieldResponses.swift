@@ -10,3 +10,12 @@ extension JSONFieldError: HTTPResponseError {
         }
     }
 }
+
+extension HTTPRequest {
+    /// The body as a request type, through the one request decoder (`JSONValueDecoder`): invalid JSON and every
+    /// wrong field are 400s naming what is wrong. No body at all reads as `{}` when `allowEmpty`.
+    public func decode<T: Decodable>(_ type: T.Type, allowEmpty: Bool = false) throws(JSONFieldError) -> T {
+        let value = allowEmpty && body.isEmpty ? JSONValue.object([:]) : try JSONValue.parse(body)
+        return try JSONValueDecoder().decode(type, from: value)
+    }
+}

@@ -35,15 +35,22 @@ public struct APIKeysAPI: Sendable {
         ])
     }
 
+    /// `POST /admin/api-keys`.
+    struct MintRequest: Decodable {
+        var name: String
+        var role: String?
+        var subject: String?
+    }
+
     @Sendable func createKey(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let name = try body.string("name", maxLength: 200)
+        let body = try request.decode(MintRequest.self)
+        let name = try body.name.limited(to: 200, field: "name")
         guard !name.trimmingCharacters(in: .whitespaces).isEmpty else { throw APIError.invalidField("name", "must not be empty") }
-        let roleText = try body.optionalString("role") ?? Role.viewer.rawValue
+        let roleText = body.role ?? Role.viewer.rawValue
         guard let role = Role(rawValue: roleText) else {
             throw APIError.invalidField("role", "must be admin, operator or viewer, got \"\(roleText)\"")
         }
-        let subject = try body.optionalString("subject", maxLength: 64) ?? caller.subject
+        let subject = try body.subject.limited(to: 64, field: "subject") ?? caller.subject
         guard !subject.isEmpty, subject.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" }) else {
             throw APIError.invalidField("subject", "must be 1-64 lower-case letters, digits, - or _")
         }

@@ -89,15 +89,46 @@ public struct MemoryAPI: Sendable {
         throw APIError.invalidField("expires_at", "must be a date (YYYY-MM-DD) or an RFC 3339 time")
     }
 
+    /// `POST /api/v1/memory/facts`: the fields a fact is written from.
+    struct FactBody: Decodable {
+        /// `content` as the original; `text` is this gateway's older name.
+        var content: String?
+        var text: String?
+        var category: String?
+        var agentID: String?
+        var expiresAt: String?
+        var source: String?
+
+        enum CodingKeys: String, CodingKey {
+            case content, text, category, source
+            case agentID = "agent_id"
+            case expiresAt = "expires_at"
+        }
+    }
+
+    /// `PATCH …/:id`: what an edit may change.
+    struct FactEdit: Decodable {
+        var content: String?
+        var category: String?
+        var agentID: String?
+        var expiresAt: String?
+
+        enum CodingKeys: String, CodingKey {
+            case content, category
+            case agentID = "agent_id"
+            case expiresAt = "expires_at"
+        }
+    }
+
     @Sendable func add(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        // `content` as the original; `text` is this gateway's older name.
-        let field = body.fields["content"] != nil || body.fields["text"] == nil ? "content" : "text"
-        let content = try Self.content(try body.string(field), field: field)
-        let category = try Self.category(try body.optionalString("category", maxLength: 64)) ?? "preference"
-        let agentID = try agentScope(try body.optionalString("agent_id", maxLength: 128)) ?? ""
-        let expires = try body.optionalString("expires_at", maxLength: 64).flatMap { $0.isEmpty ? nil : $0 }.map(Self.expiry)
-        let source = try body.optionalString("source", maxLength: 40) ?? "manual"
+        let body = try request.decode(FactBody.self)
+        let (field, given) = body.content == nil && body.text != nil ? ("text", body.text) : ("content", body.content)
+        guard let given else { throw JSONFieldError.missing("content") }
+        let content = try Self.content(given, field: field)
+        let category = try Self.category(try body.category.limited(to: 64, field: "category")) ?? "preference"
+        let agentID = try agentScope(try body.agentID.limited(to: 128, field: "agent_id")) ?? ""
+        let expires = try body.expiresAt.limited(to: 64, field: "expires_at").flatMap { $0.isEmpty ? nil : $0 }.map(Self.expiry)
+        let source = try body.source.limited(to: 40, field: "source") ?? "manual"
         return try memory.database.answer { _ in
             let fact = try memory.add(content, subject: caller.subject, source: source, category: category, agentID: agentID, expiresAt: expires)
             return .json(["fact": Self.json(fact), "id": .string(fact.id), "text": .string(fact.content), "created_at": .timestamp(fact.createdAt)], status: 201)
@@ -142,12 +173,12 @@ public struct MemoryAPI: Sendable {
     }
 
     @Sendable func edit(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
+        let body = try request.decode(FactEdit.self)
         var edit = MemoryFactStore.Edit()
-        if let content = try body.optionalString("content") { edit.content = try Self.content(content) }
-        edit.category = try Self.category(try body.optionalString("category", maxLength: 64))
-        if let agent = try body.optionalString("agent_id", maxLength: 128) { edit.agentID = try agentScope(agent) ?? "" }
-        switch try body.optionalString("expires_at", maxLength: 64) {
+        if let content = body.content { edit.content = try Self.content(content) }
+        edit.category = try Self.category(try body.category.limited(to: 64, field: "category"))
+        if let agent = try body.agentID.limited(to: 128, field: "agent_id") { edit.agentID = try agentScope(agent) ?? "" }
+        switch try body.expiresAt.limited(to: 64, field: "expires_at") {
         case nil, "": break
         case "none": edit.expiresAt = .some(nil)
         case let text?: edit.expiresAt = .some(try Self.expiry(text))
