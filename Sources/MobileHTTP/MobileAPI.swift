@@ -121,9 +121,15 @@ public struct MobileAPI: Sendable {
         return .json(DeliveryView.WithWakeUps(view: DeliveryView(delivery), wakeUps: wakeUps))
     }
 
+    /// `POST …/deliveries/:id/read`: which phone read it (else `?device_id=`).
+    struct ReadReceipt: Decodable {
+        var deviceID: String?
+        enum CodingKeys: String, CodingKey { case deviceID = "device_id" }
+    }
+
     @Sendable func markRead(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body, allowEmpty: true)
-        guard let deviceID = try ownDevice(try body.optionalString("device_id") ?? request.query["device_id"], caller: caller) else {
+        let body = try request.decode(ReadReceipt.self, allowEmpty: true)
+        guard let deviceID = try ownDevice(body.deviceID ?? request.query["device_id"], caller: caller) else {
             throw APIError.missingField("device_id")
         }
         return try store.database.answer { _ in

@@ -152,10 +152,18 @@ public struct ApprovalsAPI: Sendable {
     }
 
     /// The original's `/chat/confirm {call_id, approved}`: one decision on the shared broker, `{"ok": true}`.
+    struct ConfirmRequest: Decodable {
+        var callID: String
+        var approved: Bool
+        enum CodingKeys: String, CodingKey {
+            case callID = "call_id"
+            case approved
+        }
+    }
+
     @Sendable func confirm(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let callID = try body.string("call_id", maxLength: 200)
-        guard let approved = try body.optionalBool("approved") else { throw APIError.missingField("approved") }
+        let body = try request.decode(ConfirmRequest.self)
+        let (callID, approved) = (try body.callID.limited(to: 200, field: "call_id"), body.approved)
         do {
             return try broker.database.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)

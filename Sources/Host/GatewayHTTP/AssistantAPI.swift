@@ -136,9 +136,13 @@ public struct AssistantAPI: Sendable {
     }
 
     /// The original's `/chat/cancel {run_id}`; for `/chat` the id may be the session id.
+    struct CancelRequest: Decodable {
+        var runID: String
+        enum CodingKeys: String, CodingKey { case runID = "run_id" }
+    }
+
     @Sendable func cancel(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let id = try body.string("run_id", maxLength: 200)
+        let id = try request.decode(CancelRequest.self).runID.limited(to: 200, field: "run_id")
         guard let cancelled = await runs.cancel(id, subject: caller.subject) else {
             throw APIError.notFound("run not found — it may have already finished")
         }

@@ -162,16 +162,22 @@ public struct GatewayAPI: Sendable {
         }.response
     }
 
+    /// `POST /api/v1/agents/:id/run`: the run's input, and (an admin's choice) where its reply goes.
+    struct RunRequestBody: Decodable {
+        var input: String?
+        var to: String?
+    }
+
     @Sendable func runAgent(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body, allowEmpty: true)
-        let input = try body.optionalString("input", maxLength: 100_000) ?? ""
+        let body = try request.decode(RunRequestBody.self, allowEmpty: true)
+        let input = try body.input.limited(to: 100_000, field: "input") ?? ""
         let agentID = request.parameter("id")
         guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
             throw APIError.notFound("no agent '\(agentID)'")
         }
         var destination = agent.schedule?.output.map { RunDestination($0) }
             ?? RunDestination(channel: "mobile", to: "user:\(caller.subject)")
-        if let to = try body.optionalString("to") {
+        if let to = body.to {
             do { _ = try Destination(parsing: to) } catch { throw APIError.invalidField("to", error.description) }
             guard caller.role == .admin || to == "user:\(caller.subject)" else {
                 throw APIError(status: 403, code: "forbidden", message: "to: only an admin may send a run's reply to \(to)", field: "to")
@@ -221,16 +227,21 @@ public struct GatewayAPI: Sendable {
         ]))
     }
 
+    /// `POST /api/v1/runs/:id/events`: a tool call a running command reports.
+    struct RunEvent: Decodable {
+        var type: String
+        var tool: String
+    }
+
     @Sendable func runEvent(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let runID = request.parameter("id")
         guard let run = await runs.activityRun(runID: runID), run.subject == caller.subject,
               !caller.keyID.hasPrefix("run:") || caller.keyID == "run:\(runID)" else {
             throw APIError.notFound("no running run \(runID) of yours")
         }
-        let body = try JSONObject(body: request.body)
-        let type = try body.string("type")
-        guard type == "tool" else { throw APIError.invalidField("type", "must be \"tool\" (a tool call), got \"\(type)\"") }
-        let tool = try body.string("tool", maxLength: 100)
+        let event = try request.decode(RunEvent.self)
+        guard event.type == "tool" else { throw APIError.invalidField("type", "must be \"tool\" (a tool call), got \"\(event.type)\"") }
+        let tool = try event.tool.limited(to: 100, field: "tool")
         guard !tool.isEmpty, tool.allSatisfy({ $0.isLetter || $0.isNumber || "._-".contains($0) }) else {
             throw APIError.invalidField("tool", "must be a tool name (letters, digits, . _ -)")
         }
