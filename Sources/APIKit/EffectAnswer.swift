@@ -16,3 +16,12 @@ extension DatabasePool {
         try transaction(answering: \.committedAnswer, body)
     }
 }
+
+extension DatabasePool {
+    /// The same on the pool's own threads (`executor`): the handler's task waits for the lock and the fsync there,
+    /// and no thread of Swift's small cooperative pool is held while it does. Task-locals (the idempotency log's
+    /// hook) travel with the task.
+    public func answer(_ body: (Connection) throws -> HTTPResponse) async throws -> HTTPResponse {
+        try await withTaskExecutorPreference(executor) { try transaction(answering: \.committedAnswer, body) }
+    }
+}

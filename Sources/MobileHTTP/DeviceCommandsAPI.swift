@@ -51,7 +51,7 @@ public struct DeviceCommandsAPI: Sendable {
         let expiresAt = nodes.clock.now().addingTimeInterval(TimeInterval(expiresIn))
         guard try body.optionalBool("wait") ?? true else {
             // Not waiting: the queued command is the answer, committed with it.
-            return try store.database.answer { _ in
+            return try await store.database.answer { _ in
                 .json(Self.json(try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)), status: 202)
             }
         }
@@ -100,7 +100,7 @@ public struct DeviceCommandsAPI: Sendable {
     @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
-        return try store.database.answer { _ in
+        return try await store.database.answer { _ in
             let existing: DeviceNodes.Command
             do {
                 existing = try nodes.command(id: request.parameter("id"), deviceID: device.id, subject: caller.subject)

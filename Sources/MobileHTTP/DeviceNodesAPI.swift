@@ -59,7 +59,7 @@ public struct DeviceNodesAPI: Sendable {
             deviceID: deviceID, subject: caller.subject, name: try Self.text(body, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
             model: try Self.text(body, "model", max: 200), osVersion: try Self.text(body, "os_version", max: 64), appVersion: try Self.text(body, "app_version", max: 64),
             capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
-        return try nodes.store.database.answer { _ in
+        return try await nodes.store.database.answer { _ in
             let registered = try nodes.register(node)
             return .json(["registered": true, "device_id": .string(registered.deviceID), "poll_interval_seconds": .number(Double(DeviceNodes.pollIntervalSeconds)),
                           "foreground_only": true], status: 201)
@@ -87,7 +87,7 @@ public struct DeviceNodesAPI: Sendable {
             }
             expiresAt = date
         }
-        return try nodes.store.database.answer { _ in
+        return try await nodes.store.database.answer { _ in
             let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
             return .json(DeviceNodes.json(queued), status: 201)
         }
@@ -98,7 +98,7 @@ public struct DeviceNodesAPI: Sendable {
     }
 
     @Sendable func claim(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return try nodes.store.database.answer { _ in
+        return try await nodes.store.database.answer { _ in
             .json(DeviceNodes.json(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
         }
     }
@@ -108,7 +108,7 @@ public struct DeviceNodesAPI: Sendable {
         let status = try body.string("status", maxLength: 16)
         let error = try body.optionalString("error")
         let result = body.fields["result"].flatMap { $0 == .null ? nil : $0 }
-        return try nodes.store.database.answer { _ in
+        return try await nodes.store.database.answer { _ in
             .json(DeviceNodes.json(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
                                                    status: status, result: result, error: error)))
         }

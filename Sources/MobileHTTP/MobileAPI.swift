@@ -37,7 +37,7 @@ public struct MobileAPI: Sendable {
 
     @Sendable func registerDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let registration = try DeviceRegistration(json: JSONObject(body: request.body))
-        return try store.database.answer { _ in
+        return try await store.database.answer { _ in
             let created: Bool
             do {
                 created = try store.register(registration, subject: caller.subject, keyID: caller.keyID)
@@ -56,7 +56,7 @@ public struct MobileAPI: Sendable {
 
     @Sendable func deleteDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         // 204 always, as the original: an unknown or foreign id deletes nothing and says nothing about who has it.
-        return try store.database.answer { _ in
+        return try await store.database.answer { _ in
             _ = try store.deleteDevice(id: request.parameter("id"), subject: caller.subject)
             return .noContent
         }
@@ -132,7 +132,7 @@ public struct MobileAPI: Sendable {
         guard let deviceID = try ownDevice(body.deviceID ?? request.query["device_id"], caller: caller) else {
             throw APIError.missingField("device_id")
         }
-        return try store.database.answer { _ in
+        return try await store.database.answer { _ in
             guard try store.markRead(deliveryID: request.parameter("id"), deviceID: deviceID, subject: caller.subject) else {
                 throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
             }
@@ -155,7 +155,7 @@ public struct MobileAPI: Sendable {
                             metadata: ["trigger": "test"])
         // The line and its answer commit together, so a retry after a crash gets this answer, not a second line.
         let dispatcher = channel.dispatcher
-        return try store.database.answer { _ in
+        return try await store.database.answer { _ in
             let stored = try store.insertDelivery(output, destination: destination)
             if stored.wakeUps > 0, let dispatcher { store.database.afterCommit { dispatcher.poke() } }
             return .json(.object([
@@ -191,7 +191,7 @@ public struct MobileAPI: Sendable {
         // As the original: development is kept, anything else is production.
         let environment: WakeTarget.Environment = SchemaWhitespace.trim(try body.optionalString("environment", maxLength: 64) ?? "") == "development" ? .development : .production
         guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
-        return try store.database.answer { _ in
+        return try await store.database.answer { _ in
             try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
             return .json(["registered": true, "run_key": .string(LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID)),
                           "device_id": .string(device.id), "session_id": .string(sessionID)], status: 201)

@@ -1,6 +1,8 @@
+import APIKit
 import Foundation
 import SQLite
 import Synchronization
+import HTTPServer
 import Testing
 
 @Suite("SQLite wrapper")
@@ -80,6 +82,26 @@ struct SQLiteTests {
         }
         #expect(try db.read { try $0.query("SELECT status FROM answers").compactMap { $0.int("status") } } == [202])
         #expect(try db.read { try $0.query("SELECT v FROM effects ORDER BY v").compactMap { $0.string("v") } } == ["a", "b"])
+    }
+
+    @Test("a route's effect and answer run on the pool's own threads, with the task's hook: the cooperative pool never waits on SQLite")
+    func answerOnStorageThreads() async throws {
+        let db = try pool()
+        try db.write { try $0.execute("CREATE TABLE effects (v TEXT); CREATE TABLE answers (status INTEGER)") }
+        let hook = CommitHook({ _, _ in }, recordAnswer: { answer, db in try db.run("INSERT INTO answers VALUES (?)", answer.status) })
+        let ranOnStorage = Mutex(false)
+        let response = try await CommitHook.$current.withValue(hook) {
+            try await db.answer { connection in
+                ranOnStorage.withLock { $0 = db.executor.isCurrent }
+                try connection.run("INSERT INTO effects VALUES ('a')")
+                return HTTPResponse.json(["ok": true], status: 201)
+            }
+        }
+        #expect(response.status == 201)
+        #expect(ranOnStorage.withLock { $0 })
+        #expect(!db.executor.isCurrent)
+        #expect(try db.read { try $0.query("SELECT status FROM answers").compactMap { $0.int("status") } } == [201])
+        db.close()
     }
 
     @Test("a transaction that throws leaves nothing behind")

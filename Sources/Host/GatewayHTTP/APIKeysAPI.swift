@@ -54,7 +54,7 @@ public struct APIKeysAPI: Sendable {
         guard !subject.isEmpty, subject.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" }) else {
             throw APIError.invalidField("subject", "must be 1-64 lower-case letters, digits, - or _")
         }
-        return try mobile.database.answer { _ in
+        return try await mobile.database.answer { _ in
             let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual)
             guard case .object(var fields) = Self.json(minted.key) else { throw APIError.internal("key encoding") }
             fields["key"] = .string(minted.token)
@@ -68,7 +68,7 @@ public struct APIKeysAPI: Sendable {
 
     @Sendable func revokeKey(_ request: HTTPRequest) async throws -> HTTPResponse {
         let id = request.parameter("id")
-        let answer = try mobile.database.answer { _ in
+        let answer = try await mobile.database.answer { _ in
             guard try keys.revoke(id: id) else { throw APIError.notFound("no active key \(id)") }
             // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
             try mobile.removeDevices(registeredByKey: id)

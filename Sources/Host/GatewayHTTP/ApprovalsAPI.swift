@@ -165,7 +165,7 @@ public struct ApprovalsAPI: Sendable {
         let body = try request.decode(ConfirmRequest.self)
         let (callID, approved) = (try body.callID.limited(to: 200, field: "call_id"), body.approved)
         do {
-            return try broker.database.answer { _ in
+            return try await broker.database.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)
                 return .json(["ok": true, "approved": .bool(approval.state == .approved), "already_decided": .bool(!decidedNow)])
             }

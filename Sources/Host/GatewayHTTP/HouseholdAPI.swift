@@ -64,7 +64,7 @@ public struct HouseholdAPI: Sendable {
     /// else's as an operator); `name` (admins only) pairs someone else, as operator unless `role` says viewer.
     @Sendable func createCode(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body, allowEmpty: true)
-        return try household.database.answer { _ in
+        return try await household.database.answer { _ in
             let offer: PairingOffer
             let displayName: String
             if let rawName = try body.optionalString("name") {
