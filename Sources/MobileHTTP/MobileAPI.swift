@@ -140,9 +140,16 @@ public struct MobileAPI: Sendable {
         }
     }
 
+    /// `POST /api/v1/channels/mobile/test`: where the test line goes, and what it says.
+    struct TestLine: Decodable {
+        var to: String?
+        var title: String?
+        var body: String?
+    }
+
     @Sendable func sendTest(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body, allowEmpty: true)
-        let to = try body.optionalString("to") ?? "all"
+        let body = try request.decode(TestLine.self, allowEmpty: true)
+        let to = body.to ?? "all"
         let destination: Destination
         do {
             destination = try Destination(parsing: to)
@@ -150,8 +157,8 @@ public struct MobileAPI: Sendable {
             throw APIError.invalidField("to", error.description)
         }
         let output = Output(agentID: "mobile-test", agentName: "Soulacy", sessionID: "test-" + UUID().uuidString.lowercased(),
-                            title: try body.optionalString("title", maxLength: 200) ?? "Test from Soulacy",
-                            parts: [try body.optionalString("body", maxLength: 4000) ?? "The mobile channel works."],
+                            title: try body.title.limited(to: 200, field: "title") ?? "Test from Soulacy",
+                            parts: [try body.body.limited(to: 4000, field: "body") ?? "The mobile channel works."],
                             metadata: ["trigger": "test"])
         // The line and its answer commit together, so a retry after a crash gets this answer, not a second line.
         let dispatcher = channel.dispatcher
@@ -165,16 +172,32 @@ public struct MobileAPI: Sendable {
         }
     }
 
+    /// `POST /api/v1/mobile/activities`: a Live Activity's update token, as the original app reports it.
+    struct ActivityToken: Decodable {
+        var deviceID: String?
+        var agentID: String?
+        var sessionID: String?
+        var token: String?
+        var environment: String?
+
+        enum CodingKeys: String, CodingKey {
+            case deviceID = "device_id"
+            case agentID = "agent_id"
+            case sessionID = "session_id"
+            case token, environment
+        }
+    }
+
     @Sendable func registerActivity(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
+        let body = try request.decode(ActivityToken.self)
         // As the original: every field trimmed; the three names required together; the token lower-cased.
-        let deviceID = SchemaWhitespace.trim(try body.optionalString("device_id", maxLength: DeviceRegistration.maximumIDLength) ?? "")
-        let agentID = SchemaWhitespace.trim(try body.optionalString("agent_id", maxLength: 64) ?? "")
-        let sessionID = SchemaWhitespace.trim(try body.optionalString("session_id", maxLength: 128) ?? "")
+        let deviceID = SchemaWhitespace.trim(try body.deviceID.limited(to: DeviceRegistration.maximumIDLength, field: "device_id") ?? "")
+        let agentID = SchemaWhitespace.trim(try body.agentID.limited(to: 64, field: "agent_id") ?? "")
+        let sessionID = SchemaWhitespace.trim(try body.sessionID.limited(to: 128, field: "session_id") ?? "")
         for (field, value) in [("device_id", deviceID), ("agent_id", agentID), ("session_id", sessionID)] where value.isEmpty {
             throw APIError(status: 400, code: "missing_field", message: "device_id, agent_id and session_id are required", field: field)
         }
-        let token = SchemaWhitespace.trim(try body.optionalString("token", maxLength: 2048) ?? "").lowercased()
+        let token = SchemaWhitespace.trim(try body.token.limited(to: 2048, field: "token") ?? "").lowercased()
         guard DeviceRegistration.liveStartTokenHexLength.contains(token.utf8.count), token.utf8.count % 2 == 0, Hex.decode(token) != nil else {
             throw APIError.invalidField("token", "must be the activity's push token as 32 to 512 hex characters")
         }
@@ -189,7 +212,7 @@ public struct MobileAPI: Sendable {
             throw APIError(status: 409, code: "wrong_platform", message: "device_id: Live Activities are an iOS feature; they are never sent to Android devices", field: "device_id")
         }
         // As the original: development is kept, anything else is production.
-        let environment: WakeTarget.Environment = SchemaWhitespace.trim(try body.optionalString("environment", maxLength: 64) ?? "") == "development" ? .development : .production
+        let environment: WakeTarget.Environment = SchemaWhitespace.trim(try body.environment.limited(to: 64, field: "environment") ?? "") == "development" ? .development : .production
         guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
         return try await store.database.answer { _ in
             try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
