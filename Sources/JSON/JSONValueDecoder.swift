@@ -96,6 +96,8 @@ private struct Keyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
         guard let value = fields[key.stringValue], value != .null else { throw JSONFieldError.missing(JSONValueDecoder.name(path + [key])) }
+        // A JSONValue field takes the value as it is (free-form params, a tool call's arguments).
+        if T.self == JSONValue.self { return value as! T }
         return try T(from: ValueDecoder(value: value, path: path + [key]))
     }
 

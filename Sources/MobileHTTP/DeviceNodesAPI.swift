@@ -75,13 +75,26 @@ public struct DeviceNodesAPI: Sendable {
         return .json(["commands": .array(try nodes.pending(deviceID: request.parameter("device"), subject: caller.subject).map(DeviceNodes.json))])
     }
 
+    /// `POST …/nodes/:device/commands`: a command for a node (its id is the Idempotency-Key, else `id`).
+    struct QueuedCommand: Decodable {
+        var command: String
+        var params: JSONValue?
+        var id: String?
+        var expiresAt: String?
+
+        enum CodingKeys: String, CodingKey {
+            case command, params, id
+            case expiresAt = "expires_at"
+        }
+    }
+
     @Sendable func enqueue(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let command = try body.string("command", maxLength: 64)
-        let params = body.fields["params"].flatMap { $0 == .null ? nil : $0 } ?? .object([:])
-        let id = try request.header("idempotency-key") ?? body.optionalString("id")
+        let body = try request.decode(QueuedCommand.self)
+        let command = try body.command.limited(to: 64, field: "command")
+        let params = body.params ?? .object([:])
+        let id = request.header("idempotency-key") ?? body.id
         var expiresAt: Date?
-        if let text = try body.optionalString("expires_at"), !text.isEmpty {
+        if let text = body.expiresAt, !text.isEmpty {
             guard let date = (try? Date(text, strategy: .iso8601)) ?? (try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))) else {
                 throw NodeError.invalid("expires_at must be an RFC 3339 time", field: "expires_at")
             }
@@ -103,11 +116,16 @@ public struct DeviceNodesAPI: Sendable {
         }
     }
 
+    /// `POST …/commands/:id/result`: how a claimed command ended.
+    struct CommandOutcome: Decodable {
+        var status: String
+        var error: String?
+        var result: JSONValue?
+    }
+
     @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let status = try body.string("status", maxLength: 16)
-        let error = try body.optionalString("error")
-        let result = body.fields["result"].flatMap { $0 == .null ? nil : $0 }
+        let outcome = try request.decode(CommandOutcome.self)
+        let (status, error, result) = (try outcome.status.limited(to: 16, field: "status"), outcome.error, outcome.result)
         return try await nodes.store.database.answer { _ in
             .json(DeviceNodes.json(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
                                                    status: status, result: result, error: error)))
