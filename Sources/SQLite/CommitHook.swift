@@ -26,6 +26,7 @@ public final class CommitHook: Sendable {
     private let closed = Atomic<Bool>(false)
     private let preset = Mutex<Answer?>(nil)
     private let resumeReference = Mutex<String?>(nil)
+    private let provisional = Atomic<Bool>(false)
 
     /// `work` runs before each effect's COMMIT, with the resume reference if one was given (`resume(from:)`);
     /// `recordAnswer`, when given, stores an answer inside the effect's transaction.
@@ -49,6 +50,14 @@ public final class CommitHook: Sendable {
     public func resume(from reference: String) {
         resumeReference.withLock { $0 = reference }
     }
+
+    /// The call's answer is not its last word (a long poll that ran out while a decision is still pending): it is
+    /// not recorded, so a retry with the same key asks the resumer again instead of replaying it.
+    public func answerIsProvisional() {
+        provisional.store(true, ordering: .releasing)
+    }
+
+    public var isProvisional: Bool { provisional.load(ordering: .acquiring) }
 
     func record(_ answer: Answer, in db: Connection) throws {
         guard let answerWork, !closed.load(ordering: .acquiring) else { return }

@@ -97,6 +97,26 @@ struct ApprovalsTests {
         }
     }
 
+    @Test("a long poll that ran out is not the ask's last word: a retry with the same Idempotency-Key waits for the decision")
+    func longPollRetriedWithItsKey() async throws {
+        try await withTestGateway(environment: ["SOULACY_LONG_POLL_SECONDS": "1"]) { (gw) async throws in
+            let ask: JSONValue = ["agent_id": "echo", "tool": "t", "call_id": "call_retry", "timeout_seconds": 3600]
+            let key = ["Idempotency-Key": "ask-once"]
+            let first = try await gw.request("POST", "/api/v1/approvals", json: ask, headers: key)
+            #expect(first.json["state"] == "pending")
+            // Still pending: the retry waits again (and hears pending again when nothing was decided).
+            let again = try await gw.request("POST", "/api/v1/approvals", json: ask, headers: key)
+            #expect(again.json["state"] == "pending" && again.headers["idempotent-replayed"] == "true")
+            #expect(try await gw.request("POST", "/approvals/call_retry/approve").json["state"] == "approved")
+            let decided = try await gw.request("POST", "/api/v1/approvals", json: ask, headers: key)
+            #expect(decided.json == ["call_id": "call_retry", "state": "approved", "approved": true], "\(decided.json)")
+            #expect(decided.headers["idempotent-replayed"] == "true")
+            // One approval, asked once.
+            let all = try await gw.request("GET", "/api/v1/approvals?state=all").json["approvals"]?.arrayValue ?? []
+            #expect(all.filter { $0["call_id"] == "call_retry" }.count == 1)
+        }
+    }
+
     @Test("a running command asks with its run credential, waits, and runs its tool only after a yes — once")
     func runAsksOverHTTP() async throws {
         let marker = TestGateway.makeTemporaryDirectory() + "/tool-ran"

@@ -114,6 +114,8 @@ public struct ApprovalsAPI: Sendable {
         if let immediate { return immediate }
         let state = await broker.wait(callID: asked.callID, atMost: longPoll)
         if let activity, state != .pending { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID, approved: state == .approved) }
+        // Still pending when the long poll ran out: a retry with the same key waits for the decision again.
+        if state == .pending { CommitHook.current?.answerIsProvisional() }
         return Self.decisionAnswer(callID: asked.callID, state: state)
     }
 

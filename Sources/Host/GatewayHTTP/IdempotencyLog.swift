@@ -80,7 +80,7 @@ public final class IdempotencyLog: Sendable {
         let response = await CommitHook.$current.withValue(hook) { await handle(request) }
         hook.close()
         if killAfterEffect, hook.runCount > 0 { kill(getpid(), SIGKILL) }
-        if hook.answeredWithEffect { return response }
+        if hook.answeredWithEffect || hook.isProvisional { return response }
         guard response.status < 500 || hook.runCount > 0 else { return response }
         // A streamed answer is being written as it is sent: there is no whole answer to keep for a retry.
         guard response.stream == nil else { return response }
