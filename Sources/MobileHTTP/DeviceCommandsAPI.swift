@@ -40,7 +40,7 @@ public struct DeviceCommandsAPI: Sendable {
         guard command == "canvas.present" else {
             throw APIError.invalidField("command", "'\(command)' is not a command of this route; use canvas.present (the others go through /api/v1/mobile/nodes)")
         }
-        let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
+        let device = try store.devices.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
         // The device first, then the card: a phone without the canvas switched on is told so whatever the card.
         guard try nodes.adoptCanvasCapability(of: device) else {
             throw APIError(status: 409, code: "capability_off", message: "device_id: \(device.id) does not have the Soulacy canvas capability on", field: "device_id")
@@ -91,7 +91,7 @@ public struct DeviceCommandsAPI: Sendable {
     }
 
     @Sendable func pending(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let device = try store.ownedDevice(request.query["device_id"], subject: caller.subject)
+        let device = try store.devices.ownedDevice(request.query["device_id"], subject: caller.subject)
         guard try nodes.node(deviceID: device.id, subject: caller.subject) != nil else { return .json(["commands": []]) }
         return .json(["commands": .array(try nodes.pending(deviceID: device.id, subject: caller.subject).map(Self.json))])
     }
@@ -99,7 +99,7 @@ public struct DeviceCommandsAPI: Sendable {
     /// The answer claims the command and settles it as completed, in one step of the node protocol's rules.
     @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
-        let device = try store.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
+        let device = try store.devices.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
         return try await store.database.answer { _ in
             let existing: DeviceNodes.Command
             do {

@@ -40,7 +40,7 @@ public struct MobileAPI: Sendable {
         return try await store.database.answer { _ in
             let created: Bool
             do {
-                created = try store.register(registration, subject: caller.subject, keyID: caller.keyID)
+                created = try store.devices.register(registration, subject: caller.subject, keyID: caller.keyID)
             } catch DeviceOwnershipError.ownedByAnotherSubject {
                 throw APIError(status: 403, code: "device_owned_by_another_user", message: "device is registered to another user", field: "id")
             }
@@ -50,21 +50,21 @@ public struct MobileAPI: Sendable {
     }
 
     @Sendable func listDevices(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let devices = try store.devices(subject: caller.subject).map(Self.json)
+        let devices = try store.devices.list(subject: caller.subject).map(Self.json)
         return .json(.object(["devices": .array(devices)]))
     }
 
     @Sendable func deleteDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         // 204 always, as the original: an unknown or foreign id deletes nothing and says nothing about who has it.
         return try await store.database.answer { _ in
-            _ = try store.deleteDevice(id: request.parameter("id"), subject: caller.subject)
+            _ = try store.devices.deleteDevice(id: request.parameter("id"), subject: caller.subject)
             return .noContent
         }
     }
 
     /// An optional `device_id`: nil when absent, else the caller's own device.
     private func ownDevice(_ id: String?, caller: Principal) throws -> String? {
-        if let id { try store.checkOwnership(of: id, subject: caller.subject) }
+        if let id { try store.devices.checkOwnership(of: id, subject: caller.subject) }
         return id
     }
 
@@ -112,7 +112,7 @@ public struct MobileAPI: Sendable {
             throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
         }
         // How each of the caller's phones was woken for this line (never other people's).
-        let own = Set(try store.devices(subject: caller.subject).map(\.id))
+        let own = Set(try store.devices.list(subject: caller.subject).map(\.id))
         let wakeUps = try store.outbox.entries(deliveryID: delivery.id).filter { own.contains($0.deviceID) }.map { entry -> JSONValue in
             .object(["device_id": .string(entry.deviceID), "state": .string(entry.state.rawValue), "attempts": .number(Double(entry.attempts)),
                      "transport": entry.transport.map(JSONValue.string) ?? .null, "outcome": entry.outcome.map(JSONValue.string) ?? .null])
@@ -203,7 +203,7 @@ public struct MobileAPI: Sendable {
         }
         let device: Device
         do {
-            device = try store.ownedDevice(deviceID, subject: caller.subject)
+            device = try store.devices.ownedDevice(deviceID, subject: caller.subject)
         } catch DeviceError.notYours {
             throw APIError(status: 403, code: "unknown_device", message: "device is registered to another user", field: "device_id")
         }

@@ -412,7 +412,7 @@ struct DefectRegressionTests {
         let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([transport]), log: Log(minimum: .error), pollInterval: .milliseconds(50))
         let channel = MobileChannel(store: store, dispatcher: dispatcher)
         for id in ["stuck", "a", "b"] {
-            try store.register(try DeviceRegistration(json: JSONObject(["notifications_enabled": true, "id": .string(id), "push_token": .string(String(repeating: "ab", count: 32))])), subject: "owner")
+            try store.devices.register(try DeviceRegistration(json: JSONObject(["notifications_enabled": true, "id": .string(id), "push_token": .string(String(repeating: "ab", count: 32))])), subject: "owner")
         }
         let running = Task { await dispatcher.run() }
         defer { running.cancel() }

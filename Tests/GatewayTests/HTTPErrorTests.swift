@@ -50,7 +50,7 @@ struct HTTPErrorTests {
             let reply = await RawHTTP.exchange(port: port, chunked)
             #expect(reply.hasPrefix("HTTP/1.1 413"))
             #expect(reply.contains("body_too_large"))
-            #expect(try gw.gateway.mobileStore.allDevices().isEmpty)
+            #expect(try gw.gateway.mobileStore.devices.allDevices().isEmpty)
         }
     }
 

@@ -119,7 +119,7 @@ struct HouseholdTests {
 
             #expect(try await gw.request("DELETE", "/admin/api-keys/\(keyID)").status == 204)
             #expect(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(token)).status == 401)
-            #expect(try gw.gateway.mobileStore.device(id: "priya-phone") == nil)
+            #expect(try gw.gateway.mobileStore.devices.device(id: "priya-phone") == nil)
             #expect(try await gw.request("GET", "/api/v1/pairing/members").json["members"]?.arrayValue?.contains { $0["subject"] == "priya" } == false)
         }
     }

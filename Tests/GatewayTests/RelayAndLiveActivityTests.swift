@@ -88,8 +88,8 @@ struct RelayAndLiveActivityTests {
         let store = try MobileStore(database: try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/db.sqlite"), clock: clock)
         var body: [String: JSONValue] = ["id": "iphone", "notifications_enabled": true, "push_token": .string(token)]
         if let startToken { body["live_start_token"] = .string(startToken) }
-        try store.register(try DeviceRegistration(json: JSONObject(body)), subject: "owner")
-        try store.register(try DeviceRegistration(json: JSONObject(["id": "pixel", "notifications_enabled": true, "platform": "android", "push_token": "fcm", "live_start_token": "abcd"])), subject: "owner")
+        try store.devices.register(try DeviceRegistration(json: JSONObject(body)), subject: "owner")
+        try store.devices.register(try DeviceRegistration(json: JSONObject(["id": "pixel", "notifications_enabled": true, "platform": "android", "push_token": "fcm", "live_start_token": "abcd"])), subject: "owner")
         let recorder = RecordingTransport()
         let publisher = try LiveActivityPublisher(store: store, transports: WakeTransportRegistry([recorder]), clock: clock, progressInterval: 10, dismissAfter: 240)
         return Fixture(store: store, publisher: publisher, recorder: recorder, clock: clock)
@@ -218,7 +218,7 @@ struct RelayAndLiveActivityTests {
         defer { standIn.stop() }
         let clock = ManualClock(Date())
         let store = try MobileStore(database: try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/db.sqlite"), clock: clock)
-        try store.register(try DeviceRegistration(json: JSONObject(["notifications_enabled": true, "id": "iphone", "push_token": .string(Self.token), "live_start_token": .string(Self.startToken)])), subject: "owner")
+        try store.devices.register(try DeviceRegistration(json: JSONObject(["notifications_enabled": true, "id": "iphone", "push_token": .string(Self.token), "live_start_token": .string(Self.startToken)])), subject: "owner")
         let publisher = try LiveActivityPublisher(store: store, transports: WakeTransportRegistry([relay(standIn)]), clock: clock)
         await publisher.runStarted(Self.run(background: true, clock: clock))
         await publisher.toolCalled(sessionID: "ses_1", tool: "lookup")

@@ -79,7 +79,7 @@ struct DeviceRegistrationTests {
             let exact = String(repeating: "aZ:_-", count: 819) + "Q"  // 4096 characters, mixed case and punctuation
             #expect(exact.count == 4096)
             #expect(try await register(gw, ["id": "a1", "platform": "android", "push_token": .string(exact)]).status == 201)
-            let stored = try gw.gateway.mobileStore.device(id: "a1")?.pushToken
+            let stored = try gw.gateway.mobileStore.devices.device(id: "a1")?.pushToken
             #expect(stored == exact)
 
             let tooLong = try await register(gw, ["id": "a2", "platform": "android", "push_token": .string(exact + "x")])
@@ -94,7 +94,7 @@ struct DeviceRegistrationTests {
             #expect(wrongType.errorField == "push_token")
             // Empty counts as absent.
             #expect(try await register(gw, ["id": "a4", "platform": "android", "push_token": ""]).status == 201)
-            #expect(try gw.gateway.mobileStore.device(id: "a4")?.pushToken == nil)
+            #expect(try gw.gateway.mobileStore.devices.device(id: "a4")?.pushToken == nil)
         }
     }
 
@@ -103,7 +103,7 @@ struct DeviceRegistrationTests {
         try await withTestGateway { (gw) async throws in
             let response = try await register(gw, ["id": "a1", "platform": "android", "push_environment": "nonsense", "live_start_token": "zz not hex"])
             #expect(response.status == 201)
-            let stored = try #require(try gw.gateway.mobileStore.device(id: "a1"))
+            let stored = try #require(try gw.gateway.mobileStore.devices.device(id: "a1"))
             #expect(stored.pushEnvironment == nil)
             #expect(stored.liveStartToken == nil)
         }
@@ -118,9 +118,9 @@ struct DeviceRegistrationTests {
                 #expect(response.errorField == "push_token")
             }
             #expect(try await register(gw, ["id": "i1", "push_token": ""]).status == 201)
-            #expect(try gw.gateway.mobileStore.device(id: "i1")?.pushToken == nil)
+            #expect(try gw.gateway.mobileStore.devices.device(id: "i1")?.pushToken == nil)
             #expect(try await register(gw, ["id": "i1", "push_token": .string("  " + String(repeating: "AB", count: 32) + "\n")]).status == 201)
-            #expect(try gw.gateway.mobileStore.device(id: "i1")?.pushToken == String(repeating: "ab", count: 32))
+            #expect(try gw.gateway.mobileStore.devices.device(id: "i1")?.pushToken == String(repeating: "ab", count: 32))
             for environment: JSONValue in ["sandbox", "PRODUCTION", ""] {
                 #expect(try await register(gw, ["id": "i1", "push_environment": environment]).status == 201)
                 #expect(try await device(gw, "i1")?["push_environment"] == "production")
@@ -132,11 +132,11 @@ struct DeviceRegistrationTests {
             }
             let start = String(repeating: "CD", count: 40)
             #expect(try await register(gw, ["id": "i1", "live_start_token": .string(start)]).status == 201)
-            #expect(try gw.gateway.mobileStore.device(id: "i1")?.liveStartToken == start.lowercased())
+            #expect(try gw.gateway.mobileStore.devices.device(id: "i1")?.liveStartToken == start.lowercased())
             // Re-registering without a start token, or with an empty one, keeps the one stored.
             #expect(try await register(gw, ["id": "i1", "name": "Renamed"]).status == 201)
             #expect(try await register(gw, ["id": "i1", "live_start_token": ""]).status == 201)
-            #expect(try gw.gateway.mobileStore.device(id: "i1")?.liveStartToken == start.lowercased())
+            #expect(try gw.gateway.mobileStore.devices.device(id: "i1")?.liveStartToken == start.lowercased())
             #expect(try await device(gw, "i1")?["live_activities"] == true)
             // Blank names become the original's default.
             #expect(try await register(gw, ["id": " i2 ", "name": "   "]).status == 201)
@@ -169,8 +169,8 @@ struct DeviceRegistrationTests {
             let stolen = try await register(gw, ["id": "shared", "name": "Priya's"], key: priya)
             #expect(stolen.status == 403)
             #expect(stolen.errorField == "id")
-            #expect(try gw.gateway.mobileStore.device(id: "shared")?.subject == "owner")
-            #expect(try gw.gateway.mobileStore.device(id: "shared")?.name == "Owner's phone")
+            #expect(try gw.gateway.mobileStore.devices.device(id: "shared")?.subject == "owner")
+            #expect(try gw.gateway.mobileStore.devices.device(id: "shared")?.name == "Owner's phone")
         }
     }
 
@@ -179,7 +179,7 @@ struct DeviceRegistrationTests {
         try await withTestGateway { (gw) async throws in
             #expect(try await register(gw, ["id": "keep", "push_token": .string(Self.iosToken)]).status == 201)
             #expect(try await register(gw, ["id": "keep", "platform": "android", "push_token": "bad token"]).status == 400)
-            let stored = try #require(try gw.gateway.mobileStore.device(id: "keep"))
+            let stored = try #require(try gw.gateway.mobileStore.devices.device(id: "keep"))
             #expect(stored.platform == .ios)
             #expect(stored.pushToken == Self.iosToken)
         }
@@ -191,9 +191,9 @@ struct DeviceRegistrationTests {
             let priya = try await gw.mintKey(subject: "priya", role: "viewer")
             #expect(try await register(gw, ["id": "mine"]).status == 201)
             #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/mine", key: .some(priya)).status == 204)
-            #expect(try gw.gateway.mobileStore.device(id: "mine") != nil)
+            #expect(try gw.gateway.mobileStore.devices.device(id: "mine") != nil)
             #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/mine").status == 204)
-            #expect(try gw.gateway.mobileStore.device(id: "mine") == nil)
+            #expect(try gw.gateway.mobileStore.devices.device(id: "mine") == nil)
         }
     }
 }

@@ -53,7 +53,7 @@ struct DurableDeliveryTests {
             try await gw.registerDevice(id: "phone", key: nil, token: Self.token)
             try await standIn.control("POST", "/control/unregister", json: ["token": .string(Self.token)])
             _ = try await gw.runAgent("echo", input: "one", to: "all")
-            #expect(try await eventually { try gw.gateway.mobileStore.device(id: "phone")?.pushToken == nil })
+            #expect(try await eventually { try gw.gateway.mobileStore.devices.device(id: "phone")?.pushToken == nil })
             let devices = try await gw.request("GET", "/api/v1/mobile/devices")
             #expect(devices.json["devices"]?.arrayValue?.first?["has_push_token"] == false)
             let two = try #require(try await gw.runAgent("echo", input: "two", to: "all")["delivery_id"]?.stringValue)

@@ -155,7 +155,7 @@ struct InboxTests {
             let store = gw.gateway.mobileStore
             var devices = ["owner-phone": "owner", "owner-ipad": "owner", "priya-phone": "priya"]
             for (id, subject) in devices {
-                try store.register(try DeviceRegistration(json: JSONObject(["id": .string(id)])), subject: subject)
+                try store.devices.register(try DeviceRegistration(json: JSONObject(["id": .string(id)])), subject: subject)
             }
             struct Line { let id: String; let kind: String; let value: String; let owner: String?; let system: Bool }
             var lines: [Line] = []  // oldest first
@@ -215,11 +215,11 @@ struct InboxTests {
                 try check("round \(round)")
                 if round == 1 {
                     // The owner's iPad goes; its id comes back as Priya's.
-                    #expect(try store.deleteDevice(id: "owner-ipad", subject: "owner"))
+                    #expect(try store.devices.deleteDevice(id: "owner-ipad", subject: "owner"))
                     devices["owner-ipad"] = nil
                     receipts = receipts.filter { $0[1] != "owner-ipad" }
                     try check("after removing the iPad")
-                    try store.register(try DeviceRegistration(json: JSONObject(["id": "owner-ipad"])), subject: "priya")
+                    try store.devices.register(try DeviceRegistration(json: JSONObject(["id": "owner-ipad"])), subject: "priya")
                     devices["owner-ipad"] = "priya"
                 }
             }

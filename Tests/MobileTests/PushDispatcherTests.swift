@@ -32,7 +32,7 @@ struct PushDispatcherTests {
     static func register(_ store: MobileStore, _ id: String, subject: String = "owner", token: String? = token, notifications: Bool = true, platform: String = "ios") throws {
         var body: [String: JSONValue] = ["id": .string(id), "notifications_enabled": .bool(notifications), "platform": .string(platform)]
         if let token { body["push_token"] = .string(token) }
-        try store.register(try DeviceRegistration(json: JSONObject(body)), subject: subject)
+        try store.devices.register(try DeviceRegistration(json: JSONObject(body)), subject: subject)
     }
 
     static func output(_ text: String = secret) -> Output {
@@ -116,7 +116,7 @@ struct PushDispatcherTests {
         try Self.register(f.store, "phone")
         _ = try await f.channel.deliver(Self.output(), to: "all")
         await f.dispatcher.drain()
-        #expect(try f.store.device(id: "phone")?.pushToken == nil)
+        #expect(try f.store.devices.device(id: "phone")?.pushToken == nil)
         #expect(try f.store.outbox.entries().first?.state == .failed)
 
         // No token: the next line is stored and no wake-up is queued.
@@ -128,7 +128,7 @@ struct PushDispatcherTests {
         _ = try await f.channel.deliver(Self.output("three"), to: "all")
         await f.dispatcher.drain()
         #expect(scripted.calls.last?.target.pushToken == fresh)
-        #expect(try f.store.device(id: "phone")?.pushToken == fresh)
+        #expect(try f.store.devices.device(id: "phone")?.pushToken == fresh)
     }
 
     @Test("a rejection for an old token leaves a token registered meanwhile alone")
@@ -143,7 +143,7 @@ struct PushDispatcherTests {
         try Self.register(f.store, "phone", token: fresh)  // the app re-registers while the push is in flight
         gate.answer(.tokenRejected(reason: "APNs 410 Unregistered"))
         await sending.value
-        #expect(try f.store.device(id: "phone")?.pushToken == fresh)
+        #expect(try f.store.devices.device(id: "phone")?.pushToken == fresh)
     }
 
     @Test("permanent failures and expiry are recorded, and no transport for a platform skips without losing the line")

@@ -166,8 +166,8 @@ struct FCMTransportTests {
 
             try await fcm.control("POST", "/control/unregister", json: ["token": .string(Self.token)])
             _ = try await gw.runAgent("echo", input: "again", to: "device:pixel")
-            #expect(try await eventually { try gw.gateway.mobileStore.device(id: "pixel")?.pushToken == nil })
-            #expect(try gw.gateway.mobileStore.device(id: "iphone")?.pushToken != nil)
+            #expect(try await eventually { try gw.gateway.mobileStore.devices.device(id: "pixel")?.pushToken == nil })
+            #expect(try gw.gateway.mobileStore.devices.device(id: "iphone")?.pushToken != nil)
         }
     }
 }

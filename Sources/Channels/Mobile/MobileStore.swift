@@ -90,7 +90,7 @@ public protocol Inbox: Sendable {
     func latestDeliverySeq() throws -> Int64
 }
 
-/// The mobile channel's tables in SQLite: devices, deliveries, their recipients and read receipts.
+/// The inbox in SQLite: deliveries, their recipients and read receipts, with the outbox rows each line wakes.
 public final class MobileStore: Inbox {
     /// The System agent's id: its lines are kept but never shown to phones.
     public static let systemAgentID = "system"
@@ -98,128 +98,25 @@ public final class MobileStore: Inbox {
 
     public let database: DatabasePool
     public let outbox: any PushOutbox
+    /// The phones the inbox addresses: their own aggregate (`DeviceStore`), on the same database.
+    public let devices: DeviceStore
     let clock: any WallClock
 
     public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
         self.database = database
         self.clock = clock
         outbox = SQLitePushOutbox(database: database)
+        devices = DeviceStore(database: database, clock: clock)
     }
 
     static func millis(_ date: Date) -> Int64 { date.sqliteMillis }
     static func date(_ millis: Int64?) -> Date? { millis.map(Date.init(sqliteMillis:)) }
-
-    // MARK: Devices
-
-    /// Stores a registration; returns true when the device is new. A device id owned by someone else is refused.
-    @discardableResult
-    public func register(_ registration: DeviceRegistration, subject: String, keyID: String? = nil) throws -> Bool {
-        let now = Self.millis(clock.now())
-        return try database.transaction { db in
-            let existing = try db.query("SELECT subject FROM mobile_devices WHERE id = ?", registration.id)
-            if let owner = existing.first?.string("subject"), owner != subject {
-                throw DeviceOwnershipError.ownedByAnotherSubject
-            }
-            try db.run("""
-                INSERT INTO mobile_devices (id, subject, name, platform, bundle_id, push_token, push_environment,
-                                            notifications_enabled, live_start_token, created_at, updated_at, registered_by_key, capabilities)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (id) DO UPDATE SET
-                    name = excluded.name, platform = excluded.platform, bundle_id = excluded.bundle_id,
-                    push_token = excluded.push_token, push_environment = excluded.push_environment,
-                    notifications_enabled = excluded.notifications_enabled,
-                    live_start_token = CASE WHEN excluded.platform = 'ios' THEN COALESCE(excluded.live_start_token, mobile_devices.live_start_token) END,
-                    updated_at = excluded.updated_at, registered_by_key = excluded.registered_by_key,
-                    capabilities = excluded.capabilities
-                """, registration.id, subject, registration.name, registration.platform.rawValue, registration.bundleID,
-                registration.pushToken, registration.pushEnvironment?.rawValue, registration.notificationsEnabled,
-                registration.liveStartToken, now, now, keyID,
-                String(decoding: try JSONEncoder().encode(registration.capabilities.sorted()), as: UTF8.self))
-            return existing.isEmpty
-        }
-    }
-
-    private static func device(_ row: Row) -> Device {
-        Device(id: row.string("id") ?? "", subject: row.string("subject") ?? "", name: row.string("name") ?? "",
-               platform: WakeTarget.Platform(rawValue: row.string("platform") ?? "") ?? .ios,
-               bundleID: row.string("bundle_id") ?? "", pushToken: row.string("push_token"),
-               pushEnvironment: row.string("push_environment").flatMap(WakeTarget.Environment.init(rawValue:)),
-               notificationsEnabled: row.bool("notifications_enabled") ?? true, liveStartToken: row.string("live_start_token"),
-               capabilities: Set((try? JSONDecoder().decode([String].self, from: Data((row.string("capabilities") ?? "[]").utf8))) ?? []),
-               createdAt: date(row.int("created_at")) ?? Date(timeIntervalSince1970: 0),
-               updatedAt: date(row.int("updated_at")) ?? Date(timeIntervalSince1970: 0))
-    }
-
-    public func device(id: String) throws -> Device? {
-        try database.read { db in try db.query("SELECT * FROM mobile_devices WHERE id = ?", id).first.map(Self.device) }
-    }
-
-    /// The caller's own device named by a request field. A missing id, an unknown one and someone else's are
-    /// refused alike, naming the field, so one person cannot learn of another's devices.
-    public func ownedDevice(_ id: String?, subject: String, field: String = "device_id") throws -> Device {
-        guard let id, !id.isEmpty else { throw DeviceError.missing(field: field) }
-        guard let device = try device(id: id), device.subject == subject else { throw DeviceError.notYours(id, field: field) }
-        return device
-    }
-
-    /// The same check without loading the device (the inbox asks it on every uncached page).
-    public func checkOwnership(of id: String, subject: String, field: String = "device_id") throws {
-        guard !id.isEmpty else { throw DeviceError.missing(field: field) }
-        guard try database.read({ try Self.owner(ofDevice: id, in: $0) }) == subject else { throw DeviceError.notYours(id, field: field) }
-    }
-
-    /// Whose device `id` is now; nil when no device has that id.
-    static func owner(ofDevice id: String, in db: Connection) throws -> String? {
-        try db.query("SELECT subject FROM mobile_devices WHERE id = ?", id).first?.string("subject")
-    }
-
-
-    public func devices(subject: String) throws -> [Device] {
-        try database.read { db in try db.query("SELECT * FROM mobile_devices WHERE subject = ? ORDER BY created_at, id", subject).map(Self.device) }
-    }
 
     /// The newest inbox line's sequence number (0 with none).
     public func latestDeliverySeq() throws -> Int64 {
         try database.read { db in try db.query("SELECT COALESCE(MAX(seq), 0) AS s FROM mobile_deliveries").first?.int("s") ?? 0 }
     }
 
-    public func allDevices() throws -> [Device] {
-        try database.read { db in try db.query("SELECT * FROM mobile_devices ORDER BY created_at, id").map(Self.device) }
-    }
-
-    /// Removes a device; false when it does not exist or is someone else's.
-    public func deleteDevice(id: String, subject: String) throws -> Bool {
-        try database.transaction { db in
-            let removed = try db.run("DELETE FROM mobile_devices WHERE id = ? AND subject = ?", id, subject) > 0
-            if removed {
-                try Self.forgetReceipts(ofRemovedDevices: db)
-            }
-            // Its node goes too, and what was waiting for it expires (the node tables exist once DeviceNodes opened them).
-            if try !db.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mobile_node_commands'").isEmpty {
-                try db.run("""
-                    UPDATE mobile_node_commands SET status = 'expired', error = 'device registration removed', completed_at = ?
-                    WHERE device_id = ? AND subject = ? AND status IN ('queued', 'running')
-                    """, clock.now().sqliteMillis, id, subject)
-                try db.run("DELETE FROM mobile_nodes WHERE device_id = ? AND subject = ?", id, subject)
-            }
-            return removed
-        }
-    }
-
-    /// Unpairs the phones a revoked key registered: they get no more wake-ups and drop out of `all`.
-    @discardableResult
-    public func removeDevices(registeredByKey keyID: String) throws -> Int {
-        try database.transaction { db in
-            let removed = try db.run("DELETE FROM mobile_devices WHERE registered_by_key = ?", keyID)
-            if removed > 0 { try Self.forgetReceipts(ofRemovedDevices: db) }
-            return removed
-        }
-    }
-
-    /// A removed device's read receipts go with it (whoever registers its id next starts unread).
-    private static func forgetReceipts(ofRemovedDevices db: Connection) throws {
-        try db.run("DELETE FROM mobile_receipts WHERE device_id NOT IN (SELECT id FROM mobile_devices)")
-    }
 
     // MARK: Deliveries
 
@@ -287,7 +184,7 @@ public final class MobileStore: Inbox {
         let owner: String? = switch row.destination {
         case .all: nil
         case .user(let subject): subject
-        case .device(let id): try owner(ofDevice: id, in: db)
+        case .device(let id): try DeviceStore.owner(ofDevice: id, in: db)
         }
         try db.run("""
             INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, destination_subject, agent_id, agent_name,
@@ -410,7 +307,7 @@ public final class MobileStore: Inbox {
         let now = Self.millis(clock.now())
         // Checked in the writing transaction: a receipt is never left for a device removed in between.
         return try database.transaction { db in
-            guard try Self.owner(ofDevice: deviceID, in: db) == subject,
+            guard try DeviceStore.owner(ofDevice: deviceID, in: db) == subject,
                   try Self.delivery(id: deliveryID, subject: subject, deviceID: deviceID, in: db) != nil else { return false }
             try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", deliveryID, deviceID, now)
             return true

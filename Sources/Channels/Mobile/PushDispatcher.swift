@@ -135,7 +135,7 @@ public actor PushDispatcher {
         let outbox = store.outbox
         let now = clock.now()
         do {
-            guard let device = try store.device(id: entry.deviceID) else {
+            guard let device = try store.devices.device(id: entry.deviceID) else {
                 try outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "device removed", at: now)
                 return
             }

@@ -71,7 +71,7 @@ public struct APIKeysAPI: Sendable {
         let answer = try await mobile.database.answer { _ in
             guard try keys.revoke(id: id) else { throw APIError.notFound("no active key \(id)") }
             // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
-            try mobile.removeDevices(registeredByKey: id)
+            try mobile.devices.removeDevices(registeredByKey: id)
             return .noContent
         }
         // And through the relay: no more sealed records for it, and the relay drops its place and bearer.

@@ -68,7 +68,7 @@ public struct GatewayAPI: Sendable {
 
     /// The companion's readiness, in the original's shape: each check ok, warn or fail, with what to do next.
     @Sendable func mobileStatus(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let devices = try mobile.devices(subject: caller.subject)
+        let devices = try mobile.devices.list(subject: caller.subject)
         let notified = devices.filter { $0.wakeTarget != nil }
         let delivering = catalog.current.visibleAgents.filter { $0.isOn && $0.schedule?.output?.channel == "mobile" }
         var checks: [JSONValue] = []

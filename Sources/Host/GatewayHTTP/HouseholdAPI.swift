@@ -186,7 +186,7 @@ public struct HouseholdAPI: Sendable {
         var members: [JSONValue] = []
         for subject in bySubject.keys.sorted() {
             let keys = bySubject[subject] ?? []
-            let devices = try mobile.devices(subject: subject)
+            let devices = try mobile.devices.list(subject: subject)
             members.append([
                 "subject": .string(subject), "name": .string(try household.displayName(subject: subject) ?? subject),
                 "role": .string((keys.map(\.role).max() ?? .viewer).rawValue),

@@ -82,7 +82,7 @@ public struct TriggersAPI: Sendable {
             return .json(["ok": true, "ignored": true, "reason": .string("agent runs on \(location.on.rawValue), not \(event.rawValue)")], status: 202)
         }
         // Beyond the original: the phone must be the caller's, since the reply is delivered to it.
-        let device = try mobile.ownedDevice(try body.optionalString("device_id", maxLength: 128).map(SchemaWhitespace.trim), subject: caller.subject)
+        let device = try mobile.devices.ownedDevice(try body.optionalString("device_id", maxLength: 128).map(SchemaWhitespace.trim), subject: caller.subject)
         let latitude = try body.optionalNumber("latitude")
         let longitude = try body.optionalNumber("longitude")
         if let latitude, !(-90...90).contains(latitude) { throw APIError.invalidField("latitude", "must be from -90 to 90") }

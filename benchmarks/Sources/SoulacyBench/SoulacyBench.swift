@@ -43,7 +43,7 @@ struct SoulacyBench {
         try database.migrate(MobileSchema.migrations)
         let store = try MobileStore(database: database)
         for i in 0..<2 {
-            try store.register(try DeviceRegistration(json: JSONObject(["notifications_enabled": true, "id": .string("phone-\(i)"), "push_token": .string(String(repeating: "0\(i)", count: 32))])), subject: "owner")
+            try store.devices.register(try DeviceRegistration(json: JSONObject(["notifications_enabled": true, "id": .string("phone-\(i)"), "push_token": .string(String(repeating: "0\(i)", count: 32))])), subject: "owner")
         }
         return store
     }
