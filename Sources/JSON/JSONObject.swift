@@ -120,11 +120,7 @@ public struct JSONObject: Sendable {
     }
 
     public func optionalInteger(_ key: String, in range: ClosedRange<Int>) throws(JSONFieldError) -> Int? {
-        guard let d = try optionalNumber(key) else { return nil }
-        guard d.rounded() == d, d >= Double(range.lowerBound), d <= Double(range.upperBound) else {
-            throw JSONFieldError.invalid(name(key), "must be a whole number from \(range.lowerBound) to \(range.upperBound)")
-        }
-        return Int(d)
+        try optionalNumber(key).wholeNumber(in: range, field: name(key))
     }
 
     public func optionalObject(_ key: String) throws(JSONFieldError) -> JSONObject? {

@@ -212,3 +212,15 @@ extension Optional where Wrapped == String {
         return try value.limited(to: maximum, field: field)
     }
 }
+
+extension Optional where Wrapped == Double {
+    /// A number field that must be a whole number in `range`, refused in `JSONObject`'s words (request types
+    /// decode such fields as `Double?` so a fraction gets this message, not a bare type error).
+    public func wholeNumber(in range: ClosedRange<Int>, field: String) throws(JSONFieldError) -> Int? {
+        guard let d = self else { return nil }
+        guard d.rounded() == d, d >= Double(range.lowerBound), d <= Double(range.upperBound) else {
+            throw JSONFieldError.invalid(field, "must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return Int(d)
+    }
+}

@@ -66,17 +66,64 @@ public struct MailboxAPI: Sendable {
         return bytes
     }
 
+    /// The request bodies of the mailbox's routes.
+    struct SecretHash: Decodable {
+        var secretSHA256: String
+        var cursor: Double?
+        enum CodingKeys: String, CodingKey {
+            case secretSHA256 = "secret_sha256"
+            case cursor
+        }
+    }
+
+    struct Item: Decodable {
+        var ciphertext: String
+        var kind: String?
+        var seq: Double?
+    }
+
+    struct Ack: Decodable {
+        var through: Double?
+        var cursor: Double?
+    }
+
+    struct HeldCommand: Decodable {
+        var id: String
+        var ciphertext: String
+    }
+
+    struct Carriage: Decodable {
+        var on: Bool
+        var cursor: Double?
+    }
+
+    struct APNsToken: Decodable {
+        var token: String
+        var environment: String?
+    }
+
+    struct Push: Decodable {
+        var deviceID: String
+        var collapseID: String?
+        var ciphertext: String?
+        enum CodingKeys: String, CodingKey {
+            case deviceID = "device_id"
+            case collapseID = "collapse_id"
+            case ciphertext
+        }
+    }
+
     @Sendable func createMailbox(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let id = try store.createMailbox(secretSHA256: try Self.hash(try body.string("secret_sha256"), field: "secret_sha256"))
+        let body = try request.decode(SecretHash.self)
+        let id = try store.createMailbox(secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"))
         return .json(["mailbox_id": .string(id)], status: 201)
     }
 
     @Sendable func putDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
         let mailbox = try requireGateway(request)
-        let body = try JSONObject(body: request.body)
-        let cursor = Int64(try body.optionalInteger("cursor", in: Self.sequenceRange) ?? 0)
-        try store.putDevice(mailbox: mailbox, device: request.parameter("dev"), secretSHA256: try Self.hash(try body.string("secret_sha256"), field: "secret_sha256"), cursor: cursor)
+        let body = try request.decode(SecretHash.self)
+        let cursor = Int64(try body.cursor.wholeNumber(in: Self.sequenceRange, field: "cursor") ?? 0)
+        try store.putDevice(mailbox: mailbox, device: request.parameter("dev"), secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"), cursor: cursor)
         return .noContent
     }
 
@@ -91,11 +138,11 @@ public struct MailboxAPI: Sendable {
         guard store.carriageOn(mailbox: mailbox, device: device) else {
             return .json(["stored": false, "reason": "carriage off"])
         }
-        let body = try JSONObject(body: request.body)
-        let ciphertext = try body.string("ciphertext")
-        let kindText = try body.optionalString("kind") ?? MailboxStore.ItemKind.record.rawValue
+        let body = try request.decode(Item.self)
+        let ciphertext = body.ciphertext
+        let kindText = body.kind ?? MailboxStore.ItemKind.record.rawValue
         guard let kind = MailboxStore.ItemKind(rawValue: kindText) else { throw APIError.invalidField("kind", "must be \"record\" or \"result\", got \"\(kindText)\"") }
-        let seq = try body.optionalInteger("seq", in: Self.sequenceRange).map(Int64.init)
+        let seq = try body.seq.wholeNumber(in: Self.sequenceRange, field: "seq").map(Int64.init)
         let tooLarge = ciphertext.utf8.count > maximumItemBytes
         let n = try store.appendItem(mailbox: mailbox, device: device, ciphertext: tooLarge ? nil : ciphertext, tooLarge: tooLarge, kind: kind, seq: seq)
         return .json(["stored": true, "n": .number(Double(n)), "too_large": .bool(tooLarge)], status: 201)
@@ -112,12 +159,12 @@ public struct MailboxAPI: Sendable {
 
     @Sendable func ack(_ request: HTTPRequest) async throws -> HTTPResponse {
         let (mailbox, device) = try requirePhone(request)
-        let body = try JSONObject(body: request.body)
+        let body = try request.decode(Ack.self)
         // {through: n}: items up to number n were read. {cursor: seq}: records up to the gateway's store
         // sequence seq are had; results stay until read.
-        if let through = try body.optionalInteger("through", in: Self.sequenceRange) {
+        if let through = try body.through.wholeNumber(in: Self.sequenceRange, field: "through") {
             try store.ack(mailbox: mailbox, device: device, through: Int64(through))
-        } else if let cursor = try body.optionalInteger("cursor", in: Self.sequenceRange) {
+        } else if let cursor = try body.cursor.wholeNumber(in: Self.sequenceRange, field: "cursor") {
             try store.ack(mailbox: mailbox, device: device, recordsThroughSeq: Int64(cursor))
         } else {
             throw APIError.missingField("through")
@@ -133,9 +180,9 @@ public struct MailboxAPI: Sendable {
         guard store.carriageOn(mailbox: mailbox, device: device) else {
             throw APIError.conflict("the relay is off for this phone; nothing is held", code: "carriage_off")
         }
-        let body = try JSONObject(body: request.body)
-        let id = try body.string("id", maxLength: 200)
-        let ciphertext = try body.string("ciphertext")
+        let body = try request.decode(HeldCommand.self)
+        let id = try body.id.limited(to: 200, field: "id")
+        let ciphertext = body.ciphertext
         guard ciphertext.utf8.count <= maximumItemBytes else {
             throw APIError(status: 413, code: "too_large", message: "ciphertext: commands are at most \(maximumItemBytes) bytes", field: "ciphertext")
         }
@@ -145,19 +192,19 @@ public struct MailboxAPI: Sendable {
 
     @Sendable func carriage(_ request: HTTPRequest) async throws -> HTTPResponse {
         let (mailbox, device) = try requirePhone(request)
-        let body = try JSONObject(body: request.body)
-        guard let on = try body.optionalBool("on") else { throw APIError.missingField("on") }
-        let cursor = try body.optionalInteger("cursor", in: Self.sequenceRange).map(Int64.init)
+        let body = try request.decode(Carriage.self)
+        let on = body.on
+        let cursor = try body.cursor.wholeNumber(in: Self.sequenceRange, field: "cursor").map(Int64.init)
         try store.setCarriage(mailbox: mailbox, device: device, on: on, cursor: cursor)
         return .noContent
     }
 
     @Sendable func putAPNs(_ request: HTTPRequest) async throws -> HTTPResponse {
         let (mailbox, device) = try requirePhone(request)
-        let body = try JSONObject(body: request.body)
-        let token = try body.string("token", maxLength: 200)
+        let body = try request.decode(APNsToken.self)
+        let token = try body.token.limited(to: 200, field: "token")
         guard token.utf8.count == 64, Hex.decode(token) != nil else { throw APIError.invalidField("token", "an APNs device token is 64 hex digits") }
-        let environment = try body.optionalString("environment") ?? "production"
+        let environment = body.environment ?? "production"
         guard ["production", "development"].contains(environment) else { throw APIError.invalidField("environment", "must be production or development") }
         try store.setAPNs(mailbox: mailbox, device: device, token: token, environment: environment)
         return .noContent
@@ -167,10 +214,10 @@ public struct MailboxAPI: Sendable {
     /// cut to fit 4 KB by dropping the payload first. Nothing is sent while the phone's relay is off.
     @Sendable func sendPush(_ request: HTTPRequest) async throws -> HTTPResponse {
         let mailbox = try requireGateway(request)
-        let body = try JSONObject(body: request.body)
-        let device = try body.string("device_id", maxLength: 200)
-        let collapse = try body.optionalString("collapse_id", maxLength: 64)
-        let ciphertext = try body.optionalString("ciphertext")
+        let body = try request.decode(Push.self)
+        let device = try body.deviceID.limited(to: 200, field: "device_id")
+        let collapse = try body.collapseID.limited(to: 64, field: "collapse_id")
+        let ciphertext = body.ciphertext
         guard store.carriageOn(mailbox: mailbox, device: device) else { return .json(["sent": false, "reason": "carriage off"]) }
         guard let push else { return .json(["sent": false, "reason": "no push service on this relay"]) }
         guard let apns = try store.apns(mailbox: mailbox, device: device) else { return .json(["sent": false, "reason": "no APNs token for this phone"]) }

@@ -137,6 +137,12 @@ public struct HouseholdAPI: Sendable {
                                                    ("Referrer-Policy", "no-referrer")], body: Array(html.utf8))
     }
 
+    /// The original's `POST /pairing/redeem`: the code, and what to call the phone.
+    struct RedeemRequest: Decodable {
+        var code: String?
+        var name: String?
+    }
+
     @Sendable func redeem(_ request: HTTPRequest) async throws -> HTTPResponse {
         let address = request.remoteAddress
         if let wait = limiter.retryAfter(address: address) {
@@ -144,10 +150,10 @@ public struct HouseholdAPI: Sendable {
             error.extraHeaders["Retry-After"] = String(wait)
             throw error
         }
-        let body = try JSONObject(body: request.body)
-        let code = SchemaWhitespace.trim(try body.optionalString("code", maxLength: 64) ?? "")
+        let body = try request.decode(RedeemRequest.self)
+        let code = SchemaWhitespace.trim(try body.code.limited(to: 64, field: "code") ?? "")
         guard !code.isEmpty else { throw APIError(status: 400, code: "missing_field", message: "code is required", field: "code") }
-        let deviceName = try body.optionalString("name", maxLength: 200) ?? "Paired device"
+        let deviceName = try body.name.limited(to: 200, field: "name") ?? "Paired device"
         do {
             let minted = try household.redeem(code: code, deviceName: deviceName)
             let displayName = try household.displayName(subject: minted.key.subject) ?? ""
