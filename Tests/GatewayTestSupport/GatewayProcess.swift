@@ -9,7 +9,7 @@ import HTTPServer
 public final class GatewayProcess: @unchecked Sendable {
     public let dataDirectory: String
     public let configPath: String
-    public let port: UInt16
+    public private(set) var port: UInt16
     public let environment: [String: String]
     private var process: Process?
     private let logPath: String
@@ -37,9 +37,29 @@ public final class GatewayProcess: @unchecked Sendable {
         return ((response as! HTTPURLResponse).statusCode, (try? JSONValue.parse(Array(data))) ?? .null)
     }
 
-    /// Starts the binary and waits for /health; returns the admin key when this start printed one.
+    /// Starts the binary and waits until it listens; returns the admin key when this start printed one.
     @discardableResult
     public func start() async throws -> String? {
+        var printedKey: String?
+        for attempt in 1...3 {
+            let listening = try await launch()
+            printedKey = printedKey ?? adminKeyPrinted
+            if listening { return printedKey }
+            // Another socket took the port between freePort() and the gateway's bind (an outgoing connection's
+            // ephemeral port, say): a fresh port, and again. Any other early exit is the test's failure.
+            guard attempt < 3, output.contains("Address already in use") else { break }
+            port = freePort()
+        }
+        throw TestFailure("soulacy exited: \(output)")
+    }
+
+    private var adminKeyPrinted: String? {
+        guard let line = output.split(separator: "\n").last(where: { $0.contains("SOULACY_ADMIN_KEY=") }) else { return nil }
+        return String(line.split(separator: "=", maxSplits: 1).last ?? "")
+    }
+
+    /// One start of the binary: true once it says it is listening, false when it exited first.
+    private func launch() async throws -> Bool {
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = FileHandle(forWritingAtPath: logPath)!
         let process = Process()
@@ -55,12 +75,11 @@ public final class GatewayProcess: @unchecked Sendable {
         self.process = process
         let deadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < deadline {
-            if output.contains("is listening on") { break }
-            guard process.isRunning else { throw TestFailure("soulacy exited: \(output)") }
+            if output.contains("is listening on") { return true }
+            guard process.isRunning else { return false }
             try await Task.sleep(for: .milliseconds(50))
         }
-        guard let line = output.split(separator: "\n").last(where: { $0.contains("SOULACY_ADMIN_KEY=") }) else { return nil }
-        return String(line.split(separator: "=", maxSplits: 1).last ?? "")
+        return true
     }
 
     public var output: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
