@@ -247,7 +247,9 @@ public final class RelayStandIn: StandInProcess, @unchecked Sendable {
 
 /// The real `soulacy-relay` binary on a loopback port with its own data directory.
 public final class RelayServerProcess: @unchecked Sendable {
-    public let port = freePort()
+    /// Fixed once the relay first listens (a restart keeps its URL, which the gateway was given).
+    public private(set) var port = freePort()
+    private var listenedOnce = false
     public let directory = TestGateway.makeTemporaryDirectory()
     private var process: Process?
 
@@ -263,6 +265,21 @@ public final class RelayServerProcess: @unchecked Sendable {
     public var databasePath: String { directory + "/relay.db" }
 
     public func start(environment: [String: String] = [:]) async throws {
+        for attempt in 1...3 {
+            if try await launch(environment: environment) {
+                listenedOnce = true
+                return
+            }
+            // Its port was taken between freePort() and its bind: on a first start, a fresh port and again.
+            let output = (try? String(contentsOfFile: directory + "/relay.log", encoding: .utf8)) ?? ""
+            guard !listenedOnce, attempt < 3, output.contains("in use") else { break }
+            port = freePort()
+        }
+        throw TestFailure("soulacy-relay did not start")
+    }
+
+    /// One start: true once `/health` answers, false when the relay exited or never answered.
+    private func launch(environment: [String: String]) async throws -> Bool {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.relayBinary)
         process.environment = ["PATH": "/usr/bin:/bin"].merging(sanitizerEnvironment()) { $1 }.merging(environment) { $1 }
@@ -281,12 +298,12 @@ public final class RelayServerProcess: @unchecked Sendable {
         self.process = process
         let client = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: tls ? certificatePath : nil))
         for _ in 0..<100 {
-            if let answer = try? await client.send(ClientRequest(method: "GET", url: url + "/health", timeout: .seconds(1))), answer.status == 200 { return }
+            if let answer = try? await client.send(ClientRequest(method: "GET", url: url + "/health", timeout: .seconds(1))), answer.status == 200 { return true }
             // It exits when its port was taken first; another relay answering there must not pass for this one.
-            guard process.isRunning else { break }
+            guard process.isRunning else { return false }
             try await Task.sleep(for: .milliseconds(50))
         }
-        throw TestFailure("soulacy-relay did not start")
+        return false
     }
 
     public func stop() {
