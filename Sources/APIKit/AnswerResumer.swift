@@ -22,9 +22,21 @@ public struct AnswerResumer: Sendable {
     /// The reference a call stores: `<kind>:<id>`.
     public static func reference(kind: String, id: String) -> String { kind + ":" + id }
 
-    /// The two sides of the first colon: `(kind, id)` of a stored reference.
-    public static func parse(_ reference: String) -> (String, String)? {
-        guard let colon = reference.firstIndex(of: ":") else { return nil }
-        return (String(reference[..<colon]), String(reference[reference.index(after: colon)...]))
+    /// A reference whose id has two parts, `<kind>:<first>/<second>`; `first` must hold no `/` (a device id, a status).
+    public static func reference(kind: String, _ first: String, _ second: String) -> String { reference(kind: kind, id: first + "/" + second) }
+
+    /// `(kind, id)` of a stored reference: the two sides of its first colon.
+    public static func parse(_ reference: String) -> (kind: String, id: String)? {
+        split(reference, at: ":")
+    }
+
+    /// The two parts of a two-part id (`reference(kind:_:_:)`).
+    public static func parts(of id: String) -> (first: String, second: String)? {
+        split(id, at: "/")
+    }
+
+    private static func split(_ text: String, at separator: Character) -> (String, String)? {
+        guard let index = text.firstIndex(of: separator) else { return nil }
+        return (String(text[..<index]), String(text[text.index(after: index)...]))
     }
 }

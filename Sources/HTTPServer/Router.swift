@@ -83,6 +83,14 @@ public protocol HTTPResponseError: Error {
     var apiError: APIError { get }
 }
 
+extension APIError {
+    /// The answer an error thrown by a route stands for: itself, or a domain error's mapping (nil for any other
+    /// error, which the router's error responder answers).
+    public init?(answering error: any Error) {
+        if let error = error as? APIError { self = error } else if let error = error as? any HTTPResponseError { self = error.apiError } else { return nil }
+    }
+}
+
 /// Resolves a bearer token to its principal; nil means unknown or revoked.
 public typealias Authenticator = @Sendable (String) -> Principal?
 
@@ -244,9 +252,7 @@ public struct Router: Sendable {
     }
 
     private func respond(to error: any Error, _ request: HTTPRequest) -> HTTPResponse {
-        if let error = error as? APIError { return error.response }
-        if let error = error as? any HTTPResponseError { return error.apiError.response }
-        return errorResponder(error, request)
+        APIError(answering: error)?.response ?? errorResponder(error, request)
     }
 
     /// The caller a bearer token names, if any (for logic that runs before routing, such as idempotency).

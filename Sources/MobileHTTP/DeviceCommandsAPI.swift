@@ -57,7 +57,7 @@ public struct DeviceCommandsAPI: Sendable {
         }
         // Waiting: the answer is the phone's, known only later; a retry after a crash waits for it again (`resumer`).
         let commandID = UUID().uuidString.lowercased()
-        CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, id: device.id + "/" + commandID))
+        CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, device.id, commandID))
         let queued = try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: commandID, command: command, params: card.json, expiresAt: expiresAt)
         return Self.settledAnswer(try await nodes.settle(id: queued.id, deviceID: device.id, subject: caller.subject))
     }
@@ -67,9 +67,8 @@ public struct DeviceCommandsAPI: Sendable {
     /// A waiting invoke whose process died before it answered (`<device>/<command id>`): its retry waits for the same
     /// command's outcome.
     public var resumer: AnswerResumer {
-        AnswerResumer(kind: Self.resumeKind) { [nodes] reference, caller in
-            guard let slash = reference.firstIndex(of: "/") else { return nil }
-            let (deviceID, commandID) = (String(reference[..<slash]), String(reference[reference.index(after: slash)...]))
+        AnswerResumer(kind: Self.resumeKind) { [nodes] id, caller in
+            guard let (deviceID, commandID) = AnswerResumer.parts(of: id) else { return nil }
             return Self.settledAnswer(try await nodes.settle(id: commandID, deviceID: deviceID, subject: caller.subject))
         }
     }

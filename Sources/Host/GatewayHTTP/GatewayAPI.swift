@@ -284,10 +284,8 @@ extension AgentRuns {
             built.withLock { $0 = response }
             return response
         }
-        var chat = chat
         let runID = chat?.runID ?? AgentRuns.newRunID()
-        chat?.runID = runID
-        CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.runResumeKind, id: "\(failureStatus):\(runID)"))
+        CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.runResumeKind, String(failureStatus), runID))
         let started: StartedRun
         do {
             started = try start(agentID: agentID, input: input, trigger: trigger, destination: destination, subject: subject, chat: chat,
@@ -305,12 +303,12 @@ extension AgentRuns {
 
     static let runResumeKind = "run"
 
-    /// A waited-for run whose answer was never recorded (`<failure status>:<run id>`): the process died during the
+    /// A waited-for run whose answer was never recorded (`<failure status>/<run id>`): the process died during the
     /// run, since a finished run's answer commits with its end. Its record says interrupted; the retry hears the
     /// route's failure for it.
     public static func interruptedRunResumer(store: any RunStore) -> AnswerResumer {
         AnswerResumer(kind: runResumeKind) { id, caller in
-            guard let (statusText, runID) = AnswerResumer.parse(id), let status = Int(statusText),
+            guard let (statusText, runID) = AnswerResumer.parts(of: id), let status = Int(statusText),
                   let record = try store.run(id: runID), record.subject == caller.subject, record.status != .running, record.status != .succeeded
             else { return nil }
             return failedRunAnswer(record, status: status)

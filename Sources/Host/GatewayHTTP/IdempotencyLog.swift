@@ -134,12 +134,8 @@ public final class IdempotencyLog: Sendable {
         guard let reference, let (kind, id) = AnswerResumer.parse(reference), let resumer = resumers[kind] else { return nil }
         do {
             return try await resumer.resume(id, caller)
-        } catch let error as APIError {
-            return error.response
-        } catch let error as any HTTPResponseError {
-            return error.apiError.response
         } catch {
-            return nil
+            return APIError(answering: error)?.response
         }
     }
 
