@@ -20,6 +20,14 @@ public struct JSONFieldError: Error, Sendable, Equatable, CustomStringConvertibl
     public static func invalid(_ field: String, _ problem: String) -> JSONFieldError {
         JSONFieldError(kind: .invalid, field: field, message: "\(field): \(problem)")
     }
+    /// `field` holds another type than `expected` ("a string", "true or false").
+    public static func wrongType(_ field: String, expected: String, got value: JSONValue) -> JSONFieldError {
+        invalid(field, "must be \(expected), got \(value.typeName)")
+    }
+    /// The body as a whole is not the JSON object every route takes.
+    public static func notAnObject(_ value: JSONValue) -> JSONFieldError {
+        invalidJSON("the request body must be a JSON object, got \(value.typeName)")
+    }
 
     public var description: String { message }
 }
@@ -80,7 +88,7 @@ public struct JSONObject: Sendable {
         }
         let value = try JSONValue.parse(body)
         guard case .object(let fields) = value else {
-            throw JSONFieldError.invalidJSON("the request body must be a JSON object, got \(value.typeName)")
+            throw JSONFieldError.notAnObject(value)
         }
         self.init(fields)
     }
@@ -95,11 +103,9 @@ public struct JSONObject: Sendable {
 
     public func optionalString(_ key: String, maxLength: Int? = nil) throws(JSONFieldError) -> String? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .string(let s) = value else { throw JSONFieldError.invalid(name(key), "must be a string, got \(value.typeName)") }
-        if let maxLength, s.count > maxLength {
-            throw JSONFieldError.invalid(name(key), "must be at most \(maxLength) characters, got \(s.count)")
-        }
-        return s
+        guard case .string(let s) = value else { throw JSONFieldError.wrongType(name(key), expected: "a string", got: value) }
+        guard let maxLength else { return s }
+        return try s.limited(to: maxLength, field: name(key))
     }
 
     public func string(_ key: String, maxLength: Int? = nil) throws(JSONFieldError) -> String {
@@ -109,13 +115,13 @@ public struct JSONObject: Sendable {
 
     public func optionalBool(_ key: String) throws(JSONFieldError) -> Bool? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .bool(let b) = value else { throw JSONFieldError.invalid(name(key), "must be true or false, got \(value.typeName)") }
+        guard case .bool(let b) = value else { throw JSONFieldError.wrongType(name(key), expected: "true or false", got: value) }
         return b
     }
 
     public func optionalNumber(_ key: String) throws(JSONFieldError) -> Double? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .number(let d) = value, d.isFinite else { throw JSONFieldError.invalid(name(key), "must be a number, got \(value.typeName)") }
+        guard case .number(let d) = value, d.isFinite else { throw JSONFieldError.wrongType(name(key), expected: "a number", got: value) }
         return d
     }
 
@@ -125,13 +131,13 @@ public struct JSONObject: Sendable {
 
     public func optionalObject(_ key: String) throws(JSONFieldError) -> JSONObject? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .object(let o) = value else { throw JSONFieldError.invalid(name(key), "must be an object, got \(value.typeName)") }
+        guard case .object(let o) = value else { throw JSONFieldError.wrongType(name(key), expected: "an object", got: value) }
         return JSONObject(o, path: name(key))
     }
 
     public func optionalArray(_ key: String) throws(JSONFieldError) -> [JSONValue]? {
         guard let value = fields[key], value != .null else { return nil }
-        guard case .array(let a) = value else { throw JSONFieldError.invalid(name(key), "must be an array, got \(value.typeName)") }
+        guard case .array(let a) = value else { throw JSONFieldError.wrongType(name(key), expected: "an array", got: value) }
         return a
     }
 }

@@ -66,14 +66,13 @@ private struct ValueDecoder: Decoder {
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard case .object(let fields) = value else {
-            throw path.isEmpty ? JSONFieldError.invalidJSON("the request body must be a JSON object, got \(value.typeName)")
-                : JSONFieldError.invalid(name, "must be an object, got \(value.typeName)")
+            throw path.isEmpty ? JSONFieldError.notAnObject(value) : JSONFieldError.wrongType(name, expected: "an object", got: value)
         }
         return KeyedDecodingContainer(Keyed<Key>(fields: fields, path: path))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        guard case .array(let items) = value else { throw JSONFieldError.invalid(name, "must be an array, got \(value.typeName)") }
+        guard case .array(let items) = value else { throw JSONFieldError.wrongType(name, expected: "an array", got: value) }
         return Unkeyed(items: items, path: path)
     }
 
@@ -96,9 +95,7 @@ private struct Keyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
         guard let value = fields[key.stringValue], value != .null else { throw JSONFieldError.missing(JSONValueDecoder.name(path + [key])) }
-        // A JSONValue field takes the value as it is (free-form params, a tool call's arguments).
-        if T.self == JSONValue.self { return value as! T }
-        return try T(from: ValueDecoder(value: value, path: path + [key]))
+        return try Single(value: value, path: path + [key]).decode(T.self)
     }
 
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
@@ -138,7 +135,10 @@ private struct Unkeyed: UnkeyedDecodingContainer {
         return true
     }
 
-    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T { try T(from: try next()) }
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        let item = try next()
+        return try Single(value: item.value, path: item.path).decode(T.self)
+    }
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
         try next().container(keyedBy: type)
     }
@@ -154,7 +154,7 @@ private struct Single: SingleValueDecodingContainer {
 
     func decodeNil() -> Bool { value == .null }
 
-    func mismatch(_ expected: String) -> JSONFieldError { JSONFieldError.invalid(name, "must be \(expected), got \(value.typeName)") }
+    func mismatch(_ expected: String) -> JSONFieldError { JSONFieldError.wrongType(name, expected: expected, got: value) }
 
     func decode(_ type: Bool.Type) throws -> Bool {
         guard case .bool(let b) = value else { throw mismatch("true or false") }
@@ -192,7 +192,7 @@ private struct Single: SingleValueDecodingContainer {
     func decode(_ type: UInt64.Type) throws -> UInt64 { try integer(UInt64.self) }
 
     func decode<T: Decodable>(_ type: T.Type) throws -> T {
-        // A JSONValue field takes the value as it is (free-form arguments, a card's params).
+        // A JSONValue field takes the value as it is (free-form params, a tool call's arguments).
         if T.self == JSONValue.self { return value as! T }
         return try T(from: ValueDecoder(value: value, path: path))
     }
