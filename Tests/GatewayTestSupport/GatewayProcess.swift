@@ -40,17 +40,13 @@ public final class GatewayProcess: @unchecked Sendable {
     /// Starts the binary and waits until it listens; returns the admin key when this start printed one.
     @discardableResult
     public func start() async throws -> String? {
+        // A first start that lost its port still created and printed the admin key: it is kept across the retry.
         var printedKey: String?
-        for attempt in 1...3 {
-            let listening = try await launch()
-            printedKey = printedKey ?? adminKeyPrinted
-            if listening { return printedKey }
-            // Another socket took the port between freePort() and the gateway's bind (an outgoing connection's
-            // ephemeral port, say): a fresh port, and again. Any other early exit is the test's failure.
-            guard attempt < 3, output.contains("Address already in use") else { break }
-            port = freePort()
-        }
-        throw TestFailure("soulacy exited: \(output)")
+        try await retryingTakenPorts({
+            defer { printedKey = printedKey ?? adminKeyPrinted }
+            try await launch()
+        }, freshPorts: { port = freePort() })
+        return printedKey
     }
 
     private var adminKeyPrinted: String? {
@@ -58,8 +54,8 @@ public final class GatewayProcess: @unchecked Sendable {
         return String(line.split(separator: "=", maxSplits: 1).last ?? "")
     }
 
-    /// One start of the binary: true once it says it is listening, false when it exited first.
-    private func launch() async throws -> Bool {
+    /// One start of the binary, until it says it is listening; exiting first is a failure with its output.
+    private func launch() async throws {
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = FileHandle(forWritingAtPath: logPath)!
         let process = Process()
@@ -75,11 +71,10 @@ public final class GatewayProcess: @unchecked Sendable {
         self.process = process
         let deadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < deadline {
-            if output.contains("is listening on") { return true }
-            guard process.isRunning else { return false }
+            if output.contains("is listening on") { return }
+            guard process.isRunning else { throw TestFailure("soulacy exited: \(output)") }
             try await Task.sleep(for: .milliseconds(50))
         }
-        return true
     }
 
     public var output: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }

@@ -21,6 +21,19 @@ public func freePort() -> UInt16 {
     return UInt16(bigEndian: address.sin_port)
 }
 
+/// Starts something on ports `freePort()` chose, again on fresh ones (`freshPorts`) when its start failed because
+/// another socket of the parallel suite took a port between the choice and the bind. Three tries; any other failure,
+/// and the last, are the caller's.
+func retryingTakenPorts(_ start: () async throws -> Void, freshPorts: () -> Void) async throws {
+    for attempt in 1...3 {
+        do {
+            return try await start()
+        } catch let failure as TestFailure where attempt < 3 && failure.description.contains("already in use") {
+            freshPorts()
+        }
+    }
+}
+
 /// Runs a program to completion and returns its exit status and output, waiting on a thread of its own: a test that
 /// waits for a program on Swift's cooperative pool holds one of its few threads, and every gateway and handler in
 /// the test process waits with it.
@@ -79,14 +92,9 @@ public class StandInProcess: @unchecked Sendable {
     public var baseURL: String { "https://127.0.0.1:\(tlsPort)" }
 
     public func start() async throws {
-        // A free port can be taken by a parallel test between its choice and the bind: try again on new ones.
-        for attempt in 1...3 {
-            do {
-                return try await startOnce()
-            } catch let failure as TestFailure where attempt < 3 && failure.description.contains("already in use") {
-                tlsPort = freePort()
-                controlPort = freePort()
-            }
+        try await retryingTakenPorts(startOnce) {
+            tlsPort = freePort()
+            controlPort = freePort()
         }
     }
 
@@ -265,21 +273,16 @@ public final class RelayServerProcess: @unchecked Sendable {
     public var databasePath: String { directory + "/relay.db" }
 
     public func start(environment: [String: String] = [:]) async throws {
-        for attempt in 1...3 {
-            if try await launch(environment: environment) {
-                listenedOnce = true
-                return
-            }
-            // Its port was taken between freePort() and its bind: on a first start, a fresh port and again.
-            let output = (try? String(contentsOfFile: directory + "/relay.log", encoding: .utf8)) ?? ""
-            guard !listenedOnce, attempt < 3, output.contains("in use") else { break }
-            port = freePort()
+        if listenedOnce {
+            try await launch(environment: environment)
+        } else {
+            try await retryingTakenPorts({ try await launch(environment: environment) }, freshPorts: { port = freePort() })
         }
-        throw TestFailure("soulacy-relay did not start")
+        listenedOnce = true
     }
 
-    /// One start: true once `/health` answers, false when the relay exited or never answered.
-    private func launch(environment: [String: String]) async throws -> Bool {
+    /// One start, until `/health` answers; a relay that exited or never answered is a failure with its log.
+    private func launch(environment: [String: String]) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.relayBinary)
         process.environment = ["PATH": "/usr/bin:/bin"].merging(sanitizerEnvironment()) { $1 }.merging(environment) { $1 }
@@ -298,12 +301,12 @@ public final class RelayServerProcess: @unchecked Sendable {
         self.process = process
         let client = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: tls ? certificatePath : nil))
         for _ in 0..<100 {
-            if let answer = try? await client.send(ClientRequest(method: "GET", url: url + "/health", timeout: .seconds(1))), answer.status == 200 { return true }
+            if let answer = try? await client.send(ClientRequest(method: "GET", url: url + "/health", timeout: .seconds(1))), answer.status == 200 { return }
             // It exits when its port was taken first; another relay answering there must not pass for this one.
-            guard process.isRunning else { return false }
+            guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(50))
         }
-        return false
+        throw TestFailure("soulacy-relay did not start: " + ((try? String(contentsOfFile: directory + "/relay.log", encoding: .utf8)) ?? ""))
     }
 
     public func stop() {
