@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "SoulacyMobile", targets: ["Mobile"]),
         .library(name: "SoulacyMobileHTTP", targets: ["MobileHTTP"]),
         .library(name: "SoulacyHTTPServer", targets: ["HTTPServer"]),
+        .library(name: "SoulacyAPIKit", targets: ["APIKit"]),
         .library(name: "SoulacyRelayProtocol", targets: ["RelayProtocol"]),
     ],
     targets: [
@@ -41,9 +42,11 @@ let package = Package(
         .target(name: "Crypto", dependencies: ["COpenSSL"], path: "Sources/Crypto"),
         .target(name: "HTTPClient", dependencies: ["CCurl", "CCurlShims"], path: "Sources/HTTPClient"),
         .target(name: "JSON", path: "Sources/JSON"),
-        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims", "Identity", "JSON"], path: "Sources/HTTPServer"),
-        // The API kit over the server: what routes share beyond HTTP (answers that commit with their effects).
-        .target(name: "APIKit", dependencies: ["HTTPServer", "SQLite"], path: "Sources/APIKit"),
+        // Only the libmicrohttpd wrapper: requests in, responses out. Routing, callers and the error shape are the API kit's.
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"], path: "Sources/HTTPServer"),
+        // The API kit over the server, in Hummingbird 2's shape: routes and groups, middleware, the authenticated
+        // caller, the error shape, request decoding, and answers that commit with their effects.
+        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "SQLite"], path: "Sources/APIKit"),
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
@@ -66,7 +69,7 @@ let package = Package(
                 path: "Sources/Host/Agents"),
         .target(name: "Approvals", dependencies: ["ChannelAPI", "Crypto", "Mobile", "SQLite"], path: "Sources/Host/Approvals"),
         .target(name: "Household", dependencies: ["Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
-        .target(name: "RelayCarriage", dependencies: ["ChannelAPI", "Crypto", "HTTPClient", "HTTPServer", "Household", "Identity", "Mobile", "RelayProtocol", "SQLite"],
+        .target(name: "RelayCarriage", dependencies: ["ChannelAPI", "Crypto", "HTTPClient", "HTTPServer", "Household", "Identity", "Mobile", "RelayProtocol", "SQLite", "JSON"],
                 path: "Sources/Host/RelayCarriage"),
         .target(name: "Memory", dependencies: ["ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Memory"),
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
@@ -79,27 +82,27 @@ let package = Package(
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).
         .target(name: "SoulacyClient", dependencies: ["HTTPClient", "RelayProtocol", "Crypto"], path: "Sources/SoulacyClient"),
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
-        .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
-        .executableTarget(name: "soulacy-relay", dependencies: ["Lifecycle", "RelayMailbox", "HTTPServer", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
+        .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "APIKit", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
+        .executableTarget(name: "soulacy-relay", dependencies: ["Lifecycle", "RelayMailbox", "HTTPServer", "APIKit", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
-        .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer"], path: "benchmarks/Sources/SoulacyBench"),
+        .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit"], path: "benchmarks/Sources/SoulacyBench"),
 
         // MARK: Example: a transport added from outside the core, with its own tests
         .target(name: "UnifiedPushTransport", dependencies: ["ChannelAPI", "HTTPClient"], path: "examples/UnifiedPushTransport/Sources"),
-        .testTarget(name: "UnifiedPushTransportTests", dependencies: ["UnifiedPushTransport", "ChannelTesting", "ChannelAPI", "HTTPServer"],
+        .testTarget(name: "UnifiedPushTransportTests", dependencies: ["UnifiedPushTransport", "ChannelTesting", "ChannelAPI", "HTTPServer", "APIKit"],
                     path: "examples/UnifiedPushTransport/Tests"),
 
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
+        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
         // Test targets follow the modules: agents, the mobile channel, the transports; GatewayTests holds what crosses them.
-        .testTarget(name: "AgentsTests", dependencies: ["Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "LLM"], path: "Tests/AgentsTests"),
-        .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "SQLite"],
+        .testTarget(name: "AgentsTests", dependencies: ["Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM"], path: "Tests/AgentsTests"),
+        .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
-        .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "Crypto", "HTTPClient"],
+        .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

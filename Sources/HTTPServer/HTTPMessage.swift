@@ -1,5 +1,4 @@
 import Foundation
-import Identity
 
 public enum HTTPMethod: String, Sendable, CaseIterable {
     case GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS
@@ -16,8 +15,6 @@ public struct HTTPRequest: Sendable {
     public var remoteAddress: String
     /// Values of the route pattern's `:name` segments.
     public var pathParameters: [String: String] = [:]
-    /// Set by the router when the route needs a credential.
-    public var principal: Principal?
     /// Whether it came over this server's TLS (the pinned Wi-Fi listener): secrets a phone must not get in the clear
     /// are only answered then.
     public var isSecure = false
@@ -33,28 +30,7 @@ public struct HTTPRequest: Sendable {
 
     public func header(_ name: String) -> String? { headers[name.lowercased()] }
 
-    /// The authenticated caller; routes with `Access.role` always have one, and hand it to their handlers
-    /// (`AuthenticatedRouteHandler`), so no handler reads it as an optional.
-    func caller() throws(APIError) -> Principal {
-        guard let principal else { throw APIError.unauthorized("an API key is required (Authorization: Bearer <key>)") }
-        return principal
-    }
-
     public func parameter(_ name: String) -> String { pathParameters[name] ?? "" }
-
-    /// A query value that must be one of `allowed` (`fallback` when absent); anything else is a 400 naming it.
-    public func queryChoice(_ name: String, among allowed: [String], fallback: String) throws(APIError) -> String {
-        guard let value = query[name] else { return fallback }
-        guard allowed.contains(value) else {
-            throw APIError.invalidField(name, "must be one of \(allowed.joined(separator: ", ")), got \"\(value)\"")
-        }
-        return value
-    }
-
-    /// A true/false query flag (false when absent).
-    public func queryFlag(_ name: String) throws(APIError) -> Bool {
-        try queryChoice(name, among: ["true", "false"], fallback: "false") == "true"
-    }
 
     /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive, blanks around the token
     /// ignored); nil when there is no such header or it names another scheme or no token.
@@ -95,19 +71,6 @@ public struct HTTPResponse: Sendable {
         self.body = body
     }
 
-    public static func json<T: Encodable>(_ value: T, status: Int = 200) -> HTTPResponse {
-        do {
-            let data = try JSONCoding.encoder.encode(value)
-            return HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: Array(data))
-        } catch {
-            return APIError.internal("could not encode the response").response
-        }
-    }
-
-    public static func json(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
-        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: value.serializedBytes())
-    }
-
     public static let noContent = HTTPResponse(status: 204)
 
     /// A response whose body the handler goes on writing into `stream` after returning it.
@@ -130,69 +93,3 @@ public struct HTTPResponse: Sendable {
         headers.first { $0.0.lowercased() == name.lowercased() }?.1
     }
 }
-
-/// A refusal as every route reports it: `{"error": "<message>", "code": "<machine code>", "field"?: "<field>"}` with an
-/// HTTP status. The original Soulacy apps read `error` as a string; `code` and `field` are this gateway's additions.
-public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
-    public let status: Int
-    public let code: String
-    public let message: String
-    public let field: String?
-    /// Further string keys of the body, where the original's refusal has them (a role refusal's `role` and `required`).
-    public var details: [String: String] = [:]
-    public var extraHeaders: [String: String] = [:]
-
-    public init(status: Int, code: String, message: String, field: String? = nil) {
-        self.status = status
-        self.code = code
-        self.message = message
-        self.field = field
-    }
-
-    public var description: String { "\(status) \(code): \(message)" }
-
-    public var response: HTTPResponse {
-        var body: [String: JSONValue] = details.mapValues(JSONValue.string)
-        body["error"] = .string(message)
-        body["code"] = .string(code)
-        if let field { body["field"] = .string(field) }
-        var response = HTTPResponse.json(.object(body), status: status)
-        for (name, value) in extraHeaders.sorted(by: { $0.key < $1.key }) { response.headers.append((name, value)) }
-        return response
-    }
-
-    public static func invalidField(_ field: String, _ message: String) -> APIError {
-        APIError(status: 400, code: "invalid_field", message: "\(field): \(message)", field: field)
-    }
-    public static func missingField(_ field: String) -> APIError {
-        APIError(status: 400, code: "missing_field", message: "\(field) is required", field: field)
-    }
-    public static func badRequest(_ message: String, code: String = "bad_request") -> APIError {
-        APIError(status: 400, code: code, message: message)
-    }
-    public static func unauthorized(_ message: String) -> APIError {
-        APIError(status: 401, code: "unauthorized", message: message)
-    }
-    public static func forbidden(_ message: String) -> APIError {
-        APIError(status: 403, code: "forbidden", message: message)
-    }
-    /// The original's role refusal: `{"error": "insufficient permissions", "role": <the key's>, "required": <the route's>}`.
-    public static func insufficientRole(has role: String, needs required: String) -> APIError {
-        var error = APIError(status: 403, code: "insufficient_role", message: "insufficient permissions")
-        error.details = ["role": role, "required": required]
-        return error
-    }
-    public static func notFound(_ message: String) -> APIError {
-        APIError(status: 404, code: "not_found", message: message)
-    }
-    public static func conflict(_ message: String, code: String = "conflict") -> APIError {
-        APIError(status: 409, code: code, message: message)
-    }
-    public static func `internal`(_ message: String) -> APIError {
-        APIError(status: 500, code: "internal_error", message: message)
-    }
-    public static func unavailable(_ message: String, code: String = "unavailable") -> APIError {
-        APIError(status: 503, code: code, message: message)
-    }
-}
-

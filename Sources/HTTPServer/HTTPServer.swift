@@ -33,6 +33,11 @@ public struct HTTPServerConfiguration: Sendable {
     /// Where request handlers run: a storage executor's threads keep blocking database work off Swift's
     /// cooperative pool (nil: the global executor).
     public var handlerExecutor: (any TaskExecutor)?
+    /// How the server words the refusals it makes itself, before any handler runs (bad framing, a body over the
+    /// limit): the API kit answers them in the API's error shape. Plain text by default.
+    public var refusal: @Sendable (HTTPRefusal) -> HTTPResponse = { refusal in
+        HTTPResponse(status: refusal.status, headers: [("Content-Type", "text/plain; charset=utf-8")], body: Array((refusal.message + "\n").utf8))
+    }
 
     public init(host: String = "127.0.0.1", port: UInt16 = 8080, threadPoolSize: Int = 4, maximumBodyBytes: Int = 1 << 20,
                 connectionMemoryBytes: Int = 32 * 1024, connectionLimit: Int = 1024, idleTimeoutSeconds: Int = 60,
@@ -46,6 +51,13 @@ public struct HTTPServerConfiguration: Sendable {
         self.idleTimeoutSeconds = idleTimeoutSeconds
         self.tls = tls
     }
+}
+
+/// A request the server refuses by itself: its status, a short machine code and a sentence for people.
+public struct HTTPRefusal: Sendable, Equatable {
+    public let status: Int
+    public let code: String
+    public let message: String
 }
 
 public struct HTTPServerError: Error, CustomStringConvertible, Sendable {
@@ -73,7 +85,8 @@ public final class HTTPServer: Sendable {
         let secureModes = configuration.tls == nil ? [false] : configuration.acceptsPlainHTTP ? [true, false] : [true]
         cores = secureModes.map { [receiveDeadlines] secure in
             ServerCore(handler: handler, immediate: immediate, maximumBodyBytes: configuration.maximumBodyBytes,
-                       receiveDeadlines: receiveDeadlines, isSecure: secure, handlerExecutor: configuration.handlerExecutor)
+                       receiveDeadlines: receiveDeadlines, isSecure: secure, handlerExecutor: configuration.handlerExecutor,
+                       refusal: configuration.refusal)
         }
     }
 
@@ -240,10 +253,12 @@ final class ServerCore: Sendable {
     let receiveDeadlines: ReceiveDeadlines
     let isSecure: Bool
     let handlerExecutor: (any TaskExecutor)?
+    let refusal: @Sendable (HTTPRefusal) -> HTTPResponse
 
     init(handler: @escaping @Sendable (HTTPRequest) async -> HTTPResponse, immediate: (@Sendable (HTTPRequest) -> HTTPResponse?)?, maximumBodyBytes: Int,
-         receiveDeadlines: ReceiveDeadlines, isSecure: Bool, handlerExecutor: (any TaskExecutor)?) {
+         receiveDeadlines: ReceiveDeadlines, isSecure: Bool, handlerExecutor: (any TaskExecutor)?, refusal: @escaping @Sendable (HTTPRefusal) -> HTTPResponse) {
         self.handlerExecutor = handlerExecutor
+        self.refusal = refusal
         self.handler = handler
         self.immediate = immediate
         self.maximumBodyBytes = maximumBodyBytes
@@ -428,8 +443,8 @@ private func framingProblem(_ head: ValueScan, version: UnsafePointer<CChar>?) -
 }
 
 /// A refusal that also ends the connection: after bad framing, nothing more on it can be trusted.
-private func refusal(_ status: Int, _ code: String, _ message: String) -> HTTPResponse {
-    var response = APIError(status: status, code: code, message: message).response
+private func refusal(_ status: Int, _ code: String, _ message: String, by core: ServerCore) -> HTTPResponse {
+    var response = core.refusal(HTTPRefusal(status: status, code: code, message: message))
     response.headers.append(("Connection", "close"))
     return response
 }
@@ -495,13 +510,13 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         let head = ValueScan(connection, kind: MHD_ValueKind.HEADER_KIND)
         if let problem = framingProblem(head, version: version) {
             state.bodyTooLarge = true
-            return queue(refusal(problem.status, problem.code, problem.message), on: connection)
+            return queue(refusal(problem.status, problem.code, problem.message, by: core), on: connection)
         }
         state.headers = head.values
         if let length = MHD_lookup_connection_value(connection, MHD_ValueKind.HEADER_KIND, "Content-Length").flatMap({ Int(String(cString: $0)) }),
            length > core.maximumBodyBytes {
             state.bodyTooLarge = true
-            return queue(tooLarge(core.maximumBodyBytes), on: connection)
+            return queue(tooLarge(core), on: connection)
         }
         return MHD_Result.YES
     }
@@ -528,12 +543,12 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
     case .running:
         return MHD_Result.YES
     case .receiving:
-        if state.bodyTooLarge { return queue(tooLarge(core.maximumBodyBytes), on: connection) }
+        if state.bodyTooLarge { return queue(tooLarge(core), on: connection) }
         // The whole request is in: its receive deadline is met.
         if let entry = deadlineEntry(connection) { core.receiveDeadlines.disarm(entry) }
         let query = ValueScan(connection, kind: MHD_ValueKind.GET_ARGUMENT_KIND)
         guard let path = url.map({ String(validatingCString: $0) }) ?? "", query.problem == nil else {
-            return queue(refusal(400, "bad_request", "the path or query holds a NUL (%00) or is not UTF-8"), on: connection)
+            return queue(refusal(400, "bad_request", "the path or query holds a NUL (%00) or is not UTF-8", by: core), on: connection)
         }
         var buffer = [CChar](repeating: 0, count: 64)
         soulacy_mhd_client_address(connection, &buffer, buffer.count)
@@ -563,8 +578,8 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
     }
 }
 
-private func tooLarge(_ limit: Int) -> HTTPResponse {
-    refusal(413, "body_too_large", "the request body is larger than the limit of \(limit) bytes")
+private func tooLarge(_ core: ServerCore) -> HTTPResponse {
+    refusal(413, "body_too_large", "the request body is larger than the limit of \(core.maximumBodyBytes) bytes", by: core)
 }
 
 private let requestCompleted: MHD_RequestCompletedCallback = { cls, connection, conCls, code in

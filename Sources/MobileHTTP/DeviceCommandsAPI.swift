@@ -2,7 +2,6 @@ import Mobile
 import APIKit
 import ChannelAPI
 import Foundation
-import HTTPServer
 import Identity
 import SQLite
 

@@ -2,7 +2,6 @@ import Mobile
 import APIKit
 import ChannelAPI
 import Foundation
-import HTTPServer
 import Identity
 
 /// `/api/v1/mobile/nodes`: the original app's node routes.

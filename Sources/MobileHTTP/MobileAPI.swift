@@ -3,7 +3,6 @@ import APIKit
 import ChannelAPI
 import Crypto
 import Foundation
-import HTTPServer
 import Identity
 
 /// The phone-facing routes under /api/v1/mobile and the channel test route.

@@ -1,7 +1,7 @@
 import ChannelAPI
 import Crypto
 import Foundation
-import HTTPServer
+import APIKit
 import Identity
 
 /// The relay's HTTP routes. The gateway authenticates with its mailbox bearer, each phone with its own;

@@ -1,7 +1,7 @@
 import APNs
 import Crypto
 import Foundation
-import HTTPServer
+import APIKit
 import Lifecycle
 import RelayMailbox
 
@@ -45,8 +45,7 @@ struct RelayCommand {
             let push = try APNsConfiguration.fromEnvironment(ProcessInfo.processInfo.environment).map { try APNsTransport(configuration: $0) }
             let store = try MailboxStore(path: data + "/relay.db")
             let api = MailboxAPI(store: store, maximumItemBytes: Int(options["max-item-bytes"] ?? "") ?? 256 * 1024, push: push)
-            let router = api.router
-            let server = HTTPServer(configuration: HTTPServerConfiguration(host: String(listen[..<colon]), port: port, maximumBodyBytes: 4 << 20, tls: tls)) { await router.handle($0) }
+            let server = Responder(router: api.router).server(HTTPServerConfiguration(host: String(listen[..<colon]), port: port, maximumBodyBytes: 4 << 20, tls: tls))
             try server.start()
             print("soulacy-relay is listening on \(tls == nil ? "http" : "https")://\(String(listen[..<colon])):\(server.port)")
             fflush(nil)

@@ -2,7 +2,7 @@ import ChannelTesting
 import Foundation
 import Gateway
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// Soulacy agent files in a running gateway: the seed's schedule, hot reload, SIGHUP, one-shots, parked agents,

@@ -3,7 +3,7 @@ import ChannelTesting
 import Foundation
 import Gateway
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import LLM
 import Synchronization
 import Testing

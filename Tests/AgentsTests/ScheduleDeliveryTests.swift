@@ -1,7 +1,7 @@
 import ChannelTesting
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// SOUL.yaml schedules fire on the (controlled) clock and their output lands in the durable inbox.

@@ -3,7 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Glibc
-import HTTPServer
+import APIKit
 
 /// The real `soulacy serve` binary as a child process, for restarts and kill -9.
 public final class GatewayProcess: @unchecked Sendable {

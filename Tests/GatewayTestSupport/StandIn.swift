@@ -5,7 +5,7 @@ import FoundationNetworking
 import Glibc
 import Crypto
 import HTTPClient
-import HTTPServer
+import APIKit
 
 /// A free loopback TCP port (bound once and released).
 public func freePort() -> UInt16 {

@@ -6,7 +6,7 @@ import Glibc
 import FoundationNetworking
 #endif
 import Gateway
-import HTTPServer
+import APIKit
 import Mobile
 import SQLite
 

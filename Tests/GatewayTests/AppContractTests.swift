@@ -2,7 +2,7 @@ import ChannelAPI
 import Foundation
 import Gateway
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// The original Soulacy app's side of the contract, written from SOULACY-CONTRACT.md only: every answer is

@@ -2,7 +2,7 @@ import ChannelAPI
 import ChannelTesting
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// One broker for every surface: lock-screen wake-ups, idempotent decisions, races, expiry, runs that ask.

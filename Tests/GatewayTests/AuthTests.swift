@@ -1,6 +1,6 @@
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// Bearer API keys: stored hashed, checked on every route, roles enforced, revocation immediate.

@@ -2,7 +2,7 @@ import Foundation
 import Gateway
 import GatewayTestSupport
 import Glibc
-import HTTPServer
+import APIKit
 import Testing
 
 /// Carries a reader to the thread that blocks on it; only that thread touches it until it resumes the test.

@@ -3,7 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import SQLite
 import Testing
 

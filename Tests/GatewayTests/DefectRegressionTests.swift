@@ -6,7 +6,7 @@ import Gateway
 import GatewayTestSupport
 import Glibc
 import HTTPClient
-import HTTPServer
+import APIKit
 import Mobile
 import RelayMailbox
 import RelayProtocol

@@ -1,6 +1,6 @@
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// Bad input gets a clear 4xx with the JSON error shape; nothing stored is touched.

@@ -1,7 +1,7 @@
 import Foundation
 import Gateway
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Identity
 import Testing
 

@@ -4,7 +4,7 @@ import Gateway
 import GatewayTestSupport
 import Glibc
 import HTTPClient
-import HTTPServer
+import APIKit
 import Testing
 
 /// The original app pairing as SOULACY-CONTRACT.md §1.1 and §2 describe it, played from outside: it reads the QR

@@ -6,7 +6,7 @@ import Gateway
 #endif
 import GatewayTestSupport
 import HTTPClient
-import HTTPServer
+import APIKit
 import RelayProtocol
 import SoulacyClient
 import Testing

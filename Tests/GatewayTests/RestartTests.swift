@@ -1,6 +1,6 @@
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// Everything stored survives a restart on the same data directory.

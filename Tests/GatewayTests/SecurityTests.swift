@@ -6,7 +6,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Identity
 import Testing
 

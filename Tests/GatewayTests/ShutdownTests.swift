@@ -2,7 +2,7 @@ import Foundation
 import GatewayTestSupport
 import Glibc
 import HTTPClient
-import HTTPServer
+import APIKit
 import Testing
 
 /// Both executables run a service group: SIGTERM drains and exits 0, and the port is closed afterwards.

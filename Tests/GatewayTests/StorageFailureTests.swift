@@ -1,6 +1,6 @@
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// A full disk and a read-only database: clear errors, nothing stored is lost or corrupted.

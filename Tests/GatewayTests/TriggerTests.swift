@@ -1,7 +1,7 @@
 import ChannelTesting
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// Location triggers fired by phones, and webhook triggers fired by anything that knows the secret.

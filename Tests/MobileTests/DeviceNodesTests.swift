@@ -1,7 +1,7 @@
 import Foundation
 import Gateway
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// The original app's device-node protocol (SOULACY-CONTRACT.md §12), played from the outside.

@@ -1,6 +1,6 @@
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// POST /api/v1/mobile/devices: every rule of the seed's "Android (FCM)" section and the registration facts.

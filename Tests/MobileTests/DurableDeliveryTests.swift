@@ -1,7 +1,7 @@
 import ChannelAPI
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Mobile
 import Testing
 

@@ -1,6 +1,6 @@
 import ChannelAPI
 import Foundation
-import HTTPServer
+import APIKit
 import Testing
 import Mobile
 

@@ -2,7 +2,7 @@ import ChannelAPI
 import ChannelTesting
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Mobile
 import SQLite
 import Testing

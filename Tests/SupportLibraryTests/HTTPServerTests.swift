@@ -2,7 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import HTTPServer
+import APIKit
 import Identity
 import SQLite
 import Synchronization
@@ -149,6 +149,29 @@ struct HTTPServerTests {
         let viaTask = await frozen.handle(HTTPRequest(method: "GET", path: "/quick/bo"), authenticated: Principal(keyID: "k2", subject: "priya", role: .viewer))
         #expect(viaTask.status == 200 && String(decoding: viaTask.body, as: UTF8.self) == #"{"name":"bo","who":"priya"}"#)
         await server.stop()
+    }
+
+    @Test("the server's own refusals are plain text from the bare wrapper and the API's error shape through the kit")
+    func ownRefusals() async throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.maximumBodyBytes = 16
+        let bare = HTTPServer(configuration: configuration) { _ in .noContent }
+        try bare.start()
+        let plain = try await get(bare.port, "/x", method: "POST", body: Data(repeating: 1, count: 64))
+        #expect(plain.0 == 413)
+        #expect(plain.1 == "the request body is larger than the limit of 16 bytes\n")
+        #expect(plain.2.value(forHTTPHeaderField: "Content-Type")?.hasPrefix("text/plain") == true)
+        await bare.stop()
+
+        var router = Router()
+        router.add(.POST, "/x", access: .open) { _ in .noContent }
+        let kit = Responder(router: router).server(configuration)
+        try kit.start()
+        let shaped = try await get(kit.port, "/x", method: "POST", body: Data(repeating: 1, count: 64))
+        #expect(shaped.0 == 413)
+        let body = try JSONSerialization.jsonObject(with: Data(shaped.1.utf8)) as? [String: String]
+        #expect(body == ["error": "the request body is larger than the limit of 16 bytes", "code": "body_too_large"])
+        await kit.stop()
     }
 
     @Test("refuses to start on a bad address, with a message naming it")

@@ -1,5 +1,5 @@
 import Foundation
-import HTTPServer
+import APIKit
 import Testing
 
 /// The one request decoder refuses in `JSONObject`'s words, naming the field with its path.

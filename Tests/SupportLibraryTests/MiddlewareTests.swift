@@ -1,5 +1,5 @@
 import Foundation
-import HTTPServer
+import APIKit
 import Identity
 import Synchronization
 import Testing

@@ -2,7 +2,6 @@ import APIKit
 import Foundation
 import SQLite
 import Synchronization
-import HTTPServer
 import Testing
 
 @Suite("SQLite wrapper")

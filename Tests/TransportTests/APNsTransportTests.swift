@@ -3,7 +3,7 @@ import ChannelAPI
 import ChannelTesting
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// The APNs transport against a local stand-in that speaks HTTP/2 over TLS and checks what Apple checks.

@@ -3,7 +3,7 @@ import ChannelTesting
 import FCM
 import Foundation
 import GatewayTestSupport
-import HTTPServer
+import APIKit
 import Testing
 
 /// The FCM transport against a local stand-in for Google's token endpoint and the FCM HTTP v1 API.

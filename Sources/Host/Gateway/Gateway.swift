@@ -5,7 +5,7 @@ import ChannelAPI
 import Foundation
 import Lifecycle
 import Glibc
-import HTTPServer
+import APIKit
 import Identity
 import LLM
 import Mobile

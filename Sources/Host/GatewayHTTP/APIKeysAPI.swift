@@ -1,7 +1,6 @@
 import Household
 import APIKit
 import Foundation
-import HTTPServer
 import Identity
 import Mobile
 import SQLite

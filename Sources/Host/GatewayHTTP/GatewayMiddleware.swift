@@ -1,4 +1,4 @@
-import HTTPServer
+import APIKit
 import Identity
 
 /// Mutating calls with an `Idempotency-Key` are answered from the log when replayed (see `IdempotencyLog`).

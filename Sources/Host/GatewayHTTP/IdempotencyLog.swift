@@ -3,7 +3,6 @@ import ChannelAPI
 import Crypto
 import Foundation
 import Glibc
-import HTTPServer
 import Identity
 import SQLite
 import Synchronization

@@ -2,7 +2,6 @@ import Memory
 import Agents
 import APIKit
 import Foundation
-import HTTPServer
 import Identity
 
 /// `/api/v1/memory/facts`: what the gateway remembers about the caller, in the original app's shapes

@@ -4,7 +4,6 @@ import Crypto
 import Foundation
 import LLM
 import Synchronization
-import HTTPServer
 import Identity
 import Mobile
 import SQLite

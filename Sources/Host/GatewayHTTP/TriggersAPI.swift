@@ -3,7 +3,6 @@ import APIKit
 import ChannelAPI
 import Crypto
 import Foundation
-import HTTPServer
 import Identity
 import Mobile
 import SQLite

@@ -3,11 +3,18 @@ import Crypto
 import Foundation
 import HTTPClient
 import HTTPServer
+import JSON
 import Household
 import Identity
 import Mobile
 import RelayProtocol
 import SQLite
+
+/// The relay mailbox answered a carriage call with a refusal (the round or the enrolment is tried again later).
+public struct RelayRefusal: Error, CustomStringConvertible, Sendable {
+    public let message: String
+    public var description: String { message }
+}
 
 /// The gateway's side of the relay mailbox: while online it pulls the phones' sealed commands, applies each once
 /// through the same API (the idempotency log answers a replay), posts sealed results, and sends new inbox lines
@@ -61,7 +68,7 @@ public actor RelayCarriage {
         }
         let bearer = Base64URL.encode(SecureBytes.random(count: 32))
         let (status, body) = try await call("POST", "/v1/mailboxes", bearer: nil, json: ["secret_sha256": .string(Hex.encode(SHA256.hash(bearer)))])
-        guard status == 201, let id = body["mailbox_id"]?.stringValue else { throw APIError.unavailable("the relay refused to make a mailbox (\(status))") }
+        guard status == 201, let id = body["mailbox_id"]?.stringValue else { throw RelayRefusal(message: "the relay refused to make a mailbox (\(status))") }
         try store.saveMailbox(url: url, id: id, bearer: bearer)
         mailbox = (id, bearer)
         return (id, bearer)
@@ -147,7 +154,7 @@ public actor RelayCarriage {
             try? await register(deviceID: device.id, secret: device.secret, box: box)
         }
         let (status, body) = try await call("GET", "/v1/mailboxes/\(box.id)/commands", bearer: box.bearer)
-        guard status == 200 else { throw APIError.unavailable("the relay answered \(status) for held commands") }
+        guard status == 200 else { throw RelayRefusal(message: "the relay answered \(status) for held commands") }
         for command in body["commands"]?.arrayValue ?? [] {
             guard let device = command["device_id"]?.stringValue, let id = command["id"]?.stringValue, let sealed = command["ciphertext"]?.stringValue else { continue }
             await applyCommand(device: device, id: id, sealed: sealed, box: box)

@@ -2,7 +2,7 @@ import APNs
 import Crypto
 import ChannelAPI
 import Foundation
-import HTTPServer
+import APIKit
 import Mobile
 import SQLite
 import Synchronization

@@ -1,7 +1,7 @@
 import ChannelAPI
 import ChannelTesting
 import Foundation
-import HTTPServer
+import APIKit
 import Synchronization
 import Testing
 import UnifiedPushTransport

@@ -1,5 +1,5 @@
 import FuzzDriver
-import HTTPServer
+import APIKit
 import Mobile
 
 /// Canvas cards: any JSON gives a valid card within the limits or a refusal that names where and why.

@@ -1,5 +1,5 @@
 import FuzzDriver
-import HTTPServer
+import APIKit
 import Mobile
 
 /// Registration bodies: any bytes give a registration or a JSONFieldError (a 400) that names a field or the JSON problem.

@@ -1,4 +1,4 @@
-@_exported import JSON
+import HTTPServer
 
 /// A client's bad JSON is a 400 naming the field, as every route reports it.
 extension JSONFieldError: HTTPResponseError {

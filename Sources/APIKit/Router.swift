@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServer
 import Identity
 
 public typealias RouteHandler = @Sendable (HTTPRequest) async throws -> HTTPResponse
@@ -19,10 +20,11 @@ public struct Route: Sendable {
     /// How specific the pattern is: `/facts/status` (all literal) says more than `/facts/:id`.
     let literalCount: Int
 
+    /// The handler, given the caller the router authenticated (nil on an open route).
     enum Work: Sendable {
-        case async(RouteHandler)
+        case async(@Sendable (HTTPRequest, Principal?) async throws -> HTTPResponse)
         /// Run on the server's own thread, without suspending the connection or hopping to a task.
-        case immediate(ImmediateRouteHandler)
+        case immediate(@Sendable (HTTPRequest, Principal?) throws -> HTTPResponse)
     }
 
     enum Segment: Sendable, Equatable {
@@ -31,25 +33,25 @@ public struct Route: Sendable {
     }
 
     public init(_ method: HTTPMethod, _ pattern: String, access: Access, summary: String = "", handler: @escaping RouteHandler) {
-        self.init(method, pattern, access: access, summary: summary, work: .async(handler))
+        self.init(method, pattern, access: access, summary: summary, work: .async({ request, _ in try await handler(request) }))
     }
 
     /// A route for callers with at least `role`; the handler gets the authenticated caller.
     public init(_ method: HTTPMethod, _ pattern: String, role: Role, summary: String = "", handler: @escaping AuthenticatedRouteHandler) {
-        self.init(method, pattern, access: .role(role), summary: summary, work: .async({ request in try await handler(request, try request.caller()) }))
+        self.init(method, pattern, access: .role(role), summary: summary, work: .async({ request, caller in try await handler(request, try Self.required(caller)) }))
     }
 
     /// `answeredAtOnce` for callers with at least `role`; the handler gets the authenticated caller.
     public static func answeredAtOnce(_ method: HTTPMethod, _ pattern: String, role: Role, summary: String = "",
                                       handler: @escaping AuthenticatedImmediateRouteHandler) -> Route {
-        Route(method, pattern, access: .role(role), summary: summary, work: .immediate({ request in try handler(request, try request.caller()) }))
+        Route(method, pattern, access: .role(role), summary: summary, work: .immediate({ request, caller in try handler(request, try Self.required(caller)) }))
     }
 
     /// A route for a quick read, answered on the server thread (the hottest reads: the inbox). A named factory, not
     /// an initialiser: a trailing closure that happens not to await must never pick this by accident.
     public static func answeredAtOnce(_ method: HTTPMethod, _ pattern: String, access: Access, summary: String = "",
                                       handler: @escaping ImmediateRouteHandler) -> Route {
-        Route(method, pattern, access: access, summary: summary, work: .immediate(handler))
+        Route(method, pattern, access: access, summary: summary, work: .immediate({ request, _ in try handler(request) }))
     }
 
     private init(_ method: HTTPMethod, _ pattern: String, access: Access, summary: String, work: Work) {
@@ -64,6 +66,12 @@ public struct Route: Sendable {
         literalCount = segments.filter { if case .literal = $0 { return true } else { return false } }.count
     }
 
+    /// The caller of a route with `Access.role`, which the router always authenticates before the handler runs.
+    private static func required(_ caller: Principal?) throws(APIError) -> Principal {
+        guard let caller else { throw APIError.unauthorized("an API key is required (Authorization: Bearer <key>)") }
+        return caller
+    }
+
     func match(_ pathSegments: [Substring]) -> [String: String]? {
         guard pathSegments.count == segments.count else { return nil }
         var parameters: [String: String] = [:]
@@ -74,20 +82,6 @@ public struct Route: Sendable {
             }
         }
         return parameters
-    }
-}
-
-/// A domain error that knows its HTTP answer (Hummingbird's `HTTPResponseError`): stores throw their own errors, the
-/// HTTP layer conforms them in its files, and the router answers with them.
-public protocol HTTPResponseError: Error {
-    var apiError: APIError { get }
-}
-
-extension APIError {
-    /// The answer an error thrown by a route stands for: itself, or a domain error's mapping (nil for any other
-    /// error, which the router's error responder answers).
-    public init?(answering error: any Error) {
-        if let error = error as? APIError { self = error } else if let error = error as? any HTTPResponseError { self = error.apiError } else { return nil }
     }
 }
 
@@ -159,12 +153,12 @@ public struct Router: Sendable {
             return response
         case .needsTask:
             preconditionFailure("only handleImmediately defers")
-        case .ready(let route, let request):
+        case .ready(let route, let request, let caller):
             switch route.work {
-            case .immediate(let handler): return run(incoming, request) { try handler(request) }
+            case .immediate(let handler): return run(incoming, request) { try handler(request, caller) }
             case .async(let handler):
                 do {
-                    return finish(incoming, try await handler(request))
+                    return finish(incoming, try await handler(request, caller))
                 } catch {
                     return respond(to: error, request)
                 }
@@ -178,9 +172,9 @@ public struct Router: Sendable {
         switch resolve(incoming, authenticated: nil, deferringTasks: true) {
         case .answered(let response): return response
         case .needsTask: return nil
-        case .ready(let route, let request):
+        case .ready(let route, let request, let caller):
             guard case .immediate(let handler) = route.work else { return nil }
-            return run(incoming, request) { try handler(request) }
+            return run(incoming, request) { try handler(request, caller) }
         }
     }
 
@@ -188,7 +182,8 @@ public struct Router: Sendable {
         case answered(HTTPResponse)
         /// The route runs in a task; nothing about the caller was checked yet.
         case needsTask
-        case ready(Route, HTTPRequest)
+        /// The route, the request with its path parameters, and the caller (always set for a route with a role).
+        case ready(Route, HTTPRequest, caller: Principal?)
     }
 
     /// Finds the route and checks the caller; every refusal is answered here. With `deferringTasks`, a route
@@ -208,23 +203,16 @@ public struct Router: Sendable {
             }
             if deferringTasks, case .async = route.work { return .needsTask }
             request.pathParameters = parameters
+            guard case .role(let required) = route.access else { return .ready(route, request, caller: authenticated) }
             do throws(APIError) {
-                if case .role(let required) = route.access {
-                    let principal = if let authenticated { authenticated } else { try authenticate(request) }
-                    guard principal.role.allows(required) else {
-                        throw APIError.insufficientRole(has: principal.role.rawValue, needs: required.rawValue)
-                    }
-                    request.principal = principal
-                } else if let authenticated {
-                    request.principal = authenticated
-                } else if request.header("authorization") != nil {
-                    // Open routes still learn who calls when a valid key is sent (pairing as the caller).
-                    request.principal = try? authenticate(request)
+                let caller = if let authenticated { authenticated } else { try authenticate(request) }
+                guard caller.role.allows(required) else {
+                    throw APIError.insufficientRole(has: caller.role.rawValue, needs: required.rawValue)
                 }
+                return .ready(route, request, caller: caller)
             } catch {
                 return .answered(error.response)
             }
-            return .ready(route, request)
         }
         if let most = allowed.map(\.literals).max() {
             // Only the most specific patterns speak for the path: `/facts/status` is GET only, whatever `/facts/:id` takes.

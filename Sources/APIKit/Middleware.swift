@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServer
 
 /// What a middleware says about a request on the server thread, before a quick route answers it there.
 public enum Screening: Sendable {
@@ -87,9 +88,12 @@ public struct Responder: Sendable {
         return response
     }
 
-    /// An HTTP server that serves this responder.
+    /// An HTTP server that serves this responder; the server's own refusals (bad framing, a body over the limit)
+    /// take the API's error shape.
     public func server(_ configuration: HTTPServerConfiguration) -> HTTPServer {
         let responder = self
+        var configuration = configuration
+        configuration.refusal = { APIError(status: $0.status, code: $0.code, message: $0.message).response }
         return HTTPServer(configuration: configuration, immediate: { responder.respondImmediately($0) }) { await responder.respond($0) }
     }
 }
