@@ -236,3 +236,16 @@ public enum JSONCoding {
         return encoder
     }
 }
+
+/// A moment in a typed answer, written as every route writes one (`JSONValue.timestamp`): ISO 8601 in UTC with
+/// milliseconds. A bare `Date` would go out as seconds since 2001 under `JSONCoding.encoder`.
+public struct Timestamp: Encodable, Sendable, Equatable {
+    public var date: Date
+
+    public init(_ date: Date) { self.date = date }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(JSONValue.iso8601(date))
+    }
+}

@@ -33,19 +33,6 @@ public struct MemoryAPI: Sendable {
 
     static let provider = "sqlite"
 
-    static func json(_ f: MemoryFactStore.Fact) -> JSONValue {
-        var object: [String: JSONValue] = [
-            "id": .string(f.id), "workspace": "default", "owner": .string(f.subject), "agent_id": .string(f.agentID),
-            "category": .string(f.category), "content": .string(f.content), "confidence": 1, "status": .string(f.status),
-            "source": .string(f.source == "api" || f.source == "siri" || f.source.isEmpty ? "manual" : f.source),
-            "created_at": .timestamp(f.createdAt), "updated_at": .timestamp(f.updatedAt),
-            // This gateway's older name for the content.
-            "text": .string(f.content),
-        ]
-        if let expires = f.expiresAt { object["expires_at"] = .timestamp(expires) }
-        return .object(object)
-    }
-
     /// Whose memory: the caller's; `?owner=` someone else's only for an admin.
     func owner(_ request: HTTPRequest, _ caller: Principal) throws -> String {
         guard let owner = request.query["owner"], !owner.isEmpty, owner != caller.subject else { return caller.subject }
@@ -130,7 +117,7 @@ public struct MemoryAPI: Sendable {
         let source = try body.source.limited(to: 40, field: "source") ?? "manual"
         return try await memory.database.answer { _ in
             let fact = try memory.add(content, subject: caller.subject, source: source, category: category, agentID: agentID, expiresAt: expires)
-            return .json(["fact": Self.json(fact), "id": .string(fact.id), "text": .string(fact.content), "created_at": .timestamp(fact.createdAt)], status: 201)
+            return .json(Added(fact: FactView(fact), id: fact.id, text: fact.content, createdAt: Timestamp(fact.createdAt)), status: 201)
         }
     }
 
@@ -139,7 +126,7 @@ public struct MemoryAPI: Sendable {
         let status = try request.queryChoice("status", among: ["active", "superseded", "retracted"], fallback: "active")
         let agentID = try agentScope(request.query["agent_id"])
         var facts = try memory.facts(subject: owner, status: status, agentID: agentID, limit: try Self.limit(request.query["limit"], fallback: 200, maximum: 500))
-        var answer: [String: JSONValue] = ["provider": .string(Self.provider), "owner": .string(owner)]
+        var answer = FactList(provider: Self.provider, owner: owner, facts: [])
         if let query = request.query["q"]?.trimmingCharacters(in: .whitespaces), !query.isEmpty {
             // A plain word-overlap score: the share of the query's words the fact contains.
             let words = Set(query.lowercased().split(whereSeparator: { !$0.isLetter && !$0.isNumber }).map(String.init))
@@ -150,16 +137,12 @@ public struct MemoryAPI: Sendable {
             let limit = try Self.limit(request.query["limit"], fallback: 10, maximum: 50)
             facts = scored.prefix(limit).map(\.0)
             let scores = Dictionary(scored.map { ($0.0.id, $0.1) }, uniquingKeysWith: { a, _ in a })
-            answer["query"] = .string(query)
-            answer["facts"] = .array(facts.map { fact in
-                guard case .object(var object) = Self.json(fact) else { return .null }
-                object["score"] = .number(scores[fact.id] ?? 0)
-                return .object(object)
-            })
+            answer.query = query
+            answer.facts = facts.map { fact in FactView(fact, score: scores[fact.id] ?? 0) }
         } else {
-            answer["facts"] = .array(facts.map(Self.json))
+            answer.facts = facts.map { FactView($0) }
         }
-        var response = HTTPResponse.json(.object(answer))
+        var response = HTTPResponse.json(answer)
         response.headers.append(("Cache-Control", "no-store"))
         return response
     }
@@ -184,7 +167,7 @@ public struct MemoryAPI: Sendable {
         }
         return try await memory.database.answer { _ in
             guard let fact = try memory.update(id: request.parameter("id"), subject: caller.subject, edit) else { throw APIError.notFound("Fact not found") }
-            return .json(["fact": Self.json(fact)])
+            return .json(["fact": FactView(fact)])
         }
     }
 
@@ -198,12 +181,7 @@ public struct MemoryAPI: Sendable {
     @Sendable func history(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let events = try memory.history(id: request.parameter("id"), subject: caller.subject)
         guard !events.isEmpty else { throw APIError.notFound("Fact not found") }
-        let json: [JSONValue] = events.map { event in
-            ["id": .string(String(event.id)), "fact_id": .string(event.factID), "event": .string(event.event), "content": .string(event.content),
-             "category": .string(event.category), "status": .string(event.status), "actor": .string(event.actor),
-             "created_at": .timestamp(event.createdAt)]
-        }
-        var response = HTTPResponse.json(["events": .array(json)])
+        var response = HTTPResponse.json(["events": events.map(HistoryEvent.init)])
         response.headers.append(("Cache-Control", "no-store"))
         return response
     }
@@ -215,7 +193,7 @@ public struct MemoryAPI: Sendable {
         let agentID = try agentScope(request.query["agent_id"])
         return try await memory.database.answer { _ in
             let removed = try memory.purge(subject: caller.subject, agentID: agentID)
-            return .json(["ok": true, "removed": .number(Double(removed))])
+            return .json(Purged(removed: removed))
         }
     }
 
@@ -229,36 +207,166 @@ public struct MemoryAPI: Sendable {
         }
         let page = try memory.changes(subject: caller.subject, since: since, limit: try Self.limit(request.query["limit"], fallback: 200, maximum: 500),
                                       agentID: try agentScope(request.query["agent_id"]))
-        let changes: [JSONValue] = page.changes.map { change in
-            var entry: [String: JSONValue] = ["cursor": .number(Double(change.cursor)), "fact_id": .string(change.factID),
-                                              "event": .string(change.event), "deleted": .bool(change.fact == nil)]
-            if let fact = change.fact { entry["fact"] = Self.json(fact) }
-            return .object(entry)
+        let changes = page.changes.map { change in
+            Change(cursor: change.cursor, factID: change.factID, event: change.event, deleted: change.fact == nil, fact: change.fact.map { FactView($0) })
         }
-        var response = HTTPResponse.json(["changes": .array(changes), "next_cursor": .number(Double(page.nextCursor)), "has_more": .bool(page.hasMore),
-                                          "reset": .bool(page.reset), "provider": .string(Self.provider), "owner": .string(caller.subject)])
+        var response = HTTPResponse.json(SyncPage(changes: changes, nextCursor: page.nextCursor, hasMore: page.hasMore, reset: page.reset,
+                                                  provider: Self.provider, owner: caller.subject))
         response.headers.append(("Cache-Control", "no-store"))
         return response
     }
 
     @Sendable func status(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let counts = try memory.counts(subject: caller.subject)
-        return .json(["enabled": true, "provider": .string(Self.provider), "max_prompt_facts": .number(Double(MemoryFactStore.promptFacts)),
-                      "prompt_token_budget": 50, "model_provider": "", "model": "", "graph_enabled": false,
-                      "categories": .array(MemoryFactStore.builtInCategories.map(JSONValue.string)), "owner": .string(caller.subject),
-                      "active": .number(Double(counts["active"] ?? 0)), "superseded": .number(Double(counts["superseded"] ?? 0)),
-                      "retracted": .number(Double(counts["retracted"] ?? 0)), "relations": 0])
+        return .json(Status(provider: Self.provider, maxPromptFacts: MemoryFactStore.promptFacts, categories: MemoryFactStore.builtInCategories,
+                            owner: caller.subject, active: counts["active"] ?? 0, superseded: counts["superseded"] ?? 0, retracted: counts["retracted"] ?? 0))
     }
 
     @Sendable func export(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let agentID = try agentScope(request.query["agent_id"])
         let facts = try memory.facts(subject: caller.subject, agentID: agentID, limit: 100_000)
-        var response = HTTPResponse.json(["exported_at": .timestamp(Date()), "provider": .string(Self.provider), "owner": .string(caller.subject),
-                                          "workspace": "default", "agent_id": .string(agentID ?? ""),
-                                          "categories": .array(MemoryFactStore.builtInCategories.map(JSONValue.string)),
-                                          "facts": .array(facts.map(Self.json)), "relations": []])
+        var response = HTTPResponse.json(Export(exportedAt: Timestamp(Date()), provider: Self.provider, owner: caller.subject, agentID: agentID ?? "",
+                                                categories: MemoryFactStore.builtInCategories, facts: facts.map { FactView($0) }))
         response.headers.append(("Content-Disposition", "attachment; filename=\"soulacy-memory\(agentID.map { "-\($0)" } ?? "").json\""))
         response.headers.append(("Cache-Control", "no-store"))
         return response
+    }
+}
+
+// MARK: Answers, in the original app's field names
+
+extension MemoryAPI {
+    /// One fact as the app reads it.
+    struct FactView: Encodable {
+        var id, owner, agentID, category, content, status, source: String
+        var workspace = "default"
+        var confidence = 1
+        var createdAt, updatedAt: Timestamp
+        var expiresAt: Timestamp?
+        /// This gateway's older name for the content.
+        var text: String
+        /// A search's word-overlap score (only in search answers).
+        var score: Double?
+
+        init(_ f: MemoryFactStore.Fact, score: Double? = nil) {
+            id = f.id
+            owner = f.subject
+            agentID = f.agentID
+            category = f.category
+            content = f.content
+            status = f.status
+            source = f.source == "api" || f.source == "siri" || f.source.isEmpty ? "manual" : f.source
+            createdAt = Timestamp(f.createdAt)
+            updatedAt = Timestamp(f.updatedAt)
+            expiresAt = f.expiresAt.map(Timestamp.init)
+            text = f.content
+            self.score = score
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, owner, category, content, status, source, workspace, confidence, text, score
+            case agentID = "agent_id", createdAt = "created_at", updatedAt = "updated_at", expiresAt = "expires_at"
+        }
+    }
+
+    struct Added: Encodable {
+        var fact: FactView
+        var id, text: String
+        var createdAt: Timestamp
+
+        enum CodingKeys: String, CodingKey {
+            case fact, id, text
+            case createdAt = "created_at"
+        }
+    }
+
+    struct FactList: Encodable {
+        var provider, owner: String
+        var query: String?
+        var facts: [FactView]
+    }
+
+    struct HistoryEvent: Encodable {
+        var id, factID, event, content, category, status, actor: String
+        var createdAt: Timestamp
+
+        init(_ e: MemoryFactStore.HistoryEvent) {
+            id = String(e.id)
+            factID = e.factID
+            event = e.event
+            content = e.content
+            category = e.category
+            status = e.status
+            actor = e.actor
+            createdAt = Timestamp(e.createdAt)
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, event, content, category, status, actor
+            case factID = "fact_id", createdAt = "created_at"
+        }
+    }
+
+    struct Purged: Encodable {
+        var ok = true
+        var removed: Int
+    }
+
+    struct Change: Encodable {
+        var cursor: Int64
+        var factID, event: String
+        var deleted: Bool
+        var fact: FactView?
+
+        enum CodingKeys: String, CodingKey {
+            case cursor, event, deleted, fact
+            case factID = "fact_id"
+        }
+    }
+
+    struct SyncPage: Encodable {
+        var changes: [Change]
+        var nextCursor: Int64
+        var hasMore, reset: Bool
+        var provider, owner: String
+
+        enum CodingKeys: String, CodingKey {
+            case changes, reset, provider, owner
+            case nextCursor = "next_cursor", hasMore = "has_more"
+        }
+    }
+
+    struct Status: Encodable {
+        var enabled = true
+        var provider: String
+        var maxPromptFacts: Int
+        var promptTokenBudget = 50
+        var modelProvider = "", model = ""
+        var graphEnabled = false
+        var categories: [String]
+        var owner: String
+        var active, superseded, retracted: Int
+        var relations = 0
+
+        enum CodingKeys: String, CodingKey {
+            case enabled, provider, model, categories, owner, active, superseded, retracted, relations
+            case maxPromptFacts = "max_prompt_facts", promptTokenBudget = "prompt_token_budget", modelProvider = "model_provider"
+            case graphEnabled = "graph_enabled"
+        }
+    }
+
+    struct Export: Encodable {
+        var exportedAt: Timestamp
+        var provider, owner: String
+        var workspace = "default"
+        var agentID: String
+        var categories: [String]
+        var facts: [FactView]
+        var relations: [String] = []
+
+        enum CodingKeys: String, CodingKey {
+            case provider, owner, workspace, categories, facts, relations
+            case exportedAt = "exported_at", agentID = "agent_id"
+        }
     }
 }
