@@ -249,3 +249,19 @@ public struct Timestamp: Encodable, Sendable, Equatable {
         try container.encode(JSONValue.iso8601(date))
     }
 }
+
+/// A field the answer always carries, `null` when there is no value (a synthesized `Encodable` leaves an absent
+/// optional out): `"decided_at": null` says "not decided", which the original apps read.
+public struct Nullable<Wrapped: Encodable>: Encodable {
+    public var value: Wrapped?
+
+    public init(_ value: Wrapped?) { self.value = value }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        if let value { try container.encode(value) } else { try container.encodeNil() }
+    }
+}
+
+extension Nullable: Sendable where Wrapped: Sendable {}
+extension Nullable: Equatable where Wrapped: Equatable {}

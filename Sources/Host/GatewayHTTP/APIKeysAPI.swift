@@ -26,14 +26,6 @@ public struct APIKeysAPI: Sendable {
         ]
     }
 
-    static func json(_ key: APIKey) -> JSONValue {
-        .object([
-            "id": .string(key.id), "name": .string(key.name), "subject": .string(key.subject), "role": .string(key.role.rawValue),
-            "kind": .string(key.kind.rawValue), "created_at": JSONValue.timestamp(key.createdAt),
-            "revoked_at": key.revokedAt.map(JSONValue.timestamp) ?? .null,
-        ])
-    }
-
     /// `POST /admin/api-keys`.
     struct MintRequest: Decodable {
         var name: String
@@ -55,14 +47,15 @@ public struct APIKeysAPI: Sendable {
         }
         return try await mobile.database.answer { _ in
             let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual)
-            guard case .object(var fields) = Self.json(minted.key) else { throw APIError.internal("key encoding") }
-            fields["key"] = .string(minted.token)
-            return .json(.object(fields), status: 201)
+            var answer = KeyView(minted.key)
+            // The secret, this once: it is never stored whole and never listed.
+            answer.key = minted.token
+            return .json(answer, status: 201)
         }
     }
 
     @Sendable func listKeys(_ request: HTTPRequest) async throws -> HTTPResponse {
-        .json(.object(["keys": .array(try keys.list().map(Self.json))]))
+        .json(["keys": try keys.list().map { KeyView($0) }])
     }
 
     @Sendable func revokeKey(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -76,5 +69,30 @@ public struct APIKeysAPI: Sendable {
         // And through the relay: no more sealed records for it, and the relay drops its place and bearer.
         await revoked(id)
         return answer
+    }
+}
+
+extension APIKeysAPI {
+    /// A key as listed (never its secret); a mint's answer adds `key`, the token itself.
+    struct KeyView: Encodable {
+        var id, name, subject, role, kind: String
+        var createdAt: Timestamp
+        var revokedAt: Nullable<Timestamp>
+        var key: String?
+
+        init(_ key: APIKey) {
+            id = key.id
+            name = key.name
+            subject = key.subject
+            role = key.role.rawValue
+            kind = key.kind.rawValue
+            createdAt = Timestamp(key.createdAt)
+            revokedAt = Nullable(key.revokedAt.map(Timestamp.init))
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, name, subject, role, kind, key
+            case createdAt = "created_at", revokedAt = "revoked_at"
+        }
     }
 }

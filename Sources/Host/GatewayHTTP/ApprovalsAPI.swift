@@ -40,23 +40,6 @@ public struct ApprovalsAPI: Sendable {
         return routes
     }
 
-    static func json(_ a: Approval, withArguments: Bool = true) -> JSONValue {
-        var object: [String: JSONValue] = [
-            "call_id": .string(a.callID), "agent_id": .string(a.agentID), "agent_name": .string(a.agentName),
-            "session_id": .string(a.sessionID), "tool": .string(a.tool), "state": .string(a.state.rawValue),
-            "created_at": .timestamp(a.createdAt), "expires_at": .timestamp(a.expiresAt),
-            "decided_at": a.decidedAt.map(JSONValue.timestamp) ?? .null,
-        ]
-        if withArguments {
-            let arguments = (try? JSONValue.parse(Array(a.arguments.utf8))) ?? .string(a.arguments)
-            object["arguments"] = arguments
-            // The original's names: `args` (an object, omitted when empty) and `reason`.
-            if case .object(let fields) = arguments, !fields.isEmpty { object["args"] = arguments }
-            object["reason"] = .string("\(a.agentName) wants to run \(a.tool)")
-        }
-        return .object(object)
-    }
-
     @Sendable func ask(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let agentID = try body.string("agent_id", maxLength: 64)
@@ -102,7 +85,7 @@ public struct ApprovalsAPI: Sendable {
         } else {
             let (opened, answer) = try broker.database.transaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
                 let opened = try open(callID)
-                return (opened, .json(Self.json(opened), status: 201))
+                return (opened, .json(ApprovalView(opened), status: 201))
             }
             (asked, immediate) = (opened, answer)
         }
@@ -120,7 +103,7 @@ public struct ApprovalsAPI: Sendable {
 
     /// A waiting ask's answer. Expired counts as denied for the run: nothing runs without a yes.
     static func decisionAnswer(callID: String, state: Approval.State) -> HTTPResponse {
-        .json(["call_id": .string(callID), "state": .string(state.rawValue), "approved": .bool(state == .approved)])
+        .json(Decision(callID: callID, state: state.rawValue, approved: state == .approved))
     }
 
     static let resumeKind = "approval"
@@ -135,7 +118,7 @@ public struct ApprovalsAPI: Sendable {
 
     @Sendable func list(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let all = try request.queryChoice("state", among: ["pending", "all"], fallback: "pending") == "all"
-        return .json(["approvals": .array(try broker.approvals(subject: caller.subject, all: all).map { Self.json($0) })])
+        return .json(["approvals": try broker.approvals(subject: caller.subject, all: all).map { ApprovalView($0) }])
     }
 
     @Sendable func get(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
@@ -147,9 +130,9 @@ public struct ApprovalsAPI: Sendable {
             _ = await broker.wait(callID: approval.callID, atMost: longPoll)
             approval = try broker.approval(callID: approval.callID) ?? approval
         }
-        guard case .object(var body) = Self.json(approval) else { throw APIError.internal("approval encoding") }
-        body["approved"] = .bool(approval.state == .approved)
-        return .json(.object(body))
+        var body = ApprovalView(approval)
+        body.approved = approval.state == .approved
+        return .json(body)
     }
 
     /// The original's `/chat/confirm {call_id, approved}`: one decision on the shared broker, `{"ok": true}`.
@@ -168,7 +151,7 @@ public struct ApprovalsAPI: Sendable {
         do {
             return try await broker.database.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)
-                return .json(["ok": true, "approved": .bool(approval.state == .approved), "already_decided": .bool(!decidedNow)])
+                return .json(Confirmed(approved: approval.state == .approved, alreadyDecided: !decidedNow))
             }
         } catch let error as ApprovalError {
             throw APIError.notFound(error.description)
@@ -182,19 +165,84 @@ public struct ApprovalsAPI: Sendable {
         do {
             return try broker.database.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
-                guard case .object(var body) = Self.json(approval, withArguments: false) else { throw APIError.internal("approval encoding") }
-                body["already_decided"] = .bool(!decidedNow)
+                var body = ApprovalView(approval, withArguments: false)
+                body.alreadyDecided = !decidedNow
                 // The original app reads `ok` and `approved`: approved is the decision actually taken (the seed's rule).
-                body["ok"] = true
-                body["approved"] = .bool(approval.state == .approved)
+                body.ok = true
+                body.approved = approval.state == .approved
                 if !decidedNow {
-                    body["message"] = .string(approval.state == .expired ? "this approval expired before it was answered"
-                                                                          : "this approval was already \(approval.state.rawValue); nothing ran twice")
+                    body.message = approval.state == .expired ? "this approval expired before it was answered"
+                                                              : "this approval was already \(approval.state.rawValue); nothing ran twice"
                 }
-                return .json(.object(body))
+                return .json(body)
             }
         } catch let error as ApprovalError {
             throw APIError.notFound(error.description)
+        }
+    }
+}
+
+// MARK: Answers, in the original app's field names
+
+extension ApprovalsAPI {
+    /// One approval; a decision's answer adds what it decided (`ok`, `approved`, `already_decided`, `message`).
+    struct ApprovalView: Encodable {
+        var callID, agentID, agentName, sessionID, tool, state: String
+        var createdAt, expiresAt: Timestamp
+        var decidedAt: Nullable<Timestamp>
+        /// The call's arguments as asked (JSON, or the text when it was not JSON).
+        var arguments: JSONValue?
+        /// The original's name for them: an object, left out when empty.
+        var args: JSONValue?
+        var reason: String?
+        var ok: Bool?
+        var approved: Bool?
+        var alreadyDecided: Bool?
+        var message: String?
+
+        init(_ a: Approval, withArguments: Bool = true) {
+            callID = a.callID
+            agentID = a.agentID
+            agentName = a.agentName
+            sessionID = a.sessionID
+            tool = a.tool
+            state = a.state.rawValue
+            createdAt = Timestamp(a.createdAt)
+            expiresAt = Timestamp(a.expiresAt)
+            decidedAt = Nullable(a.decidedAt.map(Timestamp.init))
+            guard withArguments else { return }
+            let parsed = (try? JSONValue.parse(Array(a.arguments.utf8))) ?? .string(a.arguments)
+            arguments = parsed
+            if case .object(let fields) = parsed, !fields.isEmpty { args = parsed }
+            reason = "\(a.agentName) wants to run \(a.tool)"
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case tool, state, arguments, args, reason, ok, approved, message
+            case callID = "call_id", agentID = "agent_id", agentName = "agent_name", sessionID = "session_id"
+            case createdAt = "created_at", expiresAt = "expires_at", decidedAt = "decided_at", alreadyDecided = "already_decided"
+        }
+    }
+
+    /// A waiting ask's answer.
+    struct Decision: Encodable {
+        var callID, state: String
+        var approved: Bool
+
+        enum CodingKeys: String, CodingKey {
+            case state, approved
+            case callID = "call_id"
+        }
+    }
+
+    /// `/chat/confirm`'s answer.
+    struct Confirmed: Encodable {
+        var ok = true
+        var approved, alreadyDecided: Bool
+
+        enum CodingKeys: String, CodingKey {
+            case ok, approved
+            case alreadyDecided = "already_decided"
         }
     }
 }
