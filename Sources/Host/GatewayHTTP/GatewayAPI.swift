@@ -44,25 +44,24 @@ public struct GatewayAPI: Sendable {
     }
 
     @Sendable func health(_ request: HTTPRequest) async throws -> HTTPResponse {
-        .json(.object(["ok": .bool(true), "service": .string("soulacy"), "version": .string(GatewayVersion.current)]))
+        .json(Health(version: GatewayVersion.current))
     }
 
     @Sendable func ping(_ request: HTTPRequest) async throws -> HTTPResponse {
-        .json(["status": "ok", "auth": "required", "mode": "apikey"])
+        .json(["status": "ok", "auth": "required", "mode": "apikey"] as [String: String])
     }
 
     @Sendable func apiHealth(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let database: JSONValue
+        let database: String
         do {
             try mobile.database.checkReadable()
             database = "ok"
         } catch {
-            database = .string("failing: \(error)")
+            database = "failing: \(error)"
         }
-        let status: JSONValue = database == "ok" ? "ok" : "degraded"
-        return .json(["status": status, "version": .string(GatewayVersion.current), "timestamp": .timestamp(clock.now()),
-                      "deps": ["database": database, "agents": .number(Double(catalog.current.visibleAgents.filter(\.isOn).count))],
-                      "request_id": .string("req_" + Hex.encode(SecureBytes.random(count: 8)))])
+        return .json(APIHealth(status: database == "ok" ? "ok" : "degraded", version: GatewayVersion.current, timestamp: Timestamp(clock.now()),
+                               deps: .init(database: database, agents: catalog.current.visibleAgents.filter(\.isOn).count),
+                               requestID: "req_" + Hex.encode(SecureBytes.random(count: 8))))
     }
 
     /// The companion's readiness, in the original's shape: each check ok, warn or fail, with what to do next.
@@ -70,11 +69,11 @@ public struct GatewayAPI: Sendable {
         let devices = try mobile.devices.list(subject: caller.subject)
         let notified = devices.filter { $0.wakeTarget != nil }
         let delivering = catalog.current.visibleAgents.filter { $0.isOn && $0.schedule?.output?.channel == "mobile" }
-        var checks: [JSONValue] = []
-        var actions: [JSONValue] = []
+        var checks: [Readiness.Check] = []
+        var actions: [String] = []
         func check(_ key: String, _ label: String, _ status: String, _ detail: String, action: String? = nil) {
-            checks.append(["key": .string(key), "label": .string(label), "status": .string(status), "detail": .string(detail)])
-            if status != "ok", let action { actions.append(.string(action)) }
+            checks.append(Readiness.Check(key: key, label: label, status: status, detail: detail))
+            if status != "ok", let action { actions.append(action) }
         }
         check("devices", "A phone is registered", devices.isEmpty ? "fail" : "ok",
               devices.isEmpty ? "no phone is registered to you" : "\(devices.count) phone(s) registered", action: "Pair a phone and open the Soulacy app")
@@ -84,68 +83,26 @@ public struct GatewayAPI: Sendable {
         check("agents", "Agents deliver to phones", delivering.isEmpty ? "warn" : "ok",
               delivering.isEmpty ? "no enabled agent's schedule.output is the mobile channel" : delivering.map(\.id).joined(separator: ", "),
               action: "Add output: {channel: mobile, to: all} to an agent's schedule")
-        let statuses = checks.compactMap { $0["status"]?.stringValue }
+        let statuses = checks.map(\.status)
         let ready = statuses.filter { $0 == "ok" }.count
         let overall = statuses.contains("fail") ? "fail" : statuses.contains("warn") ? "warn" : "ok"
-        return .json(["status": .string(overall), "score": .number(Double(ready * 100 / max(statuses.count, 1))), "ready": .number(Double(ready)),
-                      "total": .number(Double(statuses.count)), "devices": .number(Double(devices.count)), "checks": .array(checks), "next_actions": .array(actions)])
-    }
-
-    /// An agent as the original's definition shows it: always id, name, description (a string), version, trigger,
-    /// system_prompt, llm, memory, max_turns, stream_reply, enabled; the rest when set. Plus this gateway's
-    /// `running` and the schedule's zone and next fire.
-    func definition(_ agent: AgentConfig, next: Date?) async -> JSONValue {
-        var llm: [String: JSONValue] = [:]
-        if case .llm(let settings) = agent.runner {
-            llm["provider"] = .string(settings.provider)
-            llm["model"] = .string(settings.model)
-            if let t = settings.temperature { llm["temperature"] = .number(t) }
-            if settings.maxTokens > 0 { llm["max_tokens"] = .number(Double(settings.maxTokens)) }
-            if !settings.allowedProviders.isEmpty { llm["allowed_providers"] = .array(settings.allowedProviders.map(JSONValue.string)) }
-        } else {
-            llm = ["provider": "", "model": ""]
-        }
-        var entry: [String: JSONValue] = [
-            "id": .string(agent.id), "name": .string(agent.name), "description": .string(agent.description ?? ""),
-            "version": .string(agent.version), "trigger": .string(agent.trigger == .manual ? "" : agent.trigger.rawValue),
-            "system_prompt": .string(agent.systemPrompt), "llm": .object(llm),
-            "memory": ["max_tokens": .number(Double(agent.memoryEntries))],
-            "max_turns": .number(Double(agent.maxTurns)), "stream_reply": .bool(agent.streamReply), "enabled": .bool(agent.isOn),
-            "running": .bool(await runs.isRunning(agent.id)),
-        ]
-        if !agent.tags.isEmpty { entry["tags"] = .array(agent.tags.map(JSONValue.string)) }
-        if !agent.surfaces.isEmpty { entry["surfaces"] = .array(agent.surfaces.map(JSONValue.string)) }
-        if !agent.channels.isEmpty { entry["channels"] = .array(agent.channels.map(JSONValue.string)) }
-        if !agent.toolNames.isEmpty { entry["tools"] = .array(agent.toolNames.map { ["name": .string($0)] }) }
-        if let s = agent.schedule, s.cron != nil || s.at != nil || s.output != nil {
-            var schedule: [String: JSONValue] = ["timezone": .string(s.timeZone.identifier), "run_missed_on_startup": .bool(s.runMissedOnStartup),
-                                                 "next_run_at": next.map { JSONValue.timestamp($0) } ?? .null]
-            if let cron = s.cron { schedule["cron"] = .string(cron.expression) }
-            if let at = s.at { schedule["at"] = .timestamp(at) }
-            if let output = s.output {
-                var out: [String: JSONValue] = ["channel": .string(output.channel), "to": .string(output.to)]
-                if let botName = output.botName { out["bot_name"] = .string(botName) }
-                if let template = output.template { out["template"] = .string(template) }
-                schedule["output"] = .object(out)
-            }
-            entry["schedule"] = .object(schedule)
-        }
-        return .object(entry)
+        return .json(Readiness(status: overall, score: ready * 100 / max(statuses.count, 1), ready: ready, total: statuses.count, devices: devices.count,
+                               checks: checks, nextActions: actions))
     }
 
     @Sendable func listAgents(_ request: HTTPRequest) async throws -> HTTPResponse {
         let next = scheduler.nextFires(after: clock.now())
         let surface = request.query["surface"]?.trimmingCharacters(in: .whitespaces).lowercased()
-        var agents: [JSONValue] = []
-        var interfaces: [String: JSONValue] = [:]
+        var agents: [AgentDefinition] = []
+        var interfaces: [String: AgentList.Interface] = [:]
         // As the original: a disabled agent is not listed.
         for agent in catalog.current.visibleAgents where agent.isOn {
             let surfaces = agent.effectiveSurfaces
             if let surface, !surface.isEmpty, !surfaces.contains(where: { $0.lowercased() == surface }) { continue }
-            agents.append(await definition(agent, next: next[agent.id]))
-            interfaces[agent.id] = ["surfaces": .array(surfaces.map(JSONValue.string)), "chat_eligible": .bool(surfaces.contains("chat"))]
+            agents.append(AgentDefinition(agent, next: next[agent.id], running: await runs.isRunning(agent.id)))
+            interfaces[agent.id] = AgentList.Interface(surfaces: surfaces, chatEligible: surfaces.contains("chat"))
         }
-        return .json(.object(["agents": .array(agents), "count": .number(Double(agents.count)), "interfaces": .object(interfaces)]))
+        return .json(AgentList(agents: agents, count: agents.count, interfaces: interfaces))
     }
 
     /// The original's `POST /agents/:id/trigger`: runs now, waits, answers `{result, delivered}`.
@@ -156,8 +113,7 @@ public struct GatewayAPI: Sendable {
         }
         return try await runs.runToEnd(agentID: agentID, input: "", trigger: "api", destination: agent.schedule?.output.map { RunDestination($0) },
                                        subject: caller.subject, failureStatus: 500) { record in
-            .json(["result": .string(record.reply ?? ""), "delivered": .bool(record.deliveryID != nil), "run_id": .string(record.id),
-                   "session_id": .string(record.sessionID)])
+            .json(Triggered(result: record.reply ?? "", delivered: record.deliveryID != nil, runID: record.id, sessionID: record.sessionID))
         }.response
     }
 
@@ -194,8 +150,7 @@ public struct GatewayAPI: Sendable {
 
     /// The 202 for a started run; known before the run's record commits, so it is recorded with it.
     static func startedAnswer(_ started: StartedRun) -> HTTPResponse {
-        .json(.object(["ok": .bool(true), "run_id": .string(started.runID), "session_id": .string(started.sessionID),
-                       "agent_id": .string(started.agentID)]), status: 202)
+        .json(Started(runID: started.runID, sessionID: started.sessionID, agentID: started.agentID), status: 202)
     }
 
     private func startRun(agentID: String, input: String, destination: RunDestination?, subject: String) async -> Result<StartedRun, RunStartError> {
@@ -217,13 +172,7 @@ public struct GatewayAPI: Sendable {
         guard owner == caller.subject else { throw APIError.notFound("no run \(id) of yours") }
         if wait { _ = await runs.wait(runID: id) }
         guard let run = try runStore.run(id: id) else { throw APIError.notFound("no run \(id) of yours") }
-        return .json(.object([
-            "id": .string(run.id), "agent_id": .string(run.agentID), "session_id": .string(run.sessionID),
-            "trigger": .string(run.trigger), "status": .string(run.status.rawValue),
-            "started_at": JSONValue.timestamp(run.startedAt), "finished_at": run.finishedAt.map(JSONValue.timestamp) ?? .null,
-            "error": run.error.map(JSONValue.string) ?? .null, "delivery_id": run.deliveryID.map(JSONValue.string) ?? .null,
-            "note": run.note.map(JSONValue.string) ?? .null,
-        ]))
+        return .json(RunView(run))
     }
 
     /// `POST /api/v1/runs/:id/events`: a tool call a running command reports.
@@ -311,6 +260,209 @@ extension AgentRuns {
                   let record = try store.run(id: runID), record.subject == caller.subject, record.status != .running, record.status != .succeeded
             else { return nil }
             return failedRunAnswer(record, status: status)
+        }
+    }
+}
+
+// MARK: Answers, in the original's field names
+
+extension GatewayAPI {
+    struct Health: Encodable {
+        var ok = true
+        var service = "soulacy"
+        var version: String
+    }
+
+    struct APIHealth: Encodable {
+        struct Dependencies: Encodable {
+            var database: String
+            var agents: Int
+        }
+
+        var status, version: String
+        var timestamp: Timestamp
+        var deps: Dependencies
+        var requestID: String
+
+        enum CodingKeys: String, CodingKey {
+            case status, version, timestamp, deps
+            case requestID = "request_id"
+        }
+    }
+
+    /// The companion's readiness: each check ok, warn or fail, with what to do next.
+    struct Readiness: Encodable {
+        struct Check: Encodable {
+            var key, label, status, detail: String
+        }
+
+        var status: String
+        var score, ready, total, devices: Int
+        var checks: [Check]
+        var nextActions: [String]
+
+        enum CodingKeys: String, CodingKey {
+            case status, score, ready, total, devices, checks
+            case nextActions = "next_actions"
+        }
+    }
+
+    /// An agent as the original's definition shows it: always id, name, description (a string), version, trigger,
+    /// system_prompt, llm, memory, max_turns, stream_reply, enabled; the rest when set. Plus this gateway's
+    /// `running` and the schedule's zone and next fire.
+    struct AgentDefinition: Encodable {
+        struct Model: Encodable {
+            var provider = "", model = ""
+            var temperature: Double?
+            var maxTokens: Int?
+            var allowedProviders: [String]?
+
+            enum CodingKeys: String, CodingKey {
+                case provider, model, temperature
+                case maxTokens = "max_tokens", allowedProviders = "allowed_providers"
+            }
+        }
+
+        struct Memory: Encodable {
+            var maxTokens: Int
+            enum CodingKeys: String, CodingKey { case maxTokens = "max_tokens" }
+        }
+
+        struct Tool: Encodable {
+            var name: String
+        }
+
+        struct Schedule: Encodable {
+            struct Output: Encodable {
+                var channel, to: String
+                var botName, template: String?
+
+                enum CodingKeys: String, CodingKey {
+                    case channel, to, template
+                    case botName = "bot_name"
+                }
+            }
+
+            var timezone: String
+            var runMissedOnStartup: Bool
+            var nextRunAt: Nullable<Timestamp>
+            var cron: String?
+            var at: Timestamp?
+            var output: Output?
+
+            enum CodingKeys: String, CodingKey {
+                case timezone, cron, at, output
+                case runMissedOnStartup = "run_missed_on_startup", nextRunAt = "next_run_at"
+            }
+        }
+
+        var id, name, description, version, trigger, systemPrompt: String
+        var llm: Model
+        var memory: Memory
+        var maxTurns: Int
+        var streamReply, enabled, running: Bool
+        var tags, surfaces, channels: [String]?
+        var tools: [Tool]?
+        var schedule: Schedule?
+
+        init(_ agent: AgentConfig, next: Date?, running: Bool) {
+            var llm = Model()
+            if case .llm(let settings) = agent.runner {
+                llm.provider = settings.provider
+                llm.model = settings.model
+                llm.temperature = settings.temperature
+                if settings.maxTokens > 0 { llm.maxTokens = settings.maxTokens }
+                if !settings.allowedProviders.isEmpty { llm.allowedProviders = settings.allowedProviders }
+            }
+            self.llm = llm
+            id = agent.id
+            name = agent.name
+            description = agent.description ?? ""
+            version = agent.version
+            trigger = agent.trigger == .manual ? "" : agent.trigger.rawValue
+            systemPrompt = agent.systemPrompt
+            memory = Memory(maxTokens: agent.memoryEntries)
+            maxTurns = agent.maxTurns
+            streamReply = agent.streamReply
+            enabled = agent.isOn
+            self.running = running
+            tags = agent.tags.isEmpty ? nil : agent.tags
+            surfaces = agent.surfaces.isEmpty ? nil : agent.surfaces
+            channels = agent.channels.isEmpty ? nil : agent.channels
+            tools = agent.toolNames.isEmpty ? nil : agent.toolNames.map(Tool.init)
+            if let s = agent.schedule, s.cron != nil || s.at != nil || s.output != nil {
+                schedule = Schedule(timezone: s.timeZone.identifier, runMissedOnStartup: s.runMissedOnStartup, nextRunAt: Nullable(next.map(Timestamp.init)),
+                                    cron: s.cron?.expression, at: s.at.map(Timestamp.init),
+                                    output: s.output.map { Schedule.Output(channel: $0.channel, to: $0.to, botName: $0.botName, template: $0.template) })
+            }
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, name, description, version, trigger, llm, memory, enabled, running, tags, surfaces, channels, tools, schedule
+            case systemPrompt = "system_prompt", maxTurns = "max_turns", streamReply = "stream_reply"
+        }
+    }
+
+    struct AgentList: Encodable {
+        struct Interface: Encodable {
+            var surfaces: [String]
+            var chatEligible: Bool
+
+            enum CodingKeys: String, CodingKey {
+                case surfaces
+                case chatEligible = "chat_eligible"
+            }
+        }
+
+        var agents: [AgentDefinition]
+        var count: Int
+        var interfaces: [String: Interface]
+    }
+
+    /// The original's synchronous trigger: `{result, delivered}`.
+    struct Triggered: Encodable {
+        var result: String
+        var delivered: Bool
+        var runID, sessionID: String
+
+        enum CodingKeys: String, CodingKey {
+            case result, delivered
+            case runID = "run_id", sessionID = "session_id"
+        }
+    }
+
+    struct Started: Encodable {
+        var ok = true
+        var runID, sessionID, agentID: String
+
+        enum CodingKeys: String, CodingKey {
+            case ok
+            case runID = "run_id", sessionID = "session_id", agentID = "agent_id"
+        }
+    }
+
+    struct RunView: Encodable {
+        var id, agentID, sessionID, trigger, status: String
+        var startedAt: Timestamp
+        var finishedAt: Nullable<Timestamp>
+        var error, deliveryID, note: Nullable<String>
+
+        init(_ run: RunRecord) {
+            id = run.id
+            agentID = run.agentID
+            sessionID = run.sessionID
+            trigger = run.trigger
+            status = run.status.rawValue
+            startedAt = Timestamp(run.startedAt)
+            finishedAt = Nullable(run.finishedAt.map(Timestamp.init))
+            error = Nullable(run.error)
+            deliveryID = Nullable(run.deliveryID)
+            note = Nullable(run.note)
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, trigger, status, error, note
+            case agentID = "agent_id", sessionID = "session_id", startedAt = "started_at", finishedAt = "finished_at", deliveryID = "delivery_id"
         }
     }
 }

@@ -92,13 +92,9 @@ public struct HouseholdAPI: Sendable {
             }
             let links = try pairingLinks(offer, typedBase: body.optionalString("base_url", maxLength: 500).map(SchemaWhitespace.trim))
             let pinned = self.pinned()
-            return .json([
-                "code": .string(offer.code), "expires_at": .timestamp(offer.expiresAt), "subject": .string(offer.subject),
-                "display_name": .string(displayName), "role": .string(offer.role.rawValue),
-                "pair_url": .string(links.original), "base_url": .string(links.base), "fingerprint": .string(links.pin),
-                // This gateway's three-path link (LAN, tailnet, relay), for its own client.
-                "link": .string(PairingLink.url(offer: offer, gateway: gatewayURL(), pinnedAddress: pinned?.address, pin: pinned?.pin)),
-            ])
+            return .json(CodeOffer(code: offer.code, expiresAt: Timestamp(offer.expiresAt), subject: offer.subject, displayName: displayName,
+                                   role: offer.role.rawValue, pairURL: links.original, baseURL: links.base, fingerprint: links.pin,
+                                   link: PairingLink.url(offer: offer, gateway: gatewayURL(), pinnedAddress: pinned?.address, pin: pinned?.pin)))
         }
     }
 
@@ -156,21 +152,16 @@ public struct HouseholdAPI: Sendable {
         do {
             let minted = try household.redeem(code: code, deviceName: deviceName)
             let displayName = try household.displayName(subject: minted.key.subject) ?? ""
-            var answer: [String: JSONValue] = [
-                "paired": true, "token": .string(minted.token), "key_id": .string(minted.key.id), "subject": .string(minted.key.subject),
-                "role": .string(minted.key.role.rawValue), "scopes": .array(Self.scopes(for: minted.key.role).map(JSONValue.string)),
-                "display_name": .string(displayName), "fingerprint": .string(pinned()?.pin ?? ""),
-                "message": "Store this token; it is shown only once.",
-            ]
+            var answer = Paired(token: minted.token, keyID: minted.key.id, subject: minted.key.subject, role: minted.key.role.rawValue,
+                                scopes: Self.scopes(for: minted.key.role), displayName: displayName, fingerprint: pinned()?.pin ?? "")
             // The relay path: the pairing secret S reaches the phone only over the pinned TLS listener, never in plain
             // HTTP (a tailnet or LAN eavesdropper) and never via the relay itself.
             if !request.isSecure, relayConfigured() {
-                answer["relay_hint"] = "pair over the pinned Wi-Fi link (https) to reach this gateway through the relay too"
+                answer.relayHint = "pair over the pinned Wi-Fi link (https) to reach this gateway through the relay too"
             } else if request.isSecure, let relay = await enroll(minted.key.id, minted.key.subject) {
-                answer["relay"] = ["url": .string(relay.url), "mailbox_id": .string(relay.mailboxID), "device_id": .string(relay.deviceID),
-                                   "secret": .string(Base64URL.encode(relay.secret))]
+                answer.relay = RelayPlace(url: relay.url, mailboxID: relay.mailboxID, deviceID: relay.deviceID, secret: Base64URL.encode(relay.secret))
             }
-            return .json(.object(answer))
+            return .json(answer)
         } catch let error as PairingError {
             limiter.recordFailure(address: address)
             // The original's answer for any code that does not pair: 401 {paired: false, reason}; `error` and `code`
@@ -181,24 +172,92 @@ public struct HouseholdAPI: Sendable {
             case .expired: "pairing_code_expired"
             case .alreadyUsed: "pairing_code_used"
             }
-            return .json(["paired": false, "reason": .string(reason), "error": .string("\(reason): \(error)"), "code": .string(detail)], status: 401)
+            return .json(NotPaired(reason: reason, error: "\(reason): \(error)", code: detail), status: 401)
         }
     }
 
     @Sendable func members(_ request: HTTPRequest) async throws -> HTTPResponse {
         let paired = try keys.list().filter { $0.kind == .managed && $0.revokedAt == nil }
         let bySubject = Dictionary(grouping: paired, by: \.subject)
-        var members: [JSONValue] = []
+        var members: [Member] = []
         for subject in bySubject.keys.sorted() {
             let keys = bySubject[subject] ?? []
-            let devices = try mobile.devices.list(subject: subject)
-            members.append([
-                "subject": .string(subject), "name": .string(try household.displayName(subject: subject) ?? subject),
-                "role": .string((keys.map(\.role).max() ?? .viewer).rawValue),
-                "keys": .array(keys.map { ["id": .string($0.id), "name": .string($0.name), "role": .string($0.role.rawValue), "created_at": .timestamp($0.createdAt)] }),
-                "devices": .array(devices.map { ["id": .string($0.id), "name": .string($0.name), "platform": .string($0.platform.rawValue)] }),
-            ])
+            members.append(Member(subject: subject, name: try household.displayName(subject: subject) ?? subject,
+                                  role: (keys.map(\.role).max() ?? .viewer).rawValue,
+                                  keys: keys.map { Member.Key(id: $0.id, name: $0.name, role: $0.role.rawValue, createdAt: Timestamp($0.createdAt)) },
+                                  devices: try mobile.devices.list(subject: subject).map { Member.Device(id: $0.id, name: $0.name, platform: $0.platform.rawValue) }))
         }
-        return .json(["members": .array(members)])
+        return .json(["members": members])
+    }
+}
+
+// MARK: Answers, in the original app's field names
+
+extension HouseholdAPI {
+    /// A pairing code and its links.
+    struct CodeOffer: Encodable {
+        var code: String
+        var expiresAt: Timestamp
+        var subject, displayName, role: String
+        var pairURL, baseURL, fingerprint: String
+        /// This gateway's three-path link (LAN, tailnet, relay), for its own client.
+        var link: String
+
+        enum CodingKeys: String, CodingKey {
+            case code, subject, role, fingerprint, link
+            case expiresAt = "expires_at", displayName = "display_name", pairURL = "pair_url", baseURL = "base_url"
+        }
+    }
+
+    /// A redeemed code: the phone's key, shown this once.
+    struct Paired: Encodable {
+        var paired = true
+        var token, keyID, subject, role: String
+        var scopes: [String]
+        var displayName, fingerprint: String
+        var message = "Store this token; it is shown only once."
+        var relayHint: String?
+        var relay: RelayPlace?
+
+        enum CodingKeys: String, CodingKey {
+            case paired, token, subject, role, scopes, fingerprint, message, relay
+            case keyID = "key_id", displayName = "display_name", relayHint = "relay_hint"
+        }
+    }
+
+    /// The phone's place on the relay mailbox and its pairing secret (only over the pinned TLS listener).
+    struct RelayPlace: Encodable {
+        var url, mailboxID, deviceID, secret: String
+
+        enum CodingKeys: String, CodingKey {
+            case url, secret
+            case mailboxID = "mailbox_id", deviceID = "device_id"
+        }
+    }
+
+    /// The original's answer for any code that does not pair; `error` and `code` are this gateway's error shape.
+    struct NotPaired: Encodable {
+        var paired = false
+        var reason, error, code: String
+    }
+
+    struct Member: Encodable {
+        struct Key: Encodable {
+            var id, name, role: String
+            var createdAt: Timestamp
+
+            enum CodingKeys: String, CodingKey {
+                case id, name, role
+                case createdAt = "created_at"
+            }
+        }
+
+        struct Device: Encodable {
+            var id, name, platform: String
+        }
+
+        var subject, name, role: String
+        var keys: [Key]
+        var devices: [Device]
     }
 }
