@@ -72,13 +72,10 @@ public struct AssistantAPI: Sendable {
         let (response, record) = try await runs.runToEnd(agentID: ask.agentID, input: ask.text, trigger: "chat", destination: nil, subject: caller.subject,
                                                          chat: ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice)) { record in
             let reply = record.reply ?? ""
-            var answer: [String: JSONValue] = [
-                "reply": .string(reply), "parts": reply.isEmpty ? [] : [["type": "text", "text": .string(reply)]],
-                "session_id": .string(record.sessionID), "run_id": .string(record.id), "response_id": .string(record.id),
-                "agent_id": .string(ask.agentID),
-            ]
-            if ask.voice, let spoken = record.spokenReply, !spoken.isEmpty { answer["spoken_reply"] = .string(spoken) }
-            return .json(.object(answer))
+            var answer = ChatReply(reply: reply, parts: reply.isEmpty ? [] : [TextPart(text: reply)], sessionID: record.sessionID, runID: record.id,
+                                   responseID: record.id, agentID: ask.agentID)
+            if ask.voice, let spoken = record.spokenReply, !spoken.isEmpty { answer.spokenReply = spoken }
+            return .json(answer)
         }
         if record.status == .succeeded {
             sessions.record(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID, user: ask.text, reply: record.reply ?? "")
@@ -145,12 +142,41 @@ public struct AssistantAPI: Sendable {
         guard let cancelled = await runs.cancel(id, subject: caller.subject) else {
             throw APIError.notFound("run not found — it may have already finished")
         }
-        return .json(["ok": true, "cancelled": .string(cancelled)])
+        return .json(Cancelled(cancelled: cancelled))
     }
 
     @Sendable func agents(_ request: HTTPRequest) async throws -> HTTPResponse {
-        .json(["agents": .array(catalog.current.visibleAgents.map {
-            ["id": .string($0.id), "name": .string($0.name)]
-        })])
+        .json(["agents": catalog.current.visibleAgents.map { ChatAgent(id: $0.id, name: $0.name) }])
+    }
+}
+
+// MARK: Answers, in the original's field names
+
+extension AssistantAPI {
+    /// A piece of a reply as the original's `parts` carry it.
+    struct TextPart: Encodable {
+        var type = "text"
+        var text: String
+    }
+
+    struct ChatReply: Encodable {
+        var reply: String
+        var parts: [TextPart]
+        var sessionID, runID, responseID, agentID: String
+        var spokenReply: String?
+
+        enum CodingKeys: String, CodingKey {
+            case reply, parts
+            case sessionID = "session_id", runID = "run_id", responseID = "response_id", agentID = "agent_id", spokenReply = "spoken_reply"
+        }
+    }
+
+    struct Cancelled: Encodable {
+        var ok = true
+        var cancelled: String
+    }
+
+    struct ChatAgent: Encodable {
+        var id, name: String
     }
 }

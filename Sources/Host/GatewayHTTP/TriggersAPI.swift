@@ -42,18 +42,14 @@ public struct TriggersAPI: Sendable {
     @Sendable func list(_ request: HTTPRequest) async throws -> HTTPResponse {
         // As the original: device_id is optional and only filters (a trigger bound to other phones is left out).
         let device = request.query["device_id"].map(SchemaWhitespace.trim).flatMap { $0.isEmpty ? nil : $0 }
-        let triggers = catalog.current.agents.compactMap { agent -> JSONValue? in
+        let triggers = catalog.current.agents.compactMap { agent -> Region? in
             guard agent.isOn, agent.trigger == .location, let location = agent.location else { return nil }
             if let device, !Self.allows(location, device: device) { return nil }
-            var trigger: [String: JSONValue] = [
-                "agent_id": .string(agent.id), "agent_name": .string(agent.name), "name": .string(location.name),
-                "latitude": .number(location.latitude), "longitude": .number(location.longitude), "radius_m": .number(location.radiusMeters),
-                "on": .string(location.on.rawValue), "cooldown": .string(DurationText.format(location.cooldown)),
-            ]
-            if !location.devices.isEmpty { trigger["device"] = .string(location.devices.joined(separator: ",")) }
-            return .object(trigger)
+            return Region(agentID: agent.id, agentName: agent.name, name: location.name, latitude: location.latitude, longitude: location.longitude,
+                          radiusM: location.radiusMeters, on: location.on.rawValue, cooldown: DurationText.format(location.cooldown),
+                          device: location.devices.isEmpty ? nil : location.devices.joined(separator: ","))
         }
-        var response = HTTPResponse.json(["triggers": .array(Array(triggers.prefix(Self.maximumRegions))), "max_regions": .number(Double(Self.maximumRegions))])
+        var response = HTTPResponse.json(Regions(triggers: Array(triggers.prefix(Self.maximumRegions)), maxRegions: Self.maximumRegions))
         response.headers.append(("Cache-Control", "no-store"))
         return response
     }
@@ -78,7 +74,7 @@ public struct TriggersAPI: Sendable {
         guard let eventText = try body.optionalString("event").map({ SchemaWhitespace.trim($0).lowercased() }) else { throw APIError.missingField("event") }
         guard let event = LocationTrigger.Event(rawValue: eventText) else { throw APIError.invalidField("event", "must be \"enter\" or \"exit\", got \"\(eventText)\"") }
         guard event == location.on else {
-            return .json(["ok": true, "ignored": true, "reason": .string("agent runs on \(location.on.rawValue), not \(event.rawValue)")], status: 202)
+            return .json(Ignored(reason: "agent runs on \(location.on.rawValue), not \(event.rawValue)"), status: 202)
         }
         // Beyond the original: the phone must be the caller's, since the reply is delivered to it.
         let device = try mobile.devices.ownedDevice(try body.optionalString("device_id", maxLength: 128).map(SchemaWhitespace.trim), subject: caller.subject)
@@ -96,7 +92,7 @@ public struct TriggersAPI: Sendable {
             throw APIError.conflict("agent is already running", code: "already_running")
         }
         if let wait = try cooldowns.claim(agentID: agentID, deviceID: device.id, cooldown: location.cooldown, now: clock.now()) {
-            return .json(["ok": true, "ignored": true, "reason": "cooldown", "retry_after": .string(Self.goDuration(seconds: Int(wait)))], status: 202)
+            return .json(Ignored(reason: "cooldown", retryAfter: Self.goDuration(seconds: Int(wait))), status: 202)
         }
         var input: [String: JSONValue] = ["event": .string(event.rawValue), "region_name": .string(region), "device_id": .string(device.id)]
         if let latitude { input["latitude"] = .number(latitude) }
@@ -132,7 +128,7 @@ public struct TriggersAPI: Sendable {
         let destination = hook.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
         do {
             let started = try await runs.start(agentID: agent.id, input: input, trigger: "webhook", destination: destination)
-            return .json(["ok": true, "run_id": .string(started.runID), "session_id": .string(started.sessionID), "agent_id": .string(agent.id)], status: 202)
+            return GatewayAPI.startedAnswer(started)
         } catch {
             throw APIError.runRefused(error)
         }
@@ -167,8 +163,63 @@ public struct TriggersAPI: Sendable {
         let destination = agent.webhook?.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
         return try await runs.runToEnd(agentID: agentID, input: text, trigger: "webhook", destination: destination, subject: caller.subject) { record in
             let reply = record.reply ?? ""
-            return .json(["reply": .string(reply), "parts": [["type": "text", "text": .string(reply)]], "session_id": .string(record.sessionID),
-                          "thread_id": "", "user_id": .string(caller.subject), "run_id": .string(record.id)])
+            return .json(WebhookReply(reply: reply, parts: [AssistantAPI.TextPart(text: reply)], sessionID: record.sessionID, userID: caller.subject,
+                                      runID: record.id))
         }.response
+    }
+}
+
+// MARK: Answers, in the original's field names
+
+extension TriggersAPI {
+    /// One region the phone watches.
+    struct Region: Encodable {
+        var agentID, agentName, name: String
+        var latitude, longitude, radiusM: Double
+        var on, cooldown: String
+        /// The phones it is bound to, comma-separated; left out when any phone may fire it.
+        var device: String?
+
+        enum CodingKeys: String, CodingKey {
+            case name, latitude, longitude, on, cooldown, device
+            case agentID = "agent_id", agentName = "agent_name", radiusM = "radius_m"
+        }
+    }
+
+    struct Regions: Encodable {
+        var triggers: [Region]
+        var maxRegions: Int
+
+        enum CodingKeys: String, CodingKey {
+            case triggers
+            case maxRegions = "max_regions"
+        }
+    }
+
+    /// A fire that ran nothing: the wrong event, or a cooldown (`retry_after` as Go prints a duration).
+    struct Ignored: Encodable {
+        var ok = true
+        var ignored = true
+        var reason: String
+        var retryAfter: String?
+
+        enum CodingKeys: String, CodingKey {
+            case ok, ignored, reason
+            case retryAfter = "retry_after"
+        }
+    }
+
+    /// The original's webhook-agent reply.
+    struct WebhookReply: Encodable {
+        var reply: String
+        var parts: [AssistantAPI.TextPart]
+        var sessionID: String
+        var threadID = ""
+        var userID, runID: String
+
+        enum CodingKeys: String, CodingKey {
+            case reply, parts
+            case sessionID = "session_id", threadID = "thread_id", userID = "user_id", runID = "run_id"
+        }
     }
 }
