@@ -235,6 +235,11 @@ public enum JSONCoding {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return encoder
     }
+
+    /// A typed value as compact JSON text (a tool's result for a model).
+    public static func text(_ value: some Encodable) throws -> String {
+        String(decoding: try encoder.encode(value), as: UTF8.self)
+    }
 }
 
 /// A moment in a typed answer, written as every route writes one (`JSONValue.timestamp`): ISO 8601 in UTC with

@@ -27,12 +27,6 @@ public struct DeviceCommandsAPI: Sendable {
         ]
     }
 
-    /// The first protocol's view of a node command: `state` and `waits_for_submit` as it had them.
-    static func json(_ c: DeviceNodes.Command) -> JSONValue {
-        ["id": .string(c.id), "device_id": .string(c.deviceID), "command": .string(c.command), "params": c.params,
-         "state": .string(c.status), "waits_for_submit": .bool((try? CanvasCard(c.params))?.waitsForSubmit ?? false), "expires_at": .timestamp(c.expiresAt)]
-    }
-
     @Sendable func invoke(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try JSONObject(body: request.body)
         let command = try body.string("command")
@@ -51,7 +45,7 @@ public struct DeviceCommandsAPI: Sendable {
         guard try body.optionalBool("wait") ?? true else {
             // Not waiting: the queued command is the answer, committed with it.
             return try await store.database.answer { _ in
-                .json(Self.json(try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)), status: 202)
+                .json(CommandView(try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)), status: 202)
             }
         }
         // Waiting: the answer is the phone's, known only later; a retry after a crash waits for it again (`resumer`).
@@ -76,22 +70,21 @@ public struct DeviceCommandsAPI: Sendable {
     static func settledAnswer(_ done: DeviceNodes.Command) -> HTTPResponse {
         switch done.status {
         case "completed":
-            guard case .object(var result)? = done.result else { return .json(["command_id": .string(done.id), "presented": true]) }
+            // The phone's own answer (free-form: presented, submitted, answers…), with the command's id.
+            guard case .object(var result)? = done.result else { return .json(Outcome(commandID: done.id, presented: true, submitted: nil)) }
             result["command_id"] = .string(done.id)
             return .json(.object(result))
         case "expired":
-            return .json(["command_id": .string(done.id), "presented": false, "submitted": false, "expired": true])
+            return .json(Outcome(commandID: done.id, expired: true))
         default:
-            var answer: [String: JSONValue] = ["command_id": .string(done.id), "presented": false, "submitted": false, "status": .string(done.status)]
-            if let error = done.error { answer["error"] = .string(error) }
-            return .json(.object(answer))
+            return .json(Outcome(commandID: done.id, status: done.status, error: done.error))
         }
     }
 
     @Sendable func pending(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let device = try store.devices.ownedDevice(request.query["device_id"], subject: caller.subject)
-        guard try nodes.node(deviceID: device.id, subject: caller.subject) != nil else { return .json(["commands": []]) }
-        return .json(["commands": .array(try nodes.pending(deviceID: device.id, subject: caller.subject).map(Self.json))])
+        guard try nodes.node(deviceID: device.id, subject: caller.subject) != nil else { return .json(["commands": [CommandView]()]) }
+        return .json(["commands": try nodes.pending(deviceID: device.id, subject: caller.subject).map(CommandView.init)])
     }
 
     /// The answer claims the command and settles it as completed, in one step of the node protocol's rules.
@@ -112,7 +105,7 @@ public struct DeviceCommandsAPI: Sendable {
                   let settled = try? nodes.finish(id: existing.id, deviceID: device.id, subject: caller.subject, status: "completed", result: result, error: nil) else {
                 throw APIError.conflict("this command is already \(current.status); the first answer stands", code: "command_\(current.status)")
             }
-            return .json(["ok": true, "command_id": .string(settled.id), "state": .string(settled.status)])
+            return .json(Accepted(commandID: settled.id, state: settled.status))
         }
     }
 
@@ -154,5 +147,57 @@ public struct DeviceCommandsAPI: Sendable {
         }
         if !card.checklists.isEmpty || !checklists.isEmpty { result["checklists"] = .object(checklists) }
         return .object(result)
+    }
+}
+
+// MARK: Answers, in the first protocol's field names
+
+extension DeviceCommandsAPI {
+    /// The first protocol's view of a node command: `state` and `waits_for_submit` as it had them.
+    struct CommandView: Encodable {
+        var id, deviceID, command, state: String
+        var params: JSONValue
+        var waitsForSubmit: Bool
+        var expiresAt: Timestamp
+
+        init(_ c: DeviceNodes.Command) {
+            id = c.id
+            deviceID = c.deviceID
+            command = c.command
+            params = c.params
+            state = c.status
+            waitsForSubmit = (try? CanvasCard(c.params))?.waitsForSubmit ?? false
+            expiresAt = Timestamp(c.expiresAt)
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, command, params, state
+            case deviceID = "device_id", waitsForSubmit = "waits_for_submit", expiresAt = "expires_at"
+        }
+    }
+
+    /// What became of a waited-for command when the phone gave no answer of its own.
+    struct Outcome: Encodable {
+        var commandID: String
+        var presented = false
+        var submitted: Bool? = false
+        var expired: Bool?
+        var status: String?
+        var error: String?
+
+        enum CodingKeys: String, CodingKey {
+            case presented, submitted, expired, status, error
+            case commandID = "command_id"
+        }
+    }
+
+    struct Accepted: Encodable {
+        var ok = true
+        var commandID, state: String
+
+        enum CodingKeys: String, CodingKey {
+            case ok, state
+            case commandID = "command_id"
+        }
     }
 }

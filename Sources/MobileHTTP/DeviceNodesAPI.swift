@@ -60,18 +60,16 @@ public struct DeviceNodesAPI: Sendable {
             capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
         return try await nodes.store.database.answer { _ in
             let registered = try nodes.register(node)
-            return .json(["registered": true, "device_id": .string(registered.deviceID), "poll_interval_seconds": .number(Double(DeviceNodes.pollIntervalSeconds)),
-                          "foreground_only": true], status: 201)
+            return .json(Registered(deviceID: registered.deviceID, pollIntervalSeconds: DeviceNodes.pollIntervalSeconds), status: 201)
         }
     }
 
     @Sendable func list(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return .json(["nodes": .array(try nodes.nodes(subject: caller.subject).map(DeviceNodes.json)),
-                      "supported_commands": .array(DeviceNodes.commands.map(JSONValue.string))])
+        return .json(NodeList(nodes: try nodes.nodes(subject: caller.subject).map(DeviceNodes.NodeView.init), supportedCommands: DeviceNodes.commands))
     }
 
     @Sendable func pending(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return .json(["commands": .array(try nodes.pending(deviceID: request.parameter("device"), subject: caller.subject).map(DeviceNodes.json))])
+        return .json(["commands": try nodes.pending(deviceID: request.parameter("device"), subject: caller.subject).map(DeviceNodes.CommandView.init)])
     }
 
     /// `POST …/nodes/:device/commands`: a command for a node (its id is the Idempotency-Key, else `id`).
@@ -101,17 +99,17 @@ public struct DeviceNodesAPI: Sendable {
         }
         return try await nodes.store.database.answer { _ in
             let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
-            return .json(DeviceNodes.json(queued), status: 201)
+            return .json(DeviceNodes.CommandView(queued), status: 201)
         }
     }
 
     @Sendable func get(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return .json(DeviceNodes.json(try nodes.command(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+        return .json(DeviceNodes.CommandView(try nodes.command(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
     }
 
     @Sendable func claim(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         return try await nodes.store.database.answer { _ in
-            .json(DeviceNodes.json(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+            .json(DeviceNodes.CommandView(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
         }
     }
 
@@ -126,7 +124,7 @@ public struct DeviceNodesAPI: Sendable {
         let outcome = try request.decode(CommandOutcome.self)
         let (status, error, result) = (try outcome.status.limited(to: 16, field: "status"), outcome.error, outcome.result)
         return try await nodes.store.database.answer { _ in
-            .json(DeviceNodes.json(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
+            .json(DeviceNodes.CommandView(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
                                                    status: status, result: result, error: error)))
         }
     }
@@ -140,6 +138,32 @@ extension NodeError: HTTPResponseError {
         case .conflict: APIError(status: 409, code: "conflict", message: description)
         case .invalid(_, let field): APIError(status: 400, code: "invalid_field", message: description, field: field)
         case .queueFull: APIError(status: 409, code: "queue_full", message: description)
+        }
+    }
+}
+
+// MARK: Answers, in the original's field names
+
+extension DeviceNodesAPI {
+    struct Registered: Encodable {
+        var registered = true
+        var deviceID: String
+        var pollIntervalSeconds: Int
+        var foregroundOnly = true
+
+        enum CodingKeys: String, CodingKey {
+            case registered
+            case deviceID = "device_id", pollIntervalSeconds = "poll_interval_seconds", foregroundOnly = "foreground_only"
+        }
+    }
+
+    struct NodeList: Encodable {
+        var nodes: [DeviceNodes.NodeView]
+        var supportedCommands: [String]
+
+        enum CodingKeys: String, CodingKey {
+            case nodes
+            case supportedCommands = "supported_commands"
         }
     }
 }

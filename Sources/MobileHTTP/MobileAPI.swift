@@ -44,13 +44,12 @@ public struct MobileAPI: Sendable {
                 throw APIError(status: 403, code: "device_owned_by_another_user", message: "device is registered to another user", field: "id")
             }
             // 201 for a new and an updated device alike, as the original answers; `created` tells them apart.
-            return .json(.object(["registered": .bool(true), "device_id": .string(registration.id), "created": .bool(created)]), status: 201)
+            return .json(DeviceRegistered(deviceID: registration.id, created: created), status: 201)
         }
     }
 
     @Sendable func listDevices(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let devices = try store.devices.list(subject: caller.subject).map(Self.json)
-        return .json(.object(["devices": .array(devices)]))
+        return .json(["devices": try store.devices.list(subject: caller.subject).map(DeviceView.init)])
     }
 
     @Sendable func deleteDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
@@ -135,7 +134,7 @@ public struct MobileAPI: Sendable {
             guard try store.markRead(deliveryID: request.parameter("id"), deviceID: deviceID, subject: caller.subject) else {
                 throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
             }
-            return .json(.object(["read": .bool(true)]))
+            return .json(["read": true])
         }
     }
 
@@ -164,10 +163,7 @@ public struct MobileAPI: Sendable {
         return try await store.database.answer { _ in
             let stored = try store.insertDelivery(output, destination: destination)
             if stored.wakeUps > 0, let dispatcher { store.database.afterCommit { dispatcher.poke() } }
-            return .json(.object([
-                "delivered": .bool(true), "delivery_id": .string(stored.id),
-                "destination": .string(to), "recipients": .number(Double(stored.recipients.count)),
-            ]), status: 201)
+            return .json(TestDelivered(deliveryID: stored.id, destination: to, recipients: stored.recipients.count), status: 201)
         }
     }
 
@@ -215,27 +211,9 @@ public struct MobileAPI: Sendable {
         guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
         return try await store.database.answer { _ in
             try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
-            return .json(["registered": true, "run_key": .string(LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID)),
-                          "device_id": .string(device.id), "session_id": .string(sessionID)], status: 201)
+            return .json(ActivityRegistered(runKey: LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID), deviceID: device.id,
+                                            sessionID: sessionID), status: 201)
         }
-    }
-
-    // MARK: JSON shapes
-
-    static func json(_ device: Device) -> JSONValue {
-        .object([
-            "id": .string(device.id),
-            "name": .string(device.name),
-            "platform": .string(device.platform.rawValue),
-            "bundle_id": .string(device.bundleID),
-            "push_environment": device.pushEnvironment.map { .string($0.rawValue) } ?? .null,
-            "has_push_token": .bool(device.pushToken != nil),
-            "notifications_enabled": .bool(device.notificationsEnabled),
-            "live_activities": .bool(device.liveStartToken != nil),
-            "capabilities": .array(device.capabilities.sorted().map(JSONValue.string)),
-            "created_at": .timestamp(device.createdAt),
-            "updated_at": .timestamp(device.updatedAt),
-        ])
     }
 }
 
@@ -245,6 +223,72 @@ extension DeviceError: HTTPResponseError {
         switch self {
         case .missing(let field): APIError.missingField(field)
         case .notYours(_, let field): APIError(status: 403, code: "unknown_device", message: description, field: field)
+        }
+    }
+}
+
+// MARK: Answers, in the original's field names
+
+extension MobileAPI {
+    /// A registered phone as its person sees it (never its push token).
+    struct DeviceView: Encodable {
+        var id, name, platform, bundleID: String
+        var pushEnvironment: Nullable<String>
+        var hasPushToken, notificationsEnabled, liveActivities: Bool
+        var capabilities: [String]
+        var createdAt, updatedAt: Timestamp
+
+        init(_ device: Device) {
+            id = device.id
+            name = device.name
+            platform = device.platform.rawValue
+            bundleID = device.bundleID
+            pushEnvironment = Nullable(device.pushEnvironment?.rawValue)
+            hasPushToken = device.pushToken != nil
+            notificationsEnabled = device.notificationsEnabled
+            liveActivities = device.liveStartToken != nil
+            capabilities = device.capabilities.sorted()
+            createdAt = Timestamp(device.createdAt)
+            updatedAt = Timestamp(device.updatedAt)
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, name, platform, capabilities
+            case bundleID = "bundle_id", pushEnvironment = "push_environment", hasPushToken = "has_push_token"
+            case notificationsEnabled = "notifications_enabled", liveActivities = "live_activities", createdAt = "created_at", updatedAt = "updated_at"
+        }
+    }
+
+    /// 201 for a new and an updated device alike, as the original answers; `created` tells them apart.
+    struct DeviceRegistered: Encodable {
+        var registered = true
+        var deviceID: String
+        var created: Bool
+
+        enum CodingKeys: String, CodingKey {
+            case registered, created
+            case deviceID = "device_id"
+        }
+    }
+
+    struct TestDelivered: Encodable {
+        var delivered = true
+        var deliveryID, destination: String
+        var recipients: Int
+
+        enum CodingKeys: String, CodingKey {
+            case delivered, destination, recipients
+            case deliveryID = "delivery_id"
+        }
+    }
+
+    struct ActivityRegistered: Encodable {
+        var registered = true
+        var runKey, deviceID, sessionID: String
+
+        enum CodingKeys: String, CodingKey {
+            case registered
+            case runKey = "run_key", deviceID = "device_id", sessionID = "session_id"
         }
     }
 }

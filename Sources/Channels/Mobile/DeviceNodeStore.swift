@@ -272,23 +272,6 @@ public final class DeviceNodes: Sendable {
             try await Task.sleep(for: .milliseconds(500))
         }
     }
-
-    // MARK: JSON
-
-    public static func json(_ n: Node) -> JSONValue {
-        ["device_id": .string(n.deviceID), "name": .string(n.name), "platform": .string(n.platform), "model": .string(n.model),
-         "os_version": .string(n.osVersion), "app_version": .string(n.appVersion), "capabilities": .array(n.capabilities.map(JSONValue.string)),
-         "permissions": .object(n.permissions.mapValues(JSONValue.string)), "foreground_only": true, "updated_at": .timestamp(n.updatedAt)]
-    }
-
-    public static func json(_ c: Command) -> JSONValue {
-        var object: [String: JSONValue] = ["id": .string(c.id), "device_id": .string(c.deviceID), "command": .string(c.command), "params": c.params,
-                                           "status": .string(c.status), "created_at": .timestamp(c.createdAt), "expires_at": .timestamp(c.expiresAt)]
-        if let result = c.result { object["result"] = result }
-        if let error = c.error { object["error"] = .string(error) }
-        if let completed = c.completedAt { object["completed_at"] = .timestamp(completed) }
-        return .object(object)
-    }
 }
 
 /// What the node store refuses, in the original's words (the HTTP layer maps each to its status: DeviceNodesAPI).

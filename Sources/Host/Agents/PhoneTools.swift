@@ -25,7 +25,7 @@ public enum PhoneTools {
         }
 
         func call(_ arguments: JSONValue, run: ToolRunContext) async -> String {
-            do { return JSONValue.array(try nodes.nodes(subject: run.subject).map(DeviceNodes.json)).serialized() } catch { return PhoneTools.failure(error) }
+            do { return try JSONCoding.text(nodes.nodes(subject: run.subject).map(DeviceNodes.NodeView.init)) } catch { return PhoneTools.failure(error) }
         }
     }
 
@@ -54,7 +54,7 @@ public enum PhoneTools {
             do {
                 let queued = try nodes.enqueue(deviceID: deviceID, subject: run.subject, id: nil, command: command,
                                                params: arguments["params"] ?? .object([:]), expiresAt: clock.now().addingTimeInterval(expiresIn))
-                return DeviceNodes.json(queued).serialized()
+                return try JSONCoding.text(DeviceNodes.CommandView(queued))
             } catch {
                 return PhoneTools.failure(error)
             }
@@ -80,7 +80,7 @@ public enum PhoneTools {
             }
             let wait = min(max(Int(arguments["wait_seconds"]?.numberValue ?? 0), 0), 25)
             do {
-                return DeviceNodes.json(try await nodes.waitForOutcome(id: commandID, deviceID: deviceID, subject: run.subject, wait: .seconds(wait))).serialized()
+                return try JSONCoding.text(DeviceNodes.CommandView(try await nodes.waitForOutcome(id: commandID, deviceID: deviceID, subject: run.subject, wait: .seconds(wait))))
             } catch {
                 return PhoneTools.failure(error)
             }
