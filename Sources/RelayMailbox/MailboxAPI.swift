@@ -22,7 +22,7 @@ public struct MailboxAPI: Sendable {
     public var router: Router {
         var router = Router()
         let base = "/v1/mailboxes/:mb"
-        router.add(.GET, "/health", access: .open) { _ in .json(["ok": true, "service": "soulacy-relay"]) }
+        router.add(.GET, "/health", access: .open) { _ in .json(Health()) }
         router.add(.POST, "/v1/mailboxes", access: .open, handler: createMailbox)
         router.add(.PUT, "\(base)/devices/:dev", access: .open, handler: putDevice)
         router.add(.DELETE, "\(base)/devices/:dev", access: .open, handler: deleteDevice)
@@ -116,7 +116,7 @@ public struct MailboxAPI: Sendable {
     @Sendable func createMailbox(_ request: HTTPRequest) async throws -> HTTPResponse {
         let body = try request.decode(SecretHash.self)
         let id = try store.createMailbox(secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"))
-        return .json(["mailbox_id": .string(id)], status: 201)
+        return .json(["mailbox_id": id], status: 201)
     }
 
     @Sendable func putDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -136,7 +136,7 @@ public struct MailboxAPI: Sendable {
         let mailbox = try requireGateway(request)
         let device = request.parameter("dev")
         guard store.carriageOn(mailbox: mailbox, device: device) else {
-            return .json(["stored": false, "reason": "carriage off"])
+            return .json(Stored(stored: false, reason: "carriage off"))
         }
         let body = try request.decode(Item.self)
         let ciphertext = body.ciphertext
@@ -145,16 +145,16 @@ public struct MailboxAPI: Sendable {
         let seq = try body.seq.wholeNumber(in: Self.sequenceRange, field: "seq").map(Int64.init)
         let tooLarge = ciphertext.utf8.count > maximumItemBytes
         let n = try store.appendItem(mailbox: mailbox, device: device, ciphertext: tooLarge ? nil : ciphertext, tooLarge: tooLarge, kind: kind, seq: seq)
-        return .json(["stored": true, "n": .number(Double(n)), "too_large": .bool(tooLarge)], status: 201)
+        return .json(Stored(stored: true, n: n, tooLarge: tooLarge), status: 201)
     }
 
     @Sendable func items(_ request: HTTPRequest) async throws -> HTTPResponse {
         let (mailbox, device) = try requirePhone(request)
         guard let after = Int64(request.query["after"] ?? "0"), after >= 0 else { throw APIError.invalidField("after", "must be a sequence number") }
-        let list = try store.items(mailbox: mailbox, device: device, after: after).map { item -> JSONValue in
-            item.tooLarge ? ["n": .number(Double(item.n)), "too_large": true] : ["n": .number(Double(item.n)), "ciphertext": .string(item.ciphertext ?? "")]
+        let list = try store.items(mailbox: mailbox, device: device, after: after).map { item in
+            item.tooLarge ? ItemView(n: item.n, tooLarge: true) : ItemView(n: item.n, ciphertext: item.ciphertext ?? "")
         }
-        return .json(["items": .array(list), "inbox_online": .bool(store.isOnline(mailbox: mailbox))])
+        return .json(ItemPage(items: list, inboxOnline: store.isOnline(mailbox: mailbox)))
     }
 
     @Sendable func ack(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -187,7 +187,7 @@ public struct MailboxAPI: Sendable {
             throw APIError(status: 413, code: "too_large", message: "ciphertext: commands are at most \(maximumItemBytes) bytes", field: "ciphertext")
         }
         let queued = try store.holdCommand(mailbox: mailbox, device: device, id: id, ciphertext: ciphertext)
-        return .json(["queued": .bool(queued), "inbox_online": .bool(store.isOnline(mailbox: mailbox))], status: queued ? 202 : 200)
+        return .json(Queued(queued: queued, inboxOnline: store.isOnline(mailbox: mailbox)), status: queued ? 202 : 200)
     }
 
     @Sendable func carriage(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -218,31 +218,95 @@ public struct MailboxAPI: Sendable {
         let device = try body.deviceID.limited(to: 200, field: "device_id")
         let collapse = try body.collapseID.limited(to: 64, field: "collapse_id")
         let ciphertext = body.ciphertext
-        guard store.carriageOn(mailbox: mailbox, device: device) else { return .json(["sent": false, "reason": "carriage off"]) }
-        guard let push else { return .json(["sent": false, "reason": "no push service on this relay"]) }
-        guard let apns = try store.apns(mailbox: mailbox, device: device) else { return .json(["sent": false, "reason": "no APNs token for this phone"]) }
+        guard store.carriageOn(mailbox: mailbox, device: device) else { return .json(Sent(sent: false, reason: "carriage off")) }
+        guard let push else { return .json(Sent(sent: false, reason: "no push service on this relay")) }
+        guard let apns = try store.apns(mailbox: mailbox, device: device) else { return .json(Sent(sent: false, reason: "no APNs token for this phone")) }
         let target = WakeTarget(deviceID: device, platform: .ios, pushToken: apns.token,
                                 environment: apns.environment == "development" ? .development : .production, bundleID: "dev.soulacy.ios")
         var signal = WakeSignal(category: .delivery, title: "Soulacy", body: "New in your Inbox", deepLink: "soulacy://inbox", threadID: "relay", collapseID: collapse)
         if let ciphertext, ciphertext.utf8.count <= 3000 { signal.extra["sealed"] = ciphertext }
         switch await push.send(signal, to: target) {
-        case .delivered: return .json(["sent": true], status: 202)
-        case .tokenRejected(let reason): return .json(["sent": false, "reason": .string(reason)])
-        case .retry(_, let reason), .failed(let reason): return .json(["sent": false, "reason": .string(reason)], status: 502)
+        case .delivered: return .json(Sent(sent: true), status: 202)
+        case .tokenRejected(let reason): return .json(Sent(sent: false, reason: reason))
+        case .retry(_, let reason), .failed(let reason): return .json(Sent(sent: false, reason: reason), status: 502)
         }
     }
 
     @Sendable func heldCommands(_ request: HTTPRequest) async throws -> HTTPResponse {
         let mailbox = try requireGateway(request)
         try store.touch(mailbox: mailbox)
-        let list = try store.heldCommands(mailbox: mailbox).map { c -> JSONValue in
-            ["device_id": .string(c.device), "id": .string(c.id), "ciphertext": .string(c.ciphertext)]
-        }
-        return .json(["commands": .array(list)])
+        return .json(["commands": try store.heldCommands(mailbox: mailbox).map { HeldView(deviceID: $0.device, id: $0.id, ciphertext: $0.ciphertext) }])
     }
 
     @Sendable func applied(_ request: HTTPRequest) async throws -> HTTPResponse {
         try store.applied(mailbox: try requireGateway(request), device: request.parameter("dev"), id: request.parameter("id"))
         return .noContent
+    }
+}
+
+// MARK: Answers
+
+extension MailboxAPI {
+    struct Health: Encodable {
+        var ok = true
+        var service = "soulacy-relay"
+    }
+
+    /// An item posted for a phone: its number, or why nothing was stored.
+    struct Stored: Encodable {
+        var stored: Bool
+        var n: Int64?
+        var tooLarge: Bool?
+        var reason: String?
+
+        enum CodingKeys: String, CodingKey {
+            case stored, n, reason
+            case tooLarge = "too_large"
+        }
+    }
+
+    /// One item: its ciphertext, or a marker that it was too large to hold (the phone reads it directly).
+    struct ItemView: Encodable {
+        var n: Int64
+        var tooLarge: Bool?
+        var ciphertext: String?
+
+        enum CodingKeys: String, CodingKey {
+            case n, ciphertext
+            case tooLarge = "too_large"
+        }
+    }
+
+    struct ItemPage: Encodable {
+        var items: [ItemView]
+        var inboxOnline: Bool
+
+        enum CodingKeys: String, CodingKey {
+            case items
+            case inboxOnline = "inbox_online"
+        }
+    }
+
+    struct Queued: Encodable {
+        var queued, inboxOnline: Bool
+
+        enum CodingKeys: String, CodingKey {
+            case queued
+            case inboxOnline = "inbox_online"
+        }
+    }
+
+    struct Sent: Encodable {
+        var sent: Bool
+        var reason: String?
+    }
+
+    struct HeldView: Encodable {
+        var deviceID, id, ciphertext: String
+
+        enum CodingKeys: String, CodingKey {
+            case id, ciphertext
+            case deviceID = "device_id"
+        }
     }
 }
