@@ -22,11 +22,12 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { "\(status) \(code): \(message)" }
 
     public var response: HTTPResponse {
-        var body: [String: JSONValue] = details.mapValues(JSONValue.string)
-        body["error"] = .string(message)
-        body["code"] = .string(code)
-        if let field { body["field"] = .string(field) }
-        var response = HTTPResponse.json(.object(body), status: status)
+        // Every key is a string: the original's `error`, this gateway's `code` and `field`, and the details.
+        var body = details
+        body["error"] = message
+        body["code"] = code
+        if let field { body["field"] = field }
+        var response = HTTPResponse.json(body, status: status)
         for (name, value) in extraHeaders.sorted(by: { $0.key < $1.key }) { response.headers.append((name, value)) }
         return response
     }

@@ -73,7 +73,8 @@ public struct DeviceCommandsAPI: Sendable {
             // The phone's own answer (free-form: presented, submitted, answers…), with the command's id.
             guard case .object(var result)? = done.result else { return .json(Outcome(commandID: done.id, presented: true, submitted: nil)) }
             result["command_id"] = .string(done.id)
-            return .json(.object(result))
+            let phoneAnswer = JSONValue.object(result)
+            return .json(phoneAnswer)
         case "expired":
             return .json(Outcome(commandID: done.id, expired: true))
         default:

@@ -111,10 +111,7 @@ public struct MobileAPI: Sendable {
         }
         // How each of the caller's phones was woken for this line (never other people's).
         let own = Set(try store.devices.list(subject: caller.subject).map(\.id))
-        let wakeUps = try store.outbox.entries(deliveryID: delivery.id).filter { own.contains($0.deviceID) }.map { entry -> JSONValue in
-            .object(["device_id": .string(entry.deviceID), "state": .string(entry.state.rawValue), "attempts": .number(Double(entry.attempts)),
-                     "transport": entry.transport.map(JSONValue.string) ?? .null, "outcome": entry.outcome.map(JSONValue.string) ?? .null])
-        }
+        let wakeUps = try store.outbox.entries(deliveryID: delivery.id).filter { own.contains($0.deviceID) }.map(DeliveryView.WithWakeUps.WakeUp.init)
         // The single line as the original sends it (no presentation), plus how each of the caller's phones was woken.
         return .json(DeliveryView.WithWakeUps(view: DeliveryView(delivery), wakeUps: wakeUps))
     }

@@ -64,6 +64,24 @@ struct TargetGraphTests {
         }
     }
 
+    @Test("route files answer with Encodable types through the one encoder, never with JSON literals built by hand")
+    func typedAnswers() throws {
+        let root = RepositoryPaths.root + "/Sources"
+        let routeFiles = (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? [])
+            .filter { $0.hasSuffix("API.swift") && ["Host/GatewayHTTP/", "MobileHTTP/", "RelayMailbox/"].contains(where: $0.hasPrefix) }
+        #expect(routeFiles.count >= 10, "the route files were read: \(routeFiles)")
+        // `.json(.object([...]))`, or `.json([...])` with JSONValue members: an answer assembled by hand.
+        let literal = /\.json\((\.object\(|\[[^\]]*:\s*\.(string|number|bool|array|object|timestamp)\()/
+        var offenders: [String] = []
+        for file in routeFiles {
+            let text = try String(contentsOfFile: root + "/" + file, encoding: .utf8)
+            for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() where line.contains(literal) {
+                offenders.append("\(file):\(index + 1)")
+            }
+        }
+        #expect(offenders.isEmpty, "answers built as JSON literals: \(offenders)")
+    }
+
     @Test("SQL appears only in *Store.swift and *Schema.swift files (and the SQLite wrapper itself)")
     func sqlOnlyInStores() throws {
         let root = RepositoryPaths.root + "/Sources"

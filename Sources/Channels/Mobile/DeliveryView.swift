@@ -58,10 +58,30 @@ public struct DeliveryView: Sendable, Encodable {
 
     /// The single line's answer: the view's keys and `wake_ups` beside them, in one object.
     public struct WithWakeUps: Encodable, Sendable {
-        let view: DeliveryView
-        let wakeUps: [JSONValue]
+        /// How one phone was woken for the line: the outbox row's state, tries, transport and last outcome.
+        public struct WakeUp: Encodable, Sendable {
+            var deviceID, state: String
+            var attempts: Int
+            var transport, outcome: Nullable<String>
 
-        public init(view: DeliveryView, wakeUps: [JSONValue]) {
+            public init(_ entry: OutboxEntry) {
+                deviceID = entry.deviceID
+                state = entry.state.rawValue
+                attempts = entry.attempts
+                transport = Nullable(entry.transport)
+                outcome = Nullable(entry.outcome)
+            }
+
+            enum CodingKeys: String, CodingKey {
+                case state, attempts, transport, outcome
+                case deviceID = "device_id"
+            }
+        }
+
+        let view: DeliveryView
+        let wakeUps: [WakeUp]
+
+        public init(view: DeliveryView, wakeUps: [WakeUp]) {
             self.view = view
             self.wakeUps = wakeUps
         }

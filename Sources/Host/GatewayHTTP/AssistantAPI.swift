@@ -98,14 +98,13 @@ public struct AssistantAPI: Sendable {
         let history = sessions.history(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID)
         // The run is announced first, before any piece of its reply can be written.
         let runID = AgentRuns.newRunID()
-        stream.write(Self.frame(event: "run", JSONValue.object(["run_id": .string(runID), "session_id": .string(ask.sessionID)]).serialized()))
+        stream.write(Self.frame(event: "run", (try? JSONCoding.text(RunFrame(runID: runID, sessionID: ask.sessionID))) ?? "{}"))
         var context = ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice, onText: { piece in
             streamed.withLock { $0 = true }
             stream.write(Self.frame(piece))
         }, onToolConfirm: { callID, call in
-            let confirm: JSONValue = ["call_id": .string(callID), "tool": .string(call.name), "args": call.arguments,
-                                      "reason": .string("\(ask.agentID) wants to run \(call.name)")]
-            stream.write(Self.frame(event: "tool_confirm", confirm.serialized()))
+            let confirm = ToolConfirmFrame(callID: callID, tool: call.name, args: call.arguments, reason: "\(ask.agentID) wants to run \(call.name)")
+            stream.write(Self.frame(event: "tool_confirm", (try? JSONCoding.text(confirm)) ?? "{}"))
         })
         context.runID = runID
         let started: StartedRun
@@ -178,5 +177,26 @@ extension AssistantAPI {
 
     struct ChatAgent: Encodable {
         var id, name: String
+    }
+
+    /// `/chat/stream`'s first frame (`event: run`).
+    struct RunFrame: Encodable {
+        var runID, sessionID: String
+
+        enum CodingKeys: String, CodingKey {
+            case runID = "run_id", sessionID = "session_id"
+        }
+    }
+
+    /// `event: tool_confirm`: a tool waits for a decision (on the approvals broker).
+    struct ToolConfirmFrame: Encodable {
+        var callID, tool: String
+        var args: JSONValue
+        var reason: String
+
+        enum CodingKeys: String, CodingKey {
+            case tool, args, reason
+            case callID = "call_id"
+        }
     }
 }

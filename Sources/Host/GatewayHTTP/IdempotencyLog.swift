@@ -109,11 +109,9 @@ public final class IdempotencyLog: Sendable {
             return resumed
         }
         guard status != Self.appliedWithoutAnswer else {
-            headers.append(("Content-Type", "application/json"))
-            return HTTPResponse(status: 200, headers: headers, body: JSONValue.object([
-                "applied": true, "answer_lost": true,
-                "message": "this intent was applied once already; its answer was lost when the gateway stopped, so it is not applied again",
-            ]).serializedBytes())
+            var answer = HTTPResponse.json(AnswerLost())
+            answer.headers.append(contentsOf: headers)
+            return answer
         }
         var body = stored.body
         if stored.sealed {
@@ -146,4 +144,18 @@ public final class IdempotencyLog: Sendable {
         return try? HKDF.deriveKey(secret: secret, salt: Array("soulacy idempotency v1".utf8), info: Array((scope + "\u{0}" + key).utf8))
     }
 
+}
+
+extension IdempotencyLog {
+    /// A retry of an intent applied once whose answer was lost with the process (a stream's, by nature).
+    struct AnswerLost: Encodable {
+        var applied = true
+        var answerLost = true
+        var message = "this intent was applied once already; its answer was lost when the gateway stopped, so it is not applied again"
+
+        enum CodingKeys: String, CodingKey {
+            case applied, message
+            case answerLost = "answer_lost"
+        }
+    }
 }
