@@ -26,22 +26,46 @@ public struct DeviceNodesAPI: Sendable {
         return nodes.routes
     }
 
-    static func text(_ body: JSONObject, _ key: String, max: Int) throws -> String {
-        guard let value = try body.optionalString(key) else { return "" }
+    /// `POST …/nodes/register`: the phone and what it offers. The lists are taken as JSON values, so a wrong entry is
+    /// refused in the original's words (`capabilities[2] is not one of …`), not the decoder's.
+    struct NodeRegistration: Decodable {
+        var deviceID: String?
+        var platform: String?
+        var name: String?
+        var model: String?
+        var osVersion: String?
+        var appVersion: String?
+        var capabilities: [JSONValue]?
+        var permissions: [String: JSONValue]?
+
+        enum CodingKeys: String, CodingKey {
+            case platform, name, model, capabilities, permissions
+            case deviceID = "device_id", osVersion = "os_version", appVersion = "app_version"
+        }
+    }
+
+    static func text(_ value: String?, _ key: String, max: Int) throws -> String {
+        guard let value else { return "" }
         guard value.utf8.count <= max else { throw NodeError.invalid("\(key) is too long", field: key) }
         return value
     }
 
     @Sendable func register(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         guard request.body.count <= 16384 else { throw NodeError.invalid("a node registration is at most 16384 bytes", field: nil) }
-        let body: JSONObject
-        do { body = try JSONObject(body: request.body) } catch { throw APIError(status: 400, code: "invalid_json", message: "invalid node registration") }
-        let deviceID = SchemaWhitespace.trim(try Self.text(body, "device_id", max: 128))
+        let body: NodeRegistration
+        do {
+            body = try request.decode(NodeRegistration.self)
+        } catch {
+            // Not a JSON object at all: the original's words. A wrong field keeps its own 400 naming it.
+            guard error.kind != .invalidJSON else { throw APIError(status: 400, code: "invalid_json", message: "invalid node registration") }
+            throw error
+        }
+        let deviceID = SchemaWhitespace.trim(try Self.text(body.deviceID, "device_id", max: 128))
         guard !deviceID.isEmpty else { throw NodeError.invalid("device_id is required", field: "device_id") }
-        let platform = try Self.text(body, "platform", max: 16).lowercased()
+        let platform = try Self.text(body.platform, "platform", max: 16).lowercased()
         guard ["", "ios", "watchos"].contains(platform) else { throw NodeError.invalid("platform must be ios or watchos", field: "platform") }
         var capabilities: [String] = []
-        let listed = try body.optionalArray("capabilities") ?? []
+        let listed = body.capabilities ?? []
         guard listed.count <= 32 else { throw NodeError.invalid("capabilities holds at most 32 names", field: "capabilities") }
         for (i, item) in listed.enumerated() {
             guard let name = item.stringValue, DeviceNodes.commands.contains(name) else {
@@ -50,14 +74,14 @@ public struct DeviceNodesAPI: Sendable {
             if !capabilities.contains(name) { capabilities.append(name) }
         }
         var permissions: [String: String] = [:]
-        for (key, value) in try body.optionalObject("permissions")?.fields ?? [:] {
+        for (key, value) in body.permissions ?? [:] {
             guard let text = value.stringValue else { throw NodeError.invalid("permissions.\(key) must be text", field: "permissions") }
             permissions[key] = text
         }
         let node = DeviceNodes.Node(
-            deviceID: deviceID, subject: caller.subject, name: try Self.text(body, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
-            model: try Self.text(body, "model", max: 200), osVersion: try Self.text(body, "os_version", max: 64), appVersion: try Self.text(body, "app_version", max: 64),
-            capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
+            deviceID: deviceID, subject: caller.subject, name: try Self.text(body.name, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
+            model: try Self.text(body.model, "model", max: 200), osVersion: try Self.text(body.osVersion, "os_version", max: 64),
+            appVersion: try Self.text(body.appVersion, "app_version", max: 64), capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
         return try await nodes.store.database.answer { _ in
             let registered = try nodes.register(node)
             return .json(Registered(deviceID: registered.deviceID, pollIntervalSeconds: DeviceNodes.pollIntervalSeconds), status: 201)

@@ -40,20 +40,37 @@ public struct ApprovalsAPI: Sendable {
         return routes
     }
 
+    /// `POST /api/v1/approvals`: a tool call to approve; `wait` (default true) answers with the decision.
+    struct AskRequest: Decodable {
+        var agentID: String
+        var tool: String
+        var callID: String?
+        var sessionID: String?
+        /// Any JSON: kept as the call's arguments and shown on the lock screen.
+        var arguments: JSONValue?
+        var timeoutSeconds: Double?
+        var wait: Bool?
+
+        enum CodingKeys: String, CodingKey {
+            case tool, arguments, wait
+            case agentID = "agent_id", callID = "call_id", sessionID = "session_id", timeoutSeconds = "timeout_seconds"
+        }
+    }
+
     @Sendable func ask(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let agentID = try body.string("agent_id", maxLength: 64)
+        let body = try request.decode(AskRequest.self)
+        let agentID = try body.agentID.limited(to: 64, field: "agent_id")
         // An unknown agent is a missing resource, as in the original (404 "agent not found").
         guard let agent = catalog.agent(id: agentID) else { throw APIError.notFound("agent_id: no agent '\(agentID)' in SOUL.yaml") }
-        let tool = try body.string("tool", maxLength: 200)
+        let tool = try body.tool.limited(to: 200, field: "tool")
         guard !tool.isEmpty else { throw APIError.invalidField("tool", "must not be empty") }
-        let callID = try body.optionalString("call_id", maxLength: 128)
+        let callID = try body.callID.limited(to: 128, field: "call_id")
         if callID?.isEmpty == true { throw APIError.invalidField("call_id", "must not be empty; leave it out to get one made") }
-        let sessionID = try body.optionalString("session_id", maxLength: 128) ?? ""
-        let arguments = body.fields["arguments"].map { $0.serialized() } ?? "{}"
+        let sessionID = try body.sessionID.limited(to: 128, field: "session_id") ?? ""
+        let arguments = body.arguments.map { $0.serialized() } ?? "{}"
         guard arguments.utf8.count <= 64 * 1024 else { throw APIError.invalidField("arguments", "must be at most 64 KiB of JSON") }
-        let timeout = try body.optionalInteger("timeout_seconds", in: 1...3600).map(TimeInterval.init)
-        let wait = try body.optionalBool("wait") ?? true
+        let timeout = try body.timeoutSeconds.wholeNumber(in: 1...3600, field: "timeout_seconds").map(TimeInterval.init)
+        let wait = body.wait ?? true
         // The lock screen the prompt lands on is the session's person's: only they (or their run) may ask in it.
         let activity: ActivityRun?
         if caller.keyID.hasPrefix("run:") {

@@ -34,6 +34,19 @@ public struct AssistantAPI: Sendable {
 
     /// The chat request as the original reads it: `agent_id` (optional here when only one agent answers chat) and
     /// `text`, `session_id` to continue a conversation, `response_mode` text or voice.
+    struct ChatBody: Decodable {
+        var text: String
+        var agentID: String?
+        var sessionID: String?
+        var responseMode: String?
+
+        enum CodingKeys: String, CodingKey {
+            case text
+            case agentID = "agent_id", sessionID = "session_id", responseMode = "response_mode"
+        }
+    }
+
+    /// A chat request, checked.
     struct ChatRequest {
         var agentID: String
         var text: String
@@ -44,13 +57,13 @@ public struct AssistantAPI: Sendable {
     func chatRequest(_ request: HTTPRequest) throws -> ChatRequest {
         // GET /chat/stream carries the same names in its query.
         let body = request.method == "GET"
-            ? try JSONObject(body: JSONValue.object(request.query.mapValues(JSONValue.string)).serializedBytes())
-            : try JSONObject(body: request.body)
+            ? try JSONValueDecoder().decode(ChatBody.self, from: .object(request.query.mapValues(JSONValue.string)))
+            : try request.decode(ChatBody.self)
         // A URL carries less than a body: GET /chat/stream takes at most 2,000 characters of text.
-        let text = try body.string("text", maxLength: request.method == "GET" ? 2000 : 100_000)
+        let text = try body.text.limited(to: request.method == "GET" ? 2000 : 100_000, field: "text")
         let visible = catalog.current.visibleAgents.filter(\.isOn)
         let agentID: String
-        if let id = try body.optionalString("agent_id", maxLength: 128), !id.isEmpty {
+        if let id = try body.agentID.limited(to: 128, field: "agent_id"), !id.isEmpty {
             agentID = id
         } else if visible.count == 1 {
             agentID = visible[0].id
@@ -59,9 +72,9 @@ public struct AssistantAPI: Sendable {
         }
         // An unknown agent is a missing resource, as in the original (404 "agent not found").
         guard visible.contains(where: { $0.id == agentID }) else { throw APIError.notFound("agent_id: no agent '\(agentID)'") }
-        let given = try body.optionalString("session_id", maxLength: 128).map(SchemaWhitespace.trim)
+        let given = try body.sessionID.limited(to: 128, field: "session_id").map(SchemaWhitespace.trim)
         let sessionID = given.flatMap { $0.isEmpty ? nil : $0 } ?? "http-" + UUID().uuidString.lowercased()
-        let mode = try body.optionalString("response_mode").map(SchemaWhitespace.trim)?.lowercased() ?? ""
+        let mode = body.responseMode.map(SchemaWhitespace.trim)?.lowercased() ?? ""
         guard ["", "text", "voice"].contains(mode) else { throw APIError.invalidField("response_mode", "response_mode must be text or voice") }
         return ChatRequest(agentID: agentID, text: text, sessionID: sessionID, voice: mode == "voice")
     }

@@ -61,17 +61,29 @@ public struct HouseholdAPI: Sendable {
 
     /// The original's `POST /pairing/tokens`: no body pairs the caller's own device (a viewer's as a viewer, anyone
     /// else's as an operator); `name` (admins only) pairs someone else, as operator unless `role` says viewer.
+    struct CodeRequest: Decodable {
+        var name: String?
+        var role: String?
+        var baseURL: String?
+
+        enum CodingKeys: String, CodingKey {
+            case name, role
+            case baseURL = "base_url"
+        }
+    }
+
     @Sendable func createCode(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body, allowEmpty: true)
+        // The whole body is read first, as the original decodes it: a wrong type anywhere is a 400 before any rule.
+        let body = try request.decode(CodeRequest.self, allowEmpty: true)
         return try await household.database.answer { _ in
             let offer: PairingOffer
             let displayName: String
-            if let rawName = try body.optionalString("name") {
+            if let rawName = body.name {
                 guard caller.role == .admin else { throw APIError.forbidden("only an admin can pair a phone for someone else") }
                 guard rawName.unicodeScalars.count <= 60 else { throw APIError.invalidField("name", "must be at most 60 characters") }
                 let name = SchemaWhitespace.trim(rawName)
                 guard !name.isEmpty else { throw APIError.invalidField("name", "must not be empty") }
-                let roleText = SchemaWhitespace.trim(try body.optionalString("role") ?? "").lowercased()
+                let roleText = SchemaWhitespace.trim(body.role ?? "").lowercased()
                 let role: Role
                 switch roleText {
                 case "", "operator": role = .operator
@@ -85,12 +97,12 @@ public struct HouseholdAPI: Sendable {
                 offer = try household.createOffer(subject: subject, name: name, role: role, createdBy: caller.keyID)
                 displayName = name
             } else {
-                guard try body.optionalString("role") == nil else { throw APIError.invalidField("role", "goes with name; your own device gets your role") }
+                guard body.role == nil else { throw APIError.invalidField("role", "goes with name; your own device gets your role") }
                 displayName = try household.displayName(subject: caller.subject) ?? ""
                 offer = try household.createOffer(subject: caller.subject, name: displayName.isEmpty ? caller.subject : displayName,
                                                   role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID)
             }
-            let links = try pairingLinks(offer, typedBase: body.optionalString("base_url", maxLength: 500).map(SchemaWhitespace.trim))
+            let links = try pairingLinks(offer, typedBase: body.baseURL.limited(to: 500, field: "base_url").map(SchemaWhitespace.trim))
             let pinned = self.pinned()
             return .json(CodeOffer(code: offer.code, expiresAt: Timestamp(offer.expiresAt), subject: offer.subject, displayName: displayName,
                                    role: offer.role.rawValue, pairURL: links.original, baseURL: links.base, fingerprint: links.pin,

@@ -62,6 +62,21 @@ public struct TriggersAPI: Sendable {
         return "\(s)s"
     }
 
+    /// `POST /api/v1/mobile/triggers/:id/fire`: what the phone saw (`enter`/`exit`), where, and which phone it is.
+    struct FireRequest: Decodable {
+        var event: String?
+        var deviceID: String?
+        var latitude: Double?
+        var longitude: Double?
+        var accuracyM: Double?
+        var regionName: String?
+
+        enum CodingKeys: String, CodingKey {
+            case event, latitude, longitude
+            case deviceID = "device_id", accuracyM = "accuracy_m", regionName = "region_name"
+        }
+    }
+
     @Sendable func fire(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let agentID = request.parameter("id")
         // Checked in the original's order: the agent, the body, the event, then the phone.
@@ -70,20 +85,19 @@ public struct TriggersAPI: Sendable {
         guard agent.isOn, agent.trigger == .location, let location = agent.location else {
             throw APIError.conflict("agent does not have an enabled location trigger", code: "not_a_location_trigger")
         }
-        let body = try JSONObject(body: request.body)
-        guard let eventText = try body.optionalString("event").map({ SchemaWhitespace.trim($0).lowercased() }) else { throw APIError.missingField("event") }
+        let body = try request.decode(FireRequest.self)
+        guard let eventText = body.event.map({ SchemaWhitespace.trim($0).lowercased() }) else { throw APIError.missingField("event") }
         guard let event = LocationTrigger.Event(rawValue: eventText) else { throw APIError.invalidField("event", "must be \"enter\" or \"exit\", got \"\(eventText)\"") }
         guard event == location.on else {
             return .json(Ignored(reason: "agent runs on \(location.on.rawValue), not \(event.rawValue)"), status: 202)
         }
         // Beyond the original: the phone must be the caller's, since the reply is delivered to it.
-        let device = try mobile.devices.ownedDevice(try body.optionalString("device_id", maxLength: 128).map(SchemaWhitespace.trim), subject: caller.subject)
-        let latitude = try body.optionalNumber("latitude")
-        let longitude = try body.optionalNumber("longitude")
+        let device = try mobile.devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id").map(SchemaWhitespace.trim), subject: caller.subject)
+        let (latitude, longitude) = (body.latitude, body.longitude)
         if let latitude, !(-90...90).contains(latitude) { throw APIError.invalidField("latitude", "must be from -90 to 90") }
         if let longitude, !(-180...180).contains(longitude) { throw APIError.invalidField("longitude", "must be from -180 to 180") }
-        let accuracy = try body.optionalNumber("accuracy_m")
-        let region = try body.optionalString("region_name", maxLength: 200) ?? location.name
+        let accuracy = body.accuracyM
+        let region = try body.regionName.limited(to: 200, field: "region_name") ?? location.name
 
         guard Self.allows(location, device: device.id) else {
             throw APIError(status: 403, code: "device_not_allowed", message: "device_id: \(device.id) is not one of the devices this trigger allows", field: "device_id")
