@@ -94,6 +94,9 @@ private struct Keyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func decodeNil(forKey key: Key) throws -> Bool { !contains(key) }
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        // A JSON value is taken as it is, null included (an answer left empty in a free-form map); an optional field
+        // still reads null as absent, since it asks `contains` first.
+        if T.self == JSONValue.self, let value = fields[key.stringValue] { return value as! T }
         guard let value = fields[key.stringValue], value != .null else { throw JSONFieldError.missing(JSONValueDecoder.name(path + [key])) }
         return try Single(value: value, path: path + [key]).decode(T.self)
     }

@@ -27,22 +27,36 @@ public struct DeviceCommandsAPI: Sendable {
         ]
     }
 
+    /// `POST /api/v1/mobile/invoke`: a card for one of the caller's phones; `wait` (default true) answers with the phone's.
+    struct InvokeRequest: Decodable {
+        var command: String
+        var deviceID: String?
+        var params: JSONValue?
+        var expiresInSeconds: Double?
+        var wait: Bool?
+
+        enum CodingKeys: String, CodingKey {
+            case command, params, wait
+            case deviceID = "device_id", expiresInSeconds = "expires_in_seconds"
+        }
+    }
+
     @Sendable func invoke(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let command = try body.string("command")
+        let body = try request.decode(InvokeRequest.self)
+        let command = body.command
         guard command == "canvas.present" else {
             throw APIError.invalidField("command", "'\(command)' is not a command of this route; use canvas.present (the others go through /api/v1/mobile/nodes)")
         }
-        let device = try store.devices.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
+        let device = try store.devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id"), subject: caller.subject)
         // The device first, then the card: a phone without the canvas switched on is told so whatever the card.
         guard try nodes.adoptCanvasCapability(of: device) else {
             throw APIError(status: 409, code: "capability_off", message: "device_id: \(device.id) does not have the Soulacy canvas capability on", field: "device_id")
         }
-        guard let params = body.fields["params"] else { throw APIError.missingField("params") }
+        guard let params = body.params else { throw APIError.missingField("params") }
         let card = try CanvasCard(params)
-        let expiresIn = try body.optionalInteger("expires_in_seconds", in: 1...Int(DeviceNodes.maximumExpiry)) ?? Self.defaultExpiry
+        let expiresIn = try body.expiresInSeconds.wholeNumber(in: 1...Int(DeviceNodes.maximumExpiry), field: "expires_in_seconds") ?? Self.defaultExpiry
         let expiresAt = nodes.clock.now().addingTimeInterval(TimeInterval(expiresIn))
-        guard try body.optionalBool("wait") ?? true else {
+        guard body.wait ?? true else {
             // Not waiting: the queued command is the answer, committed with it.
             return try await store.database.answer { _ in
                 .json(CommandView(try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)), status: 202)
@@ -90,8 +104,8 @@ public struct DeviceCommandsAPI: Sendable {
 
     /// The answer claims the command and settles it as completed, in one step of the node protocol's rules.
     @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let body = try JSONObject(body: request.body)
-        let device = try store.devices.ownedDevice(try body.optionalString("device_id", maxLength: 128), subject: caller.subject)
+        let body = try request.decode(CardAnswer.self)
+        let device = try store.devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id"), subject: caller.subject)
         return try await store.database.answer { _ in
             let existing: DeviceNodes.Command
             do {
@@ -110,21 +124,37 @@ public struct DeviceCommandsAPI: Sendable {
         }
     }
 
-    /// The phone's answer: presented, submitted, dismissed, form_id, answers keyed by field name, checklists by title.
-    static func validateResult(_ body: JSONObject, for command: DeviceNodes.Command) throws -> JSONValue {
+    /// The phone's answer to a card: presented, submitted, dismissed, form_id, answers keyed by field name,
+    /// checklists by title (answers and checklists checked against the card, value by value).
+    struct CardAnswer: Decodable {
+        var deviceID: String?
+        var presented: Bool?
+        var submitted: Bool?
+        var dismissed: Bool?
+        var formID: String?
+        var answers: [String: JSONValue]?
+        var checklists: [String: JSONValue]?
+
+        enum CodingKeys: String, CodingKey {
+            case presented, submitted, dismissed, answers, checklists
+            case deviceID = "device_id", formID = "form_id"
+        }
+    }
+
+    static func validateResult(_ body: CardAnswer, for command: DeviceNodes.Command) throws -> JSONValue {
         let card = try CanvasCard(command.params)
-        let presented = try body.optionalBool("presented") ?? true
-        let submitted = try body.optionalBool("submitted") ?? false
-        let dismissed = try body.optionalBool("dismissed") ?? false
+        let presented = body.presented ?? true
+        let submitted = body.submitted ?? false
+        let dismissed = body.dismissed ?? false
         guard !(submitted && dismissed) else { throw APIError.invalidField("submitted", "a card is either submitted or dismissed, not both") }
         var result: [String: JSONValue] = ["presented": .bool(presented), "submitted": .bool(submitted)]
         if dismissed { result["dismissed"] = true }
         if let form = card.form, submitted {
-            let formID = try body.optionalString("form_id") ?? form.id
+            let formID = body.formID ?? form.id
             guard formID == form.id else { throw APIError.invalidField("form_id", "this card's form is '\(form.id)'") }
             result["form_id"] = .string(formID)
             var answers: [String: JSONValue] = [:]
-            for (name, value) in try body.optionalObject("answers")?.fields ?? [:] {
+            for (name, value) in body.answers ?? [:] {
                 guard let kind = form.fields[name] else {
                     throw APIError.invalidField("answers.\(name)", "is not a field of form '\(form.id)'; fields: \(form.fields.keys.sorted().joined(separator: ", "))")
                 }
@@ -139,7 +169,7 @@ public struct DeviceCommandsAPI: Sendable {
             result["answers"] = .object(answers)
         }
         var checklists: [String: JSONValue] = [:]
-        for (title, value) in try body.optionalObject("checklists")?.fields ?? [:] {
+        for (title, value) in body.checklists ?? [:] {
             guard card.checklists.contains(title) else { throw APIError.invalidField("checklists.\(title)", "is not a checklist of this card") }
             guard let items = value.arrayValue, items.allSatisfy({ $0["label"]?.stringValue != nil && $0["done"]?.boolValue != nil }) else {
                 throw APIError.invalidField("checklists.\(title)", "must be [{label, done}]")

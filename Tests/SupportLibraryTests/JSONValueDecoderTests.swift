@@ -33,6 +33,19 @@ struct JSONValueDecoderTests {
         #expect(body == Body(name: "a", count: nil, ratio: nil, items: [Item(title: "t", done: true)], extra: ["k": [1]]))
     }
 
+    struct Answers: Decodable, Equatable {
+        var answers: [String: JSONValue]?
+        var list: [JSONValue]?
+        var extra: JSONValue?
+    }
+
+    @Test("free-form maps and lists keep their nulls; a null free-form field is still absent")
+    func freeFormNulls() throws {
+        let text = #"{"answers":{"a":null,"b":2},"list":[null,"x"],"extra":null}"#
+        let body = try JSONValueDecoder().decode(Answers.self, from: try JSONValue.parse(Array(text.utf8)))
+        #expect(body == Answers(answers: ["a": .null, "b": 2], list: [.null, "x"], extra: nil))
+    }
+
     @Test("each refusal is the same 400 JSONObject gives for the same mistake")
     func refusals() throws {
         let object = JSONObject(try JSONValue.parse(Array(#"{"name":5,"count":2.5}"#.utf8)).objectValue!)
