@@ -73,7 +73,8 @@ struct AgentFilesTests {
             #expect(await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "echo")?.name == "Echo two" })
             // A save that no longer loads: the previous version keeps running.
             try write(dir + "/echo/SOUL.yaml", "id: echo\nname: [broken\n")
-            try await Task.sleep(for: .milliseconds(1200))
+            // The watcher read the broken save and kept what it had.
+            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.catalog.lastReload?.keptPrevious == [dir + "/echo/SOUL.yaml"] })
             #expect(gw.gateway.config.agent(id: "echo")?.name == "Echo two")
             #expect(try await gw.runAgent("echo", input: "still here")["status"] == "succeeded")
             // Switched off, then deleted.

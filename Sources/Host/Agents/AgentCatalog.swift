@@ -25,6 +25,7 @@ public final class AgentCatalog: Sendable {
         var texts: [String: String]
         var observers: [Int: AsyncStream<SoulConfig>.Continuation] = [:]
         var nextObserver = 0
+        var lastReload: ReloadOutcome?
     }
 
     public let path: String
@@ -60,6 +61,9 @@ public final class AgentCatalog: Sendable {
     }
 
     public var current: SoulConfig { state.withLock { $0.config } }
+
+    /// What the latest reload did (nil before the first): a save that did not load shows in `keptPrevious`.
+    public var lastReload: ReloadOutcome? { state.withLock { $0.lastReload } }
 
     public func agent(id: String) -> AgentConfig? { current.agent(id: id) }
 
@@ -115,6 +119,7 @@ public final class AgentCatalog: Sendable {
             s.files = files
             s.texts = texts
             s.config = config
+            s.lastReload = outcome
             return outcome.isEmpty ? [] : Array(s.observers.values)
         }
         if !outcome.isEmpty {
@@ -125,12 +130,12 @@ public final class AgentCatalog: Sendable {
         return outcome
     }
 
-    /// Polls the agent files and reloads when they change and then hold still for one interval, until cancelled.
-    /// Polling a few stat calls a quarter second is cheap and works on every file system (bind mounts included).
     /// The files as they are now, for `watch(from:)`: taken when the gateway starts, so a change made between the
     /// start and the watcher's first look is not taken for the baseline.
     public func fileSignature() -> [String: String] { path.isEmpty ? [:] : Self.signature(path) }
 
+    /// Polls the agent files and reloads when they change and then hold still for one interval, until cancelled.
+    /// Polling a few stat calls a quarter second is cheap and works on every file system (bind mounts included).
     public func watch(from baseline: [String: String]? = nil, interval: Duration = .milliseconds(250)) async {
         guard !path.isEmpty else { return }
         var seen = baseline ?? Self.signature(path)
