@@ -5,6 +5,7 @@ import GatewayTestSupport
 import APIKit
 import Mobile
 import SQLite
+import Synchronization
 import Testing
 
 /// The durable push outbox and its dispatcher, on a real SQLite file with the channel testing kit's transports.
@@ -172,6 +173,44 @@ struct PushDispatcherTests {
         #expect(try g.store.outbox.entries().first?.state == .failed)
     }
 
+    /// Holds every send until `expected` are in flight, then answers them all at once.
+    final class GatedTransport: WakeTransport {
+        let name = "gated"
+        let expected: Int
+        private let waiting = Mutex<[CheckedContinuation<Void, Never>]>([])
+
+        init(expected: Int) { self.expected = expected }
+
+        func canWake(_ target: WakeTarget) -> Bool { true }
+
+        func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
+            await withCheckedContinuation { continuation in
+                let ready = waiting.withLock { parked -> [CheckedContinuation<Void, Never>] in
+                    parked.append(continuation)
+                    guard parked.count == expected else { return [] }
+                    defer { parked = [] }
+                    return parked
+                }
+                for parked in ready { parked.resume() }
+            }
+            return .delivered
+        }
+    }
+
+    @Test("wake-ups answered together are settled in shared commits, off the cooperative pool (not one fsync each)")
+    func settlesShareCommits() async throws {
+        let phones = 40
+        let f = try Self.fixture(transport: GatedTransport(expected: phones))
+        for i in 0..<phones { try Self.register(f.store, "phone-\(i)") }
+        _ = try await f.channel.deliver(Self.output(), to: "all")
+        let before = f.store.database.changeGeneration
+        #expect(await f.dispatcher.dispatchDue() == phones)
+        let commits = f.store.database.changeGeneration - before
+        #expect(try f.store.outbox.entries().allSatisfy { $0.state == .sent })
+        // One for the claim, then the 40 settles in a few group commits (40 alone, each with its fsync, before).
+        #expect(commits <= 12, "\(commits) commits for \(phones) settles")
+    }
+
     @Test("two dispatchers on one database send each wake-up exactly once (leases)")
     func leases() async throws {
         let recorder = RecordingTransport()
@@ -196,7 +235,7 @@ struct PushDispatcherTests {
         _ = try await f.channel.deliver(Self.output(), to: "all")
         // A lease held by a process id that does not exist on this host.
         let host = PushDispatcher.leaseOwnerName().split(separator: "|")[0]
-        _ = try f.store.outbox.claimDue(owner: "\(host)|999999|dead", now: f.clock.now(), lease: 3600, limit: 10)
+        _ = try await f.store.outbox.claimDue(owner: "\(host)|999999|dead", now: f.clock.now(), lease: 3600, limit: 10)
         await f.dispatcher.drain()
         #expect(recorder.sent.isEmpty)
         #expect(try f.store.outbox.releaseAbandonedLeases(ownOwner: f.dispatcher.owner) == 1)

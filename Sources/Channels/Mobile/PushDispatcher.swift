@@ -76,7 +76,7 @@ public actor PushDispatcher {
         await withDiscardingTaskGroup { group in
             while !Task.isCancelled {
                 let room = batchSize - inFlight.value
-                let claimed = room > 0 ? claimDue(limit: room) : []
+                let claimed = room > 0 ? await claimDue(limit: room) : []
                 for entry in claimed {
                     inFlight.add(1)
                     group.addTask {
@@ -91,9 +91,9 @@ public actor PushDispatcher {
     }
 
     /// Leases up to `limit` due wake-ups to this dispatcher (none when the outbox cannot be read; that is logged).
-    private func claimDue(limit: Int) -> [OutboxEntry] {
+    private func claimDue(limit: Int) async -> [OutboxEntry] {
         do {
-            return try store.outbox.claimDue(owner: owner, now: clock.now(), lease: lease, limit: limit)
+            return try await store.outbox.claimDue(owner: owner, now: clock.now(), lease: lease, limit: limit)
         } catch {
             log.error("push: cannot read the outbox: \(error)")
             return []
@@ -110,7 +110,7 @@ public actor PushDispatcher {
     /// Claims and sends every due wake-up once; returns how many rows it handled.
     @discardableResult
     public func dispatchDue() async -> Int {
-        let claimed = claimDue(limit: batchSize)
+        let claimed = await claimDue(limit: batchSize)
         guard !claimed.isEmpty else { return 0 }
         await withTaskGroup(of: Void.self) { group in
             for entry in claimed {
@@ -136,44 +136,44 @@ public actor PushDispatcher {
         let now = clock.now()
         do {
             guard let device = try store.devices.device(id: entry.deviceID) else {
-                try outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "device removed", at: now)
+                try await outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "device removed", at: now)
                 return
             }
             guard device.notificationsEnabled else {
-                try outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "notifications turned off", at: now)
+                try await outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "notifications turned off", at: now)
                 return
             }
             guard let target = device.wakeTarget else {
-                try outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "no push token", at: now)
+                try await outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "no push token", at: now)
                 return
             }
             guard now < entry.expiresAt else {
-                try outbox.settle(entry.id, owner: owner, state: .failed, transport: nil, outcome: "expired before it could be sent", at: now)
+                try await outbox.settle(entry.id, owner: owner, state: .failed, transport: nil, outcome: "expired before it could be sent", at: now)
                 return
             }
             guard let transport = transports.transport(for: target) else {
                 await noteMissingTransport(target.platform)
-                try outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "no transport for \(target.platform.rawValue)", at: now)
+                try await outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "no transport for \(target.platform.rawValue)", at: now)
                 return
             }
             let outcome = await transport.send(entry.signal, to: target)
             let after = clock.now()
             switch outcome {
             case .delivered:
-                try outbox.settle(entry.id, owner: owner, state: .sent, transport: transport.name, outcome: "delivered", at: after)
+                try await outbox.settle(entry.id, owner: owner, state: .sent, transport: transport.name, outcome: "delivered", at: after)
             case let .retry(retryAfter, reason):
                 let delay = policy.delay(afterAttempts: entry.attempts + 1, retryAfter: retryAfter)
                 let next = after.addingTimeInterval(delay)
                 if next >= entry.expiresAt {
-                    try outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: "gave up: \(reason)", at: after)
+                    try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: "gave up: \(reason)", at: after)
                 } else {
-                    try outbox.reschedule(entry.id, owner: owner, at: next, transport: transport.name, outcome: reason)
+                    try await outbox.reschedule(entry.id, owner: owner, at: next, transport: transport.name, outcome: reason)
                 }
             case .tokenRejected(let reason):
-                try outbox.rejectToken(entry.id, owner: owner, deviceID: device.id, token: target.pushToken, transport: transport.name, outcome: reason, at: after)
+                try await outbox.rejectToken(entry.id, owner: owner, deviceID: device.id, token: target.pushToken, transport: transport.name, outcome: reason, at: after)
                 log.info("push: \(transport.name) rejected the token of device \(device.id) (\(reason)); cleared until the app registers again")
             case .failed(let reason):
-                try outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: reason, at: after)
+                try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: reason, at: after)
                 log.warning("push: wake-up \(entry.wakeID.uuidString.lowercased()) for device \(device.id) failed: \(reason)")
             }
         } catch {

@@ -27,15 +27,19 @@ public struct OutboxEntry: Sendable, Equatable {
 /// dispatchers or gateways never send one twice), settled once, rescheduled, and the counts housekeeping reads.
 /// A protocol because a second engine (PostgreSQL, `FOR UPDATE SKIP LOCKED`) will keep it too; its rows are
 /// written in the transaction of the inbox line they wake for, by the inbox's own engine.
+///
+/// The dispatcher's writes are async: they run off Swift's cooperative pool (SQLite's own threads, and the settles of
+/// concurrent wake-ups share one commit), so a hundred answers arriving at once never hold the threads that serve
+/// requests while they wait for the write lock or the disk.
 public protocol PushOutbox: Sendable {
-    func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) throws -> [OutboxEntry]
+    func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry]
     /// When the next row falls due (nil: none waits).
     func nextDue() throws -> Date?
     /// Ends a claimed row; false when its lease was lost to another owner.
-    func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) throws -> Bool
-    func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) throws -> Bool
+    func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) async throws -> Bool
+    func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) async throws -> Bool
     /// The service refused the token: the row fails and the device forgets the token, in one step.
-    func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) throws
+    func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) async throws
     func removeSettled(before cutoff: Date) throws -> Int
     /// Leases a previous run of this host left behind, released at start.
     func releaseAbandonedLeases(ownOwner: String) throws -> Int
@@ -98,8 +102,8 @@ public struct SQLitePushOutbox: PushOutbox {
     }
 
     /// Leases up to `limit` due rows to `owner`. Another process sharing the file cannot claim them until the lease ends.
-    public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) throws -> [OutboxEntry] {
-        try database.transaction { db in
+    public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry] {
+        try await database.asyncTransaction { db in
             try db.query("""
                 UPDATE mobile_push_outbox SET lease_owner = ?, lease_until = ?
                 WHERE id IN (SELECT id FROM mobile_push_outbox
@@ -117,10 +121,11 @@ public struct SQLitePushOutbox: PushOutbox {
         }
     }
 
-    /// Settles a claimed row. Only the lease holder may; a row whose lease was taken over is left alone.
+    /// Settles a claimed row. Only the lease holder may; a row whose lease was taken over is left alone. Settles
+    /// arriving together share one commit (group commit); the statement is safe to run again if a batch is retried.
     @discardableResult
-    public func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) throws -> Bool {
-        try database.transaction { db in
+    public func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) async throws -> Bool {
+        try await database.groupTransaction { db in
             try db.run("""
                 UPDATE mobile_push_outbox SET state = ?, transport = ?, outcome = ?, attempts = attempts + ?, finished_at = ?,
                                               lease_owner = NULL, lease_until = NULL
@@ -131,8 +136,8 @@ public struct SQLitePushOutbox: PushOutbox {
 
     /// Puts a claimed row back for a later attempt.
     @discardableResult
-    public func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) throws -> Bool {
-        try database.transaction { db in
+    public func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) async throws -> Bool {
+        try await database.groupTransaction { db in
             try db.run("""
                 UPDATE mobile_push_outbox SET next_attempt_at = ?, transport = ?, outcome = ?, attempts = attempts + 1,
                                               lease_owner = NULL, lease_until = NULL
@@ -143,8 +148,8 @@ public struct SQLitePushOutbox: PushOutbox {
 
     /// The service said the token is dead: settle the row and clear the device's token, unless the app has
     /// registered a different one meanwhile.
-    public func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) throws {
-        try database.transaction { db in
+    public func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) async throws {
+        try await database.groupTransaction { db in
             try db.run("""
                 UPDATE mobile_push_outbox SET state = 'failed', transport = ?, outcome = ?, attempts = attempts + 1, finished_at = ?,
                                               lease_owner = NULL, lease_until = NULL
