@@ -78,9 +78,9 @@ let package = Package(
         .target(name: "Gateway", dependencies: ["GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
-        .target(name: "RelayProtocol", dependencies: ["Crypto"], path: "Sources/RelayProtocol"),
+        .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).
-        .target(name: "SoulacyClient", dependencies: ["HTTPClient", "RelayProtocol", "Crypto"], path: "Sources/SoulacyClient"),
+        .target(name: "SoulacyClient", dependencies: ["HTTPClient", "RelayProtocol", "Crypto", "JSON"], path: "Sources/SoulacyClient"),
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
         .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "APIKit", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
         .executableTarget(name: "soulacy-relay", dependencies: ["Lifecycle", "RelayMailbox", "HTTPServer", "APIKit", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),

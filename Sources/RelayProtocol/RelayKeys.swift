@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import JSON
 
 /// Keys a phone and its gateway derive from the 32-byte pairing secret S, with the device id as salt
 /// (HKDF-SHA256). The relay never learns S: it sees only SHA-256(R) and ciphertext.
@@ -28,8 +29,9 @@ public struct RelayKeys: Sendable, Equatable {
     public func collapseID(threadID: String) -> String { Hex.encode(HMACSHA256.authenticate(Array(threadID.utf8), key: collapse)) }
 }
 
-/// What travels sealed through the relay. The version and type are the AEAD's header, so an item opened as
-/// the wrong type, or of another version, fails authentication.
+/// What travels sealed through the relay, as typed messages (`RelayMessages.swift`). The version and type are the
+/// AEAD's header, so an item opened as the wrong type, or of another version, fails authentication; they are also
+/// written inside (`v`, `type`) and checked on opening.
 public enum RelayEnvelope {
     public static let version = 1
 
@@ -39,20 +41,31 @@ public enum RelayEnvelope {
 
     public static func header(_ kind: Kind) -> String { "soulacy-relay v\(version) \(kind.rawValue)" }
 
-    public static func seal(_ object: [String: Any], kind: Kind, key: [UInt8]) throws -> String {
-        var body = object
-        body["v"] = version
-        body["type"] = kind.rawValue
-        let data = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
+    public static func seal(_ message: some Encodable, kind: Kind, key: [UInt8]) throws -> String {
+        let data = try JSONCoding.encoder.encode(Stamped(message: message, type: kind.rawValue))
         return try SealedBox.seal(Array(data), key: key, header: header(kind))
     }
 
-    public static func open(_ envelope: String, kind: Kind, key: [UInt8]) throws -> [String: Any] {
-        let bytes = try SealedBox.open(envelope, key: key, header: header(kind))
-        guard let object = try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
-              (object["v"] as? Int) == version, (object["type"] as? String) == kind.rawValue else {
-            throw SealError.malformed
+    public static func open<Message: Decodable>(_ envelope: String, as type: Message.Type, kind: Kind, key: [UInt8]) throws -> Message {
+        let data = Data(try SealedBox.open(envelope, key: key, header: header(kind)))
+        let stamp = try JSONDecoder().decode(Stamp.self, from: data)
+        guard stamp.v == version, stamp.type == kind.rawValue else { throw SealError.malformed }
+        return try JSONDecoder().decode(Message.self, from: data)
+    }
+
+    /// The version and type written beside a message's own keys.
+    private struct Stamp: Codable {
+        var v: Int
+        var type: String
+    }
+
+    private struct Stamped<Message: Encodable>: Encodable {
+        let message: Message
+        let type: String
+
+        func encode(to encoder: any Encoder) throws {
+            try message.encode(to: encoder)
+            try Stamp(v: RelayEnvelope.version, type: type).encode(to: encoder)
         }
-        return object
     }
 }

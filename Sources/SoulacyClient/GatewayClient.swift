@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import JSON
 import HTTPClient
 import RelayProtocol
 
@@ -145,22 +146,21 @@ public actor GatewayClient {
         return DoorAnswer(status: response.status, body: response.body, replayed: response.headers["idempotent-replayed"] == "true")
     }
 
-    private func relayCall(_ method: String, _ suffix: String, json: [String: Any]? = nil) async throws -> (Int, [String: Any]) {
+    private func relayCall(_ method: String, _ suffix: String, json: [String: JSONValue]? = nil) async throws -> (Int, [UInt8]) {
         guard let relay = paths.relay else { throw URLError(.badURL) }
         let keys = try RelayKeys(secret: relay.secret, deviceID: relay.deviceID)
-        let body = try json.map { try JSONSerialization.data(withJSONObject: $0) }
+        let body = json.map { JSONValue.object($0).serializedBytes() }
         let response = try await relayClient.send(ClientRequest(method: method, url: "\(relay.url)/v1/mailboxes/\(relay.mailboxID)/devices/\(relay.deviceID)\(suffix)",
                                                                 headers: [("authorization", "Bearer \(keys.bearer)"), ("content-type", "application/json")],
-                                                                body: body.map(Array.init) ?? [], timeout: .seconds(5)))
-        return (response.status, (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]) ?? [:])
+                                                                body: body ?? [], timeout: .seconds(5)))
+        return (response.status, response.body)
     }
 
     private func sendThroughRelay(id: String, method: String, path: String, body: Data?) async -> SendOutcome {
         guard let relay = paths.relay, let keys = try? RelayKeys(secret: relay.secret, deviceID: relay.deviceID) else { return .unreachable }
-        let command: [String: Any] = ["id": id, "method": method, "path": path,
-                                      "body": body.flatMap { try? JSONSerialization.jsonObject(with: $0, options: [.fragmentsAllowed]) } ?? NSNull()]
+        let command = RelayCommand(id: id, method: method, path: path, body: body.flatMap { try? JSONValue.parse(Array($0)) })
         guard let sealed = try? RelayEnvelope.seal(command, kind: .command, key: keys.up),
-              let (status, _) = try? await relayCall("POST", "/commands", json: ["id": id, "ciphertext": sealed]), status == 202 || status == 200 else {
+              let (status, _) = try? await relayCall("POST", "/commands", json: ["id": .string(id), "ciphertext": .string(sealed)]), status == 202 || status == 200 else {
             return .unreachable
         }
         held[id] = (method, path, body)
@@ -192,29 +192,27 @@ public actor GatewayClient {
         guard let relay = paths.relay, let keys = try? RelayKeys(secret: relay.secret, deviceID: relay.deviceID),
               let (status, body) = try? await relayCall("GET", "/items?after=\(relayCursor)"), status == 200 else { return 0 }
         var last = relayCursor
-        let items = body["items"] as? [[String: Any]] ?? []
+        let items = (try? JSONDecoder().decode(MailboxItems.self, from: Data(body)))?.items ?? []
         for item in items {
-            let n = (item["n"] as? NSNumber)?.int64Value ?? 0
-            last = max(last, n)
-            if item["too_large"] as? Bool == true {
+            last = max(last, item.n)
+            if item.tooLarge == true {
                 records.append(RelayRecord(seq: nil, id: nil, tooLarge: true, fields: [:], delivery: nil))
                 continue
             }
-            guard let sealed = item["ciphertext"] as? String else { continue }
-            if let result = try? RelayEnvelope.open(sealed, kind: .result, key: keys.down), let id = result["id"] as? String {
-                let bytes = (result["body_b64"] as? String).flatMap { Data(base64Encoded: $0) }.map(Array.init) ?? Array((result["error"] as? String ?? "").utf8)
-                results[id] = DoorAnswer(status: (result["status"] as? Int) ?? 500, body: bytes, replayed: false)
-            } else if let record = try? RelayEnvelope.open(sealed, kind: .record, key: keys.down) {
-                let line = record["record"] as? [String: Any] ?? [:]
-                let delivery = (try? JSONSerialization.data(withJSONObject: line)).flatMap { try? JSONDecoder().decode(SoulacyAPI.Delivery.self, from: $0) }
-                records.append(RelayRecord(seq: (record["seq"] as? NSNumber)?.int64Value, id: record["id"] as? String,
-                                           tooLarge: record["too_large"] as? Bool == true,
-                                           fields: line.compactMapValues { $0 as? String }, delivery: delivery))
+            guard let sealed = item.ciphertext else { continue }
+            if let result = try? RelayEnvelope.open(sealed, as: RelayResult.self, kind: .result, key: keys.down) {
+                let bytes = result.bodyB64.flatMap { Data(base64Encoded: $0) }.map(Array.init) ?? Array((result.error ?? "").utf8)
+                results[result.id] = DoorAnswer(status: result.status, body: bytes, replayed: false)
+            } else if let line = try? RelayEnvelope.open(sealed, as: RelayLine.self, kind: .record, key: keys.down) {
+                let fields = line.record?.objectValue ?? [:]
+                let delivery = line.record.flatMap { try? JSONCoding.encoder.encode($0) }.flatMap { try? JSONDecoder().decode(SoulacyAPI.Delivery.self, from: $0) }
+                records.append(RelayRecord(seq: line.seq, id: line.id, tooLarge: line.tooLarge == true,
+                                           fields: fields.compactMapValues(\.stringValue), delivery: delivery))
             }
         }
         guard last > relayCursor else { return 0 }
         relayCursor = last
-        _ = try? await relayCall("POST", "/ack", json: ["through": last])
+        _ = try? await relayCall("POST", "/ack", json: ["through": .number(Double(last))])
         return items.count
     }
 
@@ -255,13 +253,13 @@ public actor GatewayClient {
 
     /// Gives the relay this phone's APNs token, so new items wake it (a generic alert with a sealed payload).
     public func registerRelayPush(token: String, environment: String = "production") async -> Bool {
-        guard let (status, _) = try? await relayCall("PUT", "/apns", json: ["token": token, "environment": environment]) else { return false }
+        guard let (status, _) = try? await relayCall("PUT", "/apns", json: ["token": .string(token), "environment": .string(environment)]) else { return false }
         return status == 204
     }
 
     /// Turns the relay off (nothing is held for this phone any more, and what was held is dropped) or on again.
     public func setRelay(on: Bool) async -> Bool {
-        guard let (status, _) = try? await relayCall("PUT", "/carriage", json: on ? ["on": true, "cursor": relayCursor] : ["on": false]) else { return false }
+        guard let (status, _) = try? await relayCall("PUT", "/carriage", json: on ? ["on": true, "cursor": .number(Double(relayCursor))] : ["on": false]) else { return false }
         return status == 204
     }
 }
@@ -275,4 +273,20 @@ public struct RelayRecord: Sendable {
     public let fields: [String: String]
     /// The whole line, in the same shape as the inbox list's items (nil for a too_large marker).
     public let delivery: SoulacyAPI.Delivery?
+}
+
+/// A page of the phone's mailbox items: each a sealed item, or a marker that one was too large to hold.
+struct MailboxItems: Decodable {
+    struct Item: Decodable {
+        var n: Int64
+        var ciphertext: String?
+        var tooLarge: Bool?
+
+        enum CodingKeys: String, CodingKey {
+            case n, ciphertext
+            case tooLarge = "too_large"
+        }
+    }
+
+    var items: [Item]
 }

@@ -250,12 +250,13 @@ struct DefectRegressionTests {
     @Test("a push's sealed payload is its own type: it never opens as a down item, nor an item as a push")
     func pushesSealedAsTheirOwnType() throws {
         let keys = try RelayKeys(secret: SecureBytes.random(count: 32), deviceID: "phone")
+        typealias Fields = [String: JSONValue]
         let push = try RelayEnvelope.seal(["id": "dlv_1"], kind: .push, key: keys.down)
-        #expect(throws: (any Error).self) { _ = try RelayEnvelope.open(push, kind: .record, key: keys.down) }
-        #expect(throws: (any Error).self) { _ = try RelayEnvelope.open(push, kind: .result, key: keys.down) }
-        #expect((try RelayEnvelope.open(push, kind: .push, key: keys.down))["id"] as? String == "dlv_1")
+        #expect(throws: (any Error).self) { _ = try RelayEnvelope.open(push, as: Fields.self, kind: .record, key: keys.down) }
+        #expect(throws: (any Error).self) { _ = try RelayEnvelope.open(push, as: Fields.self, kind: .result, key: keys.down) }
+        #expect((try RelayEnvelope.open(push, as: Fields.self, kind: .push, key: keys.down))["id"] == "dlv_1")
         let record = try RelayEnvelope.seal(["id": "dlv_1"], kind: .record, key: keys.down)
-        #expect(throws: (any Error).self) { _ = try RelayEnvelope.open(record, kind: .push, key: keys.down) }
+        #expect(throws: (any Error).self) { _ = try RelayEnvelope.open(record, as: Fields.self, kind: .push, key: keys.down) }
     }
 
     @Test("the LAN door checks in order: Origin 403, bad bearer 401, outside the allowlist 404, missing key 422")

@@ -427,14 +427,22 @@ struct RelayPathsTests {
     @Test("sealed envelopes: the header binds version and type; another key or type does not open")
     func envelopes() throws {
         let keys = try RelayKeys(secret: SecureBytes.random(count: 32), deviceID: "key_1")
+        typealias Fields = [String: JSONValue]
         let sealed = try RelayEnvelope.seal(["id": "x", "text": Self.secretText], kind: .record, key: keys.down)
         #expect(!sealed.contains(Self.secretText))
-        #expect((try RelayEnvelope.open(sealed, kind: .record, key: keys.down))["text"] as? String == Self.secretText)
-        #expect(throws: (any Error).self) { try RelayEnvelope.open(sealed, kind: .result, key: keys.down) }
-        #expect(throws: (any Error).self) { try RelayEnvelope.open(sealed, kind: .record, key: keys.up) }
+        let opened = try RelayEnvelope.open(sealed, as: Fields.self, kind: .record, key: keys.down)
+        #expect(opened == ["id": "x", "text": .string(Self.secretText), "v": 1, "type": "record"])
+        #expect(throws: (any Error).self) { try RelayEnvelope.open(sealed, as: Fields.self, kind: .result, key: keys.down) }
+        #expect(throws: (any Error).self) { try RelayEnvelope.open(sealed, as: Fields.self, kind: .record, key: keys.up) }
         var tampered = Array(Base64URL.decode(sealed)!)
         tampered[20] ^= 1
-        #expect(throws: (any Error).self) { try RelayEnvelope.open(Base64URL.encode(tampered), kind: .record, key: keys.down) }
+        #expect(throws: (any Error).self) { try RelayEnvelope.open(Base64URL.encode(tampered), as: Fields.self, kind: .record, key: keys.down) }
+        // The typed messages go through whole.
+        let command = RelayCommand(id: "c1", method: "POST", path: "/api/v1/memory/facts?x=1", body: ["content": "milk"])
+        let up = try RelayEnvelope.seal(command, kind: .command, key: keys.up)
+        #expect(try RelayEnvelope.open(up, as: RelayCommand.self, kind: .command, key: keys.up) == command)
+        let result = RelayResult(id: "c1", status: 201, contentType: "application/json", bodyB64: "e30")
+        #expect(try RelayEnvelope.open(try RelayEnvelope.seal(result, kind: .result, key: keys.down), as: RelayResult.self, kind: .result, key: keys.down) == result)
         #expect(keys.down != keys.up && keys.up != keys.auth)
     }
 }

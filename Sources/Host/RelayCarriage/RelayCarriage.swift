@@ -170,10 +170,10 @@ public actor RelayCarriage {
             _ = try? await call("POST", "/v1/mailboxes/\(box.id)/commands/\(device)/\(id)/applied", bearer: box.bearer)
             return
         }
-        var result: [String: Any]
-        if let command = try? RelayEnvelope.open(sealed, kind: .command, key: keys.up), (command["id"] as? String) == id,
-           let method = command["method"] as? String, let target = command["path"] as? String, let principal = self.keys.principal(keyID: device) {
-            let parts = target.split(separator: "?", maxSplits: 1)
+        var result: RelayResult
+        if let command = try? RelayEnvelope.open(sealed, as: RelayCommand.self, kind: .command, key: keys.up), command.id == id,
+           let principal = self.keys.principal(keyID: device) {
+            let parts = command.path.split(separator: "?", maxSplits: 1)
             var query: [String: String] = [:]
             if parts.count == 2 {
                 for pair in parts[1].split(separator: "&") {
@@ -181,18 +181,18 @@ public actor RelayCarriage {
                     if kv.count == 2 { query[kv[0]] = kv[1] }
                 }
             }
-            let bodyBytes: [UInt8] = (command["body"]).flatMap { $0 is NSNull ? nil : try? JSONSerialization.data(withJSONObject: $0, options: [.fragmentsAllowed]) }.map(Array.init) ?? []
+            let bodyBytes = command.body?.serializedBytes() ?? []
             // The command's id is its Idempotency-Key: the same intent sent again on any path is applied once.
-            let request = HTTPRequest(method: method, path: String(parts[0]), query: query,
+            let request = HTTPRequest(method: command.method, path: String(parts[0]), query: query,
                                       headers: ["idempotency-key": id, "content-type": "application/json"], body: bodyBytes, remoteAddress: "relay")
             // The mailbox carries whole answers: a streamed one (chat/stream) is read to its end first.
             let response = await apply(request, principal, keys.up).collected()
-            result = ["id": id, "status": response.status, "content_type": response.header("content-type") ?? "application/json",
-                      "body_b64": Data(response.body).base64EncodedString()]
-            if response.body.count > Self.maximumItemBytes { result = ["id": id, "status": 413, "error": "result_too_large"] }
+            result = RelayResult(id: id, status: response.status, contentType: response.header("content-type") ?? "application/json",
+                                 bodyB64: Data(response.body).base64EncodedString())
+            if response.body.count > Self.maximumItemBytes { result = RelayResult(id: id, status: 413, error: "result_too_large") }
         } else {
             // A command this gateway cannot open or whose phone is unpaired: answered, never applied.
-            result = ["id": id, "status": 401, "error": "not_openable"]
+            result = RelayResult(id: id, status: 401, error: "not_openable")
         }
         if let envelope = try? RelayEnvelope.seal(result, kind: .result, key: keys.down),
            let (status, _) = try? await call("POST", "/v1/mailboxes/\(box.id)/devices/\(device)/items", bearer: box.bearer,
@@ -219,21 +219,18 @@ public actor RelayCarriage {
         for delivery in page {
             // A revocation may land while this round waits on the relay: it stops the very next record.
             guard self.keys.principal(keyID: deviceID) != nil else { return false }
-            var record: [String: Any] = ["after": previous, "seq": delivery.seq, "kind": "delivery", "id": delivery.id]
             // The line as the inbox shows it (one delivery view everywhere), without read state: the phone keeps its own.
             let line = try JSONCoding.encoder.encode(DeliveryView(delivery, hasReadState: false))
-            if line.count > Self.maximumItemBytes {
-                record["too_large"] = true
-            } else {
-                record["record"] = try JSONSerialization.jsonObject(with: line)
-            }
+            let record = line.count > Self.maximumItemBytes
+                ? RelayLine(after: previous, seq: delivery.seq, id: delivery.id, record: nil, tooLarge: true)
+                : RelayLine(after: previous, seq: delivery.seq, id: delivery.id, record: try JSONValue.parse(Array(line)))
             let envelope = try RelayEnvelope.seal(record, kind: .record, key: keys.down)
             let (status, body) = try await call("POST", "/v1/mailboxes/\(box.id)/devices/\(deviceID)/items", bearer: box.bearer,
                                                 json: ["ciphertext": .string(envelope), "kind": "record", "seq": .number(Double(delivery.seq))])
             guard status == 201 || (status == 200 && body["stored"] == false) else { return false }
             if status == 201 {
                 // A wake-up through the relay: its payload is sealed too, its collapse id keyed (HMAC) so the relay learns no thread.
-                let nudge = try RelayEnvelope.seal(["id": delivery.id, "seq": delivery.seq, "title": delivery.title], kind: .push, key: keys.down)
+                let nudge = try RelayEnvelope.seal(RelayNudge(id: delivery.id, seq: delivery.seq, title: delivery.title), kind: .push, key: keys.down)
                 _ = try? await call("POST", "/v1/mailboxes/\(box.id)/push", bearer: box.bearer,
                                     json: ["device_id": .string(deviceID), "collapse_id": .string(String(keys.collapseID(threadID: "agent-\(delivery.agentID)").prefix(64))),
                                            "ciphertext": .string(nudge)])
