@@ -39,7 +39,8 @@ public struct DoorAnswer: Sendable {
     public let status: Int
     public let body: [UInt8]
     public let replayed: Bool
-    public var json: Any? { try? JSONSerialization.jsonObject(with: Data(body)) }
+    /// The body as JSON (nil when it is not).
+    public var json: JSONValue? { try? JSONValue.parse(body) }
 }
 
 public enum SendOutcome: Sendable {
@@ -236,8 +237,8 @@ public actor GatewayClient {
     }
 
     static func settlement(_ answer: DoorAnswer) -> Settlement {
-        let object = answer.json as? [String: Any]
-        if answer.status < 300, object?["already_decided"] as? Bool == true, let state = object?["state"] as? String {
+        let object = answer.json
+        if answer.status < 300, object?["already_decided"] == true, let state = object?["state"]?.stringValue {
             return .refused(words: "Not sent. That approval was already \(state) on your computer.")
         }
         switch answer.status {

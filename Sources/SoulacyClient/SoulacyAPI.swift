@@ -1,4 +1,5 @@
 import Foundation
+import JSON
 import Crypto
 import HTTPClient
 
@@ -200,9 +201,9 @@ public struct SoulacyAPI: Sendable {
 
     static func redeem(code: String, gateway: String, name: String, configuration: HTTP2ClientConfiguration) async throws -> Pairing {
         let http = HTTP2Client(configuration: configuration)
-        let body = try JSONSerialization.data(withJSONObject: ["code": code, "name": name])
+        let body = JSONValue.object(["code": .string(code), "name": .string(name)]).serializedBytes()
         let response = try await http.send(ClientRequest(method: "POST", url: gateway + "/api/v1/pairing/redeem",
-                                                         headers: [("content-type", "application/json")], body: Array(body)))
+                                                         headers: [("content-type", "application/json")], body: body))
         guard response.status == 200 else {
             struct Unpaired: Decodable { let reason: String? ; let error: String? }
             let unpaired = try? JSONDecoder().decode(Unpaired.self, from: Data(response.body))
@@ -214,9 +215,10 @@ public struct SoulacyAPI: Sendable {
     }
 
     public func register(deviceID: String, name: String, pushToken: String?, environment: String = "production", liveStartToken: String? = nil) async throws {
-        var body: [String: Any] = ["id": deviceID, "name": name, "push_environment": environment, "notifications_enabled": pushToken != nil]
-        if let pushToken { body["push_token"] = pushToken }
-        if let liveStartToken { body["live_start_token"] = liveStartToken }
+        var body: [String: JSONValue] = ["id": .string(deviceID), "name": .string(name), "push_environment": .string(environment),
+                                         "notifications_enabled": .bool(pushToken != nil)]
+        if let pushToken { body["push_token"] = .string(pushToken) }
+        if let liveStartToken { body["live_start_token"] = .string(liveStartToken) }
         struct Registered: Decodable { let registered: Bool }
         _ = try await call("POST", "/api/v1/mobile/devices", body, as: Registered.self)
     }
@@ -227,20 +229,20 @@ public struct SoulacyAPI: Sendable {
 
     public func markRead(_ deliveryID: String, deviceID: String) async throws {
         struct Read: Decodable { let read: Bool }
-        _ = try await call("POST", "/api/v1/mobile/deliveries/\(escape(deliveryID))/read", ["device_id": deviceID], as: Read.self)
+        _ = try await call("POST", "/api/v1/mobile/deliveries/\(escape(deliveryID))/read", ["device_id": .string(deviceID)], as: Read.self)
     }
 
     /// `sessionID` continues a conversation; `voice` asks for `spoken_reply` too.
     public func chat(agentID: String, text: String, sessionID: String? = nil, voice: Bool = false) async throws -> ChatReply {
-        var body: [String: Any] = ["agent_id": agentID, "text": text]
-        if let sessionID { body["session_id"] = sessionID }
+        var body: [String: JSONValue] = ["agent_id": .string(agentID), "text": .string(text)]
+        if let sessionID { body["session_id"] = .string(sessionID) }
         if voice { body["response_mode"] = "voice" }
         return try await call("POST", "/api/v1/chat", body, as: ChatReply.self)
     }
 
     /// `/chat/stream`'s events (read to their end: the relay carries whole answers), `\n` in data turned back into newlines.
     public func chatStream(agentID: String, text: String) async throws -> [StreamEvent] {
-        let answer = try await raw("POST", "/api/v1/chat/stream", ["agent_id": agentID, "text": text])
+        let answer = try await raw("POST", "/api/v1/chat/stream", ["agent_id": .string(agentID), "text": .string(text)])
         var events: [StreamEvent] = []
         var name: String?
         let text = String(String.UnicodeScalarView(String(decoding: answer, as: UTF8.self).unicodeScalars.filter { $0 != "\r" }))
@@ -256,8 +258,8 @@ public struct SoulacyAPI: Sendable {
 
     public func remember(_ content: String, category: String? = nil) async throws -> Fact {
         struct Answer: Decodable { let fact: Fact }
-        var body: [String: Any] = ["content": content]
-        if let category { body["category"] = category }
+        var body: [String: JSONValue] = ["content": .string(content)]
+        if let category { body["category"] = .string(category) }
         return try await call("POST", "/api/v1/memory/facts", body, as: Answer.self).fact
     }
 
@@ -286,8 +288,8 @@ public struct SoulacyAPI: Sendable {
 
     func escape(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?&="))) ?? text }
 
-    private func raw(_ method: String, _ path: String, _ body: [String: Any]? = nil) async throws -> [UInt8] {
-        let data = try body.map { try JSONSerialization.data(withJSONObject: $0) }
+    private func raw(_ method: String, _ path: String, _ body: [String: JSONValue]? = nil) async throws -> [UInt8] {
+        let data = body.map { Data(JSONValue.object($0).serializedBytes()) }
         switch await client.send(method: method, path: path, body: data) {
         case .answered(let answer, _):
             guard (200..<300).contains(answer.status) else {
@@ -304,7 +306,7 @@ public struct SoulacyAPI: Sendable {
         }
     }
 
-    private func call<T: Decodable>(_ method: String, _ path: String, _ body: [String: Any]? = nil, as type: T.Type) async throws -> T {
+    private func call<T: Decodable>(_ method: String, _ path: String, _ body: [String: JSONValue]? = nil, as type: T.Type) async throws -> T {
         try JSONDecoder().decode(T.self, from: Data(try await raw(method, path, body)))
     }
 }
