@@ -254,7 +254,7 @@ public actor AgentRuns {
         record.finishedAt = clock.now()
         do {
             // A caller waiting for the reply (chat, trigger, webhook) has its answer recorded with the run's end.
-            try store.finish(id: record.id, status: record.status, error: record.error, deliveryID: record.deliveryID, note: record.note,
+            try await store.finish(id: record.id, status: record.status, error: record.error, deliveryID: record.deliveryID, note: record.note,
                              at: record.finishedAt!, answer: finishAnswer?(record))
         } catch {
             log.error("run \(record.id): could not record its end: \(error)")

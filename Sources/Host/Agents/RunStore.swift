@@ -24,13 +24,28 @@ public struct RunRecord: Sendable, Equatable {
     public var spokenReply: String? = nil
 }
 
+extension RunRecord {
+    /// A run as it starts (what another engine's store, or a test, begins with).
+    public init(id: String, agentID: String, sessionID: String, trigger: String, status: Status = .running, startedAt: Date,
+                subject: String = "owner") {
+        self.id = id
+        self.agentID = agentID
+        self.sessionID = sessionID
+        self.trigger = trigger
+        self.status = status
+        self.startedAt = startedAt
+        self.subject = subject
+    }
+}
+
 /// The run history and schedule bookkeeping, so a restart knows what was running and when each schedule last
 /// fired. A protocol because a second engine (PostgreSQL, for several gateways) will keep them too.
 public protocol RunStore: Sendable {
     func begin(_ run: RunRecord) throws
     /// Records the run's end; `answer`, when given, is the waiting caller's answer, recorded in the same transaction
     /// (see `DatabasePool.transaction(answering:_:)`), so a retry after a crash gets it and never a second run.
-    func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date, answer: CommitHook.Answer?) throws
+    /// Async: a run's end (and a waiting caller's answer with it) commits off the cooperative pool.
+    func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date, answer: CommitHook.Answer?) async throws
     /// Marks runs still "running" from before a restart as interrupted; returns how many.
     func markInterrupted(at date: Date) throws -> Int
     func run(id: String) throws -> RunRecord?
@@ -41,8 +56,8 @@ public protocol RunStore: Sendable {
 }
 
 extension RunStore {
-    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, at date: Date) throws {
-        try finish(id: id, status: status, error: error, deliveryID: deliveryID, note: nil, at: date, answer: nil)
+    public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, at date: Date) async throws {
+        try await finish(id: id, status: status, error: error, deliveryID: deliveryID, note: nil, at: date, answer: nil)
     }
 }
 
@@ -66,12 +81,15 @@ public final class SQLiteRunStore: RunStore {
     }
 
     public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date,
-                       answer: CommitHook.Answer?) throws {
-        let update = { (db: Connection) throws -> Void in
+                       answer: CommitHook.Answer?) async throws {
+        let update = { @Sendable (db: Connection) throws -> Void in
             try db.run("UPDATE runs SET status = ?, finished_at = ?, error = ?, delivery_id = ?, note = ? WHERE id = ?",
                        status.rawValue, Self.ms(date), error, deliveryID, note, id)
         }
-        if let answer { try database.transaction(answering: { _ in answer }, update) } else { try database.transaction(update) }
+        // On the database's own threads; the task's commit hook (a caller's idempotency line) travels with it.
+        try await withTaskExecutorPreference(database.executor) {
+            if let answer { try database.transaction(answering: { _ in answer }, update) } else { try database.transaction(update) }
+        }
     }
 
     /// Runs the last process left as running cannot finish any more.

@@ -85,7 +85,7 @@ public final class IdempotencyLog: Sendable {
         guard response.stream == nil else { return response }
         // Not recorded (the disk is full, say): a retry is applied again, as a call without a key would be,
         // unless the effect's own line already says it was applied.
-        try? store.record(Self.stored(response.committedAnswer, method: method, path: path, sealingKey: sealingKey), scope: scope, key: key, at: now)
+        try? await store.record(Self.stored(response.committedAnswer, method: method, path: path, sealingKey: sealingKey), scope: scope, key: key, at: now)
         return response
     }
 

@@ -19,8 +19,8 @@ public struct IdempotencyLine: Sendable, Equatable {
 /// built it there) inside the transaction that makes the effect.
 public protocol IdempotencyStore: Sendable {
     func line(scope: String, key: String) throws -> IdempotencyLine?
-    /// The answer, over the applied line if there is one, in a transaction of its own.
-    func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) throws
+    /// The answer, over the applied line if there is one, in a transaction of its own (off the cooperative pool).
+    func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) async throws
     /// The hook a call's effects run before their commit: the applied line (with what the call waits for, if
     /// it said) and, when the handler built its answer in the effect's transaction, that answer.
     func appliedHook(scope: String, key: String, method: String, path: String, at now: Date,
@@ -55,8 +55,8 @@ struct SQLiteIdempotencyStore: IdempotencyStore {
     }
 
     /// The answer, over the applied line if there is one.
-    func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) throws {
-        try database.transaction { db in try Self.record(line, scope: scope, key: key, at: now, in: db) }
+    func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) async throws {
+        try await database.asyncTransaction { db in try Self.record(line, scope: scope, key: key, at: now, in: db) }
     }
 
     func appliedHook(scope: String, key: String, method: String, path: String, at now: Date,
