@@ -2,7 +2,9 @@ import Crypto
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
+import ChannelAPI
 import Gateway
+import Mobile
 #endif
 import GatewayTestSupport
 import HTTPClient
@@ -38,6 +40,28 @@ struct RelayPathsTests {
         try await relay.start()
         defer { relay.stop() }
         try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url], lan: true) { gw in try await body(relay, gw) }
+    }
+
+    @Test("phones enrolled while the gateway's first mailbox is still being made all land in that one mailbox")
+    func oneMailboxUnderConcurrentEnrolment() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start()
+        defer { relay.stop() }
+        let database = try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/soulacy.db")
+        defer { database.close() }
+        let mobile = try MobileStore(database: database)
+        let keys = try SQLiteAPIKeyStore(database: database)
+        // A fresh carriage with no mailbox yet, and no run loop: the enrolments are the first to need one.
+        let carriage = try RelayCarriage(url: relay.url, caFile: nil, database: database, sealingKey: SecureBytes.random(count: 32), mobile: mobile,
+                                         keys: keys, log: Log(minimum: .error)) { _, _, _ in .noContent }
+        let enrolments = try await withThrowingTaskGroup(of: RelayCarriage.Enrollment.self) { group in
+            for phone in 0..<4 { group.addTask { try await carriage.enroll(keyID: "key_\(phone)", subject: "owner") } }
+            var all: [RelayCarriage.Enrollment] = []
+            for try await enrolment in group { all.append(enrolment) }
+            return all
+        }
+        #expect(enrolments.count == 4)
+        #expect(Set(enrolments.map(\.mailboxID)).count == 1, "mailboxes: \(Set(enrolments.map(\.mailboxID)))")
     }
 
     @Test("the relay secret never travels in plain HTTP: a plain redeem gets a hint, the pinned listener gets the secret")

@@ -60,17 +60,30 @@ public actor RelayCarriage {
     }
 
     /// The mailbox this gateway owns at the relay, created on first use; its bearer stays in the data directory.
+    /// One creation at a time: the actor is reentrant at the relay call, and a second caller (a phone enrolled while
+    /// the first round makes the mailbox) must wait for that mailbox, not make another one its phone would sit in alone.
     private func ensureMailbox() async throws -> (id: String, bearer: String) {
         if let mailbox { return mailbox }
         if let stored = try store.mailbox(url: url) {
             mailbox = stored
             return stored
         }
+        if let creating = creatingMailbox { return try await creating.value }
+        let creating = Task { try await self.createMailbox() }
+        creatingMailbox = creating
+        defer { creatingMailbox = nil }
+        let created = try await creating.value
+        mailbox = created
+        return created
+    }
+
+    private var creatingMailbox: Task<(id: String, bearer: String), any Error>?
+
+    private func createMailbox() async throws -> (id: String, bearer: String) {
         let bearer = Base64URL.encode(SecureBytes.random(count: 32))
         let (status, body) = try await call("POST", "/v1/mailboxes", bearer: nil, json: ["secret_sha256": .string(Hex.encode(SHA256.hash(bearer)))])
         guard status == 201, let id = body["mailbox_id"]?.stringValue else { throw RelayRefusal(message: "the relay refused to make a mailbox (\(status))") }
         try store.saveMailbox(url: url, id: id, bearer: bearer)
-        mailbox = (id, bearer)
         return (id, bearer)
     }
 
