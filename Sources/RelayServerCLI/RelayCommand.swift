@@ -45,7 +45,10 @@ struct RelayCommand {
             let push = try APNsConfiguration.fromEnvironment(ProcessInfo.processInfo.environment).map { try APNsTransport(configuration: $0) }
             let store = try MailboxStore(path: data + "/relay.db")
             let api = MailboxAPI(store: store, maximumItemBytes: Int(options["max-item-bytes"] ?? "") ?? 256 * 1024, push: push)
-            let server = Responder(router: api.router).server(HTTPServerConfiguration(host: String(listen[..<colon]), port: port, maximumBodyBytes: 4 << 20, tls: tls))
+            var configuration = HTTPServerConfiguration(host: String(listen[..<colon]), port: port, maximumBodyBytes: 4 << 20, tls: tls)
+            // The mailbox's handlers are SQLite work: they run on the database's own threads, off the cooperative pool.
+            configuration.handlerExecutor = store.database.executor
+            let server = Responder(router: api.router).server(configuration)
             try server.start()
             print("soulacy-relay is listening on \(tls == nil ? "http" : "https")://\(String(listen[..<colon])):\(server.port)")
             fflush(nil)

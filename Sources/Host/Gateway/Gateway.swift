@@ -284,6 +284,9 @@ public final class Gateway: Sendable {
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
+        // Handlers run on the database's own threads: a store call that waits on the write lock or an fsync holds
+        // one of those, never one of Swift's few cooperative threads (quick reads still answer on the server thread).
+        serverConfiguration.handlerExecutor = database.executor
         server = api.server(serverConfiguration)
         if let relayURL = settings.relayMailboxURL {
             do {
@@ -303,8 +306,9 @@ public final class Gateway: Sendable {
         carriageBox.set(carriage)
         if let lanHost = options.lanHost, let identity {
             let door = Responder(router: routerCopy, middleware: requestLog + [LANDoorMiddleware(router: routerCopy), idempotent])
-            let doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
+            var doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                             tls: (identity.keyPEM, identity.certificatePEM))
+            doorConfiguration.handlerExecutor = database.executor
             lanServer = door.server(doorConfiguration)
         } else {
             lanServer = nil
