@@ -233,7 +233,7 @@ public final class Gateway: Sendable {
         let keys = self.keys
         let credentials = runs.credentials
         var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
-        router.errorResponder = { error, request in Self.respond(to: error, request: request, log: log) }
+        router.errorResponder = StorageFailureResponder(log: log).respond
         let carriageBox = CarriageBox()
         router.add(GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
                               transportNames: transports.transports.map(\.name)).routes)
@@ -389,19 +389,6 @@ public final class Gateway: Sendable {
             log.info("push: no push service configured; every delivery still lands in the inbox")
         }
         return registry
-    }
-
-    /// Storage failures become a clear status; the details go to the log, not to the caller.
-    static func respond(to error: any Error, request: HTTPRequest, log: Log) -> HTTPResponse {
-        if let sqlite = error as? SQLiteError {
-            log.error("\(request.method) \(request.path): \(sqlite)")
-            if sqlite.isDiskFull { return APIError(status: 507, code: "storage_full", message: "the gateway's disk is full; nothing was stored").response }
-            if sqlite.isReadOnly { return APIError.unavailable("the gateway's database is read-only; nothing was stored", code: "storage_read_only").response }
-            if sqlite.isBusy { return APIError.unavailable("the database is busy; try again", code: "storage_busy").response }
-        } else {
-            log.error("\(request.method) \(request.path): \(error)")
-        }
-        return APIError.internal("the gateway could not complete the request").response
     }
 
     /// The LAN listener's port, when it is on.

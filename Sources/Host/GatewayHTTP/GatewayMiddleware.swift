@@ -1,5 +1,7 @@
 import APIKit
+import ChannelAPI
 import Identity
+import SQLite
 
 /// Mutating calls with an `Idempotency-Key` are answered from the log when replayed (see `IdempotencyLog`).
 public struct IdempotencyMiddleware: Middleware {
@@ -59,5 +61,24 @@ public struct LANDoorMiddleware: Middleware {
             return APIError(status: 422, code: "idempotency_key_required", message: "Idempotency-Key: every \(request.method) on this listener needs one (one key per intent)", field: "Idempotency-Key")
         }
         return nil
+    }
+}
+
+/// What the router answers for an error no route mapped (its `errorResponder`): a storage failure becomes a clear
+/// status (507 disk full, 503 read-only or busy), anything else a plain 500. The details go to the log, never to
+/// the caller.
+public struct StorageFailureResponder: Sendable {
+    let log: Log
+
+    public init(log: Log) { self.log = log }
+
+    public func respond(_ error: any Error, _ request: HTTPRequest) -> HTTPResponse {
+        log.error("\(request.method) \(request.path): \(error)")
+        if let sqlite = error as? SQLiteError {
+            if sqlite.isDiskFull { return APIError(status: 507, code: "storage_full", message: "the gateway's disk is full; nothing was stored").response }
+            if sqlite.isReadOnly { return APIError.unavailable("the gateway's database is read-only; nothing was stored", code: "storage_read_only").response }
+            if sqlite.isBusy { return APIError.unavailable("the database is busy; try again", code: "storage_busy").response }
+        }
+        return APIError.internal("the gateway could not complete the request").response
     }
 }
