@@ -83,13 +83,13 @@ public struct DeviceCommandsAPI: Sendable {
     /// The answer to a waiting invoke: the phone's result, or what became of the command.
     static func settledAnswer(_ done: DeviceNodes.Command) -> HTTPResponse {
         switch done.status {
-        case "completed":
+        case .completed:
             // The phone's own answer (free-form: presented, submitted, answers…), with the command's id.
             guard case .object(var result)? = done.result else { return .json(Outcome(commandID: done.id, presented: true, submitted: nil)) }
             result["command_id"] = .string(done.id)
             let phoneAnswer = JSONValue.object(result)
             return .json(phoneAnswer)
-        case "expired":
+        case .expired:
             return .json(Outcome(commandID: done.id, expired: true))
         default:
             return .json(Outcome(commandID: done.id, status: done.status, error: done.error))
@@ -114,10 +114,10 @@ public struct DeviceCommandsAPI: Sendable {
                 throw APIError.notFound("no command \(request.parameter("id")) for device \(device.id)")
             }
             let result = try Self.validateResult(body, for: existing)
-            if existing.status == "queued" { _ = try? nodes.claim(id: existing.id, deviceID: device.id, subject: caller.subject) }
+            if existing.status == .queued { _ = try? nodes.claim(id: existing.id, deviceID: device.id, subject: caller.subject) }
             let current = try nodes.command(id: existing.id, deviceID: device.id, subject: caller.subject)
-            guard current.status == "running",
-                  let settled = try? nodes.finish(id: existing.id, deviceID: device.id, subject: caller.subject, status: "completed", result: result, error: nil) else {
+            guard current.status == .running,
+                  let settled = try? nodes.finish(id: existing.id, deviceID: device.id, subject: caller.subject, status: .completed, result: result, error: nil) else {
                 throw APIError.conflict("this command is already \(current.status); the first answer stands", code: "command_\(current.status)")
             }
             return .json(Accepted(commandID: settled.id, state: settled.status))
@@ -186,7 +186,8 @@ public struct DeviceCommandsAPI: Sendable {
 extension DeviceCommandsAPI {
     /// The first protocol's view of a node command: `state` and `waits_for_submit` as it had them.
     struct CommandView: Encodable {
-        var id, deviceID, command, state: String
+        var id, deviceID, command: String
+        var state: DeviceNodes.CommandStatus
         var params: JSONValue
         var waitsForSubmit: Bool
         var expiresAt: Timestamp
@@ -213,7 +214,7 @@ extension DeviceCommandsAPI {
         var presented = false
         var submitted: Bool? = false
         var expired: Bool?
-        var status: String?
+        var status: DeviceNodes.CommandStatus?
         var error: String?
 
         enum CodingKeys: String, CodingKey {
@@ -224,7 +225,8 @@ extension DeviceCommandsAPI {
 
     struct Accepted: Encodable {
         var ok = true
-        var commandID, state: String
+        var commandID: String
+        var state: DeviceNodes.CommandStatus
 
         enum CodingKeys: String, CodingKey {
             case ok, state

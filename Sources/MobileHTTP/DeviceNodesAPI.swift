@@ -149,7 +149,7 @@ public struct DeviceNodesAPI: Sendable {
         let (status, error, result) = (try outcome.status.limited(to: 16, field: "status"), outcome.error, outcome.result)
         return try await nodes.store.database.answer { _ in
             .json(DeviceNodes.CommandView(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
-                                                   status: status, result: result, error: error)))
+                                                   status: DeviceNodes.CommandStatus(rawValue: status), result: result, error: error)))
         }
     }
 }

@@ -14,7 +14,6 @@ public final class DeviceNodes: Sendable {
         "device.info", "location.current", "contacts.search", "calendar.events", "reminders.list", "motion.current", "system.notify",
         "camera.capture", "photos.pick", "canvas.present", "canvas.snapshot", "health.summary", "focus.status",
     ]
-    public static let terminalStatuses: Set<String> = ["completed", "failed", "declined", "expired"]
     public static let maximumParamsBytes = 65536
     public static let maximumResultBytes = 1 << 20
     public static let maximumQueued = 100
@@ -56,7 +55,7 @@ public final class DeviceNodes: Sendable {
         public var subject: String
         public var command: String
         public var params: JSONValue
-        public var status: String
+        public var status: CommandStatus
         public var result: JSONValue?
         public var error: String?
         public var createdAt: Date
@@ -89,10 +88,10 @@ public final class DeviceNodes: Sendable {
     private func read(_ row: Row) -> Command {
         var c = Command(id: row.string("id") ?? "", deviceID: row.string("device_id") ?? "", subject: row.string("subject") ?? "",
                         command: row.string("command") ?? "", params: (try? JSONValue.parse(Array((row.string("params") ?? "{}").utf8))) ?? [:],
-                        status: row.string("status") ?? "queued", result: row.string("result").flatMap { try? JSONValue.parse(Array($0.utf8)) },
+                        status: CommandStatus(rawValue: row.string("status") ?? "queued"), result: row.string("result").flatMap { try? JSONValue.parse(Array($0.utf8)) },
                         error: row.string("error"), createdAt: row.date("created_at") ?? Date(sqliteMillis: 0),
                         expiresAt: row.date("expires_at") ?? Date(sqliteMillis: 0), completedAt: row.date("completed_at"))
-        if c.status == "queued", c.expiresAt <= clock.now() { c.status = "expired" }
+        if c.status == .queued, c.expiresAt <= clock.now() { c.status = .expired }
         return c
     }
 
@@ -150,7 +149,7 @@ public final class DeviceNodes: Sendable {
         let queued = try command(id: id, deviceID: deviceID, subject: subject)
         let left = max(0, queued.expiresAt.timeIntervalSince(clock.now()))
         let current = try await waitForOutcome(id: id, deviceID: deviceID, subject: subject, wait: .milliseconds(Int(left * 1000)))
-        guard !Self.terminalStatuses.contains(current.status) else { return current }
+        guard !current.status.isTerminal else { return current }
         // Claimed but not answered by its expiry: settled as expired.
         try store.database.transaction { db in
             try db.run("""
@@ -195,7 +194,7 @@ public final class DeviceNodes: Sendable {
                 INSERT INTO mobile_node_commands (id, device_id, subject, command, params, status, created_at, expires_at)
                 VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)
                 """, commandID, deviceID, subject, command, stored.serialized(), Self.ms(now), Self.ms(expiry))
-            return (Command(id: commandID, deviceID: deviceID, subject: subject, command: command, params: stored, status: "queued",
+            return (Command(id: commandID, deviceID: deviceID, subject: subject, command: command, params: stored, status: .queued,
                             result: nil, error: nil, createdAt: now, expiresAt: expiry, completedAt: nil), true)
         }
         if created {
@@ -241,15 +240,15 @@ public final class DeviceNodes: Sendable {
     }
 
     /// The phone's outcome, from running only; the identical outcome again is accepted, a different one is a conflict.
-    public func finish(id: String, deviceID: String, subject: String, status: String, result: JSONValue?, error: String?) throws -> Command {
-        guard Self.terminalStatuses.contains(status) else {
+    public func finish(id: String, deviceID: String, subject: String, status: CommandStatus, result: JSONValue?, error: String?) throws -> Command {
+        guard status.isTerminal else {
             throw Self.invalid("status must be completed, failed, declined or expired", field: "status")
         }
         let resultText = result.map { $0.serialized() }
         if let resultText, resultText.utf8.count > Self.maximumResultBytes { throw Self.invalid("result must be at most 1 MiB of JSON", field: "result") }
         if let error, error.count > 4096 { throw Self.invalid("error must be at most 4096 characters", field: "error") }
         let current = try command(id: id, deviceID: deviceID, subject: subject)
-        if Self.terminalStatuses.contains(current.status), current.status != "expired" || current.completedAt != nil {
+        if current.status.isTerminal, current.status != .expired || current.completedAt != nil {
             guard current.status == status, current.result == result, current.error == error else { throw Self.conflict() }
             return current
         }
@@ -257,7 +256,7 @@ public final class DeviceNodes: Sendable {
         let settled = try store.database.transaction { db in
             try db.run("""
                 UPDATE mobile_node_commands SET status = ?, result = ?, error = ?, completed_at = ? WHERE device_id = ? AND id = ? AND status = 'running'
-                """, status, resultText, error, Self.ms(now), deviceID, id) == 1
+                """, status.rawValue, resultText, error, Self.ms(now), deviceID, id) == 1
         }
         guard settled else { throw Self.conflict() }
         return try command(id: id, deviceID: deviceID, subject: subject)
@@ -268,7 +267,7 @@ public final class DeviceNodes: Sendable {
         let deadline = ContinuousClock.now + wait
         while true {
             let current = try command(id: id, deviceID: deviceID, subject: subject)
-            if Self.terminalStatuses.contains(current.status) || ContinuousClock.now >= deadline { return current }
+            if current.status.isTerminal || ContinuousClock.now >= deadline { return current }
             try await Task.sleep(for: .milliseconds(500))
         }
     }

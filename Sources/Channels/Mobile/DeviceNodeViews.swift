@@ -1,6 +1,28 @@
 import Foundation
 import JSON
 
+extension DeviceNodes {
+    /// Where a node command stands, in the original's words: an open set (a struct with static members, as
+    /// APNSwift's push types), so a state a newer phone reports breaks no caller.
+    public struct CommandStatus: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
+        public let rawValue: String
+
+        public init(rawValue: String) { self.rawValue = rawValue }
+
+        public static let queued = CommandStatus(rawValue: "queued")
+        public static let running = CommandStatus(rawValue: "running")
+        public static let completed = CommandStatus(rawValue: "completed")
+        public static let failed = CommandStatus(rawValue: "failed")
+        public static let declined = CommandStatus(rawValue: "declined")
+        public static let expired = CommandStatus(rawValue: "expired")
+
+        /// The states a command ends in: the phone's outcome, or its expiry.
+        public static let terminal: Set<CommandStatus> = [.completed, .failed, .declined, .expired]
+        public var isTerminal: Bool { Self.terminal.contains(self) }
+        public var description: String { rawValue }
+    }
+}
+
 /// Nodes and their commands as the original's node protocol shows them; the routes and the agents' phone tools
 /// both answer with these, so a model reads what the phone's API says.
 extension DeviceNodes {
@@ -30,7 +52,8 @@ extension DeviceNodes {
     }
 
     public struct CommandView: Encodable, Sendable {
-        var id, deviceID, command, status: String
+        var id, deviceID, command: String
+        var status: CommandStatus
         var params: JSONValue
         var result: JSONValue?
         var error: String?
