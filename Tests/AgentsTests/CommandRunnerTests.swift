@@ -10,7 +10,7 @@ struct CommandRunnerTests {
     }
 
     func request(input: String = "", timeout: Duration = .seconds(10)) -> RunRequest {
-        RunRequest(agentID: "a", runID: "r", sessionID: "s", input: input, trigger: "test", timeout: timeout)
+        RunRequest(agentID: "a", runID: "r", sessionID: "s", input: input, trigger: RunTrigger(rawValue: "test"), timeout: timeout)
     }
 
     @Test("the trigger's input arrives on stdin and stdout is the reply")

@@ -256,7 +256,7 @@ struct LLMRunnerTests {
         let agent = try #require(loader.parse(text: Self.agent("streamer", provider: provider))?.first)
         let runner = LLMRunner(agent: agent, providers: LLMProviders(environment: llm.environment))
         let pieces = Mutex<[String]>([])
-        var request = RunRequest(agentID: agent.id, runID: "run_1", sessionID: "ses_1", input: "hi", trigger: "chat", timeout: .seconds(10))
+        var request = RunRequest(agentID: agent.id, runID: "run_1", sessionID: "ses_1", input: "hi", trigger: .chat, timeout: .seconds(10))
         request.onText = { piece in pieces.withLock { $0.append(piece) } }
         let result = try await runner.run(request)
         let received = pieces.withLock { $0 }

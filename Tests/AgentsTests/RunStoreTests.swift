@@ -13,7 +13,7 @@ struct RunStoreTests {
         let database = try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/soulacy.db")
         defer { database.close() }
         let store = try SQLiteRunStore(database: database)
-        try store.begin(RunRecord(id: "run_1", agentID: "brief", sessionID: "ses_1", trigger: "api", startedAt: Date()))
+        try store.begin(RunRecord(id: "run_1", agentID: "brief", sessionID: "ses_1", trigger: .api, startedAt: Date()))
         let onStorageThread = Mutex(false)
         let recorded = Mutex<[Int]>([])
         let hook = CommitHook({ _, _ in onStorageThread.withLock { $0 = database.executor.isCurrent } },

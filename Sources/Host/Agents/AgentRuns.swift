@@ -127,9 +127,6 @@ public actor AgentRuns {
         self.makeRunner = makeRunner
     }
 
-    /// Cron, webhook, location and agent-to-agent runs: they run without anyone watching.
-    static let backgroundTriggers: Set<String> = ["cron", "cron-missed", "webhook", "location", "agent"]
-
     public func isRunning(_ agentID: String) -> Bool { running[agentID] != nil }
 
     public static func newRunID() -> String { "run_" + Hex.encode(SecureBytes.random(count: 10)) }
@@ -141,7 +138,7 @@ public actor AgentRuns {
 
     /// Starts a run in the background; refuses when the agent is already running.
     @discardableResult
-    public func start(agentID: String, input: String, trigger: String, destination: RunDestination?, timeout: Duration? = nil,
+    public func start(agentID: String, input: String, trigger: RunTrigger, destination: RunDestination?, timeout: Duration? = nil,
                       subject: String = "owner", chat: ChatContext? = nil, sessionID namedSession: String? = nil, runID namedRun: String? = nil,
                       answer: ((StartedRun) -> CommitHook.Answer)? = nil,
                       finishAnswer: (@Sendable (RunRecord) -> CommitHook.Answer)? = nil) throws(RunStartError) -> StartedRun {
@@ -164,7 +161,7 @@ public actor AgentRuns {
         let credential = credentials.issue(runID: runID, subject: subject)
         request.environment["SOULACY_RUN_TOKEN"] = credential
         let activity = ActivityRun(runID: runID, sessionID: sessionID, agentID: agentID, agentName: agent.name, subject: subject,
-                                   background: Self.backgroundTriggers.contains(trigger), startedAt: record.startedAt)
+                                   background: trigger.isBackground, startedAt: record.startedAt)
         activityRuns[sessionID] = activity
         let started = StartedRun(runID: runID, sessionID: sessionID, agentID: agentID)
         // Recorded before the run's task starts, so a caller's answer (the 202 naming this run) commits with it.
@@ -262,23 +259,14 @@ public actor AgentRuns {
         return record
     }
 
-    /// Soulacy's names for what started a run, as templates show them.
-    static func templateTrigger(_ trigger: String) -> String {
-        switch trigger {
-        case "cron-missed": return "cron_missed_startup"
-        case "api": return "manual"
-        default: return trigger
-        }
-    }
-
     /// `{reply}`, `{agent_id}`, `{agent_name}`, `{trigger}`, `{timestamp}` (delivery time, UTC, RFC 3339); no template sends the reply.
-    func render(_ template: String?, reply: String, agent: AgentConfig, trigger: String) -> String {
+    func render(_ template: String?, reply: String, agent: AgentConfig, trigger: RunTrigger) -> String {
         guard let template, !template.isEmpty else { return reply }
         // The reply goes in last, so placeholders written inside it stay as they are.
         return template
             .replacingOccurrences(of: "{agent_id}", with: agent.id)
             .replacingOccurrences(of: "{agent_name}", with: agent.name)
-            .replacingOccurrences(of: "{trigger}", with: Self.templateTrigger(trigger))
+            .replacingOccurrences(of: "{trigger}", with: trigger.soulacyName)
             .replacingOccurrences(of: "{timestamp}", with: clock.now().formatted(.iso8601))
             .replacingOccurrences(of: "{reply}", with: reply)
     }
@@ -287,7 +275,7 @@ public actor AgentRuns {
         let text = render(destination.template, reply: reply, agent: agent, trigger: record.trigger)
         let name = destination.botName ?? agent.name
         var metadata = destination.metadata
-        metadata["trigger"] = record.trigger
+        metadata["trigger"] = record.trigger.rawValue
         metadata["run_id"] = record.id
         let output = Output(agentID: agent.id, agentName: name, sessionID: record.sessionID, parts: [text], metadata: metadata)
         let receipt = try await channels.channel(named: destination.channel).deliver(output, to: destination.to)
@@ -307,7 +295,7 @@ public actor AgentRuns {
             .replacingOccurrences(of: "{error}", with: error.description)
         if notice.includeError, !template.contains("{error}") { text += "\n\n\(error.description)" }
         let output = Output(agentID: agent.id, agentName: agent.name, sessionID: record.sessionID, title: "\(agent.name) failed",
-                            parts: [text], metadata: ["trigger": record.trigger, "run_id": record.id, "failure": "true"])
+                            parts: [text], metadata: ["trigger": record.trigger.rawValue, "run_id": record.id, "failure": "true"])
         guard channels.has(notice.channel) else {
             log.warning("run \(record.id): the failure notice was not sent: no channel '\(notice.channel)' registered")
             return

@@ -10,7 +10,7 @@ public struct RunRequest: Sendable {
     public var runID: String
     public var sessionID: String
     public var input: String
-    public var trigger: String
+    public var trigger: RunTrigger
     public var timeout: Duration
     /// Whose run this is: approvals it asks for and device commands it sends belong to this person.
     public var subject: String = "owner"
@@ -25,7 +25,7 @@ public struct RunRequest: Sendable {
     /// Receives the reply's text as the model streams it (chat streaming); nil when nobody is listening.
     public var onText: (@Sendable (String) -> Void)?
 
-    public init(agentID: String, runID: String, sessionID: String, input: String, trigger: String, timeout: Duration) {
+    public init(agentID: String, runID: String, sessionID: String, input: String, trigger: RunTrigger, timeout: Duration) {
         self.agentID = agentID
         self.runID = runID
         self.sessionID = sessionID
@@ -116,7 +116,7 @@ public struct CommandRunner: AgentRunner {
         env["SOULACY_AGENT_ID"] = request.agentID
         env["SOULACY_RUN_ID"] = request.runID
         env["SOULACY_SESSION_ID"] = request.sessionID
-        env["SOULACY_TRIGGER"] = request.trigger
+        env["SOULACY_TRIGGER"] = request.trigger.rawValue
         env.merge(request.environment) { $1 }
         env.merge(config.environment) { $1 }
         return env.map { "\($0.key)=\($0.value)" }.sorted()

@@ -89,26 +89,26 @@ public struct LLMRunner: AgentRunner {
     }
 
     /// The user text Soulacy sends for each kind of start.
-    static func userText(input: String, trigger: String, regionLabel: String? = nil) -> String {
+    static func userText(input: String, trigger: RunTrigger, regionLabel: String? = nil) -> String {
         switch trigger {
-        case "location":
+        case .location:
             // The crossing as the original words it: `__trigger:location__ enter Home`.
             let crossing = try? JSONDecoder().decode(JSONValue.self, from: Data(input.utf8))
             let label = regionLabel ?? crossing?["region_name"]?.stringValue ?? "the region"
             return "__trigger:location__ \(crossing?["event"]?.stringValue ?? "enter") \(label)"
         default:
             // Scheduled and manual starts have no input: Soulacy's `__trigger:cron__`, `__trigger:manual__`, ….
-            return input.isEmpty ? "__trigger:\(AgentRuns.templateTrigger(trigger))__" : input
+            return input.isEmpty ? "__trigger:\(trigger.soulacyName)__" : input
         }
     }
 
-    func systemMessage(subject: String, trigger: String) -> String {
+    func systemMessage(subject: String, trigger: RunTrigger) -> String {
         var sections: [String] = []
         let prefix = Self.personaPrefix(agent.persona)
         if !prefix.isEmpty { sections.append(prefix) }
         if !agent.systemPrompt.isEmpty { sections.append(agent.systemPrompt) }
         // Facts go to runs on a person's behalf; scheduled runs act for nobody in particular.
-        let personal = !["cron", "cron-missed", "oneshot"].contains(trigger)
+        let personal = !trigger.isScheduled
         if personal, agent.adaptiveMemory != false, let facts = environment.facts?(subject), !facts.isEmpty {
             sections.append("### 🧠 MEMORY & PREFERENCES\n" + facts.prefix(5).map { "- \($0)" }.joined(separator: "\n"))
         }

@@ -8,7 +8,7 @@ public struct RunRecord: Sendable, Equatable {
     public var id: String
     public var agentID: String
     public var sessionID: String
-    public var trigger: String
+    public var trigger: RunTrigger
     public var status: Status
     public var startedAt: Date
     public var finishedAt: Date?
@@ -26,7 +26,7 @@ public struct RunRecord: Sendable, Equatable {
 
 extension RunRecord {
     /// A run as it starts (what another engine's store, or a test, begins with).
-    public init(id: String, agentID: String, sessionID: String, trigger: String, status: Status = .running, startedAt: Date,
+    public init(id: String, agentID: String, sessionID: String, trigger: RunTrigger, status: Status = .running, startedAt: Date,
                 subject: String = "owner") {
         self.id = id
         self.agentID = agentID
@@ -76,7 +76,7 @@ public final class SQLiteRunStore: RunStore {
     public func begin(_ run: RunRecord) throws {
         try database.transaction { db in
             try db.run("INSERT INTO runs (id, agent_id, session_id, trigger, status, started_at, subject) VALUES (?, ?, ?, ?, 'running', ?, ?)",
-                       run.id, run.agentID, run.sessionID, run.trigger, Self.ms(run.startedAt), run.subject)
+                       run.id, run.agentID, run.sessionID, run.trigger.rawValue, Self.ms(run.startedAt), run.subject)
         }
     }
 
@@ -110,7 +110,7 @@ public final class SQLiteRunStore: RunStore {
 
     private static func record(_ row: Row) -> RunRecord {
         var record = RunRecord(id: row.string("id") ?? "", agentID: row.string("agent_id") ?? "", sessionID: row.string("session_id") ?? "",
-                               trigger: row.string("trigger") ?? "", status: RunRecord.Status(rawValue: row.string("status") ?? "") ?? .failed,
+                               trigger: RunTrigger(rawValue: row.string("trigger") ?? ""), status: RunRecord.Status(rawValue: row.string("status") ?? "") ?? .failed,
                                startedAt: Self.date(row.int("started_at")) ?? Date(timeIntervalSince1970: 0),
                                finishedAt: Self.date(row.int("finished_at")), error: row.string("error"), deliveryID: row.string("delivery_id"))
         record.subject = row.string("subject") ?? "owner"

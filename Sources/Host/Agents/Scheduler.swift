@@ -88,7 +88,7 @@ public struct Scheduler: Sendable {
             if startup, schedule.runMissedOnStartup,
                let missed = Self.latestMissedFire(of: cron, in: schedule.timeZone, window: schedule.missedStartupWindow, lastFire: last, start: start) {
                 log.info("agent \(agent.id): replaying the fire of \(missed.formatted(.iso8601)) missed while the gateway was down")
-                await fire(agent.id, at: start, trigger: "cron-missed")
+                await fire(agent.id, at: start, trigger: .cronMissed)
             }
         } else {
             // First start: this is the baseline from which missed fires are counted.
@@ -102,7 +102,7 @@ public struct Scheduler: Sendable {
             }
             do { try await clock.sleep(until: next) } catch { return }
             if Task.isCancelled { return }
-            await fire(agent.id, at: next, trigger: "cron")
+            await fire(agent.id, at: next, trigger: .cron)
             after = next
         }
     }
@@ -122,7 +122,7 @@ public struct Scheduler: Sendable {
             log.error("agent \(agent.id): could not record the one-shot fire, so it is not run (it would repeat after a restart): \(error)")
             return
         }
-        await fire(agent.id, at: at, trigger: "oneshot")
+        await fire(agent.id, at: at, trigger: .oneshot)
     }
 
     /// The latest fire after `lastFire` and not after `start` that lies inside the missed-startup window, if any:
@@ -139,9 +139,9 @@ public struct Scheduler: Sendable {
     }
 
     /// Reads the agent again at fire time: output, template and prompt edits apply to the next fire.
-    private func fire(_ agentID: String, at date: Date, trigger: String) async {
+    private func fire(_ agentID: String, at date: Date, trigger: RunTrigger) async {
         guard let agent = catalog.agent(id: agentID), agent.isOn else { return }
-        if trigger != "oneshot" {
+        if trigger != .oneshot {
             do { try store.recordFire(agentID: agentID, at: date) } catch { log.error("agent \(agentID): could not record the fire: \(error)") }
         }
         let destination = agent.schedule?.output.map { RunDestination($0) }

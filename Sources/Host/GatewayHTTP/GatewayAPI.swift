@@ -111,7 +111,7 @@ public struct GatewayAPI: Sendable {
         guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
             throw APIError.notFound("agent not found")
         }
-        return try await runs.runToEnd(agentID: agentID, input: "", trigger: "api", destination: agent.schedule?.output.map { RunDestination($0) },
+        return try await runs.runToEnd(agentID: agentID, input: "", trigger: .api, destination: agent.schedule?.output.map { RunDestination($0) },
                                        subject: caller.subject, failureStatus: 500) { record in
             .json(Triggered(result: record.reply ?? "", delivered: record.deliveryID != nil, runID: record.id, sessionID: record.sessionID))
         }.response
@@ -155,7 +155,7 @@ public struct GatewayAPI: Sendable {
 
     private func startRun(agentID: String, input: String, destination: RunDestination?, subject: String) async -> Result<StartedRun, RunStartError> {
         do {
-            return .success(try await runs.start(agentID: agentID, input: input, trigger: "api", destination: destination, subject: subject,
+            return .success(try await runs.start(agentID: agentID, input: input, trigger: .api, destination: destination, subject: subject,
                                                  answer: { Self.startedAnswer($0).committedAnswer }))
         } catch {
             return .failure(error)
@@ -222,7 +222,7 @@ extension AgentRuns {
     ///
     /// Under an Idempotency-Key the answer commits with the run's end, so a retry after a crash gets it; a run the
     /// crash interrupted is answered as failed (`resumer`), never run twice.
-    func runToEnd(agentID: String, input: String, trigger: String, destination: RunDestination?, subject: String,
+    func runToEnd(agentID: String, input: String, trigger: RunTrigger, destination: RunDestination?, subject: String,
                   chat: ChatContext? = nil, failureStatus: Int = 502,
                   answer: @escaping @Sendable (RunRecord) -> HTTPResponse) async throws -> (response: HTTPResponse, record: RunRecord) {
         // Built once, when the run ends: the recorded answer and the one sent are the same bytes.
@@ -451,7 +451,7 @@ extension GatewayAPI {
             id = run.id
             agentID = run.agentID
             sessionID = run.sessionID
-            trigger = run.trigger
+            trigger = run.trigger.rawValue
             status = run.status.rawValue
             startedAt = Timestamp(run.startedAt)
             finishedAt = Nullable(run.finishedAt.map(Timestamp.init))

@@ -117,7 +117,7 @@ public struct TriggersAPI: Sendable {
         do {
             // The original's session for a location run: location-<agent>-<unix nanoseconds>.
             let session = "location-\(agentID)-\(Int64(clock.now().timeIntervalSince1970 * 1e9))"
-            let started = try await runs.start(agentID: agentID, input: JSONValue.object(input).serialized(), trigger: "location",
+            let started = try await runs.start(agentID: agentID, input: JSONValue.object(input).serialized(), trigger: .location,
                                                destination: destination, subject: caller.subject, sessionID: session,
                                                answer: { GatewayAPI.startedAnswer($0).committedAnswer })
             return GatewayAPI.startedAnswer(started)
@@ -141,7 +141,7 @@ public struct TriggersAPI: Sendable {
         let input = String(decoding: request.body, as: UTF8.self)
         let destination = hook.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
         do {
-            let started = try await runs.start(agentID: agent.id, input: input, trigger: "webhook", destination: destination)
+            let started = try await runs.start(agentID: agent.id, input: input, trigger: .webhook, destination: destination)
             return GatewayAPI.startedAnswer(started)
         } catch {
             throw APIError.runRefused(error)
@@ -175,7 +175,7 @@ public struct TriggersAPI: Sendable {
         let body = request.body.isEmpty ? JSONValue.object([:]) : try JSONValue.parse(request.body)
         let text = Self.webhookText(body, textPath: agent.webhook?.textPath)
         let destination = agent.webhook?.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
-        return try await runs.runToEnd(agentID: agentID, input: text, trigger: "webhook", destination: destination, subject: caller.subject) { record in
+        return try await runs.runToEnd(agentID: agentID, input: text, trigger: .webhook, destination: destination, subject: caller.subject) { record in
             let reply = record.reply ?? ""
             return .json(WebhookReply(reply: reply, parts: [AssistantAPI.TextPart(text: reply)], sessionID: record.sessionID, userID: caller.subject,
                                       runID: record.id))
