@@ -36,7 +36,9 @@ public protocol PushOutbox: Sendable {
     /// When the next row falls due (nil: none waits).
     func nextDue() throws -> Date?
     /// Ends a claimed row; false when its lease was lost to another owner.
+    @discardableResult
     func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) async throws -> Bool
+    @discardableResult
     func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) async throws -> Bool
     /// The service refused the token: the row fails and the device forgets the token, in one step.
     func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) async throws

@@ -9,11 +9,17 @@ public func fuzzRelayEnvelopeMain(_ argc: CInt, _ argv: UnsafeMutablePointer<Uns
     soulacy_fuzz_main(argc, argv) { data, size in fuzzRelayEnvelope(data, size) }
 }
 
+/// What every opened envelope carries beside its message.
+private struct Stamp: Decodable {
+    let v: Int
+    let type: String
+}
+
 func fuzzRelayEnvelope(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard let data else { return 0 }
     let text = String(decoding: UnsafeBufferPointer(start: data, count: size), as: UTF8.self)
     for kind in [RelayEnvelope.Kind.record, .result, .command] {
-        if let opened = try? RelayEnvelope.open(text, kind: kind, key: keys.down), (opened["type"] as? String) != kind.rawValue {
+        if let opened = try? RelayEnvelope.open(text, as: Stamp.self, kind: kind, key: keys.down), opened.type != kind.rawValue || opened.v != RelayEnvelope.version {
             fatalError("opened as the wrong type")
         }
     }
