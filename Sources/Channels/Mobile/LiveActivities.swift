@@ -118,7 +118,8 @@ public actor LiveActivityPublisher {
         state.detail = succeeded ? "Finished" : "Stopped with an error"
         sessions[sessionID] = state
         if state.started { await push(sessionID, event: .end, priority: .high, succeeded: succeeded) }
-        sessions[sessionID] = nil
+        // The actor took other calls while the end was sent: a chat session's next run may have started meanwhile.
+        if sessions[sessionID]?.finished == true { sessions[sessionID] = nil }
     }
 
     private func scheduleFlush(_ sessionID: String, at date: Date) {
