@@ -88,7 +88,6 @@ public struct Route: Sendable {
 /// Resolves a bearer token to its principal; nil means unknown or revoked.
 public typealias Authenticator = @Sendable (String) -> Principal?
 
-/// Matches requests to routes, enforces each route's `Access`, and turns every failure into the JSON error shape.
 /// Routes under one path prefix that share who may call them (a role, overridable per route), in Hummingbird's
 /// shape: `var facts = RouteGroup("/api/v1/memory/facts", role: .viewer); facts.get("/status", …) { request, caller in … }`.
 public struct RouteGroup: Sendable {
@@ -122,6 +121,8 @@ public struct RouteGroup: Sendable {
     }
 }
 
+/// Matches requests to routes, enforces each route's `Access` (the caller is authenticated here and handed to the
+/// route's handler), and turns every failure into the JSON error shape.
 public struct Router: Sendable {
     public private(set) var routes: [Route] = []
     public var authenticator: Authenticator
