@@ -82,7 +82,7 @@ let package = Package(
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).
         .target(name: "SoulacyClient", dependencies: ["HTTPClient", "RelayProtocol", "Crypto", "JSON"], path: "Sources/SoulacyClient"),
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
-        .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "APIKit", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
+        .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "APIKit", "RelayProtocol", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
         .executableTarget(name: "soulacy-relay", dependencies: ["Lifecycle", "RelayMailbox", "HTTPServer", "APIKit", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode"], path: "Sources/Host/CLI"),
 

@@ -1,6 +1,7 @@
 import ChannelAPI
 import Crypto
 import Foundation
+import RelayProtocol
 import APIKit
 import Identity
 
@@ -152,9 +153,9 @@ public struct MailboxAPI: Sendable {
         let (mailbox, device) = try requirePhone(request)
         guard let after = Int64(request.query["after"] ?? "0"), after >= 0 else { throw APIError.invalidField("after", "must be a sequence number") }
         let list = try store.items(mailbox: mailbox, device: device, after: after).map { item in
-            item.tooLarge ? ItemView(n: item.n, tooLarge: true) : ItemView(n: item.n, ciphertext: item.ciphertext ?? "")
+            item.tooLarge ? MailboxItemPage.Item(n: item.n, tooLarge: true) : MailboxItemPage.Item(n: item.n, ciphertext: item.ciphertext ?? "")
         }
-        return .json(ItemPage(items: list, inboxOnline: store.isOnline(mailbox: mailbox)))
+        return .json(MailboxItemPage(items: list, inboxOnline: store.isOnline(mailbox: mailbox)))
     }
 
     @Sendable func ack(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -262,28 +263,6 @@ extension MailboxAPI {
         enum CodingKeys: String, CodingKey {
             case stored, n, reason
             case tooLarge = "too_large"
-        }
-    }
-
-    /// One item: its ciphertext, or a marker that it was too large to hold (the phone reads it directly).
-    struct ItemView: Encodable {
-        var n: Int64
-        var tooLarge: Bool?
-        var ciphertext: String?
-
-        enum CodingKeys: String, CodingKey {
-            case n, ciphertext
-            case tooLarge = "too_large"
-        }
-    }
-
-    struct ItemPage: Encodable {
-        var items: [ItemView]
-        var inboxOnline: Bool
-
-        enum CodingKeys: String, CodingKey {
-            case items
-            case inboxOnline = "inbox_online"
         }
     }
 

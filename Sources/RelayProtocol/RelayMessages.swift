@@ -79,3 +79,38 @@ public struct RelayNudge: Codable, Sendable, Equatable {
         self.title = title
     }
 }
+
+/// A page of a phone's mailbox items, as the relay answers `GET …/items` and the phone reads it: each item is
+/// sealed (`ciphertext`), or a marker that it was too large to hold (`too_large`).
+public struct MailboxItemPage: Codable, Sendable, Equatable {
+    public struct Item: Codable, Sendable, Equatable {
+        public var n: Int64
+        public var ciphertext: String?
+        public var tooLarge: Bool?
+
+        public init(n: Int64, ciphertext: String? = nil, tooLarge: Bool? = nil) {
+            self.n = n
+            self.ciphertext = ciphertext
+            self.tooLarge = tooLarge
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case n, ciphertext
+            case tooLarge = "too_large"
+        }
+    }
+
+    public var items: [Item]
+    /// Whether the gateway polled the mailbox lately.
+    public var inboxOnline: Bool?
+
+    public init(items: [Item], inboxOnline: Bool?) {
+        self.items = items
+        self.inboxOnline = inboxOnline
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case items
+        case inboxOnline = "inbox_online"
+    }
+}

@@ -193,7 +193,7 @@ public actor GatewayClient {
         guard let relay = paths.relay, let keys = try? RelayKeys(secret: relay.secret, deviceID: relay.deviceID),
               let (status, body) = try? await relayCall("GET", "/items?after=\(relayCursor)"), status == 200 else { return 0 }
         var last = relayCursor
-        let items = (try? JSONDecoder().decode(MailboxItems.self, from: Data(body)))?.items ?? []
+        let items = (try? JSONDecoder().decode(MailboxItemPage.self, from: Data(body)))?.items ?? []
         for item in items {
             last = max(last, item.n)
             if item.tooLarge == true {
@@ -274,20 +274,4 @@ public struct RelayRecord: Sendable {
     public let fields: [String: String]
     /// The whole line, in the same shape as the inbox list's items (nil for a too_large marker).
     public let delivery: SoulacyAPI.Delivery?
-}
-
-/// A page of the phone's mailbox items: each a sealed item, or a marker that one was too large to hold.
-struct MailboxItems: Decodable {
-    struct Item: Decodable {
-        var n: Int64
-        var ciphertext: String?
-        var tooLarge: Bool?
-
-        enum CodingKeys: String, CodingKey {
-            case n, ciphertext
-            case tooLarge = "too_large"
-        }
-    }
-
-    var items: [Item]
 }
