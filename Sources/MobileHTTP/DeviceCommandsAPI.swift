@@ -36,8 +36,11 @@ public struct DeviceCommandsAPI: Sendable {
         var wait: Bool?
 
         enum CodingKeys: String, CodingKey {
-            case command, params, wait
-            case deviceID = "device_id", expiresInSeconds = "expires_in_seconds"
+            case command
+            case deviceID = "device_id"
+            case params
+            case expiresInSeconds = "expires_in_seconds"
+            case wait
         }
     }
 
@@ -136,8 +139,13 @@ public struct DeviceCommandsAPI: Sendable {
         var checklists: [String: JSONValue]?
 
         enum CodingKeys: String, CodingKey {
-            case presented, submitted, dismissed, answers, checklists
-            case deviceID = "device_id", formID = "form_id"
+            case deviceID = "device_id"
+            case presented
+            case submitted
+            case dismissed
+            case formID = "form_id"
+            case answers
+            case checklists
         }
     }
 

@@ -39,8 +39,14 @@ public struct DeviceNodesAPI: Sendable {
         var permissions: [String: JSONValue]?
 
         enum CodingKeys: String, CodingKey {
-            case platform, name, model, capabilities, permissions
-            case deviceID = "device_id", osVersion = "os_version", appVersion = "app_version"
+            case deviceID = "device_id"
+            case platform
+            case name
+            case model
+            case osVersion = "os_version"
+            case appVersion = "app_version"
+            case capabilities
+            case permissions
         }
     }
 
@@ -104,7 +110,9 @@ public struct DeviceNodesAPI: Sendable {
         var expiresAt: String?
 
         enum CodingKeys: String, CodingKey {
-            case command, params, id
+            case command
+            case params
+            case id
             case expiresAt = "expires_at"
         }
     }

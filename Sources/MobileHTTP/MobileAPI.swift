@@ -176,7 +176,8 @@ public struct MobileAPI: Sendable {
             case deviceID = "device_id"
             case agentID = "agent_id"
             case sessionID = "session_id"
-            case token, environment
+            case token
+            case environment
         }
     }
 

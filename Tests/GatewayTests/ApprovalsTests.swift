@@ -38,6 +38,23 @@ struct ApprovalsTests {
         }
     }
 
+    @Test("a bad ask is refused naming its first wrong field, in the order the fields are documented")
+    func askRefusalsInOrder() async throws {
+        try await withTestGateway { (gw) async throws in
+            let cases: [(JSONValue, String, String)] = [
+                (["agent_id": 5], "agent_id", "agent_id: must be a string, got a number"),
+                (["agent_id": "echo"], "tool", "tool is required"),
+                (["agent_id": "echo", "tool": "t", "call_id": true], "call_id", "call_id: must be a string, got a boolean"),
+                (["agent_id": "echo", "tool": "t", "timeout_seconds": 0.5], "timeout_seconds", "timeout_seconds: must be a whole number from 1 to 3600"),
+            ]
+            for (body, field, message) in cases {
+                let refused = try await gw.request("POST", "/api/v1/approvals", json: body)
+                #expect(refused.status == 400 && refused.errorField == field, "\(body): \(refused.json)")
+                #expect(refused.json["error"]?.stringValue == message, "\(body): \(refused.json)")
+            }
+        }
+    }
+
     @Test("concurrent approve and deny from several clients resolve to exactly one decision, reported to all")
     func races() async throws {
         try await withTestGateway { (gw) async throws in

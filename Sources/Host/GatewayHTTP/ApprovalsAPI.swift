@@ -52,8 +52,13 @@ public struct ApprovalsAPI: Sendable {
         var wait: Bool?
 
         enum CodingKeys: String, CodingKey {
-            case tool, arguments, wait
-            case agentID = "agent_id", callID = "call_id", sessionID = "session_id", timeoutSeconds = "timeout_seconds"
+            case agentID = "agent_id"
+            case tool
+            case callID = "call_id"
+            case sessionID = "session_id"
+            case arguments
+            case timeoutSeconds = "timeout_seconds"
+            case wait
         }
     }
 

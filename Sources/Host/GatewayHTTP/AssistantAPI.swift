@@ -42,7 +42,9 @@ public struct AssistantAPI: Sendable {
 
         enum CodingKeys: String, CodingKey {
             case text
-            case agentID = "agent_id", sessionID = "session_id", responseMode = "response_mode"
+            case agentID = "agent_id"
+            case sessionID = "session_id"
+            case responseMode = "response_mode"
         }
     }
 

@@ -67,7 +67,8 @@ public struct HouseholdAPI: Sendable {
         var baseURL: String?
 
         enum CodingKeys: String, CodingKey {
-            case name, role
+            case name
+            case role
             case baseURL = "base_url"
         }
     }

@@ -86,9 +86,12 @@ public struct MemoryAPI: Sendable {
         var source: String?
 
         enum CodingKeys: String, CodingKey {
-            case content, text, category, source
+            case content
+            case text
+            case category
             case agentID = "agent_id"
             case expiresAt = "expires_at"
+            case source
         }
     }
 
@@ -100,7 +103,8 @@ public struct MemoryAPI: Sendable {
         var expiresAt: String?
 
         enum CodingKeys: String, CodingKey {
-            case content, category
+            case content
+            case category
             case agentID = "agent_id"
             case expiresAt = "expires_at"
         }

@@ -72,8 +72,12 @@ public struct TriggersAPI: Sendable {
         var regionName: String?
 
         enum CodingKeys: String, CodingKey {
-            case event, latitude, longitude
-            case deviceID = "device_id", accuracyM = "accuracy_m", regionName = "region_name"
+            case event
+            case deviceID = "device_id"
+            case latitude
+            case longitude
+            case accuracyM = "accuracy_m"
+            case regionName = "region_name"
         }
     }
 
