@@ -56,3 +56,39 @@ public final class ScriptedTransport: WakeTransport {
         }
     }
 }
+
+/// A transport that remembers every send and holds back the ones `holds` picks (a slow answer from the service)
+/// until the test answers them: to make a wake-up's answer arrive at a chosen moment, or many at once.
+public final class HoldingTransport: WakeTransport {
+    public let name: String
+    private let holds: @Sendable (WakeSignal) -> Bool
+    private let state = Mutex<(calls: [RecordingTransport.Sent], held: [CheckedContinuation<WakeOutcome, Never>])>(([], []))
+
+    /// Holds every send unless `holds` says otherwise.
+    public init(name: String = "holding", holds: @escaping @Sendable (WakeSignal) -> Bool = { _ in true }) {
+        self.name = name
+        self.holds = holds
+    }
+
+    public var calls: [RecordingTransport.Sent] { state.withLock { $0.calls } }
+    /// How many sends are waiting for their answer.
+    public var heldCount: Int { state.withLock { $0.held.count } }
+
+    public func canWake(_ target: WakeTarget) -> Bool { true }
+
+    public func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
+        let held = holds(signal)
+        state.withLock { $0.calls.append(.init(signal: signal, target: target)) }
+        guard held else { return .delivered }
+        return await withCheckedContinuation { continuation in state.withLock { $0.held.append(continuation) } }
+    }
+
+    /// Answers every send held so far with `outcome`.
+    public func answerHeld(with outcome: WakeOutcome = .delivered) {
+        let waiting = state.withLock { s in
+            defer { s.held = [] }
+            return s.held
+        }
+        for continuation in waiting { continuation.resume(returning: outcome) }
+    }
+}

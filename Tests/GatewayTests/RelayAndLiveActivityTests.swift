@@ -6,7 +6,6 @@ import APIKit
 import Mobile
 import Relay
 import SQLite
-import Synchronization
 import Testing
 
 /// The relay transport, and Live Activities through APNs or the relay.
@@ -104,32 +103,14 @@ struct RelayAndLiveActivityTests {
         try JSONValue.parse(try #require(sent.signal.liveActivity).apnsBody)
     }
 
-    /// Records every send; an `end` waits until released (a slow answer from APNs).
-    final class SlowEndTransport: WakeTransport {
-        let name = "slow-end"
-        private let state = Mutex<(events: [String], parked: CheckedContinuation<Void, Never>?)>(([], nil))
-
-        func canWake(_ target: WakeTarget) -> Bool { true }
-
-        func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
-            let event = signal.liveActivity?.event.rawValue ?? "other"
-            state.withLock { $0.events.append(event) }
-            if event == "end" { await withCheckedContinuation { continuation in state.withLock { $0.parked = continuation } } }
-            return .delivered
-        }
-
-        var events: [String] { state.withLock { $0.events } }
-        var endIsParked: Bool { state.withLock { $0.parked != nil } }
-        func release() { state.withLock { $0.parked.take() }?.resume() }
-    }
-
     @Test("a chat session's next run keeps its Live Activity while the previous run's end is still being sent")
     func nextRunDuringSlowEnd() async throws {
         let clock = ManualClock(Date(timeIntervalSince1970: 1_800_000_000))
         let store = try MobileStore(database: try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/db.sqlite"), clock: clock)
         try store.devices.register(try DeviceRegistration(json: JSONObject(["id": "iphone", "notifications_enabled": true, "push_token": .string(Self.token),
                                                                              "live_start_token": .string(Self.startToken)])), subject: "owner")
-        let transport = SlowEndTransport()
+        // APNs answers the end slowly: it is held until the test answers it.
+        let transport = HoldingTransport(holds: { $0.liveActivity?.event == .end })
         let publisher = try LiveActivityPublisher(store: store, transports: WakeTransportRegistry([transport]), clock: clock)
         try publisher.tokens.register(deviceID: "iphone", sessionID: "ses_1", agentID: "brief", token: Self.activityToken, environment: .production, now: clock.now())
         func run(_ id: String) -> ActivityRun {
@@ -138,13 +119,14 @@ struct RelayAndLiveActivityTests {
         await publisher.runStarted(run("run_1"))
         await publisher.toolCalled(sessionID: "ses_1", tool: "search")
         let ending = Task { await publisher.finished(sessionID: "ses_1", succeeded: true) }
-        #expect(await eventually { transport.endIsParked })
+        #expect(await eventually { transport.heldCount == 1 })
         // The same session's next run starts while APNs has not answered the first run's end yet.
         await publisher.runStarted(run("run_2"))
-        transport.release()
+        transport.answerHeld()
         await ending.value
         await publisher.toolCalled(sessionID: "ses_1", tool: "search")
-        #expect(transport.events == ["start", "end", "start"], "the second run's activity starts: \(transport.events)")
+        let events = transport.calls.compactMap { $0.signal.liveActivity?.event.rawValue }
+        #expect(events == ["start", "end", "start"], "the second run's activity starts: \(events)")
     }
 
     @Test("a background run starts at its first tool call; progress is coalesced at low priority; waiting and finished go at once")

@@ -5,7 +5,6 @@ import GatewayTestSupport
 import APIKit
 import Mobile
 import SQLite
-import Synchronization
 import Testing
 
 /// The durable push outbox and its dispatcher, on a real SQLite file with the channel testing kit's transports.
@@ -134,15 +133,15 @@ struct PushDispatcherTests {
 
     @Test("a rejection for an old token leaves a token registered meanwhile alone")
     func staleRejection() async throws {
-        let gate = GateTransport()
+        let gate = HoldingTransport()
         let f = try Self.fixture(transport: gate)
         try Self.register(f.store, "phone")
         _ = try await f.channel.deliver(Self.output(), to: "all")
         let sending = Task { await f.dispatcher.drain() }
-        await gate.waitForCall()
+        #expect(await eventually { gate.heldCount == 1 })
         let fresh = String(repeating: "12", count: 32)
         try Self.register(f.store, "phone", token: fresh)  // the app re-registers while the push is in flight
-        gate.answer(.tokenRejected(reason: "APNs 410 Unregistered"))
+        gate.answerHeld(with: .tokenRejected(reason: "APNs 410 Unregistered"))
         await sending.value
         #expect(try f.store.devices.device(id: "phone")?.pushToken == fresh)
     }
@@ -173,38 +172,18 @@ struct PushDispatcherTests {
         #expect(try g.store.outbox.entries().first?.state == .failed)
     }
 
-    /// Holds every send until `expected` are in flight, then answers them all at once.
-    final class GatedTransport: WakeTransport {
-        let name = "gated"
-        let expected: Int
-        private let waiting = Mutex<[CheckedContinuation<Void, Never>]>([])
-
-        init(expected: Int) { self.expected = expected }
-
-        func canWake(_ target: WakeTarget) -> Bool { true }
-
-        func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
-            await withCheckedContinuation { continuation in
-                let ready = waiting.withLock { parked -> [CheckedContinuation<Void, Never>] in
-                    parked.append(continuation)
-                    guard parked.count == expected else { return [] }
-                    defer { parked = [] }
-                    return parked
-                }
-                for parked in ready { parked.resume() }
-            }
-            return .delivered
-        }
-    }
-
     @Test("wake-ups answered together are settled in shared commits, off the cooperative pool (not one fsync each)")
     func settlesShareCommits() async throws {
         let phones = 40
-        let f = try Self.fixture(transport: GatedTransport(expected: phones))
+        let held = HoldingTransport()
+        let f = try Self.fixture(transport: held)
         for i in 0..<phones { try Self.register(f.store, "phone-\(i)") }
         _ = try await f.channel.deliver(Self.output(), to: "all")
         let before = f.store.database.changeGeneration
-        #expect(await f.dispatcher.dispatchDue() == phones)
+        let dispatching = Task { await f.dispatcher.dispatchDue() }
+        #expect(await eventually { held.heldCount == phones })
+        held.answerHeld()
+        #expect(await dispatching.value == phones)
         let commits = f.store.database.changeGeneration - before
         #expect(try f.store.outbox.entries().allSatisfy { $0.state == .sent })
         // One for the claim, then the 40 settles in a few group commits (40 alone, each with its fsync, before).
@@ -245,44 +224,6 @@ struct PushDispatcherTests {
 }
 
 /// A transport whose answer the test gives while the send is in flight.
-final class GateTransport: WakeTransport, @unchecked Sendable {
-    let name = "gate"
-    private let lock = NSLock()
-    private var called: CheckedContinuation<Void, Never>?
-    private var pending: CheckedContinuation<WakeOutcome, Never>?
-    private var wasCalled = false
-
-    func canWake(_ target: WakeTarget) -> Bool { true }
-
-    func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
-        await withCheckedContinuation { continuation in
-            let waiter = lock.withLock { () -> CheckedContinuation<Void, Never>? in
-                pending = continuation
-                wasCalled = true
-                defer { called = nil }
-                return called
-            }
-            waiter?.resume()
-        }
-    }
-
-    func waitForCall() async {
-        await withCheckedContinuation { continuation in
-            let now = lock.withLock { () -> Bool in
-                if wasCalled { return true }
-                called = continuation
-                return false
-            }
-            if now { continuation.resume() }
-        }
-    }
-
-    func answer(_ outcome: WakeOutcome) {
-        let p = lock.withLock { () -> CheckedContinuation<WakeOutcome, Never>? in defer { pending = nil }; return pending }
-        p?.resume(returning: outcome)
-    }
-}
-
 @Suite("Outbox encoding")
 struct OutboxEncodingTests {
     @Test("the hand-written signal JSON reads back as the same WakeSignal through JSONDecoder")
