@@ -56,6 +56,12 @@ public final class DatabasePool: Sendable {
         try await withTaskExecutorPreference(executor) { try self.transaction(body) }
     }
 
+    /// `transaction(answering:)` on the pool's own threads.
+    public func asyncTransaction<T: Sendable>(answering answer: @Sendable (T) -> CommitHook.Answer,
+                                              _ body: @Sendable (Connection) throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(executor) { try self.transaction(answering: answer, body) }
+    }
+
     /// Closes every connection once the owner has stopped using the pool (a stopped gateway releases its files
     /// even while something still holds the pool).
     public func close() {

@@ -86,10 +86,8 @@ public final class SQLiteRunStore: RunStore {
             try db.run("UPDATE runs SET status = ?, finished_at = ?, error = ?, delivery_id = ?, note = ? WHERE id = ?",
                        status.rawValue, Self.ms(date), error, deliveryID, note, id)
         }
-        // On the database's own threads; the task's commit hook (a caller's idempotency line) travels with it.
-        try await withTaskExecutorPreference(database.executor) {
-            if let answer { try database.transaction(answering: { _ in answer }, update) } else { try database.transaction(update) }
-        }
+        // The task's commit hook (a caller's idempotency line) travels with it to the database's threads.
+        if let answer { try await database.asyncTransaction(answering: { _ in answer }, update) } else { try await database.asyncTransaction(update) }
     }
 
     /// Runs the last process left as running cannot finish any more.
