@@ -119,22 +119,6 @@ public struct JSONObject: Sendable {
         return b
     }
 
-    public func optionalNumber(_ key: String) throws(JSONFieldError) -> Double? {
-        guard let value = fields[key], value != .null else { return nil }
-        guard case .number(let d) = value, d.isFinite else { throw JSONFieldError.wrongType(name(key), expected: "a number", got: value) }
-        return d
-    }
-
-    public func optionalInteger(_ key: String, in range: ClosedRange<Int>) throws(JSONFieldError) -> Int? {
-        try optionalNumber(key).wholeNumber(in: range, field: name(key))
-    }
-
-    public func optionalObject(_ key: String) throws(JSONFieldError) -> JSONObject? {
-        guard let value = fields[key], value != .null else { return nil }
-        guard case .object(let o) = value else { throw JSONFieldError.wrongType(name(key), expected: "an object", got: value) }
-        return JSONObject(o, path: name(key))
-    }
-
     public func optionalArray(_ key: String) throws(JSONFieldError) -> [JSONValue]? {
         guard let value = fields[key], value != .null else { return nil }
         guard case .array(let a) = value else { throw JSONFieldError.wrongType(name(key), expected: "an array", got: value) }

@@ -132,12 +132,8 @@ public enum JSONValue: Sendable, Equatable, Codable {
 }
 
 extension JSONValue {
-    /// A timestamp as every route writes it: ISO 8601 in UTC with milliseconds.
-    public static func timestamp(_ date: Date) -> JSONValue {
-        .string(iso8601(date))
-    }
-
-    /// "2026-12-02T13:04:05.123Z", formatted by hand: Foundation's formatters are slow on hot routes.
+    /// A timestamp as every route writes it, ISO 8601 in UTC with milliseconds: "2026-12-02T13:04:05.123Z",
+    /// formatted by hand (Foundation's formatters are slow on hot routes).
     public static func iso8601(_ date: Date) -> String {
         var out = [UInt8]()
         out.reserveCapacity(24)
@@ -211,7 +207,7 @@ public struct JSONWriter {
         needsComma[needsComma.count - 1] = false
     }
 
-    /// An ISO 8601 timestamp, as `JSONValue.timestamp` writes it.
+    /// An ISO 8601 timestamp, as `JSONValue.iso8601` formats it (and `Timestamp` in typed answers).
     public mutating func timestamp(_ date: Date) {
         separate()
         bytes.append(UInt8(ascii: "\""))
@@ -242,7 +238,7 @@ public enum JSONCoding {
     }
 }
 
-/// A moment in a typed answer, written as every route writes one (`JSONValue.timestamp`): ISO 8601 in UTC with
+/// A moment in a typed answer, written as every route writes one (`JSONValue.iso8601`): ISO 8601 in UTC with
 /// milliseconds. A bare `Date` would go out as seconds since 2001 under `JSONCoding.encoder`.
 public struct Timestamp: Encodable, Sendable, Equatable {
     public var date: Date

@@ -217,7 +217,7 @@ extension Optional where Wrapped == String {
 }
 
 extension Optional where Wrapped == Double {
-    /// A number field that must be a whole number in `range`, refused in `JSONObject`'s words (request types
+    /// A number field that must be a whole number in `range`, refused in the API's words (request types
     /// decode such fields as `Double?` so a fraction gets this message, not a bare type error).
     public func wholeNumber(in range: ClosedRange<Int>, field: String) throws(JSONFieldError) -> Int? {
         guard let d = self else { return nil }

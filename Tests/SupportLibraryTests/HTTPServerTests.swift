@@ -224,7 +224,7 @@ struct JSONWriterTests {
         #expect(String(decoding: out.bytes, as: UTF8.self) == value.serialized())
     }
 
-    @Test("strings are escaped where JSON needs it and copied whole elsewhere; timestamps match JSONValue's")
+    @Test("strings are escaped where JSON needs it and copied whole elsewhere; timestamps match JSONValue's and typed answers'")
     func escapesAndTimestamps() throws {
         let tricky = ["", "plain", "\"", "a\\b", "line\nnext\r\ttab", "\u{01}\u{1F}end", "ünïcødé 名前 🚀", "\"start and end\"", "x\u{0}y"]
         let date = Date(timeIntervalSince1970: 1_796_218_334.25)
@@ -234,8 +234,10 @@ struct JSONWriterTests {
         out.key("s"); out.beginArray(); for text in tricky { out.string(text) }; out.endArray()
         out.endObject()
         let written = String(decoding: out.bytes, as: UTF8.self)
-        let value: JSONValue = ["at": .timestamp(date), "s": .array(tricky.map(JSONValue.string))]
+        let value: JSONValue = ["at": .string(JSONValue.iso8601(date)), "s": .array(tricky.map(JSONValue.string))]
         #expect(written == value.serialized())
+        // Typed answers write the same moment through the one encoder.
+        #expect(String(decoding: try JSONCoding.encoder.encode(["at": Timestamp(date)]), as: UTF8.self) == #"{"at":"2026-12-02T13:32:14.250Z"}"#)
         #expect(written.contains(#""line\nnext\r\ttab""#) && written.contains(#""\u0001\u001fend""#) && written.contains(#""x\u0000y""#))
         // Foundation reads back exactly what went in.
         let decoded = try JSONSerialization.jsonObject(with: Data(out.bytes)) as? [String: Any]
