@@ -206,7 +206,7 @@ public actor GatewayClient {
                 results[result.id] = DoorAnswer(status: result.status, body: bytes, replayed: false)
             } else if let line = try? RelayEnvelope.open(sealed, as: RelayLine.self, kind: .record, key: keys.down) {
                 let fields = line.record?.objectValue ?? [:]
-                let delivery = line.record.flatMap { try? JSONCoding.encoder.encode($0) }.flatMap { try? JSONDecoder().decode(SoulacyAPI.Delivery.self, from: $0) }
+                let delivery = line.record.flatMap { try? JSONValueDecoder().decode(SoulacyAPI.Delivery.self, from: $0) }
                 records.append(RelayRecord(seq: line.seq, id: line.id, tooLarge: line.tooLarge == true,
                                            fields: fields.compactMapValues(\.stringValue), delivery: delivery))
             }
