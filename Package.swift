@@ -59,7 +59,7 @@ let package = Package(
         // The mobile channel's routes (devices, inbox, commands, nodes) over the API kit; the core above knows no HTTP.
         .target(name: "MobileHTTP", dependencies: ["Mobile", "ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
-        .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto"], path: "Sources/Channels/FCM"),
+        .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),

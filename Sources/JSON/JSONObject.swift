@@ -33,39 +33,20 @@ public struct JSONFieldError: Error, Sendable, Equatable, CustomStringConvertibl
 }
 
 extension JSONValue {
-    /// Parses a request body. Errors name what is wrong in a way a client can fix.
+    /// Parses a request body. Errors name what is wrong in a way a client can fix; nesting beyond
+    /// `JSONNesting.maximumDepth` is refused before anything recursive reads the document.
     public static func parse(_ bytes: [UInt8]) throws(JSONFieldError) -> JSONValue {
         guard !bytes.isEmpty else { throw JSONFieldError.invalidJSON("the request body is empty; send a JSON object") }
-        if let offset = trailingCommaOffset(bytes) {
-            throw JSONFieldError.invalidJSON("the request body is not valid JSON: a trailing comma at byte \(offset)")
+        switch JSONNesting.scan(bytes) {
+        case .tooDeep(let offset): throw JSONNesting.tooDeepError(at: offset, in: "the request body")
+        case .trailingComma(let offset): throw JSONFieldError.invalidJSON("the request body is not valid JSON: a trailing comma at byte \(offset)")
+        case nil: break
         }
         do {
             return try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
         } catch {
             throw JSONFieldError.invalidJSON("the request body is not valid JSON")
         }
-    }
-
-    /// Foundation's decoder accepts `[1,]` and `{"a":1,}`, which RFC 8259 does not: the offset of the first
-    /// comma that closes an array or object, outside strings (nil when there is none).
-    static func trailingCommaOffset(_ bytes: [UInt8]) -> Int? {
-        var inString = false, escaped = false
-        var lastSignificant: (byte: UInt8, offset: Int)?
-        for (offset, byte) in bytes.enumerated() {
-            if inString {
-                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
-                continue
-            }
-            switch byte {
-            case UInt8(ascii: " "), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"): continue
-            case UInt8(ascii: "\""): inString = true
-            case UInt8(ascii: "]"), UInt8(ascii: "}"):
-                if let last = lastSignificant, last.byte == UInt8(ascii: ",") { return last.offset }
-            default: break
-            }
-            lastSignificant = (byte, offset)
-        }
-        return nil
     }
 }
 

@@ -53,7 +53,7 @@ extension JSONPost {
 }
 
 func parseJSON(_ text: some StringProtocol) -> JSONValue? { parseJSON(Array(text.utf8)) }
-func parseJSON(_ bytes: [UInt8]) -> JSONValue? { try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) }
+func parseJSON(_ bytes: [UInt8]) -> JSONValue? { try? JSONCoding.decode(JSONValue.self, from: Data(bytes)) }
 
 extension OpenAICompatibleProvider {
     /// Server-sent events: `data: {choices:[{delta:{content}}]}` lines, then `data: [DONE]`.

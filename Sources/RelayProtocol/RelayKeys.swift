@@ -48,9 +48,9 @@ public enum RelayEnvelope {
 
     public static func open<Message: Decodable>(_ envelope: String, as type: Message.Type, kind: Kind, key: [UInt8]) throws -> Message {
         let data = Data(try SealedBox.open(envelope, key: key, header: header(kind)))
-        let stamp = try JSONDecoder().decode(Stamp.self, from: data)
+        let stamp = try JSONCoding.decode(Stamp.self, from: data)
         guard stamp.v == version, stamp.type == kind.rawValue else { throw SealError.malformed }
-        return try JSONDecoder().decode(Message.self, from: data)
+        return try JSONCoding.decode(Message.self, from: data)
     }
 
     /// The version and type written beside a message's own keys.

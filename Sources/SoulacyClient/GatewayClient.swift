@@ -193,7 +193,7 @@ public actor GatewayClient {
         guard let relay = paths.relay, let keys = try? RelayKeys(secret: relay.secret, deviceID: relay.deviceID),
               let (status, body) = try? await relayCall("GET", "/items?after=\(relayCursor)"), status == 200 else { return 0 }
         var last = relayCursor
-        let items = (try? JSONDecoder().decode(MailboxItemPage.self, from: Data(body)))?.items ?? []
+        let items = (try? JSONCoding.decode(MailboxItemPage.self, from: Data(body)))?.items ?? []
         for item in items {
             last = max(last, item.n)
             if item.tooLarge == true {

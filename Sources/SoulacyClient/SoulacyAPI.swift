@@ -206,12 +206,12 @@ public struct SoulacyAPI: Sendable {
                                                          headers: [("content-type", "application/json")], body: body))
         guard response.status == 200 else {
             struct Unpaired: Decodable { let reason: String? ; let error: String? }
-            let unpaired = try? JSONDecoder().decode(Unpaired.self, from: Data(response.body))
+            let unpaired = try? JSONCoding.decode(Unpaired.self, from: Data(response.body))
             var refusal = Refusal(error: unpaired?.reason ?? unpaired?.error ?? "the gateway answered \(response.status)", code: nil, field: nil)
             refusal.status = response.status
             throw refusal
         }
-        return try JSONDecoder().decode(Pairing.self, from: Data(response.body))
+        return try JSONCoding.decode(Pairing.self, from: Data(response.body))
     }
 
     public func register(deviceID: String, name: String, pushToken: String?, environment: String = "production", liveStartToken: String? = nil) async throws {
@@ -293,7 +293,7 @@ public struct SoulacyAPI: Sendable {
         switch await client.send(method: method, path: path, body: data) {
         case .answered(let answer, _):
             guard (200..<300).contains(answer.status) else {
-                var refusal = (try? JSONDecoder().decode(Refusal.self, from: Data(answer.body)))
+                var refusal = (try? JSONCoding.decode(Refusal.self, from: Data(answer.body)))
                     ?? Refusal(error: "the gateway answered \(answer.status)", code: nil, field: nil)
                 refusal.status = answer.status
                 throw refusal
@@ -307,6 +307,6 @@ public struct SoulacyAPI: Sendable {
     }
 
     private func call<T: Decodable>(_ method: String, _ path: String, _ body: [String: JSONValue]? = nil, as type: T.Type) async throws -> T {
-        try JSONDecoder().decode(T.self, from: Data(try await raw(method, path, body)))
+        try JSONCoding.decode(T.self, from: Data(try await raw(method, path, body)))
     }
 }

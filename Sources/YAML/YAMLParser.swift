@@ -9,6 +9,13 @@ public struct YAMLSyntaxError: Error, Sendable, CustomStringConvertible {
 
 /// Parses YAML text with libyaml's event API into `YAMLNode` trees.
 public enum YAMLParser {
+    /// The deepest nesting of mappings and sequences accepted. Every reader of the tree (equality, conversion to
+    /// JSON, the loader's walks) recurses once per level, so depth is refused here, where the builder is a loop.
+    public static let maximumDepth = 64
+    /// How many nodes a document may stand for once its aliases are expanded: `&a [*b, *b, …]` nested a few
+    /// times is billions of nodes to any walk that expands them (the "billion laughs").
+    public static let maximumExpandedNodes = 1_000_000
+
     /// Parses the first document (an empty file yields nil). Aliases are expanded; duplicate keys are an error.
     public static func parse(_ text: String) throws(YAMLSyntaxError) -> YAMLNode? {
         var parser = yaml_parser_t()
@@ -41,7 +48,10 @@ private struct TreeBuilder {
         case sequence(Mark, anchor: String?, items: [YAMLNode])
     }
     var stack: [Open] = []
-    var anchors: [String: YAMLNode] = [:]
+    /// Expanded node counts: of each open collection (parallel to `stack`) and of each anchored node.
+    var openSizes: [Int] = []
+    var anchors: [String: (node: YAMLNode, size: Int)] = [:]
+    var expandedNodes = 0
     var document: YAMLNode?
     var documentsSeen = 0
 
@@ -68,35 +78,48 @@ private struct TreeBuilder {
                 || style == YAML_LITERAL_SCALAR_STYLE || style == YAML_FOLDED_SCALAR_STYLE
             let value = s.value.map { String(decoding: UnsafeBufferPointer(start: $0, count: s.length), as: UTF8.self) } ?? ""
             let node = YAMLNode.scalar(.init(value: value, isQuoted: quoted, tag: Self.string(s.tag), mark: mark))
-            if let anchor = Self.string(s.anchor) { anchors[anchor] = node }
-            try add(node)
+            if let anchor = Self.string(s.anchor) { anchors[anchor] = (node, 1) }
+            try add(node, size: 1, expanding: 1, at: mark)
         case YAML_ALIAS_EVENT:
             let name = Self.string(event.data.alias.anchor) ?? ""
-            guard let node = anchors[name] else {
+            guard let anchored = anchors[name] else {
                 throw YAMLSyntaxError(message: "unknown alias *\(name)", mark: mark)
             }
-            try add(node)
-        case YAML_SEQUENCE_START_EVENT:
-            stack.append(.sequence(mark, anchor: Self.string(event.data.sequence_start.anchor), items: []))
-        case YAML_MAPPING_START_EVENT:
-            stack.append(.mapping(mark, anchor: Self.string(event.data.mapping_start.anchor), pairs: [], pendingKey: nil))
+            try add(anchored.node, size: anchored.size, expanding: anchored.size, at: mark)
+        case YAML_SEQUENCE_START_EVENT, YAML_MAPPING_START_EVENT:
+            guard stack.count < YAMLParser.maximumDepth else {
+                throw YAMLSyntaxError(message: "nested more than \(YAMLParser.maximumDepth) levels deep (mappings and sequences); \(YAMLParser.maximumDepth) is the limit", mark: mark)
+            }
+            if event.type == YAML_SEQUENCE_START_EVENT {
+                stack.append(.sequence(mark, anchor: Self.string(event.data.sequence_start.anchor), items: []))
+            } else {
+                stack.append(.mapping(mark, anchor: Self.string(event.data.mapping_start.anchor), pairs: [], pendingKey: nil))
+            }
+            openSizes.append(1)
         case YAML_SEQUENCE_END_EVENT, YAML_MAPPING_END_EVENT:
-            guard let open = stack.popLast() else { break }
+            guard let open = stack.popLast(), let size = openSizes.popLast() else { break }
             let node: YAMLNode
             let anchor: String?
             switch open {
             case let .sequence(m, a, items): node = .sequence(items, m); anchor = a
             case let .mapping(m, a, pairs, _): node = .mapping(pairs, m); anchor = a
             }
-            if let anchor { anchors[anchor] = node }
-            try add(node)
+            if let anchor { anchors[anchor] = (node, size) }
+            try add(node, size: size, expanding: 1, at: mark)
         default:
             break
         }
         return false
     }
 
-    mutating func add(_ node: YAMLNode) throws(YAMLSyntaxError) {
+    /// `size` is how many nodes `node` stands for with its aliases expanded (its parent grows by that much);
+    /// `expanding` is how many of them are new to the document: 1 for a node read here, all of them for an alias.
+    mutating func add(_ node: YAMLNode, size: Int, expanding: Int, at mark: Mark) throws(YAMLSyntaxError) {
+        expandedNodes += expanding
+        guard expandedNodes <= YAMLParser.maximumExpandedNodes else {
+            throw YAMLSyntaxError(message: "the document's aliases expand to more than \(YAMLParser.maximumExpandedNodes) nodes", mark: mark)
+        }
+        if !openSizes.isEmpty { openSizes[openSizes.count - 1] += size }
         guard let top = stack.popLast() else {
             document = node
             return

@@ -27,12 +27,17 @@ public final class GatewayProcess: @unchecked Sendable {
 
     /// One call to the running process: its status and JSON body (null when the body is not JSON).
     public func call(_ method: String, _ path: String, key: String?, json: JSONValue? = nil, headers: [String: String] = [:]) async throws -> (status: Int, json: JSONValue) {
+        try await call(method, path, key: key, body: json.map { Array($0.serialized().utf8) }, headers: headers)
+    }
+
+    /// The same with a body given as bytes (a document no `JSONValue` could hold, such as one nested too deeply).
+    public func call(_ method: String, _ path: String, key: String?, body: [UInt8]?, headers: [String: String] = [:]) async throws -> (status: Int, json: JSONValue) {
         var request = URLRequest(url: URL(string: baseURL + path)!)
         request.httpMethod = method
         request.timeoutInterval = 10
         if let key { request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization") }
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        if let json { request.httpBody = Data(json.serialized().utf8) }
+        if let body { request.httpBody = Data(body) }
         let (data, response) = try await URLSession.shared.data(for: request)
         return ((response as! HTTPURLResponse).statusCode, (try? JSONValue.parse(Array(data))) ?? .null)
     }

@@ -2,6 +2,7 @@ import ChannelAPI
 import Crypto
 import Foundation
 import HTTPClient
+import JSON
 
 /// Wakes iOS devices directly through APNs: ES256 provider token, HTTP/2 through libcurl,
 /// one multiplexed connection per environment (sandbox and production).
@@ -81,7 +82,7 @@ public final class APNsTransport: WakeTransport {
     /// Apple's error body: `{"reason": "BadDeviceToken", "timestamp"?}`.
     static func reason(in body: [UInt8]) -> String? {
         struct ErrorBody: Decodable { let reason: String? }
-        return (try? JSONDecoder().decode(ErrorBody.self, from: Data(body)))?.reason
+        return (try? JSONCoding.decode(ErrorBody.self, from: Data(body)))?.reason
     }
 
 }

@@ -2,6 +2,7 @@ import ChannelAPI
 import Crypto
 import Foundation
 import HTTPClient
+import JSON
 
 public enum FCMTokenError: Error, Sendable, CustomStringConvertible {
     case unreachable(String)
@@ -93,7 +94,7 @@ public actor FCMAccessTokenCache {
         } catch {
             return .failure(.unreachable(error.description))
         }
-        let answer = try? JSONDecoder().decode(TokenAnswer.self, from: Data(response.body))
+        let answer = try? JSONCoding.decode(TokenAnswer.self, from: Data(response.body))
         guard response.status == 200, let token = answer?.access_token else {
             return .failure(.refused(status: response.status, detail: answer?.error ?? "no access_token"))
         }

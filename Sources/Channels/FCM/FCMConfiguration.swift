@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import JSON
 
 /// The service account and project the FCM transport sends as, read from SOULACY_MOBILE_FCM_*.
 public struct FCMConfiguration: Sendable {
@@ -36,11 +37,11 @@ public struct FCMConfiguration: Sendable {
         }
         let text: String
         do { text = try SecretFile.read(file, variable: "SOULACY_MOBILE_FCM_CREDENTIALS_FILE") } catch { throw .file(error) }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else {
+        guard let object = try? JSONCoding.decode([String: JSONValue].self, from: text) else {
             throw .invalid(file, "it is not a JSON object (download the service-account key as JSON)")
         }
         func field(_ name: String) throws(FCMConfigurationError) -> String {
-            guard let value = object[name] as? String, !value.isEmpty else { throw .invalid(file, "the field '\(name)' is missing or empty") }
+            guard let value = object[name]?.stringValue, !value.isEmpty else { throw .invalid(file, "the field '\(name)' is missing or empty") }
             return value
         }
         let type = try field("type")
@@ -54,7 +55,7 @@ public struct FCMConfiguration: Sendable {
         guard project.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == ":" || $0 == "." }) else {
             throw .invalid(file, "project id '\(project)' has characters a Firebase project id cannot have")
         }
-        return FCMConfiguration(projectID: project, clientEmail: email, privateKeyID: object["private_key_id"] as? String,
+        return FCMConfiguration(projectID: project, clientEmail: email, privateKeyID: object["private_key_id"]?.stringValue,
                                 privateKeyPEM: key, tokenURI: tokenURI, credentialsFile: file,
                                 baseURL: env["SOULACY_MOBILE_FCM_URL"] ?? defaultBaseURL, caFile: env["SOULACY_MOBILE_FCM_CA_FILE"])
     }

@@ -2,6 +2,7 @@ import ChannelAPI
 import Crypto
 import Foundation
 import HTTPClient
+import JSON
 
 /// Wakes Android devices through the FCM HTTP v1 API: data-only, high priority, no notification block,
 /// a data map of strings only. The app renders the generic text and fetches the content from the gateway.
@@ -99,7 +100,7 @@ struct FCMError {
     }
 
     init(status: Int, body: [UInt8]) {
-        let error = (try? JSONDecoder().decode(Body.self, from: Data(body)))?.error
+        let error = (try? JSONCoding.decode(Body.self, from: Data(body)))?.error
         let fcmCode = error?.details?.compactMap(\.errorCode).first
         code = fcmCode ?? error?.status ?? "HTTP \(status)"
         // Google's messages can quote the token; keep only the first sentence and drop anything token-shaped.

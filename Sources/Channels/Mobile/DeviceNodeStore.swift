@@ -75,7 +75,7 @@ public final class DeviceNodes: Sendable {
 
     static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
 
-    static func decode<T: Decodable>(_ text: String?, as: T.Type) -> T? { text.flatMap { try? JSONDecoder().decode(T.self, from: Data($0.utf8)) } }
+    static func decode<T: Decodable>(_ text: String?, as: T.Type) -> T? { text.flatMap { try? JSONCoding.decode(T.self, from: Data($0.utf8)) } }
 
     private static func node(_ row: Row) -> Node {
         Node(deviceID: row.string("device_id") ?? "", subject: row.string("subject") ?? "", name: row.string("name") ?? "",

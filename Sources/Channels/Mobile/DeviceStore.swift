@@ -1,6 +1,7 @@
 import ChannelAPI
 import Crypto
 import Foundation
+import JSON
 import SQLite
 
 /// The devices aggregate in SQLite: registrations, who owns which phone, and removal (a removed phone's read
@@ -48,7 +49,7 @@ public struct DeviceStore: Sendable {
                bundleID: row.string("bundle_id") ?? "", pushToken: row.string("push_token"),
                pushEnvironment: row.string("push_environment").flatMap(WakeTarget.Environment.init(rawValue:)),
                notificationsEnabled: row.bool("notifications_enabled") ?? true, liveStartToken: row.string("live_start_token"),
-               capabilities: Set((try? JSONDecoder().decode([String].self, from: Data((row.string("capabilities") ?? "[]").utf8))) ?? []),
+               capabilities: Set((try? JSONCoding.decode([String].self, from: Data((row.string("capabilities") ?? "[]").utf8))) ?? []),
                createdAt: row.int("created_at").map(Date.init(sqliteMillis:)) ?? Date(timeIntervalSince1970: 0),
                updatedAt: row.int("updated_at").map(Date.init(sqliteMillis:)) ?? Date(timeIntervalSince1970: 0))
     }

@@ -41,8 +41,8 @@ public struct Delivery: Sendable, Equatable {
     /// The text of each part (stored as `{"type": "text", "text": …}` objects, as the original app reads them).
     public var parts: [String] { partObjects.compactMap(\.text) }
     /// The parts as the original app's objects.
-    public var partObjects: [Part] { (try? JSONDecoder().decode([Part].self, from: Data(partsJSON.utf8))) ?? [] }
-    public var metadata: [String: String] { (try? JSONDecoder().decode([String: String].self, from: Data(metadataJSON.utf8))) ?? [:] }
+    public var partObjects: [Part] { (try? JSONCoding.decode([Part].self, from: Data(partsJSON.utf8))) ?? [] }
+    public var metadata: [String: String] { (try? JSONCoding.decode([String: String].self, from: Data(metadataJSON.utf8))) ?? [:] }
 }
 
 /// One part of a delivery as the original Soulacy app decodes it: `{type: text|image|audio|file, text?, mime_type?, data?, url?}`.

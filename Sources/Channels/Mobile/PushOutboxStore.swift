@@ -94,7 +94,7 @@ public struct SQLitePushOutbox: PushOutbox {
     }
 
     private static func entry(_ row: Row) -> OutboxEntry? {
-        guard let json = row.string("signal"), var signal = try? JSONDecoder().decode(WakeSignal.self, from: Data(json.utf8)),
+        guard let json = row.string("signal"), var signal = try? JSONCoding.decode(WakeSignal.self, from: Data(json.utf8)),
               let wake = row.string("wake_id").flatMap(UUID.init(uuidString:)) else { return nil }
         signal.wakeID = wake
         return OutboxEntry(id: row.int("id") ?? 0, wakeID: wake, deliveryID: row.string("delivery_id"), deviceID: row.string("device_id") ?? "",

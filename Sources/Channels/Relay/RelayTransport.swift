@@ -69,7 +69,7 @@ public final class RelayTransport: WakeTransport {
     /// The body of POST /v1/live: {token, environment, bundle_id, event, priority, payload}, the payload being the
     /// exact APNs body the channel wrote.
     public static func liveBody(_ signal: WakeSignal, target: WakeTarget) -> RelayLiveRequest {
-        let payload = signal.liveActivity.flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.apnsBody)) } ?? .object([:])
+        let payload = signal.liveActivity.flatMap { try? JSONCoding.decode(JSONValue.self, from: Data($0.apnsBody)) } ?? .object([:])
         return RelayLiveRequest(token: target.pushToken, environment: target.environment.rawValue, bundleID: target.bundleID,
                                 event: signal.liveActivity?.event.rawValue ?? "update", priority: signal.priority.rawValue, payload: payload)
     }
@@ -90,7 +90,7 @@ public final class RelayTransport: WakeTransport {
             return .retry(after: nil, reason: "relay unreachable: \(error.description)")
         }
         struct ErrorBody: Decodable { let reason: String? }
-        let reason = (try? JSONDecoder().decode(ErrorBody.self, from: Data(response.body)))?.reason
+        let reason = (try? JSONCoding.decode(ErrorBody.self, from: Data(response.body)))?.reason
         let label = "relay \(response.status)" + (reason.map { " \($0)" } ?? "")
         switch response.status {
         case 200, 201, 202:

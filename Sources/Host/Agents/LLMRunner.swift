@@ -93,7 +93,7 @@ public struct LLMRunner: AgentRunner {
         switch trigger {
         case .location:
             // The crossing as the original words it: `__trigger:location__ enter Home`.
-            let crossing = try? JSONDecoder().decode(JSONValue.self, from: Data(input.utf8))
+            let crossing = try? JSONCoding.decode(JSONValue.self, from: Data(input.utf8))
             let label = regionLabel ?? crossing?["region_name"]?.stringValue ?? "the region"
             return "__trigger:location__ \(crossing?["event"]?.stringValue ?? "enter") \(label)"
         default:

@@ -184,8 +184,14 @@ public actor RelayCarriage {
             return
         }
         var result: RelayResult
-        if let command = try? RelayEnvelope.open(sealed, as: RelayCommand.self, kind: .command, key: keys.up), command.id == id,
-           let principal = self.keys.principal(keyID: device) {
+        let opened: RelayCommand?
+        do { opened = try RelayEnvelope.open(sealed, as: RelayCommand.self, kind: .command, key: keys.up) } catch let error as JSONFieldError {
+            // Authentic but nested past the limit: the phone hears why, as an API client would.
+            log.warning("relay: a command from \(device) was refused: \(error.message)")
+            await answer(RelayResult(id: id, status: 400, error: "invalid_json"), device: device, id: id, keys: keys, box: box)
+            return
+        } catch { opened = nil }
+        if let command = opened, command.id == id, let principal = self.keys.principal(keyID: device) {
             let parts = command.path.split(separator: "?", maxSplits: 1)
             var query: [String: String] = [:]
             if parts.count == 2 {
@@ -207,6 +213,11 @@ public actor RelayCarriage {
             // A command this gateway cannot open or whose phone is unpaired: answered, never applied.
             result = RelayResult(id: id, status: 401, error: "not_openable")
         }
+        await answer(result, device: device, id: id, keys: keys, box: box)
+    }
+
+    /// Sends a command's result down, then marks the command applied (only once the result is stored).
+    private func answer(_ result: RelayResult, device: String, id: String, keys: RelayKeys, box: (id: String, bearer: String)) async {
         if let envelope = try? RelayEnvelope.seal(result, kind: .result, key: keys.down),
            let (status, _) = try? await call("POST", "/v1/mailboxes/\(box.id)/devices/\(device)/items", bearer: box.bearer,
                                              json: ["ciphertext": .string(envelope), "kind": "result"]),
