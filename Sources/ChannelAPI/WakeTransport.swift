@@ -96,7 +96,7 @@ public struct WakeSignal: Sendable, Equatable, Codable {
     public static func delivery(id: String, agentID: String) -> WakeSignal {
         // The delivery id collapses repeats: a wake-up resent after a crash replaces the first on the phone.
         WakeSignal(category: .delivery, title: "Soulacy", body: "An agent result is ready to review.",
-                   deepLink: "soulacy://delivery/\(id)", threadID: "agent-\(agentID)", deliveryID: id, collapseID: id)
+                   deepLink: "soulacy://delivery/\(id)", threadID: "delivery-\(agentID)", deliveryID: id, collapseID: id)
     }
 }
 

@@ -70,7 +70,7 @@ struct PushDispatcherTests {
         #expect(signal.category == .delivery)
         #expect(signal.deepLink == "soulacy://delivery/\(receipt.deliveryID)")
         #expect(signal.deliveryID == receipt.deliveryID)
-        #expect(signal.threadID == "agent-brief")
+        #expect(signal.threadID == "delivery-brief")
         #expect(signal.wakeID != nil)
         let encoded = String(decoding: try JSONEncoder().encode(signal), as: UTF8.self)
         #expect(!encoded.contains(Self.secret))

@@ -46,7 +46,7 @@ struct APNsTransportTests {
         #expect(body["aps"]?["category"] == "SOULACY_DELIVERY")
         #expect(body["deep_link"] == "soulacy://delivery/dlv_1")
         #expect(body["delivery_id"] == "dlv_1")
-        #expect(body["thread_id"] == "agent-brief")
+        #expect(body["thread_id"] == "delivery-brief")
     }
 
     @Test("one provider token and one multiplexed connection serve many pushes")

@@ -42,7 +42,7 @@ struct FCMTransportTests {
         let data = try #require(delivery["data"]?.objectValue)
         #expect(data.values.allSatisfy { $0.stringValue != nil })
         #expect(data == ["category": "SOULACY_DELIVERY", "title": "Soulacy", "body": "An agent result is ready to review.",
-                         "deep_link": "soulacy://delivery/dlv_7", "thread_id": "agent-brief", "time_sensitive": "false", "delivery_id": "dlv_7"])
+                         "deep_link": "soulacy://delivery/dlv_7", "thread_id": "delivery-brief", "time_sensitive": "false", "delivery_id": "dlv_7"])
         let approval = try JSONValue.parse(Array(sent[1]["body"]!.stringValue!.utf8))["message"]!["data"]!
         #expect(approval["time_sensitive"] == "true")
         #expect(approval["delivery_id"] == nil)  // only inbox deliveries carry one

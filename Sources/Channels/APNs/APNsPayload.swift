@@ -25,8 +25,10 @@ public struct APNsRequest: Sendable, Equatable {
             aps["sound"] = "default"
             aps["category"] = .string(signal.category.rawValue)
             aps["thread-id"] = .string(signal.threadID)
-            aps["interruption-level"] = signal.timeSensitive ? "time-sensitive" : "active"
-            aps["mutable-content"] = 1
+            // The original app's contract (§5.2): content-available on every alert, so iOS wakes the app to fetch
+            // the line it names; interruption-level only when time-sensitive.
+            aps["content-available"] = 1
+            if signal.timeSensitive { aps["interruption-level"] = "time-sensitive" }
             priority = signal.priority.rawValue
         case .background:
             pushType = "background"

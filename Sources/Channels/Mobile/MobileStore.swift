@@ -352,3 +352,27 @@ public enum DeviceError: Error, Equatable, CustomStringConvertible {
         }
     }
 }
+
+/// The mobile channel's side of `DeviceAlerts`: wake-ups queued in the outbox, and the dispatcher told once they
+/// are committed.
+public struct MobileDeviceAlerts: DeviceAlerts {
+    public let store: MobileStore
+    public let dispatcher: PushDispatcher?
+
+    public init(store: MobileStore, dispatcher: PushDispatcher?) {
+        self.store = store
+        self.dispatcher = dispatcher
+    }
+
+    public func alert(_ signal: WakeSignal, deviceID: String) throws -> Bool {
+        let queued = try store.queueWakeUp(signal, deviceID: deviceID)
+        if queued, let dispatcher { store.database.afterCommit { dispatcher.poke() } }
+        return queued
+    }
+
+    public func alert(_ signal: WakeSignal, subject: String) throws -> Int {
+        let queued = try store.queueWakeUps(signal, subject: subject)
+        if queued > 0, let dispatcher { store.database.afterCommit { dispatcher.poke() } }
+        return queued
+    }
+}

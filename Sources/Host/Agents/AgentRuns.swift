@@ -107,6 +107,8 @@ public actor AgentRuns {
     public nonisolated let credentials: RunCredentials
     /// Told about runs' progress so they can appear as Live Activities.
     public nonisolated let liveActivities: LiveActivityPublisher?
+    /// Where a failed location run tells the phone whose crossing started it.
+    nonisolated let alerts: (any DeviceAlerts)?
     private var activityRuns: [String: ActivityRun] = [:]
     private var running: [String: (runID: String, task: Task<RunRecord, Never>)] = [:]
     /// Chat runs: a conversation may go on while the agent's scheduled run does (they never block each other).
@@ -116,8 +118,10 @@ public actor AgentRuns {
     private var recentOrder: [String] = []
 
     public init(catalog: AgentCatalog, channels: ChannelRegistry, store: any RunStore, clock: any WallClock, log: Log,
-                credentials: RunCredentials = RunCredentials(), liveActivities: LiveActivityPublisher? = nil, makeRunner: @escaping RunnerFactory) {
+                credentials: RunCredentials = RunCredentials(), liveActivities: LiveActivityPublisher? = nil, alerts: (any DeviceAlerts)? = nil,
+                makeRunner: @escaping RunnerFactory) {
         self.credentials = credentials
+        self.alerts = alerts
         self.liveActivities = liveActivities
         self.catalog = catalog
         self.channels = channels
@@ -241,7 +245,10 @@ public actor AgentRuns {
             record.error = error.description
             log.warning("run \(record.id) of agent \(agent.id) failed: \(error.logDescription)")
             // A run someone stopped on purpose is not a failure anyone needs to be told about.
-            if error != .cancelled { await notifyFailure(agent: agent, record: record, error: error) }
+            if error != .cancelled {
+                await notifyFailure(agent: agent, record: record, error: error)
+                alertFiringDevice(agent: agent, record: record, destination: destination)
+            }
         } catch {
             // The reply existed but no channel took it: the run failed to deliver.
             record.status = .failed
@@ -281,6 +288,19 @@ public actor AgentRuns {
         let receipt = try await channels.channel(named: destination.channel).deliver(output, to: destination.to)
         log.info("run \(record.id) delivered as \(receipt.deliveryID) to \(destination.channel) \(destination.to) (\(receipt.recipientCount) devices)")
         return receipt.deliveryID
+    }
+
+    /// The original app's contract (§5.1, §11): a run a region crossing started that fails sends the firing device,
+    /// and only it, a `SOULACY_TRIGGER` alert at priority 10. The body stays generic: an error's text can carry a
+    /// provider's message or a command's output, and nothing of a run travels in a push.
+    private func alertFiringDevice(agent: AgentConfig, record: RunRecord, destination: RunDestination?) {
+        guard record.trigger == .location, let alerts, let to = destination?.to, to.hasPrefix("device:") else { return }
+        let device = String(to.dropFirst("device:".count))
+        let signal = WakeSignal(category: .trigger, title: "\(agent.name) could not run", body: "The run did not finish. Open Soulacy to see why.",
+                                deepLink: "soulacy://activity", threadID: "trigger-\(agent.id)", priority: .high)
+        do { try alerts.alert(signal, deviceID: device) } catch {
+            log.error("run \(record.id): the failed-run alert could not be queued: \(error)")
+        }
     }
 
     /// Soulacy's failure notice: the template (default `🚨 Soulacy agent {agent_id} failed at {timestamp}: {error}`), and with

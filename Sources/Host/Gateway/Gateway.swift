@@ -217,7 +217,8 @@ public final class Gateway: Sendable {
         let runsBox = LateBound<AgentRuns>()
         let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(nodes: nodes, clock: options.clock),
                                                  approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox)
-        runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities) { agent in
+        runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities,
+                         alerts: MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher)) { agent in
             switch agent.runner {
             case .command(let command):
                 // Agents call back into the gateway (mobile.invoke, approvals) at this address.

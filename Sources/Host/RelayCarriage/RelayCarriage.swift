@@ -256,7 +256,7 @@ public actor RelayCarriage {
                 // A wake-up through the relay: its payload is sealed too, its collapse id keyed (HMAC) so the relay learns no thread.
                 let nudge = try RelayEnvelope.seal(RelayNudge(id: delivery.id, seq: delivery.seq, title: delivery.title), kind: .push, key: keys.down)
                 _ = try? await call("POST", "/v1/mailboxes/\(box.id)/push", bearer: box.bearer,
-                                    json: ["device_id": .string(deviceID), "collapse_id": .string(String(keys.collapseID(threadID: "agent-\(delivery.agentID)").prefix(64))),
+                                    json: ["device_id": .string(deviceID), "collapse_id": .string(String(keys.collapseID(threadID: "delivery-\(delivery.agentID)").prefix(64))),
                                            "ciphertext": .string(nudge)])
             }
             previous = delivery.seq

@@ -1,0 +1,12 @@
+/// Wakes a person's phones with a generic signal that is not an inbox line: an approval to decide, a location run
+/// that failed. The host's modules (agents, approvals) notify through this seam and never import the mobile
+/// channel that implements it.
+public protocol DeviceAlerts: Sendable {
+    /// Queues `signal` for one device, if it takes pushes; false when it takes none. Durable when it returns.
+    @discardableResult
+    func alert(_ signal: WakeSignal, deviceID: String) throws -> Bool
+
+    /// Queues `signal` for every phone of `subject` that takes pushes; returns how many.
+    @discardableResult
+    func alert(_ signal: WakeSignal, subject: String) throws -> Int
+}
