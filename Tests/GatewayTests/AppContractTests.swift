@@ -232,6 +232,35 @@ struct AppContractTests {
         }
     }
 
+    @Test("a disabled agent is listed with enabled false on /api/v1/agents and on the watch's /agents, and its runs are refused")
+    func disabledAgentsListed() async throws {
+        let config = """
+            agents:
+              - id: brief
+                name: Brief
+                enabled: true
+                trigger: channel
+                channels: [http]
+                runner: {command: ["/bin/cat"]}
+              - id: checkin
+                name: Daily check-in
+                enabled: false
+                trigger: cron
+                schedule: {cron: "0 9 * * *"}
+                runner: {command: ["/bin/cat"]}
+            """
+        try await withTestGateway(config: config) { (gw) async throws in
+            let watch = try await gw.mintKey(subject: "owner", role: "viewer")
+            for path in ["/api/v1/agents", "/agents"] {
+                let list = try decode(AgentList.self, try await gw.request("GET", path, key: .some(watch)))
+                #expect(list.count == 2 && list.agents.map(\.id) == ["brief", "checkin"], "\(path)")
+                #expect(list.agents.first { $0.id == "checkin" }?.enabled == false, "\(path)")
+                #expect(list.agents.first { $0.id == "brief" }?.enabled == true, "\(path)")
+            }
+            #expect(try await gw.request("POST", "/api/v1/agents/checkin/trigger").status >= 400)
+        }
+    }
+
     @Test("a chat session carries its history to a model; a chat runs while the agent's scheduled run is going")
     func conversation() async throws {
         let llm = try await LLMStandIn.start()

@@ -28,7 +28,6 @@ public struct AssistantAPI: Sendable {
             Route(.GET, "/api/v1/chat/stream", role: .viewer, summary: "The same stream, asked with query parameters", handler: chatStream),
             Route(.POST, "/api/v1/chat/cancel", role: .viewer, summary: "Stop one of your runs (its run id, or a chat's session id)", handler: cancel),
             Route(.POST, "/chat", role: .viewer, summary: "Ask an agent (watch voice mode)", handler: chat),
-            Route(.GET, "/agents", access: .role(.viewer), summary: "Agents (watch)", handler: agents),
         ]
     }
 
@@ -158,10 +157,6 @@ public struct AssistantAPI: Sendable {
         }
         return .json(Cancelled(cancelled: cancelled))
     }
-
-    @Sendable func agents(_ request: HTTPRequest) async throws -> HTTPResponse {
-        .json(["agents": catalog.current.visibleAgents.map { ChatAgent(id: $0.id, name: $0.name) }])
-    }
 }
 
 // MARK: Answers, in the original's field names
@@ -188,10 +183,6 @@ extension AssistantAPI {
     struct Cancelled: Encodable {
         var ok = true
         var cancelled: String
-    }
-
-    struct ChatAgent: Encodable {
-        var id, name: String
     }
 
     /// `/chat/stream`'s first frame (`event: run`).

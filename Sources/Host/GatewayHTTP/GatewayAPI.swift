@@ -35,7 +35,9 @@ public struct GatewayAPI: Sendable {
             Route(.GET, "/ping", access: .open, summary: "Reachability, as the original's pin probe reads it", handler: ping),
             Route(.GET, "/api/v1/health", access: .role(.viewer), summary: "Health with dependencies (the original's shape)", handler: apiHealth),
             Route(.GET, "/api/v1/mobile/status", role: .viewer, summary: "Is the phone set up: devices, wake-ups, agents that deliver", handler: mobileStatus),
-            Route(.GET, "/api/v1/agents", access: .role(.viewer), summary: "Enabled agents as the original lists them (System hidden)", handler: listAgents),
+            Route(.GET, "/api/v1/agents", access: .role(.viewer), summary: "Every loaded agent as the original lists them, disabled ones with enabled false (System hidden)", handler: listAgents),
+            // The seed's shorthand the watch calls: the same list (the original has no root alias).
+            Route(.GET, "/agents", access: .role(.viewer), summary: "The agents list (watch shorthand of /api/v1/agents)", handler: listAgents),
             Route(.POST, "/api/v1/agents/:id/run", role: .operator, summary: "Run an agent now", handler: runAgent),
             Route(.POST, "/api/v1/agents/:id/trigger", role: .operator, summary: "Run an agent now and answer with its result (the original's synchronous trigger)", handler: triggerAgent),
             Route(.GET, "/api/v1/runs/:id", role: .viewer, summary: "A run's status", handler: getRun),
@@ -95,8 +97,8 @@ public struct GatewayAPI: Sendable {
         let surface = request.query["surface"]?.trimmingCharacters(in: .whitespaces).lowercased()
         var agents: [AgentDefinition] = []
         var interfaces: [String: AgentList.Interface] = [:]
-        // As the original: a disabled agent is not listed.
-        for agent in catalog.current.visibleAgents where agent.isOn {
+        // As both originals' list handler: every loaded agent, a disabled one with "enabled": false.
+        for agent in catalog.current.visibleAgents {
             let surfaces = agent.effectiveSurfaces
             if let surface, !surface.isEmpty, !surfaces.contains(where: { $0.lowercased() == surface }) { continue }
             agents.append(AgentDefinition(agent, next: next[agent.id], running: await runs.isRunning(agent.id)))
