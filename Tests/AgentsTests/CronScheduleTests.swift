@@ -1,5 +1,6 @@
 import Foundation
 import Gateway
+import GatewayTestSupport
 import Testing
 
 /// Next-fire times: field syntax, macros, names, month ends and daylight-saving changes.
@@ -108,6 +109,24 @@ struct CronScheduleTests {
         #expect(try fires("45 2 * * *", after: "2026-10-25T01:10:00Z", in: Self.berlin, count: 1) == ["2026-10-26T01:45:00Z"])
     }
 
+    @Test("7 is Sunday alone and in ranges; a step from 0 covers Sunday onward")
+    func sundayAsSeven() throws {
+        #expect(try fires("0 0 * * 7", after: "2026-12-03T00:00:00Z", count: 1) == ["2026-12-06T00:00:00Z"])
+        #expect(try fires("0 0 * * 5-7", after: "2026-12-03T00:00:00Z", count: 3) == ["2026-12-04T00:00:00Z", "2026-12-05T00:00:00Z", "2026-12-06T00:00:00Z"])
+        #expect(try fires("0 0 * * 0/2", after: "2026-12-05T00:00:00Z", count: 2) == ["2026-12-06T00:00:00Z", "2026-12-08T00:00:00Z"])
+    }
+
+    @Test("soulacy check refuses 0 0 * * 7/2 at the cron's position instead of printing an empty next fire")
+    func checkNamesTheStep() throws {
+        let dir = TestGateway.makeTemporaryDirectory()
+        let file = dir + "/SOUL.yaml"
+        try "id: fortnight\nname: Fortnight\ntrigger: cron\nschedule:\n  cron: \"0 0 * * 7/2\"\n  output: {channel: mobile, to: all}\nrunner:\n  command: [\"/bin/cat\"]\n"
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        let (status, output) = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["check", file])
+        #expect(status != 0, "\(output)")
+        #expect(output.contains("SOUL.yaml:5:9") && output.contains("'7/2' starts a step at 7"), "\(output)")
+    }
+
     @Test("bad expressions say which field and why", arguments: [
         ("* * * *", "five fields"),
         ("60 * * * *", "minute value 60"),
@@ -120,6 +139,9 @@ struct CronScheduleTests {
         ("5-1 * * * *", "runs backwards"),
         ("1,,2 * * * *", "empty list item"),
         ("@reboot", "unknown cron descriptor"),
+        // Accepted before with no next fire, and never fired.
+        ("0 0 * * 7/2", "day-of-week field: '7/2' starts a step at 7"),
+        ("0 0 * * 1,7/3", "write 0/3"),
     ])
     func errors(expression: String, expected: String) {
         #expect {

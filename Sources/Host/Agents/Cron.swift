@@ -144,6 +144,11 @@ public struct CronSchedule: Sendable, Equatable, CustomStringConvertible {
                 low = try value(span)
                 // `a/n` means from a to the end of the field, stepping n.
                 high = pieces.count == 2 ? stepCeiling : low
+                // `7/2` would step over nothing and never fire; robfig refuses a step start past 6 too.
+                guard low <= high else {
+                    let hint = name == "day-of-week" ? "; Sunday is 0 when a step starts there: write 0/\(pieces[1])" : ""
+                    throw CronError(message: "\(name) field: '\(item)' starts a step at \(low), past \(high), the last value a step reaches\(hint)")
+                }
             }
             for v in stride(from: low, through: high, by: step) { bits |= 1 << UInt64(v) }
         }
