@@ -139,6 +139,32 @@ struct ChatStreamTests {
         }
     }
 
+    @Test("a command agent that asks through POST /api/v1/approvals during a streamed chat: the stream shows tool_confirm and the decision lets it go on")
+    func commandAgentApprovalOnTheStream() async throws {
+        let config = """
+            agents:
+              - id: careful
+                name: Careful
+                enabled: true
+                trigger: channel
+                channels: [http]
+                runner:
+                  command: ["/bin/sh", "-c", "answer=$(curl -s -X POST -H \\"Authorization: Bearer $SOULACY_RUN_TOKEN\\" -d '{\\"agent_id\\":\\"careful\\",\\"tool\\":\\"delete_files\\",\\"arguments\\":{\\"path\\":\\"/tmp/x\\"}}' $SOULACY_API_URL/api/v1/approvals); case $answer in *'\\"approved\\":true'*) echo deleted;; *) echo refused;; esac"]
+                  timeout: 30s
+            """
+        try await withTestGateway(config: config) { (gw) async throws in
+            let reader = try StreamReader(port: gw.gateway.port, request: Self.post(gw, ["agent_id": "careful", "text": "clean up"]))
+            #expect(await reader.read { $0.contains("event: tool_confirm") })
+            let confirm = try JSONValue.parse(Array((reader.events.first { $0.event == "tool_confirm" }?.data ?? "").utf8))
+            #expect(confirm["tool"] == "delete_files")
+            #expect(confirm["args"]?["path"] == "/tmp/x")
+            let callID = try #require(confirm["call_id"]?.stringValue)
+            #expect(try await gw.request("POST", "/api/v1/chat/confirm", json: ["call_id": .string(callID), "approved": true]).json["ok"] == true)
+            #expect(await reader.read { $0.contains("[DONE]") })
+            #expect(reader.events.contains { $0.data == "deleted" }, "\(reader.received)")
+        }
+    }
+
     @Test("/chat/cancel stops a chat by its session id; the caller gets the refusal, nobody gets a failure notice; unknown or someone else's is 404")
     func cancel() async throws {
         let config = """

@@ -2,6 +2,7 @@ import ChannelAPI
 import Crypto
 import Foundation
 import Identity
+import JSON
 import LLM
 import Mobile
 import SQLite
@@ -110,6 +111,8 @@ public actor AgentRuns {
     /// Where a failed location run tells the phone whose crossing started it.
     nonisolated let alerts: (any DeviceAlerts)?
     private var activityRuns: [String: ActivityRun] = [:]
+    /// Chat streams listening for their run's approvals (`tool_confirm`), by run id.
+    private var confirmListeners: [String: @Sendable (String, ToolCall) -> Void] = [:]
     private var running: [String: (runID: String, task: Task<RunRecord, Never>)] = [:]
     /// Chat runs: a conversation may go on while the agent's scheduled run does (they never block each other).
     private var chatRuns: [String: Task<RunRecord, Never>] = [:]
@@ -161,6 +164,7 @@ public actor AgentRuns {
             request.voice = chat.voice
             request.onText = chat.onText
             request.onToolConfirm = chat.onToolConfirm
+            confirmListeners[runID] = chat.onToolConfirm
         }
         let credential = credentials.issue(runID: runID, subject: subject)
         request.environment["SOULACY_RUN_TOKEN"] = credential
@@ -182,6 +186,12 @@ public actor AgentRuns {
         }
         if chat == nil { running[agentID] = (runID, task) } else { chatRuns[runID] = task }
         return started
+    }
+
+    /// An approval asked through the API for a run in flight (a command agent's `POST /api/v1/approvals`): a chat
+    /// stream following that run shows it as `tool_confirm`, as it shows an LLM agent's gated tool.
+    public func approvalAsked(runID: String, callID: String, tool: String, arguments: JSONValue) {
+        confirmListeners[runID]?(callID, ToolCall(id: callID, name: tool, arguments: arguments))
     }
 
     /// Stops a run of `subject`'s, named by its run id or its session id (`/chat/cancel`); the id of the run stopped.
@@ -214,6 +224,7 @@ public actor AgentRuns {
     private func finished(_ record: RunRecord) {
         if running[record.agentID]?.runID == record.id { running[record.agentID] = nil }
         chatRuns[record.id] = nil
+        confirmListeners[record.id] = nil
         activityRuns[record.sessionID] = nil
         recent[record.id] = record
         recentOrder.append(record.id)

@@ -114,6 +114,7 @@ public struct ApprovalsAPI: Sendable {
         // The run waiting on this approval shows on the lock screen with Approve/Deny, whatever started it.
         if let activity, asked.state == .pending {
             await runs.liveActivities?.waitingForApproval(activity, callID: asked.callID, tool: tool)
+            await runs.approvalAsked(runID: activity.runID, callID: asked.callID, tool: tool, arguments: body.arguments ?? .object([:]))
         }
         if let immediate { return immediate }
         let state = await broker.wait(callID: asked.callID, atMost: longPoll)
