@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import JSON
 
@@ -9,13 +10,29 @@ public struct RelayCommand: Codable, Sendable, Equatable {
     /// The path with its query (`/api/v1/mobile/deliveries?limit=5`).
     public var path: String
     public var body: JSONValue?
+    /// `IdempotencyCredential.secret(bearer:)` of the phone's API key, base64url: the gateway seals this call's
+    /// answer under it, as it does for the same key sent over Wi-Fi or the tailnet, so a retry on any path opens
+    /// it. Derived, so the key itself never travels through the relay, even sealed.
+    public var credential: String?
 
-    public init(id: String, method: String, path: String, body: JSONValue?) {
+    public init(id: String, method: String, path: String, body: JSONValue?, credential: String? = nil) {
         self.id = id
         self.method = method
         self.path = path
         self.body = body
+        self.credential = credential
     }
+}
+
+/// The secret a caller's idempotent answers are sealed under, derived from its API key: every path of one caller
+/// has it (the bearer on Wi-Fi and the tailnet, `RelayCommand.credential` through the relay), and the gateway
+/// stores neither it nor the key, so the database alone opens no answer.
+public enum IdempotencyCredential {
+    public static func secret(bearer: String) -> [UInt8] {
+        (try? HKDF.deriveKey(secret: Array(bearer.utf8), salt: Array("soulacy idempotency credential v1".utf8), info: "")) ?? []
+    }
+
+    public static func encoded(bearer: String) -> String { Base64URL.encode(secret(bearer: bearer)) }
 }
 
 /// The gateway's answer to a command, sent down: the whole response, or why it was not applied.
@@ -25,19 +42,22 @@ public struct RelayResult: Codable, Sendable, Equatable {
     public var contentType: String?
     /// The response body, base64.
     public var bodyB64: String?
-    /// `not_openable` (the gateway could not open or place the command), `result_too_large`.
+    /// `not_openable` (the gateway could not open or place the command), `result_too_large`, `invalid_json`.
     public var error: String?
+    /// The answer came from the idempotency log (`Idempotent-Replayed: true` on a direct path).
+    public var replayed: Bool?
 
-    public init(id: String, status: Int, contentType: String? = nil, bodyB64: String? = nil, error: String? = nil) {
+    public init(id: String, status: Int, contentType: String? = nil, bodyB64: String? = nil, error: String? = nil, replayed: Bool? = nil) {
         self.id = id
         self.status = status
         self.contentType = contentType
         self.bodyB64 = bodyB64
         self.error = error
+        self.replayed = replayed
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, status, error
+        case id, status, error, replayed
         case contentType = "content_type", bodyB64 = "body_b64"
     }
 }

@@ -159,7 +159,8 @@ public actor GatewayClient {
 
     private func sendThroughRelay(id: String, method: String, path: String, body: Data?) async -> SendOutcome {
         guard let relay = paths.relay, let keys = try? RelayKeys(secret: relay.secret, deviceID: relay.deviceID) else { return .unreachable }
-        let command = RelayCommand(id: id, method: method, path: path, body: body.flatMap { try? JSONValue.parse(Array($0)) })
+        let command = RelayCommand(id: id, method: method, path: path, body: body.flatMap { try? JSONValue.parse(Array($0)) },
+                                   credential: IdempotencyCredential.encoded(bearer: token))
         guard let sealed = try? RelayEnvelope.seal(command, kind: .command, key: keys.up),
               let (status, _) = try? await relayCall("POST", "/commands", json: ["id": .string(id), "ciphertext": .string(sealed)]), status == 202 || status == 200 else {
             return .unreachable
@@ -203,7 +204,7 @@ public actor GatewayClient {
             guard let sealed = item.ciphertext else { continue }
             if let result = try? RelayEnvelope.open(sealed, as: RelayResult.self, kind: .result, key: keys.down) {
                 let bytes = result.bodyB64.flatMap { Data(base64Encoded: $0) }.map(Array.init) ?? Array((result.error ?? "").utf8)
-                results[result.id] = DoorAnswer(status: result.status, body: bytes, replayed: false)
+                results[result.id] = DoorAnswer(status: result.status, body: bytes, replayed: result.replayed == true)
             } else if let line = try? RelayEnvelope.open(sealed, as: RelayLine.self, kind: .record, key: keys.down) {
                 let fields = line.record?.objectValue ?? [:]
                 let delivery = line.record.flatMap { try? JSONValueDecoder().decode(SoulacyAPI.Delivery.self, from: $0) }

@@ -204,6 +204,43 @@ struct RelayPathsTests {
         }
     }
 
+    @Test("one intent retried on each of the three paths, in every order: the first answer comes back on each, sealed at rest, applied once")
+    func replayAcrossPaths() async throws {
+        try await withRelayGateway { relay, gw in
+            let (token, endpoint) = try await pairPhone(gw)
+            let lan = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", gw.gateway.tlsPin!)), token: token, probeTimeout: .seconds(2))
+            let tailnet = GatewayClient(paths: GatewayPaths(tailnet: gw.baseURL), token: token, probeTimeout: .seconds(2))
+            let viaRelay = client(nil, token: token, relay: endpoint)
+            let doors: [(InboxPath, GatewayClient)] = [(.lan, lan), (.tailnet, tailnet), (.relay, viaRelay)]
+            let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]]
+            for (n, order) in orders.enumerated() {
+                let key = "cross-path-\(n)"
+                let body = Data(JSONValue.object(["text": .string("fact \(n)")]).serialized().utf8)
+                var answers: [DoorAnswer] = []
+                for index in order {
+                    let (expected, door) = doors[index]
+                    guard case .answered(let answer, let path) = await door.send(method: "POST", path: "/api/v1/memory/facts", body: body, idempotencyKey: key) else {
+                        Issue.record("order \(order): \(expected) gave no answer"); continue
+                    }
+                    #expect(path == expected)
+                    #expect(answer.status == 201, "order \(order), \(expected): \(answer.status) \(String(decoding: answer.body, as: UTF8.self))")
+                    answers.append(answer)
+                }
+                #expect(answers.count == 3 && Set(answers.map(\.body)).count == 1, "order \(order): every path gets the first answer")
+                #expect(answers.dropFirst().allSatisfy { $0.replayed }, "order \(order)")
+            }
+            let facts = try await gw.request("GET", "/api/v1/memory/facts", key: .some(token)).json["facts"]?.arrayValue ?? []
+            #expect(facts.count == orders.count, "one effect per intent")
+            // Sealed at rest: no answer's fact id is readable in the log.
+            let stored = try gw.gateway.database.read { try $0.query("SELECT body FROM idempotency_log").compactMap { $0.blob("body") } }
+            #expect(stored.count == orders.count)
+            for fact in facts {
+                let id = try #require(fact["id"]?.stringValue)
+                #expect(!stored.contains { String(decoding: $0, as: UTF8.self).contains(id) })
+            }
+        }
+    }
+
     @Test("every command replayed through the relay gives one effect")
     func replayThroughRelay() async throws {
         try await withRelayGateway { relay, gw in

@@ -4,6 +4,7 @@ import Crypto
 import Foundation
 import Glibc
 import Identity
+import RelayProtocol
 import SQLite
 import Synchronization
 
@@ -67,9 +68,14 @@ public final class IdempotencyLog: Sendable {
             try? await Task.sleep(for: .milliseconds(10))
         }
         defer { _ = inFlight.withLock { $0.remove(slot) } }
-        let sealingKey = Self.sealingKey(secret: request.bearerToken.map { Array($0.utf8) } ?? sealingSecret, scope: scope, key: key)
+        // One secret for every path of this caller: derived from its bearer here, handed over by the carriage for
+        // the relay (the phone derives the same from its key).
+        let secret = request.bearerToken.map(IdempotencyCredential.secret(bearer:)) ?? sealingSecret
+        let sealingKey = Self.sealingKey(secret: secret, scope: scope, key: key)
         if let stored = try? store.line(scope: scope, key: key) {
-            return await replay(stored, of: request, caller: principal, sealingKey: sealingKey)
+            // Lines written before the shared credential were sealed under the bearer itself.
+            let legacyKey = request.bearerToken.flatMap { Self.sealingKey(secret: Array($0.utf8), scope: scope, key: key) }
+            return await replay(stored, of: request, caller: principal, sealingKeys: [sealingKey, legacyKey].compactMap { $0 })
         }
         let now = clock.now()
         let (method, path) = (request.method, request.path)
@@ -97,7 +103,7 @@ public final class IdempotencyLog: Sendable {
         return IdempotencyLine(method: method, path: path, status: answer.status, contentType: answer.contentType, body: Array(box.utf8), sealed: true)
     }
 
-    private func replay(_ stored: IdempotencyLine, of request: HTTPRequest, caller: Principal, sealingKey: [UInt8]?) async -> HTTPResponse {
+    private func replay(_ stored: IdempotencyLine, of request: HTTPRequest, caller: Principal, sealingKeys: [[UInt8]]) async -> HTTPResponse {
         guard stored.method == request.method, stored.path == request.path else {
             return APIError.conflict("Idempotency-Key: this key was used for \(stored.method) \(stored.path); use a new key for a new intent",
                                      code: "idempotency_key_reused").response
@@ -115,7 +121,8 @@ public final class IdempotencyLog: Sendable {
         }
         var body = stored.body
         if stored.sealed {
-            guard let sealingKey, let opened = try? SealedBox.open(String(decoding: body, as: UTF8.self), key: sealingKey, header: Self.sealHeader) else {
+            let box = String(decoding: body, as: UTF8.self)
+            guard let opened = sealingKeys.lazy.compactMap({ try? SealedBox.open(box, key: $0, header: Self.sealHeader) }).first else {
                 return APIError.conflict("Idempotency-Key: this intent was applied already; its answer cannot be opened with this credential",
                                          code: "idempotency_answer_sealed").response
             }

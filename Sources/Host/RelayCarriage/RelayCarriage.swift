@@ -205,9 +205,13 @@ public actor RelayCarriage {
             let request = HTTPRequest(method: command.method, path: String(parts[0]), query: query,
                                       headers: ["idempotency-key": id, "content-type": "application/json"], body: bodyBytes, remoteAddress: "relay")
             // The mailbox carries whole answers: a streamed one (chat/stream) is read to its end first.
-            let response = await apply(request, principal, keys.up).collected()
+            // Sealed as the same phone's call on any other path is; a phone that sends no credential gets its answers
+            // sealed under its relay key (openable through the relay only).
+            let sealing = command.credential.flatMap(Base64URL.decode).flatMap { $0.count == 32 ? $0 : nil } ?? keys.up
+            let response = await apply(request, principal, sealing).collected()
             result = RelayResult(id: id, status: response.status, contentType: response.header("content-type") ?? "application/json",
-                                 bodyB64: Data(response.body).base64EncodedString())
+                                 bodyB64: Data(response.body).base64EncodedString(),
+                                 replayed: response.header("idempotent-replayed") == "true" ? true : nil)
             if response.body.count > Self.maximumItemBytes { result = RelayResult(id: id, status: 413, error: "result_too_large") }
         } else {
             // A command this gateway cannot open or whose phone is unpaired: answered, never applied.
