@@ -397,9 +397,9 @@ public final class Gateway: Sendable {
     /// The port the API listens on (the chosen one for port 0).
     public var port: UInt16 { server.port }
 
-    /// A pairing code for the owner's own phone (printed at start and by `soulacy pair`).
+    /// A pairing code for the owner's own phone (printed at start and by `soulacy pair`): the console is the owner.
     public func ownerPairingOffer() throws -> PairingOffer {
-        try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil)
+        try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil, madeBy: Principal.ownerSubject)
     }
 
     /// Where pairing links pin this gateway (`host:port`), once it listens; nil without TLS or behind a public URL.
@@ -412,7 +412,8 @@ public final class Gateway: Sendable {
     /// Creates the owner's admin key on first start; returns its token once, or nil when keys exist.
     public func bootstrapAdminKey() throws -> String? {
         guard keys.isEmpty else { return nil }
-        return try keys.mint(name: "Owner (first start)", subject: Principal.ownerSubject, role: .admin, kind: .bootstrap).token
+        return try keys.mint(name: "Owner (first start)", subject: Principal.ownerSubject, role: .admin, kind: .bootstrap,
+                             mintedBy: Principal.ownerSubject).token
     }
 
     /// Binds the listeners (so a taken port fails here, with its reason), then runs the gateway's services as one
