@@ -33,6 +33,9 @@ public final class TestGateway: Sendable {
                              transports: [any WakeTransport] = [], channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(),
                              lan: Bool = false, log: Log = Log(minimum: .warning)) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
+        // Tests send far more than the original's 600 requests a minute from loopback: no limit unless a test sets one.
+        var environment = environment
+        if environment["SOULACY_RATE_LIMIT_PER_MINUTE"] == nil { environment["SOULACY_RATE_LIMIT_PER_MINUTE"] = "0" }
         var configPath = dir + "/SOUL.yaml"
         if let agents { configPath = agents } else { try config.write(toFile: configPath, atomically: true, encoding: .utf8) }
         var options = GatewayOptions(configPath: configPath, dataDirectory: dir + "/data", host: "127.0.0.1", port: 0,

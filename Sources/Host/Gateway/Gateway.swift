@@ -280,7 +280,11 @@ public final class Gateway: Sendable {
         let idempotent = IdempotencyMiddleware(log: idempotency, router: routerCopy)
         // Request lines only when the log is at debug: the inbox's hot path pays nothing otherwise.
         let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware { line in log.debug(line) }] : []
-        let api = Responder(router: routerCopy, middleware: requestLog + [idempotent])
+        // One allowance per client address across both listeners; in-process answers (the relay carriage) are not counted.
+        let rateLimit: [any Middleware] = settings.rateLimitPerMinute > 0
+            ? [RateLimitMiddleware(limiter: RequestRateLimiter(perMinute: settings.rateLimitPerMinute, clock: options.clock), trustedProxies: settings.trustedProxies)]
+            : []
+        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [idempotent])
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
@@ -305,7 +309,7 @@ public final class Gateway: Sendable {
         }
         carriageBox.set(carriage)
         if let lanHost = options.lanHost, let identity {
-            let door = Responder(router: routerCopy, middleware: requestLog + [LANDoorMiddleware(router: routerCopy), idempotent])
+            let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [LANDoorMiddleware(router: routerCopy), idempotent])
             var doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                             tls: (identity.keyPEM, identity.certificatePEM))
             doorConfiguration.handlerExecutor = database.executor
