@@ -132,8 +132,8 @@ public struct RateLimitMiddleware: Middleware {
     }
 }
 
-/// Requests per client address in a sliding minute, as a token bucket (GCRA): `perMinute` may come at once, then
-/// one every `60 / perMinute` seconds. O(1) per request under one lock; the table keeps at most `capacity`
+/// Requests per client address as a token bucket (GCRA): `perMinute` may come at once, then one every
+/// `60 / perMinute` seconds, so a client that keeps sending gets `perMinute` a minute. O(1) per request under one lock; the table keeps at most `capacity`
 /// addresses, least recently seen first out, and drops addresses whose allowance is whole again as it goes, so a
 /// flood of addresses costs bounded memory (past `capacity` busy addresses, the stalest is forgotten).
 public final class RequestRateLimiter: Sendable {
