@@ -14,6 +14,11 @@ public enum Screening: Sendable {
 /// One step around every request of a listener, in Hummingbird 2's shape (one method plus a quick screen):
 /// authentication rules of a door, idempotency, logging. Middleware wraps routing; routes never see it.
 public protocol Middleware: Sendable {
+    /// Called once for each request a listener receives, before `screen` or `handle` and on the server thread: an
+    /// answer here refuses the request at once (a rate limit counts requests here, so none is counted twice when a
+    /// screened request goes on to a task). Requests answered in process (`respond`, the relay carriage) are not
+    /// admitted: they arrived through no listener.
+    func admit(_ request: HTTPRequest) -> HTTPResponse?
     func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse
     /// Called instead of `handle` when the request could be answered on the server thread.
     func screen(_ request: HTTPRequest) -> Screening
@@ -22,6 +27,7 @@ public protocol Middleware: Sendable {
 }
 
 extension Middleware {
+    public func admit(_ request: HTTPRequest) -> HTTPResponse? { nil }
     public func screen(_ request: HTTPRequest) -> Screening { .needsTask }
     public func answeredAtOnce(_ request: HTTPRequest, with response: HTTPResponse) {}
 }
@@ -88,12 +94,23 @@ public struct Responder: Sendable {
         return response
     }
 
-    /// An HTTP server that serves this responder; the server's own refusals (bad framing, a body over the limit)
-    /// take the API's error shape.
+    /// The first middleware's refusal of a request a listener received (every middleware hears of it as answered at
+    /// once, so the request log has it), or nil when each admits it.
+    public func admission(_ request: HTTPRequest) -> HTTPResponse? {
+        for step in middleware {
+            guard let refusal = step.admit(request) else { continue }
+            for any in middleware { any.answeredAtOnce(request, with: refusal) }
+            return refusal
+        }
+        return nil
+    }
+
+    /// An HTTP server that serves this responder: each request is admitted once, then answered on the server thread
+    /// or in a task. The server's own refusals (bad framing, a body over the limit) take the API's error shape.
     public func server(_ configuration: HTTPServerConfiguration) -> HTTPServer {
         let responder = self
         var configuration = configuration
         configuration.refusal = { APIError(status: $0.status, code: $0.code, message: $0.message).response }
-        return HTTPServer(configuration: configuration, immediate: { responder.respondImmediately($0) }) { await responder.respond($0) }
+        return HTTPServer(configuration: configuration, immediate: { responder.admission($0) ?? responder.respondImmediately($0) }) { await responder.respond($0) }
     }
 }

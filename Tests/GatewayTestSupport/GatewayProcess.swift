@@ -66,7 +66,8 @@ public final class GatewayProcess: @unchecked Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.soulacyBinary)
         process.arguments = ["serve", "--config", configPath, "--data", dataDirectory, "--listen", "127.0.0.1:\(port)"]
-        var env = ["PATH": "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]
+        // No request limit unless the test sets one: the suite sends far more than 600 a minute from loopback.
+        var env = ["PATH": "/usr/bin:/bin", "HOME": NSTemporaryDirectory(), "SOULACY_RATE_LIMIT_PER_MINUTE": "0"]
         env.merge(sanitizerEnvironment()) { $1 }
         env.merge(environment) { $1 }
         process.environment = env

@@ -5,11 +5,24 @@ import Glibc
 /// For what a well-behaved client library would never send: chunked oversize bodies, huge headers, garbage.
 public enum RawHTTP {
     /// A TCP connection to a loopback port whose reads give up after `timeout` seconds; the caller closes it.
-    public static func connect(port: UInt16, timeout: Double = 5) -> Int32? {
+    /// `from` binds another loopback source address first (`127.0.0.2`: a second client on the same machine).
+    public static func connect(port: UInt16, timeout: Double = 5, from source: String? = nil) -> Int32? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
         var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0 else {
+                close(fd)
+                return nil
+            }
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
@@ -26,12 +39,12 @@ public enum RawHTTP {
 
     /// The exchange runs on a thread of its own: blocking reads on the cooperative pool would starve the gateway
     /// that runs in the same test process.
-    public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5) async -> String {
-        await onOwnThread { exchangeBlocking(port: port, request, timeout: timeout) }
+    public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5, from source: String? = nil) async -> String {
+        await onOwnThread { exchangeBlocking(port: port, request, timeout: timeout, from: source) }
     }
 
-    static func exchangeBlocking(port: UInt16, _ request: [UInt8], timeout: Double) -> String {
-        guard let fd = connect(port: port, timeout: timeout) else { return "" }
+    static func exchangeBlocking(port: UInt16, _ request: [UInt8], timeout: Double, from source: String? = nil) -> String {
+        guard let fd = connect(port: port, timeout: timeout, from: source) else { return "" }
         defer { close(fd) }
         var offset = 0
         while offset < request.count {
@@ -50,7 +63,9 @@ public enum RawHTTP {
         return String(decoding: reply, as: UTF8.self)
     }
 
-    public static func exchange(port: UInt16, _ text: String) async -> String { await exchange(port: port, Array(text.utf8)) }
+    public static func exchange(port: UInt16, _ text: String, from source: String? = nil) async -> String {
+        await exchange(port: port, Array(text.utf8), from: source)
+    }
 }
 
 /// Runs blocking work (socket reads that wait on the gateway) on a thread of its own: on the cooperative pool it

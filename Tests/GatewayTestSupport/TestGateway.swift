@@ -33,6 +33,9 @@ public final class TestGateway: Sendable {
                              transports: [any WakeTransport] = [], channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(),
                              lan: Bool = false, log: Log = Log(minimum: .warning)) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
+        // Tests send far more than the original's 600 requests a minute from loopback: no limit unless a test sets one.
+        var environment = environment
+        if environment["SOULACY_RATE_LIMIT_PER_MINUTE"] == nil { environment["SOULACY_RATE_LIMIT_PER_MINUTE"] = "0" }
         var configPath = dir + "/SOUL.yaml"
         if let agents { configPath = agents } else { try config.write(toFile: configPath, atomically: true, encoding: .utf8) }
         var options = GatewayOptions(configPath: configPath, dataDirectory: dir + "/data", host: "127.0.0.1", port: 0,
@@ -97,11 +100,24 @@ public final class TestGateway: Sendable {
         return TestResponse(status: http.statusCode, headers: headerMap, body: Array(data))
     }
 
-    /// Mints a key through the admin API and returns its token.
+    /// A key for `subject` and its token, as a household gets one: the owner's own through the admin API; anyone
+    /// else's through a pairing code the admin makes for them (`name` = the subject, so the subject is the slug)
+    /// and redeems as that person's phone would. Only operator and viewer keys exist for anyone but the owner.
     public func mintKey(subject: String, role: String, name: String = "test key") async throws -> String {
-        let response = try await request("POST", "/admin/api-keys", json: .object(["name": .string(name), "subject": .string(subject), "role": .string(role)]))
-        guard response.status == 201, let token = response.json["key"]?.stringValue else {
-            throw TestFailure("could not mint a key: \(response.status) \(response.text)")
+        if subject == "owner" {
+            let response = try await request("POST", "/admin/api-keys", json: .object(["name": .string(name), "subject": .string(subject), "role": .string(role)]))
+            guard response.status == 201, let token = response.json["key"]?.stringValue else {
+                throw TestFailure("could not mint a key: \(response.status) \(response.text)")
+            }
+            return token
+        }
+        let offer = try await request("POST", "/api/v1/pairing/tokens", json: .object(["name": .string(subject), "role": .string(role)]))
+        guard offer.status == 200, offer.json["subject"]?.stringValue == subject, let code = offer.json["code"]?.stringValue else {
+            throw TestFailure("could not make a pairing code for \(subject) as \(role): \(offer.status) \(offer.text)")
+        }
+        let redeemed = try await request("POST", "/api/v1/pairing/redeem", json: .object(["code": .string(code), "name": .string(name)]), key: .none)
+        guard redeemed.status == 200, let token = redeemed.json["token"]?.stringValue else {
+            throw TestFailure("could not redeem the pairing code for \(subject): \(redeemed.status) \(redeemed.text)")
         }
         return token
     }

@@ -35,11 +35,28 @@ struct RelayPathsTests {
     }
 
     /// A relay mailbox server and a gateway that carries through it, both stopped afterwards.
-    func withRelayGateway(_ body: (RelayServerProcess, TestGateway) async throws -> Void) async throws {
+    func withRelayGateway(environment: [String: String] = [:], _ body: (RelayServerProcess, TestGateway) async throws -> Void) async throws {
         let relay = RelayServerProcess()
         try await relay.start()
         defer { relay.stop() }
-        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url], lan: true) { gw in try await body(relay, gw) }
+        try await withTestGateway(environment: environment.merging(["SOULACY_RELAY_MAILBOX_URL": relay.url]) { $1 }, lan: true) { gw in try await body(relay, gw) }
+    }
+
+    @Test("commands a phone sends through the relay are applied in process: a loopback address past its request limit does not hold them up")
+    func relayPastTheRateLimit() async throws {
+        try await withRelayGateway(environment: ["SOULACY_RATE_LIMIT_PER_MINUTE": "3"]) { relay, gw in
+            let (token, endpoint) = try await pairPhone(gw)
+            // The pairing took two of loopback's three; the rest goes now.
+            while try await gw.request("GET", "/health", key: .none).status != 429 {}
+            let phone = client(nil, token: token, relay: endpoint)
+            for _ in 0..<5 {
+                guard case .answered(let answer, .relay) = await phone.send(method: "GET", path: "/api/v1/mobile/deliveries") else {
+                    Issue.record("no answer through the relay"); return
+                }
+                #expect(answer.status == 200)
+            }
+            #expect(try await gw.request("GET", "/health", key: .none).status == 429)
+        }
     }
 
     @Test("phones enrolled while the gateway's first mailbox is still being made all land in that one mailbox")

@@ -354,7 +354,7 @@ struct InboxTests {
     func credentialScope() async throws {
         try await withTestGateway { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "viewer")
-            let sam = try await gw.mintKey(subject: "sam", role: "admin")
+            let sam = try await gw.mintKey(subject: "sam", role: "operator")
             _ = try await gw.runAgent("echo", input: "priya only", to: "user:priya")
             #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(priya))).count == 1)
             #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(sam))).isEmpty)

@@ -60,4 +60,33 @@ struct MiddlewareTests {
         // A route that runs in a task is not answered on the server thread.
         #expect(responder(Trail()).respondImmediately(HTTPRequest(method: "POST", path: "/items/1", headers: ["authorization": "Bearer good"])) == nil)
     }
+
+    /// Admits two requests of a listener, then refuses; remembers what it was told was answered at once.
+    final class Gate: Middleware, Sendable {
+        let admitted = Atomic<Int>(0)
+        let trail: Trail
+        init(trail: Trail) { self.trail = trail }
+        func admit(_ request: HTTPRequest) -> HTTPResponse? {
+            admitted.add(1, ordering: .relaxed).oldValue >= 2 ? HTTPResponse(status: 429) : nil
+        }
+        func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse { await next(request) }
+        func screen(_ request: HTTPRequest) -> Screening { .pass }
+        func answeredAtOnce(_ request: HTTPRequest, with response: HTTPResponse) { trail.add("answered \(response.status)") }
+    }
+
+    @Test("a listener admits each request once, before either path; a refusal there is answered at once; in-process answers are not admitted")
+    func admission() async throws {
+        let trail = Trail()
+        let gate = Gate(trail: trail)
+        var router = Router(authenticator: { _ in nil })
+        router.add(Route(.GET, "/slow", access: .open, handler: { _ in HTTPResponse(status: 200) }))
+        let responder = Responder(router: router, middleware: [gate])
+        #expect(responder.admission(HTTPRequest(method: "GET", path: "/slow")) == nil)
+        #expect(responder.admission(HTTPRequest(method: "GET", path: "/slow")) == nil)
+        #expect(responder.admission(HTTPRequest(method: "GET", path: "/slow"))?.status == 429)
+        #expect(trail.all == ["answered 429"])
+        // `respond` (a screened request's task, or an answer in process) does not admit again.
+        #expect(await responder.respond(HTTPRequest(method: "GET", path: "/slow")).status == 200)
+        #expect(gate.admitted.load(ordering: .relaxed) == 3)
+    }
 }

@@ -165,10 +165,11 @@ struct SoulacyCommand {
             if let name = opts["name"] {
                 let roleText = opts["role"] ?? "viewer"
                 guard let role = Role(rawValue: roleText), role != .admin else { fail("--role must be operator or viewer", code: 64) }
-                offer = try household.createOffer(subject: try household.subject(forName: name), name: name, role: role, createdBy: nil)
+                offer = try household.createOffer(subject: try household.subject(forName: name), name: name, role: role, createdBy: nil,
+                                               madeBy: Principal.ownerSubject)
             } else {
                 guard opts["role"] == nil else { fail("--role goes with --name (your own phone gets your role)", code: 64) }
-                offer = try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil)
+                offer = try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil, madeBy: Principal.ownerSubject)
             }
             let settings = try GatewaySettings.fromEnvironment(ProcessInfo.processInfo.environment)
             let publicURL = settings.publicURL

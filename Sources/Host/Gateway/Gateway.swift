@@ -281,7 +281,11 @@ public final class Gateway: Sendable {
         let idempotent = IdempotencyMiddleware(log: idempotency, router: routerCopy)
         // Request lines only when the log is at debug: the inbox's hot path pays nothing otherwise.
         let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware { line in log.debug(line) }] : []
-        let api = Responder(router: routerCopy, middleware: requestLog + [idempotent])
+        // One allowance per client address across both listeners; in-process answers (the relay carriage) are not counted.
+        let rateLimit: [any Middleware] = settings.rateLimitPerMinute > 0
+            ? [RateLimitMiddleware(limiter: RequestRateLimiter(perMinute: settings.rateLimitPerMinute, clock: options.clock), trustedProxies: settings.trustedProxies)]
+            : []
+        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [idempotent])
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
@@ -306,7 +310,7 @@ public final class Gateway: Sendable {
         }
         carriageBox.set(carriage)
         if let lanHost = options.lanHost, let identity {
-            let door = Responder(router: routerCopy, middleware: requestLog + [LANDoorMiddleware(router: routerCopy), idempotent])
+            let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [LANDoorMiddleware(router: routerCopy), idempotent])
             var doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                             tls: (identity.keyPEM, identity.certificatePEM))
             doorConfiguration.handlerExecutor = database.executor
@@ -398,9 +402,9 @@ public final class Gateway: Sendable {
     /// The port the API listens on (the chosen one for port 0).
     public var port: UInt16 { server.port }
 
-    /// A pairing code for the owner's own phone (printed at start and by `soulacy pair`).
+    /// A pairing code for the owner's own phone (printed at start and by `soulacy pair`): the console is the owner.
     public func ownerPairingOffer() throws -> PairingOffer {
-        try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil)
+        try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil, madeBy: Principal.ownerSubject)
     }
 
     /// Where pairing links pin this gateway (`host:port`), once it listens; nil without TLS or behind a public URL.
@@ -413,7 +417,8 @@ public final class Gateway: Sendable {
     /// Creates the owner's admin key on first start; returns its token once, or nil when keys exist.
     public func bootstrapAdminKey() throws -> String? {
         guard keys.isEmpty else { return nil }
-        return try keys.mint(name: "Owner (first start)", subject: Principal.ownerSubject, role: .admin, kind: .bootstrap).token
+        return try keys.mint(name: "Owner (first start)", subject: Principal.ownerSubject, role: .admin, kind: .bootstrap,
+                             mintedBy: Principal.ownerSubject).token
     }
 
     /// Binds the listeners (so a taken port fails here, with its reason), then runs the gateway's services as one

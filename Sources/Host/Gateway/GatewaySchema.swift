@@ -160,6 +160,14 @@ public enum GatewaySchema {
         Migration("relaycarriage.2-revoked", "ALTER TABLE relay_devices ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;"),
         // What a call waits for after its effect (`approval:<id>`, `run:<id>`…), so a retry after a crash rebuilds its answer.
         Migration("idempotency.3-resume", "ALTER TABLE idempotency_log ADD COLUMN resume TEXT;"),
+        // Who minted each key: the subject whose credential asked (for a pairing code's key, the code's maker). Keys
+        // from before are null unless a kept pairing code still names its maker's key.
+        Migration("auth.2-minted-by", """
+            ALTER TABLE api_keys ADD COLUMN minted_by TEXT;
+            ALTER TABLE pairing_codes ADD COLUMN created_by_subject TEXT;
+            UPDATE pairing_codes SET created_by_subject = (SELECT CASE k.subject WHEN '' THEN 'owner' ELSE k.subject END FROM api_keys k WHERE k.id = pairing_codes.created_by_key);
+            UPDATE api_keys SET minted_by = (SELECT c.created_by_subject FROM pairing_codes c WHERE c.redeemed_key = api_keys.id);
+            """),
     ]
 
     /// The whole database of a gateway: the mobile channel's tables, then the gateway's. A duplicate id is an error

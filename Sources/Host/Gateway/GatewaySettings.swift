@@ -28,6 +28,10 @@ public struct GatewaySettings: Sendable, Equatable {
     public var relayMailboxCAFile: String?
     /// `SOULACY_AGENT_WATCH`: poll the agent files for changes (default on; `off` leaves reloads to SIGHUP).
     public var watchAgentFiles = true
+    /// `SOULACY_RATE_LIMIT_PER_MINUTE`: requests a minute one client address may send (the original's 600; 0 = no limit).
+    public var rateLimitPerMinute = 600
+    /// `SOULACY_TRUSTED_PROXIES`: comma-separated addresses of reverse proxies whose `X-Forwarded-For` names the client.
+    public var trustedProxies: [String] = []
     /// `SOULACY_FAULT_KILL_AFTER_EFFECT=1`, test builds' fault: die between an effect's commit and its answer's.
     public var killAfterEffect = false
 
@@ -78,6 +82,20 @@ public struct GatewaySettings: Sendable, Equatable {
         settings.relayMailboxCAFile = value("SOULACY_RELAY_MAILBOX_CA_FILE")
         settings.watchAgentFiles = try switchValue("SOULACY_AGENT_WATCH", default: true)
         settings.killAfterEffect = value("SOULACY_FAULT_KILL_AFTER_EFFECT") == "1"
+        if let text = value("SOULACY_RATE_LIMIT_PER_MINUTE") {
+            guard let limit = Int(text), limit >= 0 else {
+                throw Invalid(variable: "SOULACY_RATE_LIMIT_PER_MINUTE", message: "must be a whole number of requests, 0 for no limit, got '\(text)'")
+            }
+            settings.rateLimitPerMinute = limit
+        }
+        if let text = value("SOULACY_TRUSTED_PROXIES") {
+            let addresses = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            let ipCharacters = CharacterSet(charactersIn: "0123456789abcdefABCDEF.:")
+            for address in addresses where address.rangeOfCharacter(from: ipCharacters.inverted) != nil || !(address.contains(".") || address.contains(":")) {
+                throw Invalid(variable: "SOULACY_TRUSTED_PROXIES", message: "must be IP addresses separated by commas (no names or ranges), got '\(address)'")
+            }
+            settings.trustedProxies = addresses
+        }
         return settings
     }
 

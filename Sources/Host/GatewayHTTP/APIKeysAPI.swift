@@ -5,7 +5,9 @@ import Identity
 import Mobile
 import SQLite
 
-/// `/admin/api-keys`: minting, listing and revoking API keys (an admin's).
+/// `/admin/api-keys`: an admin mints keys for their own subject, lists and revokes anyone's (unpairing). Another
+/// person's credentials come only from a pairing code that person redeems. `/api/v1/api-keys`: anyone lists and
+/// revokes the keys of their own subject (and sees who minted each, and when).
 public struct APIKeysAPI: Sendable {
     let keys: any APIKeyStore
     let mobile: MobileStore
@@ -23,6 +25,8 @@ public struct APIKeysAPI: Sendable {
             Route(.POST, "/admin/api-keys", role: .admin, summary: "Mint an API key", handler: createKey),
             Route(.GET, "/admin/api-keys", access: .role(.admin), summary: "List API keys (never their secrets)", handler: listKeys),
             Route(.DELETE, "/admin/api-keys/:id", access: .role(.admin), summary: "Revoke an API key", handler: revokeKey),
+            Route(.GET, "/api/v1/api-keys", role: .viewer, summary: "Your own keys: who minted each and when (never their secrets)", handler: listOwnKeys),
+            Route(.DELETE, "/api/v1/api-keys/:id", role: .viewer, summary: "Revoke one of your own keys", handler: revokeOwnKey),
         ]
     }
 
@@ -45,8 +49,10 @@ public struct APIKeysAPI: Sendable {
         guard !subject.isEmpty, subject.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" }) else {
             throw APIError.invalidField("subject", "must be 1-64 lower-case letters, digits, - or _")
         }
+        // A key for someone else would let an admin read and decide that person's approvals, inbox and memory.
+        guard subject == caller.subject else { throw APIKeysError.foreignSubject(subject, caller: caller.subject) }
         return try await mobile.database.answer { _ in
-            let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual)
+            let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual, mintedBy: caller.subject)
             var answer = KeyView(minted.key)
             // The secret, this once: it is never stored whole and never listed.
             answer.key = minted.token
@@ -58,10 +64,24 @@ public struct APIKeysAPI: Sendable {
         .json(["keys": try keys.list().map { KeyView($0) }])
     }
 
+    /// `GET /api/v1/api-keys`: the caller's subject's keys, revoked ones included.
+    @Sendable func listOwnKeys(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        .json(["keys": try keys.list(subject: caller.subject).map { KeyView($0) }])
+    }
+
     @Sendable func revokeKey(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let id = request.parameter("id")
+        try await revoke(id: request.parameter("id"), subject: nil)
+    }
+
+    /// `DELETE /api/v1/api-keys/:id`: a key of another subject is as unknown as one that does not exist.
+    @Sendable func revokeOwnKey(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        try await revoke(id: request.parameter("id"), subject: caller.subject)
+    }
+
+    private func revoke(id: String, subject: String?) async throws -> HTTPResponse {
         let answer = try await mobile.database.answer { _ in
-            guard try keys.revoke(id: id) else { throw APIError.notFound("no active key \(id)") }
+            let revoked = try subject.map { try keys.revoke(id: id, subject: $0) } ?? keys.revoke(id: id)
+            guard revoked else { throw APIError.notFound("no active key \(id)") }
             // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
             try mobile.devices.removeDevices(registeredByKey: id)
             return .noContent
@@ -72,12 +92,29 @@ public struct APIKeysAPI: Sendable {
     }
 }
 
+/// Why a key is not minted.
+public enum APIKeysError: Error, Sendable, Equatable, HTTPResponseError {
+    /// An admin asked for a key of another subject.
+    case foreignSubject(String, caller: String)
+
+    public var apiError: APIError {
+        switch self {
+        case .foreignSubject(let subject, let caller):
+            APIError(status: 403, code: "foreign_subject",
+                     message: "subject: an admin mints keys only for their own subject (\(caller)), not \"\(subject)\"; another person's credentials come only through a pairing code that person redeems (POST /api/v1/pairing/tokens with name and role)",
+                     field: "subject")
+        }
+    }
+}
+
 extension APIKeysAPI {
     /// A key as listed (never its secret); a mint's answer adds `key`, the token itself.
     struct KeyView: Encodable {
         var id, name, subject, role, kind: String
         var createdAt: Timestamp
         var revokedAt: Nullable<Timestamp>
+        /// The subject whose credential minted it; null when that was not recorded (keys from before).
+        var mintedBy: Nullable<String>
         var key: String?
 
         init(_ key: APIKey) {
@@ -88,11 +125,12 @@ extension APIKeysAPI {
             kind = key.kind.rawValue
             createdAt = Timestamp(key.createdAt)
             revokedAt = Nullable(key.revokedAt.map(Timestamp.init))
+            mintedBy = Nullable(key.mintedBy)
         }
 
         enum CodingKeys: String, CodingKey {
             case id, name, subject, role, kind, key
-            case createdAt = "created_at", revokedAt = "revoked_at"
+            case createdAt = "created_at", revokedAt = "revoked_at", mintedBy = "minted_by"
         }
     }
 }

@@ -95,13 +95,13 @@ public struct HouseholdAPI: Sendable {
                 guard subject != "admin", subject != caller.subject else {
                     throw APIError.invalidField("name", "'\(name)' names you or the owner; send no body to pair your own device")
                 }
-                offer = try household.createOffer(subject: subject, name: name, role: role, createdBy: caller.keyID)
+                offer = try household.createOffer(subject: subject, name: name, role: role, createdBy: caller.keyID, madeBy: caller.subject)
                 displayName = name
             } else {
                 guard body.role == nil else { throw APIError.invalidField("role", "goes with name; your own device gets your role") }
                 displayName = try household.displayName(subject: caller.subject) ?? ""
                 offer = try household.createOffer(subject: caller.subject, name: displayName.isEmpty ? caller.subject : displayName,
-                                                  role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID)
+                                                  role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID, madeBy: caller.subject)
             }
             let links = try pairingLinks(offer, typedBase: body.baseURL.limited(to: 500, field: "base_url").map(SchemaWhitespace.trim))
             let pinned = self.pinned()
@@ -197,7 +197,8 @@ public struct HouseholdAPI: Sendable {
             let keys = bySubject[subject] ?? []
             members.append(Member(subject: subject, name: try household.displayName(subject: subject) ?? subject,
                                   role: (keys.map(\.role).max() ?? .viewer).rawValue,
-                                  keys: keys.map { Member.Key(id: $0.id, name: $0.name, role: $0.role.rawValue, createdAt: Timestamp($0.createdAt)) },
+                                  keys: keys.map { Member.Key(id: $0.id, name: $0.name, role: $0.role.rawValue, createdAt: Timestamp($0.createdAt),
+                                                                              mintedBy: Nullable($0.mintedBy)) },
                                   devices: try mobile.devices.list(subject: subject).map { Member.Device(id: $0.id, name: $0.name, platform: $0.platform.rawValue) }))
         }
         return .json(["members": members])
@@ -258,10 +259,12 @@ extension HouseholdAPI {
         struct Key: Encodable {
             var id, name, role: String
             var createdAt: Timestamp
+            /// Who made the pairing code this key came from; null when that was not recorded.
+            var mintedBy: Nullable<String>
 
             enum CodingKeys: String, CodingKey {
                 case id, name, role
-                case createdAt = "created_at"
+                case createdAt = "created_at", mintedBy = "minted_by"
             }
         }
 

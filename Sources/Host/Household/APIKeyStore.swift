@@ -22,6 +22,9 @@ public struct APIKey: Sendable, Equatable {
     public var createdAt: Date
     public var lastUsedAt: Date?
     public var revokedAt: Date?
+    /// The subject whose credential minted it (for a pairing code's key, the code's maker); nil for keys minted
+    /// before this was recorded.
+    public var mintedBy: String?
 }
 
 /// A freshly minted key: the secret exists only in this value and in what the caller shows once.
@@ -33,14 +36,19 @@ public struct MintedKey: Sendable {
 /// The API keys a gateway accepts. A protocol because a second engine (PostgreSQL, for several gateways) will keep
 /// them too; whatever the engine, only a hash of each token is stored.
 public protocol APIKeyStore: Sendable {
-    func mint(name: String, subject: String, role: Role, kind: APIKey.Kind) throws -> MintedKey
+    /// `mintedBy`: the subject whose credential asks for it (the owner for the console's first-start key).
+    func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, mintedBy: String?) throws -> MintedKey
     /// The caller a bearer token names; nil for an unknown or revoked one.
     func authenticate(_ token: String) -> Principal?
     func principal(keyID: String) -> Principal?
     var isEmpty: Bool { get }
     func list() throws -> [APIKey]
+    /// The keys of one subject (the owner's include keys minted before subjects existed).
+    func list(subject: String) throws -> [APIKey]
     /// Revokes a key at once: its next request is refused. False when there is no such active key.
     func revoke(id: String) throws -> Bool
+    /// Revokes a key of `subject` only: false when that subject has no such active key.
+    func revoke(id: String, subject: String) throws -> Bool
 }
 
 /// API keys at rest in SQLite: only the SHA-256 of each token is stored. Tokens carry 256 random bits,
@@ -61,20 +69,20 @@ public final class SQLiteAPIKeyStore: APIKeyStore {
 
     private static func millis(_ d: Date) -> Int64 { d.sqliteMillis }
 
-    public func mint(name: String, subject: String, role: Role, kind: APIKey.Kind) throws -> MintedKey {
-        try database.transaction { db in try mint(name: name, subject: subject, role: role, kind: kind, in: db) }
+    public func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, mintedBy: String?) throws -> MintedKey {
+        try database.transaction { db in try mint(name: name, subject: subject, role: role, kind: kind, mintedBy: mintedBy, in: db) }
     }
 
     /// Mints inside the caller's transaction (pairing redeems a code and mints its key as one step).
-    func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, in db: Connection) throws -> MintedKey {
+    func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, mintedBy: String?, in db: Connection) throws -> MintedKey {
         // The original's shapes: a 16-hex key id and `sk_` + 64 lowercase hex (256 random bits). Keys minted earlier in
         // other shapes keep working: only the token's hash is looked up.
         let id = Hex.encode(SecureBytes.random(count: 8))
         let token = Self.tokenPrefix + Hex.encode(SecureBytes.random(count: 32))
         let now = Date()
-        try db.run("INSERT INTO api_keys (id, name, subject, role, kind, token_sha256, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                   id, name, subject, role.rawValue, kind.rawValue, SHA256.hash(token), Self.millis(now))
-        return MintedKey(key: APIKey(id: id, name: name, subject: subject, role: role, kind: kind, createdAt: now), token: token)
+        try db.run("INSERT INTO api_keys (id, name, subject, role, kind, token_sha256, created_at, minted_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   id, name, subject, role.rawValue, kind.rawValue, SHA256.hash(token), Self.millis(now), mintedBy)
+        return MintedKey(key: APIKey(id: id, name: name, subject: subject, role: role, kind: kind, createdAt: now, mintedBy: mintedBy), token: token)
     }
 
     /// The principal for a presented token, or nil when it is unknown or revoked.
@@ -114,11 +122,26 @@ public final class SQLiteAPIKeyStore: APIKeyStore {
                role: row.string("role").flatMap(Role.init(rawValue:)) ?? .viewer,
                kind: row.string("kind").flatMap(APIKey.Kind.init(rawValue:)) ?? .manual,
                createdAt: row.date("created_at") ?? Date(sqliteMillis: 0),
-               lastUsedAt: row.date("last_used_at"), revokedAt: row.date("revoked_at"))
+               lastUsedAt: row.date("last_used_at"), revokedAt: row.date("revoked_at"), mintedBy: row.string("minted_by"))
     }
 
+    /// The columns by name, not `*`: a connection opened before a migration expands `*` from the schema it
+    /// knew when the statement was prepared, and would miss a column the migration added.
+    private static let columns = "id, name, subject, role, kind, created_at, last_used_at, revoked_at, minted_by"
+
     public func list() throws -> [APIKey] {
-        try database.read { db in try db.query("SELECT * FROM api_keys ORDER BY created_at, id").map(Self.key) }
+        try database.read { db in try db.query("SELECT \(Self.columns) FROM api_keys ORDER BY created_at, id").map(Self.key) }
+    }
+
+    public func list(subject: String) throws -> [APIKey] {
+        try database.read { db in
+            try db.query("SELECT \(Self.columns) FROM api_keys WHERE subject IN (?, ?) ORDER BY created_at, id", subject, Self.storedSubjects(of: subject)).map(Self.key)
+        }
+    }
+
+    /// What `subject` is stored as besides itself: keys minted before identities existed carry none and are the owner's.
+    private static func storedSubjects(of subject: String) -> String {
+        subject == Principal.ownerSubject ? "" : subject
     }
 
     /// Revokes a key at once: its next request is refused. False when there is no such active key.
@@ -126,7 +149,20 @@ public final class SQLiteAPIKeyStore: APIKeyStore {
         let revoked = try database.transaction { db in
             try db.run("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", Self.millis(Date()), id) > 0
         }
-        if revoked { cache.withLock { $0 = $0.filter { $0.value.principal.keyID != id } } }
+        if revoked { forget(keyID: id) }
         return revoked
+    }
+
+    public func revoke(id: String, subject: String) throws -> Bool {
+        let revoked = try database.transaction { db in
+            try db.run("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND subject IN (?, ?) AND revoked_at IS NULL",
+                       Self.millis(Date()), id, subject, Self.storedSubjects(of: subject)) > 0
+        }
+        if revoked { forget(keyID: id) }
+        return revoked
+    }
+
+    private func forget(keyID id: String) {
+        cache.withLock { $0 = $0.filter { $0.value.principal.keyID != id } }
     }
 }

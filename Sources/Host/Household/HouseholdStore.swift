@@ -113,12 +113,14 @@ public final class HouseholdStore: Sendable {
         String(typed.uppercased().filter { !$0.isWhitespace && $0 != "-" })
     }
 
-    public func createOffer(subject: String, name: String, role: Role, createdBy keyID: String?, now: Date = Date()) throws -> PairingOffer {
+    /// `madeBy` is the subject of whoever asks for the code (the owner at the console); the key it pairs shows it as
+    /// `minted_by`. `createdBy` is the asking key's id, nil at the console.
+    public func createOffer(subject: String, name: String, role: Role, createdBy keyID: String?, madeBy maker: String?, now: Date = Date()) throws -> PairingOffer {
         let code = Self.newCode()
         let expires = now.addingTimeInterval(Self.codeLifetime)
         try database.transaction { db in
-            try db.run("INSERT INTO pairing_codes (code_sha256, subject, role, created_by_key, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-                       SHA256.hash(code), subject, role.rawValue, keyID, Self.ms(now), Self.ms(expires))
+            try db.run("INSERT INTO pairing_codes (code_sha256, subject, role, created_by_key, created_by_subject, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       SHA256.hash(code), subject, role.rawValue, keyID, maker, Self.ms(now), Self.ms(expires))
             // Old codes are kept a day for the record, then dropped.
             try db.run("DELETE FROM pairing_codes WHERE expires_at < ?", Self.ms(now) - 86_400_000)
         }
@@ -129,13 +131,14 @@ public final class HouseholdStore: Sendable {
     public func redeem(code typed: String, deviceName: String, now: Date = Date()) throws -> MintedKey {
         let hash = SHA256.hash(Self.normalize(typed))
         let outcome: Result<MintedKey, PairingError> = try database.transaction { db in
-            guard let row = try db.query("SELECT subject, role, expires_at, redeemed_at FROM pairing_codes WHERE code_sha256 = ?", hash).first else {
+            guard let row = try db.query("SELECT subject, role, created_by_subject, expires_at, redeemed_at FROM pairing_codes WHERE code_sha256 = ?", hash).first else {
                 return .failure(.unknownCode)
             }
             if row.int("redeemed_at") != nil { return .failure(.alreadyUsed) }
             if (row.int("expires_at") ?? 0) <= Self.ms(now) { return .failure(.expired) }
             let role = row.string("role").flatMap(Role.init(rawValue:)) ?? .viewer
-            let minted = try keys.mint(name: deviceName, subject: row.string("subject") ?? Principal.ownerSubject, role: role, kind: .managed, in: db)
+            let minted = try keys.mint(name: deviceName, subject: row.string("subject") ?? Principal.ownerSubject, role: role, kind: .managed,
+                                       mintedBy: row.string("created_by_subject"), in: db)
             try db.run("UPDATE pairing_codes SET redeemed_at = ?, redeemed_key = ? WHERE code_sha256 = ? AND redeemed_at IS NULL",
                        Self.ms(now), minted.key.id, hash)
             return .success(minted)
