@@ -33,6 +33,14 @@ public struct ClientResponse: Sendable {
 public struct ClientTransportError: Error, Sendable, CustomStringConvertible {
     public let code: Int32
     public let description: String
+
+    /// The connection broke or the server closed it without an answer (reset, empty reply, HTTP/2 stream or
+    /// framing error): trying again may well work. A refused connection, a name that does not resolve, a TLS
+    /// failure or a timeout are not: they say something about the address or the deadline.
+    public var isTransient: Bool {
+        [CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_PARTIAL_FILE]
+            .contains { Int32($0.rawValue) == code }
+    }
 }
 
 public struct HTTP2ClientConfiguration: Sendable {
@@ -44,8 +52,12 @@ public struct HTTP2ClientConfiguration: Sendable {
     /// Trust only a server whose leaf public key has this SHA-256 (the gateway's pin, as the original Soulacy app
     /// computes it: see `SelfSignedCertificate.publicKeyPin`), no CA at all.
     public var pinnedPublicKeySHA256: [UInt8]?
-    /// One for HTTP/2 services (everything multiplexes on it); more only for HTTP/1.1 servers.
+    /// One for HTTP/2 services that want a single connection (APNs, FCM: everything multiplexes on it). A pool
+    /// (`pooledConnectionsPerHost`) for servers that may speak only HTTP/1.1, where each request in flight needs
+    /// its own connection; HTTP/2 servers still multiplex on as few of them as they can.
     public var maximumConnectionsPerHost: Int
+    /// A sensible pool for model servers on one host (Ollama, vLLM, llama.cpp answer over HTTP/1.1).
+    public static let pooledConnectionsPerHost = 8
 
     public init(caFile: String? = nil, maximumConcurrentStreams: Int = 256, connectTimeout: Duration = .seconds(10), pinnedPublicKeySHA256: [UInt8]? = nil,
                 maximumConnectionsPerHost: Int = 1) {
@@ -99,6 +111,10 @@ final class Transfer: @unchecked Sendable {
     var headerList: UnsafeMutablePointer<curl_slist>?
     var easy: UnsafeMutableRawPointer?
     let onBody: (@Sendable ([UInt8]) -> Void)?
+    /// Scheme, host and port: the pool a request waits on.
+    let origin: String
+    /// Every connection to the origin was busy when this request was handed to libcurl.
+    var queuedBehind = 0
     static let streamedBodyKept = 64 * 1024
 
     init(request: ClientRequest, continuation: CheckedContinuation<Result<ClientResponse, ClientTransportError>, Never>,
@@ -106,6 +122,13 @@ final class Transfer: @unchecked Sendable {
         self.request = request
         self.continuation = continuation
         self.onBody = onBody
+        origin = Transfer.origin(of: request.url)
+    }
+
+    static func origin(of url: String) -> String {
+        guard let components = URLComponents(string: url), let host = components.host else { return url }
+        let scheme = components.scheme ?? "http"
+        return "\(scheme)://\(host):\(components.port ?? (scheme == "https" ? 443 : 80))"
     }
 }
 
@@ -117,6 +140,8 @@ final class CurlEngine: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let queue = Mutex<(pending: [Transfer], stopping: Bool)>(([], false))
     private var active: [UnsafeMutableRawPointer: Transfer] = [:]
+    // Requests in flight per origin, to tell a request that waited for a free connection from one that was sent.
+    private var inFlight: [String: Int] = [:]
     // Finished easy handles, reset and reused: making one per request was a fifth of a push's cost.
     private var idle: [UnsafeMutableRawPointer] = []
     private static let idleLimit = 128
@@ -249,6 +274,9 @@ final class CurlEngine: @unchecked Sendable {
             return n
         }, context)
         transfer.easy = easy
+        let busy = inFlight[transfer.origin, default: 0]
+        if busy >= configuration.maximumConnectionsPerHost { transfer.queuedBehind = busy }
+        inFlight[transfer.origin] = busy + 1
         active[easy] = transfer
         curl_multi_add_handle(multi, easy)
     }
@@ -262,6 +290,10 @@ final class CurlEngine: @unchecked Sendable {
         var connects = 0
         soulacy_curl_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &connects)
         if connects > 0 { connectionsOpened.add(connects, ordering: .relaxed) }
+        // 0 when the transfer never had a connection of its own (it waited in libcurl's queue the whole time).
+        var localPort = 0
+        soulacy_curl_getinfo_long(easy, CURLINFO_LOCAL_PORT, &localPort)
+        if let busy = inFlight[transfer.origin] { inFlight[transfer.origin] = busy > 1 ? busy - 1 : nil }
         curl_multi_remove_handle(multi, easy)
         curl_slist_free_all(transfer.headerList)
         if idle.count < Self.idleLimit {
@@ -274,6 +306,10 @@ final class CurlEngine: @unchecked Sendable {
         if code == CURLE_OK {
             let versionText = version == CURL_HTTP_VERSION_2_0 ? "2" : (version == CURL_HTTP_VERSION_1_1 ? "1.1" : "\(version)")
             transfer.continuation.resume(returning: .success(ClientResponse(status: status, headers: transfer.headers, body: transfer.body, httpVersion: versionText)))
+        } else if code == CURLE_OPERATION_TIMEDOUT, transfer.queuedBehind > 0, localPort == 0 {
+            // Never sent: say so, rather than pass a queue's wait off as the server's slowness.
+            let message = "Timeout was reached waiting for a free connection to \(transfer.origin) (all \(configuration.maximumConnectionsPerHost) in use); the request was never sent"
+            transfer.continuation.resume(returning: .failure(ClientTransportError(code: Int32(code.rawValue), description: message)))
         } else {
             let message = String(cString: curl_easy_strerror(code))
             transfer.continuation.resume(returning: .failure(ClientTransportError(code: Int32(code.rawValue), description: message)))
