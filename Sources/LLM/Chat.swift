@@ -93,7 +93,8 @@ public struct ChatReply: Sendable, Equatable {
 
 /// Why a model call failed; the description never holds the API key.
 public struct LLMError: Error, Sendable, Equatable, CustomStringConvertible {
-    public enum Kind: String, Sendable { case unreachable, timedOut, rejected, refused, malformed, notConfigured }
+    /// `notSent`: the call waited for a free connection to the provider until its time was up, and never went out.
+    public enum Kind: String, Sendable { case unreachable, timedOut, notSent, rejected, refused, malformed, notConfigured }
     public var kind: Kind
     public var message: String
 

@@ -14,12 +14,15 @@ public struct LLMProviders: Sendable {
     let client: ProviderConnection
 
     let retry: ProviderRetryPolicy
+    /// How long a call to a host whose pooled connections are all busy waits for one before it fails as not sent.
+    public static let connectionWait: Duration = .seconds(60)
 
     /// `retry` is the same for every provider (tests shorten its backoff).
     public init(environment: [String: String], client: ProviderConnection? = nil, retry: ProviderRetryPolicy = .standard) {
         // A pool per host: several agents on one Ollama or vLLM (HTTP/1.1, one request per connection) reach it at once.
         let client = client ?? ProviderConnection(configuration: HTTP2ClientConfiguration(caFile: environment["SOULACY_LLM_CA_FILE"], connectTimeout: .seconds(10),
-                                                                                          maximumConnectionsPerHost: HTTP2ClientConfiguration.pooledConnectionsPerHost))
+                                                                                          maximumConnectionsPerHost: HTTP2ClientConfiguration.pooledConnectionsPerHost,
+                                                                                          maximumConnectionWait: Self.connectionWait))
         self.retry = retry
         self.client = client
         self.environment = environment

@@ -28,8 +28,8 @@ struct JSONPost: Sendable {
         do {
             if let onBody { response = try await client.http.send(request, onBody: onBody) } else { response = try await client.http.send(request) }
         } catch {
-            if error.description.contains("waiting for a free connection") {
-                throw AttemptFailure(error: LLMError(.timedOut, "\(providerID) did not answer within \(timeout): \(error.description)"),
+            if error.neverSent {
+                throw AttemptFailure(error: LLMError(.notSent, "\(providerID) was not called: \(error.description)"),
                                      status: nil, retryable: false, requestedWait: nil, reason: error.description)
             }
             if error.description.lowercased().contains("timeout") || error.description.lowercased().contains("timed out") {
