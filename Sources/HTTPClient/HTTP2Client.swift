@@ -33,6 +33,16 @@ public struct ClientResponse: Sendable {
 public struct ClientTransportError: Error, Sendable, CustomStringConvertible {
     public let code: Int32
     public let description: String
+    /// The request timed out in the queue for a connection to its host: the server never saw it.
+    public var neverSent = false
+
+    /// The connection broke or the server closed it without an answer (reset, empty reply, HTTP/2 stream or
+    /// framing error): trying again may well work. A refused connection, a name that does not resolve, a TLS
+    /// failure or a timeout are not: they say something about the address or the deadline.
+    public var isTransient: Bool {
+        [CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_PARTIAL_FILE]
+            .contains { Int32($0.rawValue) == code }
+    }
 }
 
 public struct HTTP2ClientConfiguration: Sendable {
@@ -44,12 +54,20 @@ public struct HTTP2ClientConfiguration: Sendable {
     /// Trust only a server whose leaf public key has this SHA-256 (the gateway's pin, as the original Soulacy app
     /// computes it: see `SelfSignedCertificate.publicKeyPin`), no CA at all.
     public var pinnedPublicKeySHA256: [UInt8]?
-    /// One for HTTP/2 services (everything multiplexes on it); more only for HTTP/1.1 servers.
+    /// One for HTTP/2 services that want a single connection (APNs, FCM: everything multiplexes on it). A pool
+    /// (`pooledConnectionsPerHost`) for servers that may speak only HTTP/1.1, where each request in flight needs
+    /// its own connection; HTTP/2 servers still multiplex on as few of them as they can.
     public var maximumConnectionsPerHost: Int
+    /// How long a plain-HTTP request may wait for a free connection to its host before it fails as never sent
+    /// (nil: as long as its own timeout). Its `timeout` counts from when it is sent.
+    public var maximumConnectionWait: Duration?
+    /// A sensible pool for model servers on one host (Ollama, vLLM, llama.cpp answer over HTTP/1.1).
+    public static let pooledConnectionsPerHost = 8
 
     public init(caFile: String? = nil, maximumConcurrentStreams: Int = 256, connectTimeout: Duration = .seconds(10), pinnedPublicKeySHA256: [UInt8]? = nil,
-                maximumConnectionsPerHost: Int = 1) {
+                maximumConnectionsPerHost: Int = 1, maximumConnectionWait: Duration? = nil) {
         self.caFile = caFile
+        self.maximumConnectionWait = maximumConnectionWait
         self.maximumConnectionsPerHost = maximumConnectionsPerHost
         self.pinnedPublicKeySHA256 = pinnedPublicKeySHA256
         self.maximumConcurrentStreams = maximumConcurrentStreams
@@ -99,6 +117,13 @@ final class Transfer: @unchecked Sendable {
     var headerList: UnsafeMutablePointer<curl_slist>?
     var easy: UnsafeMutableRawPointer?
     let onBody: (@Sendable ([UInt8]) -> Void)?
+    /// Scheme, host and port: the pool a request waits on.
+    let origin: String
+    /// Every connection to the origin was busy when this request was handed to libcurl.
+    var queuedBehind = 0
+    /// Plain HTTP/1.1: one request per connection, so the engine queues it itself until one is free.
+    var plain: Bool { origin.hasPrefix("http:") }
+    let submitted = ContinuousClock.now
     static let streamedBodyKept = 64 * 1024
 
     init(request: ClientRequest, continuation: CheckedContinuation<Result<ClientResponse, ClientTransportError>, Never>,
@@ -106,6 +131,13 @@ final class Transfer: @unchecked Sendable {
         self.request = request
         self.continuation = continuation
         self.onBody = onBody
+        origin = Transfer.origin(of: request.url)
+    }
+
+    static func origin(of url: String) -> String {
+        guard let components = URLComponents(string: url), let host = components.host else { return url }
+        let scheme = components.scheme ?? "http"
+        return "\(scheme)://\(host):\(components.port ?? (scheme == "https" ? 443 : 80))"
     }
 }
 
@@ -117,6 +149,11 @@ final class CurlEngine: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let queue = Mutex<(pending: [Transfer], stopping: Bool)>(([], false))
     private var active: [UnsafeMutableRawPointer: Transfer] = [:]
+    // Requests in flight per origin, to tell a request that waited for a free connection from one that was sent.
+    private var inFlight: [String: Int] = [:]
+    // Plain-HTTP requests waiting for a free connection, per origin, oldest first (libcurl's own queue would
+    // start their timeout while they wait).
+    private var waiting: [String: [Transfer]] = [:]
     // Finished easy handles, reset and reused: making one per request was a fifth of a push's cost.
     private var idle: [UnsafeMutableRawPointer] = []
     private static let idleLimit = 128
@@ -178,8 +215,14 @@ final class CurlEngine: @unchecked Sendable {
             while soulacy_curl_multi_next_done(multi, &easy, &code) == 1, let handle = easy {
                 complete(handle, code: code)
             }
-            curl_multi_poll(multi, nil, 0, 1000, nil)
+            let nextExpiry = expireWaiting()
+            let pollMs = nextExpiry.map { max(1, min(1000, Int(($0 - ContinuousClock.now) / .milliseconds(1)) + 1)) } ?? 1000
+            curl_multi_poll(multi, nil, 0, Int32(pollMs), nil)
         }
+        for transfer in waiting.values.joined() {
+            transfer.continuation.resume(returning: .failure(ClientTransportError(code: -1, description: "the HTTP client is shut down")))
+        }
+        waiting.removeAll()
         for (handle, _) in active { complete(handle, code: CURLE_ABORTED_BY_CALLBACK) }
         for handle in idle { curl_easy_cleanup(handle) }
         idle.removeAll()
@@ -188,15 +231,53 @@ final class CurlEngine: @unchecked Sendable {
         pin?.deallocate()
     }
 
+    /// How long a queued request may wait for a connection.
+    private func connectionWait(_ transfer: Transfer) -> Duration {
+        min(transfer.request.timeout, configuration.maximumConnectionWait ?? transfer.request.timeout)
+    }
+
+    /// Fails the queued requests whose wait is over; returns when the next one's is.
+    private func expireWaiting() -> ContinuousClock.Instant? {
+        let now = ContinuousClock.now
+        var next: ContinuousClock.Instant?
+        for (origin, queue) in waiting {
+            var kept: [Transfer] = []
+            for transfer in queue {
+                let expiry = transfer.submitted + connectionWait(transfer)
+                if expiry <= now {
+                    let message = "no connection to \(origin) came free within \(connectionWait(transfer)) (all \(configuration.maximumConnectionsPerHost) in use); the request was never sent"
+                    transfer.continuation.resume(returning: .failure(ClientTransportError(code: Int32(CURLE_OPERATION_TIMEDOUT.rawValue), description: message, neverSent: true)))
+                } else {
+                    kept.append(transfer)
+                    next = min(next ?? expiry, expiry)
+                }
+            }
+            waiting[origin] = kept.isEmpty ? nil : kept
+        }
+        return next
+    }
+
     private func start(_ transfer: Transfer) {
+        if transfer.plain, inFlight[transfer.origin, default: 0] >= configuration.maximumConnectionsPerHost {
+            waiting[transfer.origin, default: []].append(transfer)
+            return
+        }
         guard let easy = idle.popLast() ?? curl_easy_init() else {
             transfer.continuation.resume(returning: .failure(ClientTransportError(code: -1, description: "curl_easy_init failed")))
             return
         }
         let r = transfer.request
         soulacy_curl_setopt_ptr(easy, CURLOPT_URL, r.url)
-        soulacy_curl_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS)
-        soulacy_curl_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
+        if r.url.lowercased().hasPrefix("https:") {
+            // ALPN decides: an HTTP/2 server gets every request on one multiplexed connection (what APNs asks);
+            // waiting for the first handshake lets the next request learn that instead of opening another.
+            soulacy_curl_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS)
+            soulacy_curl_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
+        } else {
+            // Plain HTTP is HTTP/1.1 (no h2c): a request never waits on a busy connection to find out it cannot
+            // share it; it takes another from the host's pool (Ollama, vLLM, llama.cpp).
+            soulacy_curl_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1)
+        }
         soulacy_curl_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
         soulacy_curl_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(r.timeout.components.seconds * 1000 + r.timeout.components.attoseconds / 1_000_000_000_000_000))
         soulacy_curl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.connectTimeout.components.seconds * 1000))
@@ -249,6 +330,9 @@ final class CurlEngine: @unchecked Sendable {
             return n
         }, context)
         transfer.easy = easy
+        let busy = inFlight[transfer.origin, default: 0]
+        if busy >= configuration.maximumConnectionsPerHost { transfer.queuedBehind = busy }
+        inFlight[transfer.origin] = busy + 1
         active[easy] = transfer
         curl_multi_add_handle(multi, easy)
     }
@@ -262,6 +346,18 @@ final class CurlEngine: @unchecked Sendable {
         var connects = 0
         soulacy_curl_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &connects)
         if connects > 0 { connectionsOpened.add(connects, ordering: .relaxed) }
+        // 0 when the transfer never had a connection of its own (it waited in libcurl's queue the whole time).
+        var localPort = 0
+        soulacy_curl_getinfo_long(easy, CURLINFO_LOCAL_PORT, &localPort)
+        if let busy = inFlight[transfer.origin] { inFlight[transfer.origin] = busy > 1 ? busy - 1 : nil }
+        defer {
+            // A connection came free: the oldest request waiting for one goes now (its timeout starts here).
+            if var queue = waiting[transfer.origin], !queue.isEmpty {
+                let next = queue.removeFirst()
+                waiting[transfer.origin] = queue.isEmpty ? nil : queue
+                start(next)
+            }
+        }
         curl_multi_remove_handle(multi, easy)
         curl_slist_free_all(transfer.headerList)
         if idle.count < Self.idleLimit {
@@ -274,6 +370,10 @@ final class CurlEngine: @unchecked Sendable {
         if code == CURLE_OK {
             let versionText = version == CURL_HTTP_VERSION_2_0 ? "2" : (version == CURL_HTTP_VERSION_1_1 ? "1.1" : "\(version)")
             transfer.continuation.resume(returning: .success(ClientResponse(status: status, headers: transfer.headers, body: transfer.body, httpVersion: versionText)))
+        } else if code == CURLE_OPERATION_TIMEDOUT, transfer.queuedBehind > 0, localPort == 0 {
+            // Never sent: say so, rather than pass a queue's wait off as the server's slowness.
+            let message = "no connection to \(transfer.origin) came free within \(transfer.request.timeout) (all \(configuration.maximumConnectionsPerHost) in use); the request was never sent"
+            transfer.continuation.resume(returning: .failure(ClientTransportError(code: Int32(code.rawValue), description: message, neverSent: true)))
         } else {
             let message = String(cString: curl_easy_strerror(code))
             transfer.continuation.resume(returning: .failure(ClientTransportError(code: Int32(code.rawValue), description: message)))

@@ -64,7 +64,13 @@ public struct ChatRequest: Sendable {
     public var maxTokens: Int = 0
     /// `auto`, `none`, `required` or a tool name; nil leaves it to the provider.
     public var toolChoice: String?
+    /// The longest one attempt may take.
     public var timeout: Duration = .seconds(300)
+    /// When the whole call, retries and their waits included, must be over (the run's deadline); nil means
+    /// `timeout` from the call's start. A retry whose wait would end past it is not made.
+    public var deadline: ContinuousClock.Instant?
+    /// Told before each retry (the run's events). It gets the status, the attempt and the wait, never the prompt or the answer.
+    public var onRetry: (@Sendable (ProviderRetry) async -> Void)?
 
     public init(model: String, messages: [ChatMessage]) {
         self.model = model
@@ -87,7 +93,8 @@ public struct ChatReply: Sendable, Equatable {
 
 /// Why a model call failed; the description never holds the API key.
 public struct LLMError: Error, Sendable, Equatable, CustomStringConvertible {
-    public enum Kind: String, Sendable { case unreachable, timedOut, rejected, refused, malformed, notConfigured }
+    /// `notSent`: the call waited for a free connection to the provider until its time was up, and never went out.
+    public enum Kind: String, Sendable { case unreachable, timedOut, notSent, rejected, refused, malformed, notConfigured }
     public var kind: Kind
     public var message: String
 

@@ -13,32 +13,41 @@ public struct LLMProviders: Sendable {
     let environment: [String: String]
     let client: ProviderConnection
 
-    public init(environment: [String: String], client: ProviderConnection? = nil) {
-        let client = client ?? ProviderConnection(configuration: HTTP2ClientConfiguration(caFile: environment["SOULACY_LLM_CA_FILE"], connectTimeout: .seconds(10)))
+    let retry: ProviderRetryPolicy
+    /// How long a call to a host whose pooled connections are all busy waits for one before it fails as not sent.
+    public static let connectionWait: Duration = .seconds(60)
+
+    /// `retry` is the same for every provider (tests shorten its backoff).
+    public init(environment: [String: String], client: ProviderConnection? = nil, retry: ProviderRetryPolicy = .standard) {
+        // A pool per host: several agents on one Ollama or vLLM (HTTP/1.1, one request per connection) reach it at once.
+        let client = client ?? ProviderConnection(configuration: HTTP2ClientConfiguration(caFile: environment["SOULACY_LLM_CA_FILE"], connectTimeout: .seconds(10),
+                                                                                          maximumConnectionsPerHost: HTTP2ClientConfiguration.pooledConnectionsPerHost,
+                                                                                          maximumConnectionWait: Self.connectionWait))
+        self.retry = retry
         self.client = client
         self.environment = environment
         defaultProvider = environment["SOULACY_LLM_DEFAULT_PROVIDER"].flatMap { $0.isEmpty ? nil : $0 } ?? "ollama"
         var providers: [String: any ChatProvider] = [:]
         providers["ollama"] = OllamaProvider(baseURL: Self.ollamaURL(environment), defaultModel: environment["SOULACY_OLLAMA_MODEL"] ?? "llama3",
-                                             apiKey: environment["OLLAMA_API_KEY"], client: client)
+                                             apiKey: environment["OLLAMA_API_KEY"], client: client, retry: retry)
         if let key = environment["OPENAI_API_KEY"], !key.isEmpty {
             providers["openai"] = OpenAICompatibleProvider(id: "openai", baseURL: environment["OPENAI_BASE_URL"] ?? "https://api.openai.com/v1", apiKey: key,
-                                                           defaultModel: environment["SOULACY_OPENAI_MODEL"] ?? "gpt-4o-mini", client: client)
+                                                           defaultModel: environment["SOULACY_OPENAI_MODEL"] ?? "gpt-4o-mini", client: client, retry: retry)
         }
         if let key = environment["ANTHROPIC_API_KEY"], !key.isEmpty {
             providers["anthropic"] = AnthropicProvider(baseURL: environment["ANTHROPIC_BASE_URL"] ?? "https://api.anthropic.com", apiKey: key,
-                                                       defaultModel: environment["SOULACY_ANTHROPIC_MODEL"] ?? "claude-sonnet-4-5", client: client)
+                                                       defaultModel: environment["SOULACY_ANTHROPIC_MODEL"] ?? "claude-sonnet-4-5", client: client, retry: retry)
         }
         if let key = environment["NVIDIA_API_KEY"], !key.isEmpty {
             providers["nvidia"] = OpenAICompatibleProvider(id: "nvidia", baseURL: environment["NVIDIA_BASE_URL"] ?? "https://integrate.api.nvidia.com/v1", apiKey: key,
-                                                           defaultModel: environment["SOULACY_NVIDIA_MODEL"] ?? "meta/llama-3.1-70b-instruct", client: client)
+                                                           defaultModel: environment["SOULACY_NVIDIA_MODEL"] ?? "meta/llama-3.1-70b-instruct", client: client, retry: retry)
         }
         for (name, value) in environment where name.hasPrefix("SOULACY_LLM_") && name.hasSuffix("_BASE_URL") && !value.isEmpty {
             let id = name.dropFirst("SOULACY_LLM_".count).dropLast("_BASE_URL".count).lowercased().replacingOccurrences(of: "_", with: "-")
             guard !id.isEmpty, id != "ollama" else { continue }
             let upper = id.uppercased().replacingOccurrences(of: "-", with: "_")
             providers[id] = OpenAICompatibleProvider(id: id, baseURL: value, apiKey: environment["SOULACY_LLM_\(upper)_API_KEY"],
-                                                     defaultModel: environment["SOULACY_LLM_\(upper)_MODEL"] ?? "", client: client)
+                                                     defaultModel: environment["SOULACY_LLM_\(upper)_MODEL"] ?? "", client: client, retry: retry)
         }
         self.providers = providers
     }
@@ -61,7 +70,7 @@ public struct LLMProviders: Sendable {
         if let baseURL {
             let upper = id.uppercased().replacingOccurrences(of: "-", with: "_")
             let key = environment["SOULACY_LLM_\(upper)_API_KEY"] ?? (id == "openai" ? environment["OPENAI_API_KEY"] : nil)
-            return OpenAICompatibleProvider(id: id, baseURL: baseURL, apiKey: key, defaultModel: providers[id]?.defaultModel ?? "", client: client)
+            return OpenAICompatibleProvider(id: id, baseURL: baseURL, apiKey: key, defaultModel: providers[id]?.defaultModel ?? "", client: client, retry: retry)
         }
         guard let provider = providers[id] else {
             let hint: String

@@ -2,35 +2,49 @@ import Foundation
 import HTTPClient
 import JSON
 
-/// Sends one JSON request and reads the JSON answer; provider errors become `LLMError` with the provider's own message.
+/// Sends one JSON request and reads the JSON answer; provider errors become `LLMError` with the provider's own
+/// message. 429, 5xx and broken connections are tried again (`ProviderRetryPolicy`) within the call's deadline.
 struct JSONPost: Sendable {
     let client: ProviderConnection
     let providerID: String
+    var retry: ProviderRetryPolicy = .standard
 
-    func send(url: String, headers: [(String, String)], body: JSONValue, timeout: Duration) async throws(LLMError) -> JSONValue {
-        let response = try await post(url: url, headers: headers, body: body, timeout: timeout, onBody: nil)
+    func send(url: String, headers: [(String, String)], body: JSONValue, for request: ChatRequest) async throws(LLMError) -> JSONValue {
+        let response = try await retrying(request) { timeout throws(AttemptFailure) in
+            try await attempt(url: url, headers: headers, body: body, timeout: timeout, onBody: nil)
+        }
         guard let json = parseJSON(response.body) else { throw LLMError(.malformed, "\(providerID) answered with something that is not JSON") }
         return json
     }
 
     /// One POST with a JSON body: a transport failure or a non-2xx answer becomes the `LLMError` a run reports,
-    /// with the provider's own message. `onBody`, when given, gets the body as it arrives (streaming).
-    func post(url: String, headers: [(String, String)], body: JSONValue, timeout: Duration,
-              onBody: (@Sendable ([UInt8]) -> Void)?) async throws(LLMError) -> ClientResponse {
+    /// with the provider's own message, and says whether it is worth another try. `onBody`, when given, gets the
+    /// body as it arrives (streaming).
+    func attempt(url: String, headers: [(String, String)], body: JSONValue, timeout: Duration,
+                 onBody: (@Sendable ([UInt8]) -> Void)?) async throws(AttemptFailure) -> ClientResponse {
         let request = ClientRequest(method: "POST", url: url, headers: headers + [("content-type", "application/json")],
                                     body: body.serializedBytes(), timeout: timeout)
         let response: ClientResponse
         do {
             if let onBody { response = try await client.http.send(request, onBody: onBody) } else { response = try await client.http.send(request) }
         } catch {
-            if error.description.lowercased().contains("timeout") || error.description.lowercased().contains("timed out") {
-                throw LLMError(.timedOut, "\(providerID) did not answer within \(timeout)")
+            if error.neverSent {
+                throw AttemptFailure(error: LLMError(.notSent, "\(providerID) was not called: \(error.description)"),
+                                     status: nil, retryable: false, requestedWait: nil, reason: error.description)
             }
-            throw LLMError(.unreachable, "could not reach \(providerID) at \(Self.origin(url)): \(error.description)")
+            if error.description.lowercased().contains("timeout") || error.description.lowercased().contains("timed out") {
+                throw AttemptFailure(error: LLMError(.timedOut, "\(providerID) did not answer within \(timeout)"),
+                                     status: nil, retryable: false, requestedWait: nil, reason: error.description)
+            }
+            throw AttemptFailure(error: LLMError(.unreachable, "could not reach \(providerID) at \(Self.origin(url)): \(error.description)"),
+                                 status: nil, retryable: error.isTransient, requestedWait: nil, reason: error.description)
         }
         guard (200..<300).contains(response.status) else {
-            let detail = parseJSON(response.body).flatMap(Self.errorMessage) ?? String(decoding: response.body.prefix(300), as: UTF8.self)
-            throw LLMError(.rejected, "\(providerID) answered \(response.status): \(detail)")
+            let json = parseJSON(response.body)
+            let detail = json.flatMap(Self.errorMessage) ?? String(decoding: response.body.prefix(300), as: UTF8.self)
+            throw AttemptFailure(error: LLMError(.rejected, "\(providerID) answered \(response.status): \(detail)"), status: response.status,
+                                 retryable: ProviderRetryPolicy.retries(status: response.status, body: json),
+                                 requestedWait: ProviderRetryPolicy.requestedWait(response.headers), reason: "answered \(response.status)")
         }
         return response
     }
@@ -65,27 +79,31 @@ public struct OpenAICompatibleProvider: ChatProvider {
     let apiKey: String?
     let post: JSONPost
 
-    public init(id: String, baseURL: String, apiKey: String?, defaultModel: String, client: ProviderConnection) {
+    public init(id: String, baseURL: String, apiKey: String?, defaultModel: String, client: ProviderConnection, retry: ProviderRetryPolicy = .standard) {
         self.id = id
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.apiKey = apiKey
         self.defaultModel = defaultModel
-        post = JSONPost(client: client, providerID: id)
+        post = JSONPost(client: client, providerID: id, retry: retry)
     }
 
+    /// Tool names as OpenAI's pattern allows them (`mobile.invoke` is refused with a 400).
+    public func toolNames(_ request: ChatRequest) -> ToolNameMap { ToolNameMap(pattern: .openAI, request: request) }
+
     public func body(_ request: ChatRequest) -> JSONValue {
+        let names = toolNames(request)
         var messages: [JSONValue] = []
         for m in request.messages {
             var message: [String: JSONValue] = ["role": .string(m.role.rawValue), "content": .string(m.content)]
             if !m.toolCalls.isEmpty {
                 message["tool_calls"] = .array(m.toolCalls.map { call in
                     ["id": .string(call.id), "type": "function",
-                     "function": ["name": .string(call.name), "arguments": .string(call.arguments.serialized())]]
+                     "function": ["name": .string(names.wire(call.name)), "arguments": .string(call.arguments.serialized())]]
                 })
             }
             if m.role == .tool {
                 message["tool_call_id"] = .string(m.toolCallID ?? "")
-                message["name"] = .string(m.toolName ?? "")
+                message["name"] = .string(m.toolName.map(names.wire) ?? "")
             }
             messages.append(.object(message))
         }
@@ -95,10 +113,10 @@ public struct OpenAICompatibleProvider: ChatProvider {
         if request.maxTokens > 0 { body["max_tokens"] = .number(Double(request.maxTokens)) }
         if !request.tools.isEmpty {
             body["tools"] = .array(request.tools.map { tool in
-                ["type": "function", "function": ["name": .string(tool.name), "description": .string(tool.description), "parameters": tool.parameters]]
+                ["type": "function", "function": ["name": .string(names.wire(tool.name)), "description": .string(tool.description), "parameters": tool.parameters]]
             })
             if let choice = request.toolChoice {
-                body["tool_choice"] = ["auto", "none", "required"].contains(choice) ? .string(choice) : ["type": "function", "function": ["name": .string(choice)]]
+                body["tool_choice"] = ["auto", "none", "required"].contains(choice) ? .string(choice) : ["type": "function", "function": ["name": .string(names.wire(choice))]]
             }
         }
         return .object(body)
@@ -107,14 +125,15 @@ public struct OpenAICompatibleProvider: ChatProvider {
     public func complete(_ request: ChatRequest) async throws(LLMError) -> ChatReply {
         var headers: [(String, String)] = []
         if let apiKey, !apiKey.isEmpty { headers.append(("authorization", "Bearer \(apiKey)")) }
-        let json = try await post.send(url: baseURL + "/chat/completions", headers: headers, body: body(request), timeout: request.timeout)
+        let json = try await post.send(url: baseURL + "/chat/completions", headers: headers, body: body(request), for: request)
+        let names = toolNames(request)
         guard let choice = json["choices"]?.arrayValue?.first, let message = choice["message"] else {
             throw LLMError(.malformed, "\(id) answered without choices[0].message")
         }
         if let refusal = message["refusal"]?.stringValue, !refusal.isEmpty { throw LLMError(.refused, "\(id) refused: \(refusal)") }
         let calls = (message["tool_calls"]?.arrayValue ?? []).enumerated().compactMap { index, call -> ToolCall? in
             guard let name = call["function"]?["name"]?.stringValue else { return nil }
-            return ToolCall(id: call["id"]?.stringValue ?? "call_\(index)", name: name, arguments: argumentsObject(call["function"]?["arguments"]))
+            return ToolCall(id: call["id"]?.stringValue ?? "call_\(index)", name: names.original(name), arguments: argumentsObject(call["function"]?["arguments"]))
         }
         return ChatReply(text: message["content"]?.stringValue ?? "", toolCalls: calls, finishReason: choice["finish_reason"]?.stringValue)
     }
@@ -128,20 +147,24 @@ public struct OllamaProvider: ChatProvider {
     let apiKey: String?
     let post: JSONPost
 
-    public init(baseURL: String, defaultModel: String, apiKey: String? = nil, client: ProviderConnection) {
+    public init(baseURL: String, defaultModel: String, apiKey: String? = nil, client: ProviderConnection, retry: ProviderRetryPolicy = .standard) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.defaultModel = defaultModel
         self.apiKey = apiKey
-        post = JSONPost(client: client, providerID: "ollama")
+        post = JSONPost(client: client, providerID: "ollama", retry: retry)
     }
 
+    /// Ollama documents no rule for tool names: they go as they are (the map is the identity).
+    public func toolNames(_ request: ChatRequest) -> ToolNameMap { ToolNameMap(pattern: nil, request: request) }
+
     public func body(_ request: ChatRequest) -> JSONValue {
+        let names = toolNames(request)
         let messages: [JSONValue] = request.messages.map { m in
             var message: [String: JSONValue] = ["role": .string(m.role.rawValue), "content": .string(m.content)]
             if !m.toolCalls.isEmpty {
-                message["tool_calls"] = .array(m.toolCalls.map { ["function": ["name": .string($0.name), "arguments": $0.arguments]] })
+                message["tool_calls"] = .array(m.toolCalls.map { ["function": ["name": .string(names.wire($0.name)), "arguments": $0.arguments]] })
             }
-            if m.role == .tool { message["tool_name"] = .string(m.toolName ?? "") }
+            if m.role == .tool { message["tool_name"] = .string(m.toolName.map(names.wire) ?? "") }
             return .object(message)
         }
         var options: [String: JSONValue] = ["temperature": .number(request.temperature ?? 0), "num_ctx": 16384, "num_batch": 128]
@@ -150,7 +173,7 @@ public struct OllamaProvider: ChatProvider {
         var body: [String: JSONValue] = ["model": .string(request.model), "messages": .array(messages), "stream": false,
                                          "keep_alive": "30m", "options": .object(options)]
         if !request.tools.isEmpty {
-            body["tools"] = .array(request.tools.map { ["type": "function", "function": ["name": .string($0.name), "description": .string($0.description), "parameters": $0.parameters]] })
+            body["tools"] = .array(request.tools.map { ["type": "function", "function": ["name": .string(names.wire($0.name)), "description": .string($0.description), "parameters": $0.parameters]] })
         }
         return .object(body)
     }
@@ -176,14 +199,15 @@ public struct OllamaProvider: ChatProvider {
         if let apiKey, !apiKey.isEmpty { headers.append(("authorization", "Bearer \(apiKey)")) }
         let json: JSONValue
         do {
-            json = try await post.send(url: baseURL + "/api/chat", headers: headers, body: body(request), timeout: request.timeout)
+            json = try await post.send(url: baseURL + "/api/chat", headers: headers, body: body(request), for: request)
         } catch where error.kind == .unreachable {
             throw LLMError(.unreachable, error.message + notRunningHint)
         }
         guard let message = json["message"] else { throw LLMError(.malformed, "ollama answered without a message") }
+        let names = toolNames(request)
         let calls = (message["tool_calls"]?.arrayValue ?? []).enumerated().compactMap { index, call -> ToolCall? in
             guard let name = call["function"]?["name"]?.stringValue else { return nil }
-            return ToolCall(id: call["id"]?.stringValue ?? "call_\(index)", name: name, arguments: argumentsObject(call["function"]?["arguments"]))
+            return ToolCall(id: call["id"]?.stringValue ?? "call_\(index)", name: names.original(name), arguments: argumentsObject(call["function"]?["arguments"]))
         }
         return ChatReply(text: message["content"]?.stringValue ?? "", toolCalls: calls, finishReason: json["done_reason"]?.stringValue)
     }
@@ -199,37 +223,18 @@ public struct AnthropicProvider: ChatProvider {
     let apiKey: String
     let post: JSONPost
 
-    public init(baseURL: String, apiKey: String, defaultModel: String, client: ProviderConnection) {
+    public init(baseURL: String, apiKey: String, defaultModel: String, client: ProviderConnection, retry: ProviderRetryPolicy = .standard) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.apiKey = apiKey
         self.defaultModel = defaultModel
-        post = JSONPost(client: client, providerID: "anthropic")
+        post = JSONPost(client: client, providerID: "anthropic", retry: retry)
     }
 
-    /// Tool names as Anthropic accepts them: `[A-Za-z0-9_-]`, at most 128 characters, collisions numbered.
-    public static func wireNames(_ names: [String]) -> [String: String] {
-        var result: [String: String] = [:]
-        var used: Set<String> = []
-        for name in names {
-            let safe = String(String(name.unicodeScalars.map { ch -> Character in
-                (("a"..."z").contains(ch) || ("A"..."Z").contains(ch) || ("0"..."9").contains(ch) || ch == "_" || ch == "-")
-                    ? Character(ch) : "_"
-            }).prefix(128))
-            var candidate = safe
-            var n = 2
-            while used.contains(candidate) {
-                let suffix = "_\(n)"
-                candidate = String(safe.prefix(128 - suffix.count)) + suffix
-                n += 1
-            }
-            used.insert(candidate)
-            result[name] = candidate
-        }
-        return result
-    }
+    /// Tool names as Anthropic's pattern allows them.
+    public func toolNames(_ request: ChatRequest) -> ToolNameMap { ToolNameMap(pattern: .anthropic, request: request) }
 
     public func body(_ request: ChatRequest) -> JSONValue {
-        let names = Self.wireNames(request.tools.map(\.name))
+        let names = toolNames(request)
         let system = request.messages.filter { $0.role == .system }.map(\.content).joined(separator: "\n\n")
         var messages: [JSONValue] = []
         for m in request.messages where m.role != .system {
@@ -238,7 +243,7 @@ public struct AnthropicProvider: ChatProvider {
                 var blocks: [JSONValue] = []
                 if !m.content.isEmpty { blocks.append(["type": "text", "text": .string(m.content)]) }
                 for call in m.toolCalls {
-                    blocks.append(["type": "tool_use", "id": .string(call.id), "name": .string(names[call.name] ?? call.name), "input": call.arguments])
+                    blocks.append(["type": "tool_use", "id": .string(call.id), "name": .string(names.wire(call.name)), "input": call.arguments])
                 }
                 messages.append(["role": "assistant", "content": .array(blocks)])
             case .tool:
@@ -262,12 +267,12 @@ public struct AnthropicProvider: ChatProvider {
         if let t = request.temperature, t > 0 { body["temperature"] = .number(t) }
         if let topP = request.topP { body["top_p"] = .number(topP) }
         if !request.tools.isEmpty {
-            body["tools"] = .array(request.tools.map { ["name": .string(names[$0.name]!), "description": .string($0.description), "input_schema": $0.parameters] })
+            body["tools"] = .array(request.tools.map { ["name": .string(names.wire($0.name)), "description": .string($0.description), "input_schema": $0.parameters] })
             switch request.toolChoice {
             case "required"?: body["tool_choice"] = ["type": "any"]
             case "auto"?: body["tool_choice"] = ["type": "auto"]
             case nil, "none"?, ""?: break
-            case let name?: body["tool_choice"] = ["type": "tool", "name": .string(names[name] ?? name)]
+            case let name?: body["tool_choice"] = ["type": "tool", "name": .string(names.wire(name))]
             }
         }
         return .object(body)
@@ -275,10 +280,10 @@ public struct AnthropicProvider: ChatProvider {
 
     public func complete(_ request: ChatRequest) async throws(LLMError) -> ChatReply {
         let headers = [("x-api-key", apiKey), ("anthropic-version", Self.version)]
-        let json = try await post.send(url: baseURL + "/v1/messages", headers: headers, body: body(request), timeout: request.timeout)
+        let json = try await post.send(url: baseURL + "/v1/messages", headers: headers, body: body(request), for: request)
         guard let blocks = json["content"]?.arrayValue else { throw LLMError(.malformed, "anthropic answered without content") }
         if json["stop_reason"]?.stringValue == "refusal" { throw LLMError(.refused, "anthropic refused to answer") }
-        let back = Dictionary(Self.wireNames(request.tools.map(\.name)).map { ($1, $0) }, uniquingKeysWith: { a, _ in a })
+        let names = toolNames(request)
         var text = ""
         var calls: [ToolCall] = []
         for block in blocks {
@@ -286,7 +291,7 @@ public struct AnthropicProvider: ChatProvider {
             case "text": text += block["text"]?.stringValue ?? ""
             case "tool_use":
                 let name = block["name"]?.stringValue ?? ""
-                calls.append(ToolCall(id: block["id"]?.stringValue ?? "", name: back[name] ?? name, arguments: argumentsObject(block["input"])))
+                calls.append(ToolCall(id: block["id"]?.stringValue ?? "", name: names.original(name), arguments: argumentsObject(block["input"])))
             default: break
             }
         }

@@ -36,19 +36,27 @@ final class LineSplitter: Sendable {
 final class StreamedText: Sendable {
     private let state = Mutex<(text: String, error: String?, finish: String?)>(("", nil, nil))
     func append(_ piece: String) { state.withLock { $0.text += piece } }
+    /// Before another attempt: what a failed one left (an error answer's line) is not this answer's.
+    func reset() { state.withLock { $0 = ("", nil, nil) } }
+    /// Text has gone on to the listener: the call can no longer be tried again.
+    var passedOn: Bool { state.withLock { !$0.text.isEmpty } }
     func fail(_ message: String) { state.withLock { $0.error = $0.error ?? message } }
     func finished(_ reason: String) { state.withLock { $0.finish = reason } }
     var value: (text: String, error: String?, finish: String?) { state.withLock { $0 } }
 }
 
 extension JSONPost {
-    /// POSTs with `stream: true` and feeds each line of the answer to `onLine`; a non-2xx status is an error with the provider's message.
-    func stream(url: String, headers: [(String, String)], body: JSONValue, timeout: Duration,
+    /// POSTs with `stream: true` and feeds each line of the answer to `onLine`; a non-2xx status is an error with
+    /// the provider's message. A failed attempt is tried again only while no text has reached the listener.
+    func stream(url: String, headers: [(String, String)], body: JSONValue, for request: ChatRequest, collected: StreamedText,
                 onLine: @escaping @Sendable (String) -> Void) async throws(LLMError) {
-        let splitter = LineSplitter(onLine: onLine)
-        // An error answer's lines reach the parser too; they match no event, and `post` refuses the status.
-        _ = try await post(url: url, headers: headers, body: body, timeout: timeout) { bytes in splitter.feed(bytes) }
-        splitter.finish()
+        try await retrying(request, mayRetry: { !collected.passedOn }) { timeout throws(AttemptFailure) in
+            collected.reset()
+            let splitter = LineSplitter(onLine: onLine)
+            // An error answer's lines reach the parser too; `attempt` refuses the status, and the next attempt resets.
+            _ = try await attempt(url: url, headers: headers, body: body, timeout: timeout) { bytes in splitter.feed(bytes) }
+            splitter.finish()
+        }
     }
 }
 
@@ -64,7 +72,7 @@ extension OpenAICompatibleProvider {
         var headers: [(String, String)] = [("accept", "text/event-stream")]
         if let apiKey, !apiKey.isEmpty { headers.append(("authorization", "Bearer \(apiKey)")) }
         let collected = StreamedText()
-        try await post.stream(url: baseURL + "/chat/completions", headers: headers, body: .object(body), timeout: request.timeout) { line in
+        try await post.stream(url: baseURL + "/chat/completions", headers: headers, body: .object(body), for: request, collected: collected) { line in
             guard line.hasPrefix("data:") else { return }
             let data = line.dropFirst(5).trimmingCharacters(in: .whitespaces)
             guard data != "[DONE]", let event = parseJSON(data) else { return }
@@ -91,7 +99,7 @@ extension OllamaProvider {
         var headers: [(String, String)] = []
         if let apiKey, !apiKey.isEmpty { headers.append(("authorization", "Bearer \(apiKey)")) }
         let collected = StreamedText()
-        try await post.stream(url: baseURL + "/api/chat", headers: headers, body: .object(body), timeout: request.timeout) { line in
+        try await post.stream(url: baseURL + "/api/chat", headers: headers, body: .object(body), for: request, collected: collected) { line in
             guard let event = parseJSON(line) else { return }
             if let error = event["error"]?.stringValue { collected.fail(error); return }
             if let piece = event["message"]?["content"]?.stringValue, !piece.isEmpty {
@@ -114,7 +122,7 @@ extension AnthropicProvider {
         body["stream"] = true
         let headers = [("x-api-key", apiKey), ("anthropic-version", Self.version), ("accept", "text/event-stream")]
         let collected = StreamedText()
-        try await post.stream(url: baseURL + "/v1/messages", headers: headers, body: .object(body), timeout: request.timeout) { line in
+        try await post.stream(url: baseURL + "/v1/messages", headers: headers, body: .object(body), for: request, collected: collected) { line in
             guard line.hasPrefix("data:"), let event = parseJSON(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) else { return }
             switch event["type"]?.stringValue {
             case "content_block_delta":

@@ -5,23 +5,40 @@
 - Anthropic Messages: POST /v1/messages (https://docs.anthropic.com/en/api/messages)
 
 Each request is checked against the documented shape (auth header, model, messages and their roles, tools as JSON
-Schema, tool results answering the calls before them); a request that breaks it gets the provider's 400 error and
-is recorded with its violations. Replies are scripted per test: {"text"}, {"tool_calls": [{"name", "arguments"}]},
-{"status", "error"}, {"refusal"} (OpenAI's message.refusal, Anthropic's stop_reason "refusal"), each optionally
-with "delay_ms"; a streamed reply with "hold_after": n stops after n frames until POST /control/release. With "stream": true the reply is streamed in the provider's
-format (SSE for OpenAI and Anthropic, NDJSON for Ollama). Unscripted requests get {"text": "ok"}.
+Schema, tool results answering the calls before them, tool names as each provider's pattern allows them); a request
+that breaks it gets the provider's 400 error in the provider's shape and is recorded with its violations.
 
-Control port (plain HTTP): GET /control/requests, POST /control/script, POST /control/reset, GET /control/health
+Tool names: OpenAI's `function.name` must match ^[a-zA-Z0-9_-]{1,64}$ ("a-z, A-Z, 0-9, or contain underscores and
+dashes, with a maximum length of 64"; the API answers 400 "Invalid 'tools[0].function.name': string does not match
+pattern"), in tools, in earlier assistant tool_calls and in tool_choice; Anthropic's tool `name` must match
+^[a-zA-Z0-9_-]{1,64}$ (tools, tool_use blocks, tool_choice). Ollama documents no rule and accepts any name.
+
+Replies are scripted per test: {"text"}, {"tool_calls": [{"name", "arguments"}]} (a name "{{tool:<n>}}" is the
+request's n-th offered tool name, as the model saw it), {"status", "error"} (with
+"retry_after" / "retry_after_ms" sent as the Retry-After / retry-after-ms headers), {"refusal"} (OpenAI's
+message.refusal, Anthropic's stop_reason "refusal"), each optionally with "delay_ms", "repeat": n (the same answer
+to the next n requests) and "hold": true (no answer until POST /control/release); a streamed reply with
+"hold_after": n stops after n frames until POST /control/release. With "stream": true the reply is streamed in the
+provider's format (SSE for OpenAI and Anthropic, NDJSON for Ollama). Unscripted requests get {"text": "ok"}. Each
+recorded request carries "received_ms", its arrival on a monotonic clock, so a test can measure waits between them.
+
+The API answers on the TLS port (HTTP/2 or HTTP/1.1) and on the control port (plain HTTP/1.1, as Ollama, vLLM and
+llama.cpp serve).
+
+Control port (plain HTTP): GET /control/requests, POST /control/script, POST /control/reset, GET /control/health,
+POST /control/release
 """
 import argparse
 import asyncio
 import json
 import re
+import time
 
 import standin_common as common
 
 ROLES_OPENAI = {"system", "user", "assistant", "tool", "developer"}
-TOOL_NAME_ANTHROPIC = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+TOOL_NAME_OPENAI = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+TOOL_NAME_ANTHROPIC = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 class LLM:
@@ -38,6 +55,8 @@ class LLM:
 
     def next_reply(self, body, kind):
         reply = self.script.pop(0) if self.script else {"text": "ok"}
+        if reply.get("repeat", 1) > 1:
+            self.script.insert(0, dict(reply, repeat=reply["repeat"] - 1))
         # "{{result:<key>}}" in scripted arguments is replaced by that key of the latest tool result in the request,
         # so a script can read back a command id the gateway minted.
         last = self.last_tool_result(body, kind)
@@ -50,7 +69,22 @@ class LLM:
             if isinstance(value, list):
                 return [fill(v) for v in value]
             return value
-        return fill(reply)
+        reply = fill(reply)
+        # "{{tool:<n>}}" as a call's name is the name the request offered as its n-th tool: a model calls a tool by
+        # the name it was given, whatever the gateway calls it.
+        offered = self.offered_names(body, kind)
+        for call in reply.get("tool_calls") or []:
+            m = re.fullmatch(r"\{\{tool:(\d+)\}\}", call.get("name", ""))
+            if m and int(m.group(1)) < len(offered):
+                call["name"] = offered[int(m.group(1))]
+        return reply
+
+    @staticmethod
+    def offered_names(body, kind):
+        tools = body.get("tools") or []
+        if kind == "anthropic":
+            return [t.get("name", "") for t in tools]
+        return [t.get("function", {}).get("name", "") for t in tools]
 
     @staticmethod
     def last_tool_result(body, kind):
@@ -97,6 +131,7 @@ class LLM:
                         problems.append(f"messages[{i}].tool_calls[{j}] needs id and type function")
                     if not isinstance(fn.get("arguments"), str):
                         problems.append(f"messages[{i}].tool_calls[{j}].function.arguments must be a JSON string")
+                    self.check_openai_name(fn.get("name"), f"messages[{i}].tool_calls[{j}].function.name", problems)
                     calls_open.add(call.get("id"))
             elif role == "tool":
                 if m.get("tool_call_id") not in calls_open:
@@ -107,14 +142,26 @@ class LLM:
                 problems.append(f"messages[{i}].content must be a string")
         for i, tool in enumerate(body.get("tools") or []):
             fn = tool.get("function", {}) if isinstance(tool, dict) else {}
-            if tool.get("type") != "function" or not isinstance(fn.get("name"), str) or not re.match(r"^[a-zA-Z0-9_.-]{1,64}$", fn.get("name", "")):
+            if tool.get("type") != "function" or not isinstance(fn.get("name"), str):
                 problems.append(f"tools[{i}] needs type function and a name")
+            else:
+                self.check_openai_name(fn["name"], f"tools[{i}].function.name", problems)
             self.check_schema(fn.get("parameters"), f"tools[{i}].function.parameters", problems)
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict):
+            self.check_openai_name(choice.get("function", {}).get("name"), "tool_choice.function.name", problems)
         if "temperature" in body and not isinstance(body["temperature"], (int, float)):
             problems.append("temperature must be a number")
         if "max_tokens" in body and not isinstance(body["max_tokens"], int):
             problems.append("max_tokens must be an integer")
         return None
+
+    @staticmethod
+    def check_openai_name(name, where, problems):
+        if not isinstance(name, str) or not TOOL_NAME_OPENAI.match(name):
+            # OpenAI's own words for it (a 400 invalid_request_error naming the parameter).
+            problems.append(f"Invalid '{where}': string does not match pattern. Expected a string that matches the pattern "
+                            f"'^[a-zA-Z0-9_-]{{1,64}}$'.")
 
     def check_ollama(self, headers, body, problems):
         if not isinstance(body.get("model"), str) or not body["model"]:
@@ -164,13 +211,33 @@ class LLM:
                         problems.append(f"messages[{i}] tool_use name '{block.get('name')}' is not a valid tool name")
                 if block.get("type") == "tool_result" and block.get("tool_use_id") not in uses:
                     problems.append(f"messages[{i}] tool_result does not answer a tool_use before it")
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") == "tool" and not TOOL_NAME_ANTHROPIC.match(choice.get("name", "")):
+            problems.append(f"tool_choice.tool.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
         for i, tool in enumerate(body.get("tools") or []):
             if not TOOL_NAME_ANTHROPIC.match(tool.get("name", "")):
-                problems.append(f"tools[{i}].name '{tool.get('name')}' must match ^[a-zA-Z0-9_-]{{1,128}}$")
+                problems.append(f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
             self.check_schema(tool.get("input_schema"), f"tools[{i}].input_schema", problems)
         return None
 
     # --- answers ---
+
+    @staticmethod
+    def error_body(kind, status, message, problems):
+        """Each provider's documented error shape: OpenAI {error: {message, type, param, code}}, Anthropic
+        {type: error, error: {type, message}}, Ollama {error: "..."}."""
+        if kind == "ollama":
+            return {"error": message}
+        if kind == "openai":
+            param = None
+            m = re.match(r"Invalid '([^']+)'", problems[0]) if problems else None
+            if m:
+                param = m.group(1)
+            kinds = {400: ("invalid_request_error", "invalid_value" if param else None), 429: ("requests", "rate_limit_exceeded")}
+            error_type, code = kinds.get(status, ("server_error", None))
+            return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+        types = {400: "invalid_request_error", 429: "rate_limit_error", 529: "overloaded_error"}
+        return {"type": "error", "error": {"type": types.get(status, "api_error"), "message": message}}
 
     def call_id(self):
         self.counter += 1
@@ -258,22 +325,29 @@ class LLM:
             problems.append("content-type must be application/json")
         status = getattr(self, "check_" + kind)(headers, body, problems)
         self.requests.append({"api": kind, "path": path, "headers": {k: v[0] for k, v in headers.items()}, "body": body,
-                              "violations": problems, "unauthorized": status == 401})
+                              "violations": problems, "unauthorized": status == 401,
+                              "received_ms": time.monotonic() * 1000, "scheme": scope.get("scheme"),
+                              "http_version": scope.get("http_version")})
         if status == 401:
             error = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}} if kind == "openai" else \
                 {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
             return await common.respond(send, 401, error)
         if problems:
             message = "; ".join(problems)
-            error = {"error": message} if kind == "ollama" else {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
-            return await common.respond(send, 400, error)
+            return await common.respond(send, 400, self.error_body(kind, 400, message, problems))
         reply = self.next_reply(body, kind)
         if reply.get("delay_ms"):
             await asyncio.sleep(reply["delay_ms"] / 1000)
+        if reply.get("hold"):
+            await self.release.wait()
         if reply.get("status"):
             message = reply.get("error", "scripted failure")
-            error = {"error": message} if kind == "ollama" else {"type": "error", "error": {"type": "api_error", "message": message}}
-            return await common.respond(send, reply["status"], error)
+            extra = []
+            if "retry_after" in reply:
+                extra.append(("retry-after", str(reply["retry_after"])))
+            if "retry_after_ms" in reply:
+                extra.append(("retry-after-ms", str(reply["retry_after_ms"])))
+            return await common.respond(send, reply["status"], self.error_body(kind, reply["status"], message, []), headers=extra)
         model = body.get("model", "")
         if body.get("stream"):
             return await self.stream(send, kind, reply, model)

@@ -1,6 +1,5 @@
 import Foundation
 import JSON
-import JSON
 import LLM
 
 /// A tool an LLM run may call in-process (the phone builtins).
@@ -28,6 +27,9 @@ public struct LLMRunEnvironment: Sendable {
     public var facts: (@Sendable (_ subject: String) -> [String])?
     /// Told about each tool call, so a Live Activity can count the steps.
     public var toolCalled: (@Sendable (_ sessionID: String, _ tool: String) async -> Void)?
+    /// Told about each retry of a model call (a `retry` event of the run): the provider's status, the attempt
+    /// that failed and the wait. Never the prompt or the answer.
+    public var providerRetried: (@Sendable (_ run: ToolRunContext, _ retry: ProviderRetry) async -> Void)?
 
     public init() {}
 }
@@ -140,7 +142,7 @@ public struct LLMRunner: AgentRunner {
     public func run(_ request: RunRequest) async throws(RunError) -> RunResult {
         let started = ContinuousClock.now
         let outcome: Result<String, RunError> = await withTaskGroup(of: Result<String, RunError>?.self) { group in
-            group.addTask { await self.conversation(request) }
+            group.addTask { await self.conversation(request, deadline: started + request.timeout) }
             group.addTask {
                 try? await Task.sleep(for: request.timeout)
                 return Task.isCancelled ? nil : .failure(.timedOut(after: request.timeout))
@@ -162,7 +164,7 @@ public struct LLMRunner: AgentRunner {
         }
     }
 
-    private func conversation(_ request: RunRequest) async -> Result<String, RunError> {
+    private func conversation(_ request: RunRequest, deadline: ContinuousClock.Instant) async -> Result<String, RunError> {
         let provider: any ChatProvider
         do {
             if !settings.allowedProviders.isEmpty, !settings.allowedProviders.contains(settings.provider) {
@@ -175,6 +177,10 @@ public struct LLMRunner: AgentRunner {
         let model = settings.model.isEmpty ? provider.defaultModel : settings.model
         guard !model.isEmpty else { return .failure(.model("no model: set llm.model in the agent file or the provider's default model")) }
         let context = ToolRunContext(runID: request.runID, sessionID: request.sessionID, agentID: request.agentID, subject: request.subject)
+        let retried = environment.providerRetried
+        // Retries wait within the run's own deadline, so a run that gives up names the provider's status, not a timeout.
+        var onRetry: (@Sendable (ProviderRetry) async -> Void)?
+        if let retried { onRetry = { retry in await retried(context, retry) } }
         let tools = offeredTools
         var messages: [ChatMessage] = []
         var system = systemMessage(subject: request.subject, trigger: request.trigger)
@@ -193,6 +199,8 @@ public struct LLMRunner: AgentRunner {
             chat.maxTokens = settings.maxTokens
             chat.toolChoice = turn == 1 && !tools.isEmpty ? settings.toolChoice : nil
             chat.timeout = request.timeout
+            chat.deadline = deadline
+            chat.onRetry = onRetry
             let reply: ChatReply
             do {
                 // A tool-less turn streams when someone listens; a turn with tools needs the whole answer first.
@@ -226,6 +234,8 @@ public struct LLMRunner: AgentRunner {
         final.temperature = settings.temperature
         final.maxTokens = settings.maxTokens
         final.timeout = request.timeout
+        final.deadline = deadline
+        final.onRetry = onRetry
         do {
             let reply = try await provider.complete(final)
             return .success(reply.text.isEmpty ? "(no final response produced)" : reply.text)
