@@ -50,9 +50,11 @@ public struct DeviceNodesAPI: Sendable {
         }
     }
 
-    static func text(_ value: String?, _ key: String, max: Int) throws -> String {
+    /// `device_id` and `name` are limited in bytes, as the original's len(); this gateway's own limits on model and
+    /// versions count characters (code points), as openapi.yaml's maxLength does.
+    static func text(_ value: String?, _ key: String, max: Int, inBytes: Bool = true) throws -> String {
         guard let value else { return "" }
-        guard value.utf8.count <= max else { throw NodeError.invalid("\(key) is too long", field: key) }
+        guard (inBytes ? value.utf8.count : value.unicodeScalars.count) <= max else { throw NodeError.invalid("\(key) is too long", field: key) }
         return value
     }
 
@@ -86,8 +88,8 @@ public struct DeviceNodesAPI: Sendable {
         }
         let node = DeviceNodes.Node(
             deviceID: deviceID, subject: caller.subject, name: try Self.text(body.name, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
-            model: try Self.text(body.model, "model", max: 200), osVersion: try Self.text(body.osVersion, "os_version", max: 64),
-            appVersion: try Self.text(body.appVersion, "app_version", max: 64), capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
+            model: try Self.text(body.model, "model", max: 200, inBytes: false), osVersion: try Self.text(body.osVersion, "os_version", max: 64, inBytes: false),
+            appVersion: try Self.text(body.appVersion, "app_version", max: 64, inBytes: false), capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
         return try await nodes.store.database.answer { _ in
             let registered = try nodes.register(node)
             return .json(Registered(deviceID: registered.deviceID, pollIntervalSeconds: DeviceNodes.pollIntervalSeconds), status: 201)

@@ -104,6 +104,28 @@ struct OpenAPIRoutesTests {
         }
     }
 
+    @Test("a phone's name is at most 200 bytes as the original counts them; a node's model and versions count characters as openapi.yaml does")
+    func lengthUnits() async throws {
+        try await withTestGateway { (gw) async throws in
+            // 100 two-byte letters: 100 characters, 200 bytes; one more is 202 bytes.
+            #expect(try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "p1", "name": .string(String(repeating: "é", count: 100))]).status == 201)
+            let long = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "p2", "name": .string(String(repeating: "é", count: 101))])
+            #expect(long.status == 400 && long.errorField == "name" && long.errorMessage?.contains("too long") == true, "\(long.text)")
+            // Combining marks are characters of their own (e + U+0301 is two): 101 such pairs are over 200.
+            let combined = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "p3", "name": .string(String(repeating: "e\u{301}", count: 101))])
+            #expect(combined.status == 400 && combined.errorField == "name", "\(combined.text)")
+            // Every other limit counts characters as maxLength does: 101 e + U+0301 pairs are 202, over the title's 200.
+            let title = try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["title": .string(String(repeating: "e\u{301}", count: 101))])
+            #expect(title.status == 400 && title.errorField == "title", "\(title.text)")
+            // 64 three-byte characters: within os_version's 64, though 192 bytes.
+            let node = try await gw.request("POST", "/api/v1/mobile/nodes/register",
+                                            json: ["device_id": "n1", "os_version": .string(String(repeating: "版", count: 64)), "model": .string(String(repeating: "版", count: 200))])
+            #expect(node.status == 201, "\(node.text)")
+            let over = try await gw.request("POST", "/api/v1/mobile/nodes/register", json: ["device_id": "n1", "os_version": .string(String(repeating: "版", count: 65))])
+            #expect(over.status == 400 && over.errorField == "os_version", "\(over.text)")
+        }
+    }
+
     /// `date` written in RFC 3339 at a UTC offset of `offsetMinutes`.
     static func rfc3339(_ date: Date, offsetMinutes: Int) -> String {
         var calendar = Calendar(identifier: .gregorian)
