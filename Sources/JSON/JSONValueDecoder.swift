@@ -204,8 +204,10 @@ private struct Single: SingleValueDecodingContainer {
 extension String {
     /// The value when it is at most `maximum` characters; the refusal names `field` in `JSONObject`'s words.
     public func limited(to maximum: Int, field: String) throws(JSONFieldError) -> String {
-        guard count > maximum else { return self }
-        throw JSONFieldError.invalid(field, "must be at most \(maximum) characters, got \(count)")
+        // Characters as JSON Schema's maxLength counts them (code points), not Swift's grapheme clusters.
+        let length = unicodeScalars.count
+        guard length > maximum else { return self }
+        throw JSONFieldError.invalid(field, "must be at most \(maximum) characters, got \(length)")
     }
 }
 

@@ -50,9 +50,11 @@ public struct DeviceNodesAPI: Sendable {
         }
     }
 
-    static func text(_ value: String?, _ key: String, max: Int) throws -> String {
+    /// `device_id` and `name` are limited in bytes, as the original's len(); this gateway's own limits on model and
+    /// versions count characters (code points), as openapi.yaml's maxLength does.
+    static func text(_ value: String?, _ key: String, max: Int, inBytes: Bool = true) throws -> String {
         guard let value else { return "" }
-        guard value.utf8.count <= max else { throw NodeError.invalid("\(key) is too long", field: key) }
+        guard (inBytes ? value.utf8.count : value.unicodeScalars.count) <= max else { throw NodeError.invalid("\(key) is too long", field: key) }
         return value
     }
 
@@ -86,8 +88,8 @@ public struct DeviceNodesAPI: Sendable {
         }
         let node = DeviceNodes.Node(
             deviceID: deviceID, subject: caller.subject, name: try Self.text(body.name, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
-            model: try Self.text(body.model, "model", max: 200), osVersion: try Self.text(body.osVersion, "os_version", max: 64),
-            appVersion: try Self.text(body.appVersion, "app_version", max: 64), capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
+            model: try Self.text(body.model, "model", max: 200, inBytes: false), osVersion: try Self.text(body.osVersion, "os_version", max: 64, inBytes: false),
+            appVersion: try Self.text(body.appVersion, "app_version", max: 64, inBytes: false), capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
         return try await nodes.store.database.answer { _ in
             let registered = try nodes.register(node)
             return .json(Registered(deviceID: registered.deviceID, pollIntervalSeconds: DeviceNodes.pollIntervalSeconds), status: 201)
@@ -124,15 +126,29 @@ public struct DeviceNodesAPI: Sendable {
         let id = request.header("idempotency-key") ?? body.id
         var expiresAt: Date?
         if let text = body.expiresAt, !text.isEmpty {
-            guard let date = (try? Date(text, strategy: .iso8601)) ?? (try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))) else {
-                throw NodeError.invalid("expires_at must be an RFC 3339 time", field: "expires_at")
-            }
+            guard let date = Self.rfc3339(text) else { throw NodeError.invalid("expires_at must be an RFC 3339 time", field: "expires_at") }
             expiresAt = date
         }
         return try await nodes.store.database.answer { _ in
             let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
             return .json(DeviceNodes.CommandView(queued), status: 201)
         }
+    }
+
+    nonisolated(unsafe) static let rfc3339Pattern = /(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(?:(Z)|([+-])(\d{2}):(\d{2}))/
+
+    /// An RFC 3339 time as Go's time.Parse(RFC3339) reads it: any offset up to ±23:59 (Foundation's ISO 8601 parser
+    /// refuses some, such as +23:46), up to nine fraction digits.
+    static func rfc3339(_ text: String) -> Date? {
+        guard let m = text.wholeMatch(of: rfc3339Pattern) else { return nil }
+        let (year, month, day, hour, minute, second) = (Int(m.1)!, Int(m.2)!, Int(m.3)!, Int(m.4)!, Int(m.5)!, Int(m.6)!)
+        let offset = m.8 != nil ? 0 : (m.9 == "-" ? -1 : 1) * (Int(m.10 ?? "0")! * 3600 + Int(m.11 ?? "0")! * 60)
+        guard (1...12).contains(month), hour < 24, minute < 60, second < 60, Int(m.10 ?? "0")! < 24, Int(m.11 ?? "0")! < 60 else { return nil }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        guard let date = calendar.date(from: DateComponents(year: year, month: month, day: day, hour: hour, minute: minute, second: second)),
+              calendar.component(.day, from: date) == day else { return nil }
+        return date.addingTimeInterval((m.7.flatMap { Double("0" + $0) } ?? 0) - Double(offset))
     }
 
     @Sendable func get(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {

@@ -75,8 +75,10 @@ public struct MobileAPI: Sendable {
             guard let n = Int64(text), n > 0 else { throw APIError.invalidField("cursor", "is not a cursor this gateway returned") }
             cursor = n
         }
+        // As the original reads it: an empty (or blank) device_id is no device_id, the caller's feed across phones.
+        let deviceID = request.query["device_id"].map(SchemaWhitespace.trim).flatMap { $0.isEmpty ? nil : $0 }
         // A page rendered since the last write is still the answer; the device check it passed holds too.
-        let key = InboxPageCache.Key(subject: caller.subject, deviceID: request.query["device_id"], cursor: cursor, limit: limit)
+        let key = InboxPageCache.Key(subject: caller.subject, deviceID: deviceID, cursor: cursor, limit: limit)
         let generation = store.database.changeGeneration
         let page = try inboxPages.page(for: key, generation: generation)
             ?? inboxPages.store(renderInboxPage(caller: caller, deviceID: key.deviceID, cursor: cursor, limit: limit), for: key, generation: generation)

@@ -31,7 +31,12 @@ public struct DeviceRegistration: Sendable, Equatable {
         }
         self.id = id
 
-        let name = SchemaWhitespace.trim(try body.optionalString("name", maxLength: Self.maximumNameLength) ?? "")
+        // As the original: at most 200 bytes (Go's len), counted before trimming.
+        let rawName = try body.optionalString("name") ?? ""
+        guard rawName.utf8.count <= Self.maximumNameLength else {
+            throw JSONFieldError.invalid("name", "device id or name is too long: at most \(Self.maximumNameLength) bytes of UTF-8, got \(rawName.utf8.count)")
+        }
+        let name = SchemaWhitespace.trim(rawName)
         guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
             throw JSONFieldError.invalid("name", "must not contain control characters")
         }

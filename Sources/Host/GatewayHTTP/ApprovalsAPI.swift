@@ -65,6 +65,7 @@ public struct ApprovalsAPI: Sendable {
     @Sendable func ask(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try request.decode(AskRequest.self)
         let agentID = try body.agentID.limited(to: 64, field: "agent_id")
+        guard !agentID.isEmpty else { throw APIError.invalidField("agent_id", "must not be empty") }
         // An unknown agent is a missing resource, as in the original (404 "agent not found").
         guard let agent = catalog.agent(id: agentID) else { throw APIError.notFound("agent_id: no agent '\(agentID)' in SOUL.yaml") }
         let tool = try body.tool.limited(to: 200, field: "tool")

@@ -62,6 +62,8 @@ public struct AssistantAPI: Sendable {
             : try request.decode(ChatBody.self)
         // A URL carries less than a body: GET /chat/stream takes at most 2,000 characters of text.
         let text = try body.text.limited(to: request.method == "GET" ? 2000 : 100_000, field: "text")
+        // As the original: an empty text is refused with agent_id's words, never run as an empty turn.
+        guard !text.isEmpty else { throw Self.agentAndTextRequired(field: "text") }
         let visible = catalog.current.visibleAgents.filter(\.isOn)
         let agentID: String
         if let id = try body.agentID.limited(to: 128, field: "agent_id"), !id.isEmpty {
@@ -69,7 +71,7 @@ public struct AssistantAPI: Sendable {
         } else if visible.count == 1 {
             agentID = visible[0].id
         } else {
-            throw APIError.missingField("agent_id")
+            throw Self.agentAndTextRequired(field: "agent_id")
         }
         // An unknown agent is a missing resource, as in the original (404 "agent not found").
         guard visible.contains(where: { $0.id == agentID }) else { throw APIError.notFound("agent_id: no agent '\(agentID)'") }
@@ -78,6 +80,11 @@ public struct AssistantAPI: Sendable {
         let mode = body.responseMode.map(SchemaWhitespace.trim)?.lowercased() ?? ""
         guard ["", "text", "voice"].contains(mode) else { throw APIError.invalidField("response_mode", "response_mode must be text or voice") }
         return ChatRequest(agentID: agentID, text: text, sessionID: sessionID, voice: mode == "voice")
+    }
+
+    /// The original's refusal of a chat without its agent or its text; `field` names the one missing.
+    static func agentAndTextRequired(field: String) -> APIError {
+        APIError(status: 400, code: "missing_field", message: "agent_id and text are required", field: field)
     }
 
     @Sendable func chat(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
