@@ -401,7 +401,8 @@ def receiver():
 
 
 def smtp():
-    with StandIn("smtp_standin.py", "--user", "gateway@soulacy.test", "--password", "pw-123") as s:
+    smtps_port = free_port()
+    with StandIn("smtp_standin.py", "--user", "gateway@soulacy.test", "--password", "pw-123", "--smtps-port", str(smtps_port)) as s:
         def connect():
             return smtplib.SMTP("127.0.0.1", s.tls_port, timeout=10)
 
@@ -449,7 +450,16 @@ def smtp():
         check("smtp records envelope, headers, body", len(messages) == 1 and messages[0]["mail_from"] == "gateway@soulacy.test"
               and messages[0]["rcpt_tos"] == ["owner@example.test"] and messages[0]["subject"] == "Run finished"
               and messages[0]["body"].strip() == "The report is ready." and messages[0]["tls"] and messages[0]["auth_user"] == "gateway@soulacy.test", messages)
-        attempts = s.control("GET", "/control/auth")["attempts"]
+        client = smtplib.SMTP_SSL("127.0.0.1", smtps_port, context=s.context, timeout=10)
+        code, _ = client.docmd("EHLO", "client.test")
+        code, _ = client.docmd("MAIL FROM:<a@b.test>")
+        check("smtps (implicit TLS) MAIL before AUTH -> 530", code == 530, code)
+        client.login("gateway@soulacy.test", "pw-123")
+        check("smtps accepted after AUTH", client.sendmail("gateway@soulacy.test", ["owner@example.test"], message) == {})
+        client.quit()
+        messages = s.control("GET", "/control/messages")["messages"]
+        check("smtps message recorded as implicit TLS", len(messages) == 2 and messages[1]["implicit_tls"] and messages[1]["tls"], messages[-1:])
+        attempts = s.control("GET", "/control/auth")["attempts"][:3]
         # smtplib's login tries each offered mechanism in turn: the wrong password fails PLAIN, then LOGIN.
         check("smtp records auth attempts", [a["success"] for a in attempts] == [False, False, True] and all(a["tls"] for a in attempts), attempts)
 
@@ -489,6 +499,26 @@ def imap():
         check("imap logins read from Dovecot's log, with TLS", len(logins) >= 2 and all(l["tls"] for l in logins), logins)
         s.control("POST", "/control/reset")
         check("imap reset empties INBOX", s.control("GET", "/control/mailbox")["exists"] == 0)
+    # StandInProcess.stop() sends SIGKILL: Dovecot must not outlive its launcher and keep the port.
+    killed = StandIn("imap_standin.py")
+    killed.__enter__()
+    dovecot_pid = killed.control("GET", "/control/health")["dovecot_pid"]
+    killed.process.kill()
+    killed.process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{dovecot_pid}/stat") as f:
+                gone = f.read().split()[2] == "Z"  # exited (a zombie until init reaps it)
+        except FileNotFoundError:
+            gone = True
+        if gone:
+            break
+        time.sleep(0.1)
+    with socket.socket() as probe:
+        port_free = probe.connect_ex(("127.0.0.1", killed.tls_port)) != 0
+    check("imap: Dovecot exits and frees its port when the launcher is SIGKILLed", gone and port_free)
+    shutil.rmtree(killed.directory, ignore_errors=True)
 
 
 CHECKS = {"telegram": telegram, "slack": slack, "discord": discord, "whatsapp": whatsapp, "webhooks": webhooks,

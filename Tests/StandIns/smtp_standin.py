@@ -2,9 +2,11 @@
 """A local SMTP submission server (aiosmtpd) that requires STARTTLS before AUTH and AUTH before mail, and records mail.
 
 Start:  python3 smtp_standin.py --tls-port P --control-port C --cert-dir DIR [--user U --password W]
+        [--smtps-port S]
         --tls-port is the SMTP port (plain SMTP that must be upgraded with STARTTLS, as on submission port 587);
+        --smtps-port, when given, is implicit TLS from the first byte (RFC 8314, as on port 465), AUTH still required;
         defaults: user "gateway@soulacy.test", password "smtp-test-password"
-Ready:  GET /control/health -> {"ok": true, "pid": N}; stdout "READY smtp tls=P control=C pid=N"
+Ready:  GET /control/health -> {"ok": true, "pid": N}; stdout "READY smtp tls=P control=C pid=N smtps=S"
 
 Rules enforced (RFC 5321 SMTP, RFC 3207 STARTTLS, RFC 4954 SMTP AUTH, RFC 6409 message submission; aiosmtpd's
 documented options require_starttls / auth_required / auth_require_tls, https://aiosmtpd.aio-libs.org/):
@@ -19,7 +21,7 @@ documented options require_starttls / auth_required / auth_require_tls, https://
 Control port (plain HTTP), besides the shared routes (health, requests, script, delay, reset):
   GET  /control/messages -> {"messages": [{"mail_from", "rcpt_tos", "headers": {name: [values]}, "subject", "from",
         "to", "message_id", "body" (the text/plain part, or the whole text), "html" (text/html part or null),
-        "raw" (first 256 KiB), "size", "tls": true, "auth_user", "time"}...]}   (also as /control/requests)
+        "raw" (first 256 KiB), "size", "tls": true, "implicit_tls", "auth_user", "peer", "time"}...]}   (also as /control/requests)
   GET  /control/auth     -> {"attempts": [{"mechanism", "login", "success", "tls", "time"}...]}
   POST /control/script   {"responses": [{"stage": "rcpt"|"mail"|"data", "code": 451, "message": "4.3.0 Try again"},
         {"stage": "data", "delay_ms": 3000}]}   consumed in order by the stage named
@@ -40,6 +42,10 @@ import standin_common as common
 MAX_MESSAGE = 10 * 1024 * 1024
 
 
+def secured(server, session):
+    return session.ssl is not None or getattr(server, "implicit_tls", False)
+
+
 class SMTPStandIn(cc.ChannelStandIn):
     name = "smtp"
 
@@ -56,7 +62,7 @@ class SMTPStandIn(cc.ChannelStandIn):
         ok = isinstance(auth_data, LoginPassword) and auth_data.login.decode("utf-8", "replace") == self.user \
             and auth_data.password.decode("utf-8", "replace") == self.password
         self.auth_attempts.append({"mechanism": mechanism, "login": auth_data.login.decode("utf-8", "replace") if isinstance(auth_data, LoginPassword) else None,
-                                   "success": ok, "tls": session.ssl is not None, "time": time.time()})
+                                   "success": ok, "tls": secured(server, session), "time": time.time()})
         return AuthResult(success=ok, handled=False, auth_data=auth_data if ok else None)
 
     def authenticator(self):
@@ -104,7 +110,8 @@ class SMTPStandIn(cc.ChannelStandIn):
             "mail_from": envelope.mail_from, "rcpt_tos": list(envelope.rcpt_tos), "headers": headers,
             "subject": message.get("Subject"), "from": message.get("From"), "to": message.get("To"),
             "message_id": message.get("Message-ID"), "body": body, "html": html.get_content() if html is not None else None,
-            "raw": raw[:cc.MAX_KEPT_BODY].decode("utf-8", "replace"), "size": len(raw), "tls": session.ssl is not None,
+            "raw": raw[:cc.MAX_KEPT_BODY].decode("utf-8", "replace"), "size": len(raw), "tls": secured(server, session),
+            "implicit_tls": getattr(server, "implicit_tls", False),
             "auth_user": session.auth_data.login.decode("utf-8", "replace") if isinstance(session.auth_data, LoginPassword) else None,
             "peer": list(session.peer) if session.peer else None, "time": time.time(),
         })
@@ -129,14 +136,23 @@ async def run(args):
     factory = lambda: SMTP(standin, hostname="smtp.standin.test", ident="Soulacy SMTP stand-in", tls_context=context,
                            require_starttls=True, auth_required=True, auth_require_tls=True,
                            authenticator=standin.authenticator(), data_size_limit=MAX_MESSAGE, loop=loop)
-    server = await loop.create_server(factory, "127.0.0.1", args.tls_port)
+    servers = [await loop.create_server(factory, "127.0.0.1", args.tls_port)]
+    if args.smtps_port:
+        def implicit():
+            # The connection is TLS from its first byte (RFC 8314 "submissions"), so AUTH needs no STARTTLS here.
+            smtp = SMTP(standin, hostname="smtp.standin.test", ident="Soulacy SMTP stand-in", auth_required=True,
+                        auth_require_tls=False, authenticator=standin.authenticator(), data_size_limit=MAX_MESSAGE, loop=loop)
+            smtp.implicit_tls = True
+            return smtp
+        servers.append(await loop.create_server(implicit, "127.0.0.1", args.smtps_port, ssl=context))
     stop = cc.shutdown_event()
     try:
         await cc.serve_async(standin, None, args.control_port, args.cert_dir, stopping=stop,
-                             on_ready=lambda: cc.print_ready("smtp", args.tls_port, args.control_port))
+                             on_ready=lambda: cc.print_ready("smtp", args.tls_port, args.control_port, f"smtps={args.smtps_port or 0}"))
     finally:
-        server.close()
-        await server.wait_closed()
+        for server in servers:
+            server.close()
+            await server.wait_closed()
     return 0
 
 
@@ -145,6 +161,7 @@ def main():
     cc.add_standard_arguments(parser)
     parser.add_argument("--user", default="gateway@soulacy.test")
     parser.add_argument("--password", default="smtp-test-password")
+    parser.add_argument("--smtps-port", type=int, default=0, help="also serve implicit TLS (as on port 465) here")
     args = parser.parse_args()
     return asyncio.run(run(args))
 

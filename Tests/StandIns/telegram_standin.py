@@ -185,7 +185,14 @@ def parse_markdown_v2(text):
             if j >= n:
                 raise EntityError(f"Can't find end of a url at byte offset {_byte_offset(text, i + 1)}")
             entity = {"type": "custom_emoji" if name == "CustomEmoji" else "text_link", "offset": start, "length": plain_len() - start}
-            entity["custom_emoji_id" if name == "CustomEmoji" else "url"] = "".join(url)
+            target = "".join(url)
+            if name == "CustomEmoji":
+                found = re.fullmatch(r"tg://emoji\?id=(\d+)", target)
+                if not found:
+                    raise EntityError(f"Custom emoji URL must have scheme tg at byte offset {_byte_offset(text, i + 2)}")
+                entity["custom_emoji_id"] = found.group(1)
+            else:
+                entity["url"] = target
             entities.append(entity)
             i = j + 1
         elif c == ">" and line_start:
