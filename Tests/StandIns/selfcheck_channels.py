@@ -519,6 +519,8 @@ def imap():
         port_free = probe.connect_ex(("127.0.0.1", killed.tls_port)) != 0
     check("imap: Dovecot exits and frees its port when the launcher is SIGKILLed", gone and port_free)
     shutil.rmtree(killed.directory, ignore_errors=True)
+    from imap_standin import remove_stale_directories
+    remove_stale_directories()  # what the next launcher would do with the directory the killed one left
 
 
 CHECKS = {"telegram": telegram, "slack": slack, "discord": discord, "whatsapp": whatsapp, "webhooks": webhooks,
