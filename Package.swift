@@ -61,6 +61,8 @@ let package = Package(
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
+        // What the HTTP chat channels share: message splitting and the meaning of an HTTP answer.
+        .target(name: "ChannelSupport", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/ChannelSupport"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
@@ -101,6 +103,8 @@ let package = Package(
         .testTarget(name: "AgentsTests", dependencies: ["Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
+        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON"],
+                    path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
         .testTarget(name: "GatewayTests", dependencies: ["LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
