@@ -55,7 +55,9 @@ let package = Package(
         .target(name: "ChannelAPI", path: "Sources/ChannelAPI"),
         // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
-        .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "JSON", "SQLite", "Crypto"], path: "Sources/Channels/Mobile"),
+        // The outbox loop every lane shares (wake-ups, channel sends): leases, the window, retry policy.
+        .target(name: "Outbox", dependencies: ["ChannelAPI"], path: "Sources/Outbox"),
+        .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "JSON", "SQLite", "Crypto", "Outbox"], path: "Sources/Channels/Mobile"),
         // The mobile channel's routes (devices, inbox, commands, nodes) over the API kit; the core above knows no HTTP.
         .target(name: "MobileHTTP", dependencies: ["Mobile", "ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
