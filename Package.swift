@@ -57,6 +57,9 @@ let package = Package(
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
         // The outbox loop every lane shares (wake-ups, channel sends): leases, the window, retry policy.
         .target(name: "Outbox", dependencies: ["ChannelAPI"], path: "Sources/Outbox"),
+        // The durable hand-off for every channel but the phones' inbox: sends written with the run's end, attempted by
+        // the shared outbox loop.
+        .target(name: "ChannelDelivery", dependencies: ["ChannelAPI", "Crypto", "JSON", "Outbox", "SQLite"], path: "Sources/ChannelDelivery"),
         .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "JSON", "SQLite", "Crypto", "Outbox"], path: "Sources/Channels/Mobile"),
         // The mobile channel's routes (devices, inbox, commands, nodes) over the API kit; the core above knows no HTTP.
         .target(name: "MobileHTTP", dependencies: ["Mobile", "ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
@@ -69,7 +72,7 @@ let package = Package(
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
         // Agents: their files (config, hot reload), cron and the scheduler, runs and their runners (command, LLM, phone tools).
-        .target(name: "Agents", dependencies: ["ChannelAPI", "Crypto", "Identity", "JSON", "LLM", "Mobile", "SQLite", "YAML", "CProcessShims"],
+        .target(name: "Agents", dependencies: ["ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "Mobile", "SQLite", "YAML", "CProcessShims"],
                 path: "Sources/Host/Agents"),
         .target(name: "Approvals", dependencies: ["ChannelAPI", "Crypto", "Mobile", "SQLite"], path: "Sources/Host/Approvals"),
         .target(name: "Household", dependencies: ["Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
@@ -79,7 +82,7 @@ let package = Package(
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
         .target(name: "GatewayHTTP", dependencies: ["APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
-        .target(name: "Gateway", dependencies: ["GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+        .target(name: "Gateway", dependencies: ["ChannelDelivery", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),

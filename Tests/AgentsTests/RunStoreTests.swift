@@ -20,7 +20,7 @@ struct RunStoreTests {
                               recordAnswer: { answer, _ in recorded.withLock { $0.append(answer.status) } })
         try await CommitHook.$current.withValue(hook) {
             try await store.finish(id: "run_1", status: .succeeded, error: nil, deliveryID: nil, note: nil, at: Date(),
-                                   answer: CommitHook.Answer(status: 200, contentType: "application/json", body: Array(#"{"ok":true}"#.utf8)))
+                                   answer: CommitHook.Answer(status: 200, contentType: "application/json", body: Array(#"{"ok":true}"#.utf8)), sends: [])
         }
         #expect(onStorageThread.withLock { $0 })
         #expect(recorded.withLock { $0 } == [200])

@@ -31,7 +31,8 @@ public final class TestGateway: Sendable {
     public static func start(config: String = defaultConfig, agents: String? = nil, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                              maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:],
                              transports: [any WakeTransport] = [], channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(),
-                             lan: Bool = false, log: Log = Log(minimum: .warning)) async throws -> TestGateway {
+                             lan: Bool = false, log: Log = Log(minimum: .warning), outbound: [any OutboundChannel] = [],
+                             gatewayConfig: String? = nil) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
         // Tests send far more than the original's 600 requests a minute from loopback: no limit unless a test sets one.
         var environment = environment
@@ -43,6 +44,11 @@ public final class TestGateway: Sendable {
                                      environment: environment, extraTransports: transports, retryPolicy: retryPolicy)
         if lan { options.lanHost = "127.0.0.1" }
         options.extraChannels = channels
+        options.extraOutboundChannels = outbound
+        // Never the developer's own ~/.soulacy/config.yaml: a test reads the gateway config it writes, or none.
+        let gatewayConfigPath = dir + "/gateway-config.yaml"
+        try (gatewayConfig ?? "").write(toFile: gatewayConfigPath, atomically: true, encoding: .utf8)
+        options.gatewayConfigPath = gatewayConfigPath
         let gateway = try Gateway(options: options)
         let bootstrap = try gateway.bootstrapAdminKey()
         try gateway.start()
@@ -183,10 +189,11 @@ public func eventually(timeout: Duration = .seconds(10), _ condition: @Sendable 
 public func withTestGateway<T>(config: String = TestGateway.defaultConfig, agents: String? = nil, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                                maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:], transports: [any WakeTransport] = [],
                                channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false,
-                               log: Log = Log(minimum: .warning), _ body: (TestGateway) async throws -> T) async throws -> T {
+                               log: Log = Log(minimum: .warning), outbound: [any OutboundChannel] = [], gatewayConfig: String? = nil,
+                               _ body: (TestGateway) async throws -> T) async throws -> T {
     let gateway = try await TestGateway.start(config: config, agents: agents, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
                                               environment: environment, transports: transports, channels: channels, retryPolicy: retryPolicy, lan: lan,
-                                              log: log)
+                                              log: log, outbound: outbound, gatewayConfig: gatewayConfig)
     do {
         let result = try await body(gateway)
         await gateway.stop()

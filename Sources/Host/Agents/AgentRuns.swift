@@ -1,4 +1,5 @@
 import ChannelAPI
+import ChannelDelivery
 import Crypto
 import Foundation
 import Identity
@@ -110,6 +111,11 @@ public actor AgentRuns {
     public nonisolated let liveActivities: LiveActivityPublisher?
     /// Where a failed location run tells the phone whose crossing started it.
     nonisolated let alerts: (any DeviceAlerts)?
+    /// Channels reached through the durable hand-off (telegram, slack, webhook, …): an output to one is recorded with
+    /// the run's end and sent by the channel dispatcher, which `sendsRecorded` wakes.
+    public nonisolated let outbound: OutboundChannelRegistry
+    public nonisolated let channelOutbox: SQLiteChannelOutbox?
+    nonisolated let sendsRecorded: @Sendable () -> Void
     private var activityRuns: [String: ActivityRun] = [:]
     /// Chat streams listening for their run's approvals (`tool_confirm`), by run id.
     private var confirmListeners: [String: @Sendable (String, ToolCall) -> Void] = [:]
@@ -122,9 +128,13 @@ public actor AgentRuns {
 
     public init(catalog: AgentCatalog, channels: ChannelRegistry, store: any RunStore, clock: any WallClock, log: Log,
                 credentials: RunCredentials = RunCredentials(), liveActivities: LiveActivityPublisher? = nil, alerts: (any DeviceAlerts)? = nil,
-                makeRunner: @escaping RunnerFactory) {
+                outbound: OutboundChannelRegistry = OutboundChannelRegistry(), channelOutbox: SQLiteChannelOutbox? = nil,
+                sendsRecorded: @escaping @Sendable () -> Void = {}, makeRunner: @escaping RunnerFactory) {
         self.credentials = credentials
         self.alerts = alerts
+        self.outbound = outbound
+        self.channelOutbox = channelOutbox
+        self.sendsRecorded = sendsRecorded
         self.liveActivities = liveActivities
         self.catalog = catalog
         self.channels = channels
@@ -234,6 +244,7 @@ public actor AgentRuns {
     private func execute(agent: AgentConfig, record: RunRecord, request: RunRequest, destination: RunDestination?,
                          finishAnswer: (@Sendable (RunRecord) -> CommitHook.Answer)?) async -> RunRecord {
         var record = record
+        var sends: [PendingChannelSend] = []
         defer { finished(record) }
         log.info("run \(record.id) of agent \(agent.id) started (\(request.trigger))")
         do {
@@ -244,6 +255,12 @@ public actor AgentRuns {
             record.spokenReply = result.spoken ?? (request.voice ? VoiceReply.shorten(reply) : nil)
             if reply.isEmpty {
                 log.info("run \(record.id) finished with no output; nothing to deliver")
+            } else if let destination, outbound.has(destination.channel), channelOutbox != nil {
+                // Recorded with the run's end below; the channel dispatcher sends it from there.
+                let send = PendingChannelSend(channel: destination.channel, destination: destination.to,
+                                              output: output(reply: reply, agent: agent, record: record, destination: destination), subject: record.subject)
+                sends.append(send)
+                record.deliveryID = send.id
             } else if let destination, !channels.has(destination.channel) {
                 // A Soulacy file may name a channel this gateway does not have (telegram, slack, …): the result stays in the history.
                 record.note = "no channel '\(destination.channel)' registered"
@@ -270,7 +287,8 @@ public actor AgentRuns {
         do {
             // A caller waiting for the reply (chat, trigger, webhook) has its answer recorded with the run's end.
             try await store.finish(id: record.id, status: record.status, error: record.error, deliveryID: record.deliveryID, note: record.note,
-                             at: record.finishedAt!, answer: finishAnswer?(record))
+                                   at: record.finishedAt!, answer: finishAnswer?(record), sends: sends)
+            if !sends.isEmpty { sendsRecorded() }
         } catch {
             log.error("run \(record.id): could not record its end: \(error)")
         }
@@ -289,13 +307,18 @@ public actor AgentRuns {
             .replacingOccurrences(of: "{reply}", with: reply)
     }
 
-    private func deliver(reply: String, agent: AgentConfig, record: RunRecord, destination: RunDestination) async throws -> String {
+    /// The output a run's reply becomes for its destination: the template applied, the run's facts as metadata.
+    private func output(reply: String, agent: AgentConfig, record: RunRecord, destination: RunDestination) -> Output {
         let text = render(destination.template, reply: reply, agent: agent, trigger: record.trigger)
         let name = destination.botName ?? agent.name
         var metadata = destination.metadata
         metadata["trigger"] = record.trigger.rawValue
         metadata["run_id"] = record.id
-        let output = Output(agentID: agent.id, agentName: name, sessionID: record.sessionID, parts: [text], metadata: metadata)
+        return Output(agentID: agent.id, agentName: name, sessionID: record.sessionID, parts: [text], metadata: metadata)
+    }
+
+    private func deliver(reply: String, agent: AgentConfig, record: RunRecord, destination: RunDestination) async throws -> String {
+        let output = output(reply: reply, agent: agent, record: record, destination: destination)
         let receipt = try await channels.channel(named: destination.channel).deliver(output, to: destination.to)
         log.info("run \(record.id) delivered as \(receipt.deliveryID) to \(destination.channel) \(destination.to) (\(receipt.recipientCount) devices)")
         return receipt.deliveryID
@@ -327,6 +350,16 @@ public actor AgentRuns {
         if notice.includeError, !template.contains("{error}") { text += "\n\n\(error.description)" }
         let output = Output(agentID: agent.id, agentName: agent.name, sessionID: record.sessionID, title: "\(agent.name) failed",
                             parts: [text], metadata: ["trigger": record.trigger.rawValue, "run_id": record.id, "failure": "true"])
+        if outbound.has(notice.channel), let channelOutbox {
+            do {
+                try channelOutbox.enqueue([PendingChannelSend(channel: notice.channel, destination: notice.to, output: output, subject: record.subject)],
+                                         runID: record.id, now: clock.now())
+                sendsRecorded()
+            } catch {
+                log.error("run \(record.id): the failure notice could not be recorded: \(error)")
+            }
+            return
+        }
         guard channels.has(notice.channel) else {
             log.warning("run \(record.id): the failure notice was not sent: no channel '\(notice.channel)' registered")
             return

@@ -1,3 +1,4 @@
+import ChannelDelivery
 import Foundation
 import SQLite
 
@@ -45,7 +46,9 @@ public protocol RunStore: Sendable {
     /// Records the run's end; `answer`, when given, is the waiting caller's answer, recorded in the same transaction
     /// (see `DatabasePool.transaction(answering:_:)`), so a retry after a crash gets it and never a second run.
     /// Async: a run's end (and a waiting caller's answer with it) commits off the cooperative pool.
-    func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date, answer: CommitHook.Answer?) async throws
+    /// `sends` are the run's outputs to channels, recorded in that same transaction (the durable hand-off).
+    func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date, answer: CommitHook.Answer?,
+                sends: [PendingChannelSend]) async throws
     /// Marks runs still "running" from before a restart as interrupted; returns how many.
     func markInterrupted(at date: Date) throws -> Int
     func run(id: String) throws -> RunRecord?
@@ -57,7 +60,7 @@ public protocol RunStore: Sendable {
 
 extension RunStore {
     public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, at date: Date) async throws {
-        try await finish(id: id, status: status, error: error, deliveryID: deliveryID, note: nil, at: date, answer: nil)
+        try await finish(id: id, status: status, error: error, deliveryID: deliveryID, note: nil, at: date, answer: nil, sends: [])
     }
 }
 
@@ -81,10 +84,11 @@ public final class SQLiteRunStore: RunStore {
     }
 
     public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date,
-                       answer: CommitHook.Answer?) async throws {
+                       answer: CommitHook.Answer?, sends: [PendingChannelSend]) async throws {
         let update = { @Sendable (db: Connection) throws -> Void in
             try db.run("UPDATE runs SET status = ?, finished_at = ?, error = ?, delivery_id = ?, note = ? WHERE id = ?",
                        status.rawValue, Self.ms(date), error, deliveryID, note, id)
+            try SQLiteChannelOutbox.enqueue(sends, runID: id, now: date, in: db)
         }
         // The task's commit hook (a caller's idempotency line) travels with it to the database's threads.
         if let answer { try await database.asyncTransaction(answering: { _ in answer }, update) } else { try await database.asyncTransaction(update) }

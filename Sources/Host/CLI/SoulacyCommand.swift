@@ -11,10 +11,12 @@ import SQLite
 struct SoulacyCommand {
     static let usage = """
         usage:
-          soulacy serve --config FILE --data DIR [--listen ADDR:PORT] [--lan ADDR:PORT]
+          soulacy serve --config FILE --data DIR [--listen ADDR:PORT] [--lan ADDR:PORT] [--gateway-config FILE]
                                                                         run the gateway (default listen 127.0.0.1:8080); --lan adds the
-                                                                        same-Wi-Fi HTTPS listener whose certificate pairing links pin
-          soulacy check PATH [--strict]                                 validate a SOUL.yaml or an agents directory; problems as
+                                                                        same-Wi-Fi HTTPS listener whose certificate pairing links pin;
+                                                                        --gateway-config: the Soulacy config with channels: and llm:
+                                                                        (default $SOULACY_GATEWAY_CONFIG, else ~/.soulacy/config.yaml)
+          soulacy check PATH [--strict] [--gateway-config FILE]         validate a SOUL.yaml or an agents directory; problems as
                                                                         file:line:col: message, and each schedule's next fires
           soulacy pair [--data DIR] [--name NAME --role operator|viewer] [--url URL] [--lan ADDR:PORT]
                                                                         print a pairing code, link and QR code (default data .soulacy)
@@ -56,10 +58,34 @@ struct SoulacyCommand {
     /// `soulacy check PATH [--strict]`: every problem as file:line:col, what each agent is, what of it is not run
     /// here, and each schedule's next three fires in its time zone. Exits 1 when any file or agent has an error.
     static func check(_ arguments: [String]) {
-        let strict = arguments.contains("--strict")
-        let paths = arguments.filter { $0 != "--strict" }
-        guard paths.count == 1, !paths[0].hasPrefix("--") else { fail("usage: soulacy check PATH [--strict]   (PATH: a SOUL.yaml or an agents directory)", code: 64) }
-        let result = AgentFiles.load(path: paths[0], destinations: Gateway.destinationValidators, strict: strict)
+        var rest = arguments
+        let strict = rest.contains("--strict")
+        rest.removeAll { $0 == "--strict" }
+        var gatewayConfigPath: String?
+        if let flag = rest.firstIndex(of: "--gateway-config") {
+            guard flag + 1 < rest.count else { fail("option --gateway-config needs a value", code: 64) }
+            gatewayConfigPath = rest[flag + 1]
+            rest.removeSubrange(flag...(flag + 1))
+        }
+        let paths = rest
+        guard paths.count == 1, !paths[0].hasPrefix("--") else {
+            fail("usage: soulacy check PATH [--strict] [--gateway-config FILE]   (PATH: a SOUL.yaml or an agents directory)", code: 64)
+        }
+        // The channels the gateway config configures are the ones an output may name without a warning.
+        let environment = ProcessInfo.processInfo.environment
+        var destinations = Gateway.destinationValidators
+        var configProblems: [String] = []
+        do {
+            let gatewayConfig = try GatewayConfigFile.load(path: gatewayConfigPath ?? GatewayConfigFile.defaultPath(environment: environment), environment: environment)
+            if let path = gatewayConfig.path { print("gateway config: \(path)") }
+            configProblems = Gateway.channelProblems(config: gatewayConfig, factories: Gateway.builtInChannelFactories) { channel in
+                destinations[channel.name] = Gateway.validator(of: channel)
+            }
+        } catch {
+            configProblems = [error.description]
+        }
+        for problem in configProblems { print("error: \(problem)") }
+        let result = AgentFiles.load(path: paths[0], destinations: destinations, strict: strict)
         for problem in result.problems { print(problem.description) }
         let now = Date()
         for agent in result.config.agents {
@@ -87,15 +113,15 @@ struct SoulacyCommand {
             }
             if let output = agent.schedule?.output { print("  delivers to \(output.channel) \(output.to)") }
         }
-        let errors = result.problems.filter { $0.severity == .error }.count
-        let warnings = result.problems.count - errors
+        let errors = result.problems.filter { $0.severity == .error }.count + configProblems.count
+        let warnings = result.problems.count - (errors - configProblems.count)
         let summary = "\(paths[0]): \(result.config.agents.count) agent(s), \(errors) error(s), \(warnings) warning(s)"
         if errors > 0 { fail(summary, code: 1) }
         print(errors == 0 && warnings == 0 ? "\(paths[0]): ok, \(result.config.agents.count) agent(s)" : summary)
     }
 
     static func serve(_ arguments: [String]) async {
-        let opts = options(arguments, allowed: ["config", "data", "listen", "lan"])
+        let opts = options(arguments, allowed: ["config", "data", "listen", "lan", "gateway-config"])
         guard let config = opts["config"], let data = opts["data"] else { fail("serve needs --config PATH (a SOUL.yaml or an agents directory) and --data DIR\n\(usage)", code: 64) }
         let listen = opts["listen"] ?? "127.0.0.1:8080"
         guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else {
@@ -106,6 +132,7 @@ struct SoulacyCommand {
         let gateway: Gateway
         do {
             var gatewayOptions = GatewayOptions(configPath: config, dataDirectory: data, host: host, port: port)
+            gatewayOptions.gatewayConfigPath = opts["gateway-config"]
             // SOULACY_LAN_LISTEN and the other settings are read by the gateway (GatewaySettings); the flag wins.
             if let lan = opts["lan"] {
                 guard let address = GatewaySettings.listenAddress(lan) else { fail("--lan must be ADDR:PORT", code: 64) }

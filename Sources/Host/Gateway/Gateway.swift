@@ -2,6 +2,7 @@ import APNs
 import FCM
 import Relay
 import ChannelAPI
+import ChannelDelivery
 import Foundation
 import Lifecycle
 import Glibc
@@ -30,6 +31,14 @@ public struct GatewayOptions: Sendable {
     /// Channels added by code (a webhook, a sidecar), beside `mobile`: SOUL.yaml outputs may name them, and their
     /// destinations are checked when the agent files load.
     public var extraChannels: [any Channel] = []
+    /// Channels reached through the durable hand-off that code adds (an embedder's own), beside the ones the
+    /// gateway config's `channels:` block builds.
+    public var extraOutboundChannels: [any OutboundChannel] = []
+    /// What builds a channel from its `channels.<kind>` block; the built-in channels by default.
+    public var channelFactories: [any ChannelFactory] = Gateway.builtInChannelFactories
+    /// The Soulacy user's gateway config (`channels:`, `llm:`); nil: `SOULACY_GATEWAY_CONFIG`, else
+    /// `~/.soulacy/config.yaml` when it exists.
+    public var gatewayConfigPath: String?
     public var retryPolicy: RetryPolicy
     /// How long an approval waits for an answer before the run sees a denial.
     public var approvalTimeout: TimeInterval
@@ -94,6 +103,10 @@ public final class Gateway: Sendable {
     static func validator(of channel: any Channel) -> DestinationValidator {
         return { text throws(DestinationError) in try channel.validate(destination: text) }
     }
+
+    public static func validator(of channel: any OutboundChannel) -> DestinationValidator {
+        return { text throws(DestinationError) in try channel.validate(destination: text) }
+    }
     public let database: DatabasePool
     public let mobileStore: MobileStore
     public let keys: any APIKeyStore
@@ -107,6 +120,12 @@ public final class Gateway: Sendable {
     /// The agents as they are now.
     public var config: SoulConfig { catalog.current }
     public let channels: ChannelRegistry
+    /// Channels reached through the durable hand-off, by configured id.
+    public let outbound: OutboundChannelRegistry
+    public let channelOutbox: SQLiteChannelOutbox
+    public let channelDispatcher: ChannelDispatcher
+    /// The gateway config that was read (its path, its channel blocks).
+    public let gatewayConfig: GatewayConfigFile
     public let dispatcher: PushDispatcher
     public let liveActivities: LiveActivityPublisher
     public let scheduler: Scheduler
@@ -145,9 +164,23 @@ public final class Gateway: Sendable {
         self.options = options
         signal(SIGPIPE, SIG_IGN)
         let log = options.log
+        let gatewayConfig: GatewayConfigFile
+        do {
+            gatewayConfig = try GatewayConfigFile.load(path: options.gatewayConfigPath ?? GatewayConfigFile.defaultPath(environment: options.environment),
+                                                       environment: options.environment)
+        } catch {
+            throw .settings(error.description)
+        }
+        self.gatewayConfig = gatewayConfig
+        if let path = gatewayConfig.path { log.info("gateway config: \(path)") }
+        let outbound = Self.outboundChannels(config: gatewayConfig, factories: options.channelFactories, extra: options.extraOutboundChannels, log: log)
+        self.outbound = outbound
         let catalog: AgentCatalog
         do {
             var destinations = Self.destinationValidators
+            for name in outbound.names {
+                if let channel = outbound.channel(named: name) { destinations[name] = Self.validator(of: channel) }
+            }
             for channel in options.extraChannels where channel.name != "mobile" {
                 destinations[channel.name] = Self.validator(of: channel)
             }
@@ -178,6 +211,9 @@ public final class Gateway: Sendable {
             throw .storage("cannot open the database in \(options.dataDirectory): \(error)")
         }
         let transports = try Self.wakeTransports(options: options, log: log)
+        channelOutbox = SQLiteChannelOutbox(database: database)
+        channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log),
+                                              clock: options.clock, log: log)
         dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log)
         let liveActivities: LiveActivityPublisher
         do {
@@ -199,7 +235,8 @@ public final class Gateway: Sendable {
         let boundPort = self.boundPort
         let hostForURL = options.host.contains(":") ? "[\(options.host)]" : options.host
         let hostEnvironment = options.environment
-        let providers = LLMProviders(environment: options.environment)
+        // The gateway config's llm: block under the environment's own provider variables (the original's precedence).
+        let providers = LLMProviders(environment: gatewayConfig.llmEnvironment.merging(options.environment) { _, environment in environment })
         self.providers = providers
         for agent in catalog.current.agents where agent.isOn {
             if case .llm(let settings) = agent.runner {
@@ -218,7 +255,8 @@ public final class Gateway: Sendable {
         let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(nodes: nodes, clock: options.clock),
                                                  approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox)
         runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities,
-                         alerts: MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher)) { agent in
+                         alerts: MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher), outbound: outbound, channelOutbox: channelOutbox,
+                         sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }) { agent in
             switch agent.runner {
             case .command(let command):
                 // Agents call back into the gateway (mobile.invoke, approvals) at this address.
@@ -466,11 +504,14 @@ public final class Gateway: Sendable {
         var list: [ServiceGroup.Entry] = []
         if let carriage { list.append(("relay carriage", CancelledOnShutdown { await carriage.run() })) }
         list.append(("push dispatcher", CancelledOnShutdown { await dispatcher.run() }))
+        let channelDispatcher = self.channelDispatcher
+        list.append(("channel dispatcher", CancelledOnShutdown { await channelDispatcher.run() }))
         list.append(("housekeeping", CancelledOnShutdown { await housekeeping.run() }))
         // Wake-ups of the last runs settle before the process goes; the rest wait in the outbox.
         list.append(("runs in flight", OnShutdown {
             await runs.waitForAll()
             dispatcher.poke()
+            channelDispatcher.poke()
         }))
         list.append(("scheduler", CancelledOnShutdown { await scheduler.run() }))
         // SOULACY_AGENT_WATCH=off leaves reloads to SIGHUP (read-only or network file systems where polling is unwanted).

@@ -1,3 +1,4 @@
+import ChannelDelivery
 import Mobile
 import SQLite
 
@@ -176,6 +177,7 @@ public enum GatewaySchema {
         var migrator = DatabaseMigrator()
         try migrator.register(MobileSchema.migrations)
         try migrator.register(migrations)
+        try migrator.register(ChannelOutboxSchema.migrations)
         return migrator
     }
 }

@@ -174,7 +174,18 @@ public struct GatewayAPI: Sendable {
         guard owner == caller.subject else { throw APIError.notFound("no run \(id) of yours") }
         if wait { _ = await runs.wait(runID: id) }
         guard let run = try runStore.run(id: id) else { throw APIError.notFound("no run \(id) of yours") }
-        return .json(RunView(run))
+        var view = RunView(run)
+        // Each output's path: the phones' inbox takes it whole at the run's end; every other channel's send has its
+        // own state in the durable hand-off.
+        if let delivery = run.deliveryID, delivery.hasPrefix("dlv_") {
+            view.outputs.append(OutputView(id: delivery, channel: "mobile", destination: nil, state: "delivered", attempts: 1, lastReason: Nullable(nil),
+                                           deliveredAt: Nullable(run.finishedAt.map(Timestamp.init))))
+        }
+        for send in try runs.channelOutbox?.entries(runID: run.id) ?? [] {
+            view.outputs.append(OutputView(id: send.id, channel: send.channel, destination: send.destination, state: send.state.rawValue,
+                                           attempts: send.attempts, lastReason: Nullable(send.lastReason), deliveredAt: Nullable(send.deliveredAt.map(Timestamp.init))))
+        }
+        return .json(view)
     }
 
     /// `POST /api/v1/runs/:id/events`: a tool call a running command reports.
@@ -448,6 +459,7 @@ extension GatewayAPI {
         var startedAt: Timestamp
         var finishedAt: Nullable<Timestamp>
         var error, deliveryID, note: Nullable<String>
+        var outputs: [OutputView] = []
 
         init(_ run: RunRecord) {
             id = run.id
@@ -463,8 +475,23 @@ extension GatewayAPI {
         }
 
         enum CodingKeys: String, CodingKey {
-            case id, trigger, status, error, note
+            case id, trigger, status, error, note, outputs
             case agentID = "agent_id", sessionID = "session_id", startedAt = "started_at", finishedAt = "finished_at", deliveryID = "delivery_id"
+        }
+    }
+
+    /// One output of a run on its way to a channel: pending, delivered, rejected (the service's reason) or failed.
+    struct OutputView: Encodable {
+        var id, channel: String
+        var destination: String?
+        var state: String
+        var attempts: Int
+        var lastReason: Nullable<String>
+        var deliveredAt: Nullable<Timestamp>
+
+        enum CodingKeys: String, CodingKey {
+            case id, channel, destination, state, attempts
+            case lastReason = "last_reason", deliveredAt = "delivered_at"
         }
     }
 }

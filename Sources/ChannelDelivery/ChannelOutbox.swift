@@ -1,0 +1,286 @@
+import ChannelAPI
+import Crypto
+import Foundation
+import Glibc
+import JSON
+import Outbox
+import SQLite
+
+/// One output on its way to a channel, as the durable hand-off keeps it: written with the run's end, attempted
+/// by the dispatcher, finished once.
+public struct ChannelOutboxEntry: Sendable, Equatable {
+    public enum State: String, Sendable, Codable {
+        /// Waiting for its next attempt (or being attempted under a lease).
+        case pending
+        case delivered
+        /// The service refused it for good; `lastReason` says why in its words.
+        case rejected
+        /// It could not be sent as it was, or it was still failing when it expired.
+        case failed
+    }
+    public var id: String
+    public var runID: String?
+    public var subject: String
+    public var channel: String
+    public var destination: String
+    public var output: Output
+    public var state: State
+    public var attempts: Int
+    public var nextAttemptAt: Date
+    public var expiresAt: Date
+    public var lastReason: String?
+    public var remoteID: String?
+    public var deliveredAt: Date?
+    public var createdAt: Date
+}
+
+/// A send to record with the run that made it (`SQLiteChannelOutbox.enqueue` inside the run's end).
+public struct PendingChannelSend: Sendable, Equatable {
+    public var id: String
+    public var channel: String
+    public var destination: String
+    public var output: Output
+    public var subject: String
+
+    public init(id: String = PendingChannelSend.newID(), channel: String, destination: String, output: Output, subject: String) {
+        self.id = id
+        self.channel = channel
+        self.destination = destination
+        self.output = output
+        self.subject = subject
+    }
+
+    /// Time-ordered, so the outbox's order is the order sends were made.
+    public static func newID() -> String { "chs_" + TimeOrderedID.uuidText(now: Date()).replacingOccurrences(of: "-", with: "") }
+}
+
+/// The channel outbox's tables, applied once by the composition root with every module's migrations.
+public enum ChannelOutboxSchema {
+    public static let migrations: [Migration] = [
+        Migration("channels.1-outbox", """
+            CREATE TABLE channel_outbox (
+                id TEXT PRIMARY KEY,
+                run_id TEXT,
+                subject TEXT NOT NULL,
+                channel TEXT NOT NULL,
+                destination TEXT NOT NULL,
+                output TEXT NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending',
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                lease_owner TEXT,
+                lease_until INTEGER,
+                last_reason TEXT,
+                remote_id TEXT,
+                delivered_at INTEGER,
+                finished_at INTEGER,
+                created_at INTEGER NOT NULL
+            );
+            CREATE INDEX channel_outbox_due ON channel_outbox (state, next_attempt_at);
+            CREATE INDEX channel_outbox_run ON channel_outbox (run_id);
+            """),
+    ]
+}
+
+/// The channel outbox in SQLite: rows written with the run's end, claimed with a lease (one holder at a time, so
+/// two dispatchers never send one twice), settled once by their holder.
+public struct SQLiteChannelOutbox: Sendable {
+    /// How long a send stays worth attempting; after that it is recorded as failed with its last reason.
+    public static let defaultLifetime: TimeInterval = 24 * 3600
+
+    public let database: DatabasePool
+
+    public init(database: DatabasePool) { self.database = database }
+
+    static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
+    static func date(_ v: Int64?) -> Date { Date(sqliteMillis: v ?? 0) }
+
+    /// Records sends inside the caller's transaction (the run's end, so the output and the run commit together).
+    public static func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date, in db: Connection) throws {
+        for send in sends {
+            let output = String(decoding: try JSONCoding.encoder.encode(send.output), as: UTF8.self)
+            try db.run("""
+                INSERT INTO channel_outbox (id, run_id, subject, channel, destination, output, next_attempt_at, expires_at, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, send.id, runID, send.subject, send.channel, send.destination, output, ms(now), ms(now.addingTimeInterval(defaultLifetime)), ms(now))
+        }
+    }
+
+    /// Records sends in a transaction of their own (a failure notice, a channel test).
+    public func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date) throws {
+        try database.transaction { db in try Self.enqueue(sends, runID: runID, now: now, in: db) }
+    }
+
+    private static func entry(_ row: Row) -> ChannelOutboxEntry? {
+        guard let id = row.string("id"), let json = row.string("output"), let output = try? JSONCoding.decode(Output.self, from: json) else { return nil }
+        return ChannelOutboxEntry(id: id, runID: row.string("run_id"), subject: row.string("subject") ?? "", channel: row.string("channel") ?? "",
+                                  destination: row.string("destination") ?? "", output: output,
+                                  state: ChannelOutboxEntry.State(rawValue: row.string("state") ?? "") ?? .pending,
+                                  attempts: Int(row.int("attempts") ?? 0), nextAttemptAt: date(row.int("next_attempt_at")),
+                                  expiresAt: date(row.int("expires_at")), lastReason: row.string("last_reason"), remoteID: row.string("remote_id"),
+                                  deliveredAt: row.int("delivered_at").map { date($0) }, createdAt: date(row.int("created_at")))
+    }
+
+    public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [ChannelOutboxEntry] {
+        try await database.asyncTransaction { db in
+            try db.query("""
+                UPDATE channel_outbox SET lease_owner = ?, lease_until = ?
+                WHERE id IN (SELECT id FROM channel_outbox
+                             WHERE state = 'pending' AND next_attempt_at <= ? AND (lease_until IS NULL OR lease_until < ?)
+                             ORDER BY next_attempt_at, id LIMIT ?)
+                RETURNING *
+                """, owner, Self.ms(now.addingTimeInterval(lease)), Self.ms(now), Self.ms(now), limit)
+        }.compactMap(Self.entry).sorted { $0.id < $1.id }
+    }
+
+    public func nextDue() throws -> Date? {
+        try database.read { db in
+            try db.query("SELECT MIN(next_attempt_at) AS t FROM channel_outbox WHERE state = 'pending'").first?.int("t").map { Self.date($0) }
+        }
+    }
+
+    /// Ends a claimed row; false when its lease was taken over (the new holder settles it).
+    @discardableResult
+    public func settle(_ id: String, owner: String, state: ChannelOutboxEntry.State, reason: String?, remoteID: String?, at now: Date) async throws -> Bool {
+        try await database.groupTransaction { db in
+            try db.run("""
+                UPDATE channel_outbox SET state = ?, last_reason = COALESCE(?, last_reason), remote_id = ?, attempts = attempts + 1,
+                                          delivered_at = ?, finished_at = ?, lease_owner = NULL, lease_until = NULL
+                WHERE id = ? AND lease_owner = ? AND state = 'pending'
+                """, state.rawValue, reason, remoteID, state == .delivered ? Self.ms(now) : nil, Self.ms(now), id, owner) > 0
+        }
+    }
+
+    /// Puts a claimed row back for a later attempt, with the reason this one did not go through.
+    @discardableResult
+    public func reschedule(_ id: String, owner: String, at next: Date, reason: String) async throws -> Bool {
+        try await database.groupTransaction { db in
+            try db.run("""
+                UPDATE channel_outbox SET next_attempt_at = ?, last_reason = ?, attempts = attempts + 1, lease_owner = NULL, lease_until = NULL
+                WHERE id = ? AND lease_owner = ? AND state = 'pending'
+                """, Self.ms(next), reason, id, owner) > 0
+        }
+    }
+
+    /// Frees leases held by processes on this host that no longer exist (after a crash or kill -9).
+    public func releaseAbandonedLeases(ownOwner: String) throws -> Int {
+        let host = ownOwner.split(separator: "|").first.map(String.init) ?? ""
+        let owners = try database.read { db in
+            try db.query("SELECT DISTINCT lease_owner FROM channel_outbox WHERE state = 'pending' AND lease_owner IS NOT NULL").compactMap { $0.string("lease_owner") }
+        }
+        var released = 0
+        for owner in owners where owner != ownOwner {
+            let parts = owner.split(separator: "|")
+            guard parts.count == 3, String(parts[0]) == host, let pid = Int32(parts[1]) else { continue }
+            if !(kill(pid, 0) == 0 || errno == EPERM) || pid == getpid() {
+                released += try database.transaction { db in
+                    try db.run("UPDATE channel_outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = 'pending'", owner)
+                }
+            }
+        }
+        return released
+    }
+
+    /// A run's sends, oldest first.
+    public func entries(runID: String) throws -> [ChannelOutboxEntry] {
+        try database.read { db in try db.query("SELECT * FROM channel_outbox WHERE run_id = ? ORDER BY id", runID).compactMap(Self.entry) }
+    }
+
+    public func entries() throws -> [ChannelOutboxEntry] {
+        try database.read { db in try db.query("SELECT * FROM channel_outbox ORDER BY id").compactMap(Self.entry) }
+    }
+
+    public func entry(id: String) throws -> ChannelOutboxEntry? {
+        try database.read { db in try db.query("SELECT * FROM channel_outbox WHERE id = ?", id).first.flatMap(Self.entry) }
+    }
+
+    /// Forgets sends finished before `cutoff`; pending ones are never touched.
+    @discardableResult
+    public func removeFinished(before cutoff: Date) throws -> Int {
+        try database.deleteInBatches(from: "channel_outbox", where: "state <> 'pending' AND finished_at < ?", arguments: [Self.ms(cutoff)])
+    }
+}
+
+/// Channels by configured id, built at start from the gateway config and the embedder's own.
+public struct OutboundChannelRegistry: Sendable {
+    private var channels: [String: any OutboundChannel] = [:]
+
+    public init(_ channels: [any OutboundChannel] = []) {
+        for channel in channels { self.channels[channel.name] = channel }
+    }
+
+    public mutating func register(_ channel: any OutboundChannel) { channels[channel.name] = channel }
+    public var names: [String] { channels.keys.sorted() }
+    public func channel(named name: String) -> (any OutboundChannel)? { channels[name] }
+    public func has(_ name: String) -> Bool { channels[name] != nil }
+}
+
+/// One attempt at a channel send, and its outcome recorded on the row: the channel's lane of the outbox.
+public final class ChannelLane: OutboxLane {
+    public let name = "channels"
+    public let outbox: SQLiteChannelOutbox
+    public let channels: OutboundChannelRegistry
+    let clock: any WallClock
+    let policy: RetryPolicy
+    let log: Log
+
+    public init(outbox: SQLiteChannelOutbox, channels: OutboundChannelRegistry, clock: any WallClock, policy: RetryPolicy, log: Log) {
+        self.outbox = outbox
+        self.channels = channels
+        self.clock = clock
+        self.policy = policy
+        self.log = log
+    }
+
+    public func releaseAbandonedLeases(ownOwner owner: String) throws -> Int { try outbox.releaseAbandonedLeases(ownOwner: owner) }
+
+    public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [ChannelOutboxEntry] {
+        try await outbox.claimDue(owner: owner, now: now, lease: lease, limit: limit)
+    }
+
+    public func nextDue() throws -> Date? { try outbox.nextDue() }
+
+    public func attempt(_ entry: ChannelOutboxEntry, owner: String) async {
+        do {
+            let now = clock.now()
+            guard now < entry.expiresAt else {
+                try await outbox.settle(entry.id, owner: owner, state: .failed, reason: "gave up after 24 hours: \(entry.lastReason ?? "never sent")", remoteID: nil, at: now)
+                return
+            }
+            guard let channel = channels.channel(named: entry.channel) else {
+                // The gateway config lost this channel since: wait for it to come back rather than drop the output.
+                let next = now.addingTimeInterval(policy.delay(afterAttempts: entry.attempts + 1, retryAfter: nil))
+                try await outbox.reschedule(entry.id, owner: owner, at: next, reason: "channel '\(entry.channel)' is not configured")
+                return
+            }
+            let send = ChannelSend(id: entry.id, channel: entry.channel, destination: entry.destination, output: entry.output,
+                                   attempt: entry.attempts + 1, createdAt: entry.createdAt)
+            let outcome = await channel.attempt(send)
+            let after = clock.now()
+            switch outcome {
+            case .delivered(let remoteID):
+                try await outbox.settle(entry.id, owner: owner, state: .delivered, reason: nil, remoteID: remoteID, at: after)
+            case let .retry(retryAfter, reason):
+                let next = after.addingTimeInterval(policy.delay(afterAttempts: entry.attempts + 1, retryAfter: retryAfter))
+                if next >= entry.expiresAt {
+                    try await outbox.settle(entry.id, owner: owner, state: .failed, reason: "gave up: \(reason)", remoteID: nil, at: after)
+                } else {
+                    try await outbox.reschedule(entry.id, owner: owner, at: next, reason: reason)
+                }
+            case .rejected(let reason):
+                try await outbox.settle(entry.id, owner: owner, state: .rejected, reason: reason, remoteID: nil, at: after)
+                log.warning("channels: \(entry.channel) refused send \(entry.id): \(reason)")
+            case .failed(let reason):
+                try await outbox.settle(entry.id, owner: owner, state: .failed, reason: reason, remoteID: nil, at: after)
+                log.warning("channels: send \(entry.id) to \(entry.channel) failed: \(reason)")
+            }
+        } catch {
+            // The row keeps its lease; it becomes claimable again when the lease ends.
+            log.error("channels: cannot record the outcome of send \(entry.id): \(error)")
+        }
+    }
+}
+
+/// Empties the channel outbox: the shared outbox loop over the channel lane.
+public typealias ChannelDispatcher = OutboxDispatcher<ChannelLane>
