@@ -22,7 +22,7 @@ final class IncomingWebhookPoster: Sendable {
     let timeout: Duration
     let client: HTTP2Client
     let scrubber: SecretScrubber
-    private let progress = Mutex<[String: (pieces: Int, remoteID: String?)]>([:])
+    private let progress = Mutex<[String: PieceProgress]>([:])
 
     init(channel: String, service: String, url: WebhookURL, timeout: Duration, caFile: String?) {
         self.channel = channel
@@ -48,7 +48,7 @@ final class IncomingWebhookPoster: Sendable {
     func post(_ send: ChannelSend, pieces: [[UInt8]], answer: (ClientResponse) -> (outcome: ChannelSendOutcome, remoteID: String?)) async -> ChannelSendOutcome {
         let target: WebhookURL
         do { target = try self.target(for: send.destination) } catch { return .failed(reason: error.description) }
-        var done = progress.withLock { $0[send.id] } ?? (0, nil)
+        var done = progress.withLock { $0[send.id] } ?? PieceProgress(pieces: 0, remoteID: nil)
         let total = pieces.count
         while done.pieces < total {
             let request = ClientRequest(method: "POST", url: target.text, headers: [("Content-Type", "application/json; charset=utf-8")],
@@ -56,8 +56,10 @@ final class IncomingWebhookPoster: Sendable {
             let which = total > 1 ? " (message \(done.pieces + 1) of \(total))" : ""
             let outcome: ChannelSendOutcome
             var remoteID: String?
+            let response: ClientResponse
             do {
-                (outcome, remoteID) = answer(try await client.send(request))
+                response = try await client.send(request)
+                (outcome, remoteID) = answer(response)
             } catch {
                 outcome = .retry(after: nil, reason: "could not reach \(service): \(error.description)")
             }
@@ -68,7 +70,7 @@ final class IncomingWebhookPoster: Sendable {
                 }
                 return Self.annotate(outcome, with: which, scrubber: scrubber)
             }
-            done = (done.pieces + 1, done.remoteID ?? remoteID)
+            done = PieceProgress(pieces: done.pieces + 1, remoteID: done.remoteID ?? remoteID)
             let kept = done
             progress.withLock { $0[send.id] = kept }
         }
@@ -104,6 +106,12 @@ final class IncomingWebhookPoster: Sendable {
         }
         throw ChannelConfigError(field: settings.field("webhook_url"), problem: "is required (or its aliases url, default_output_to)")
     }
+}
+
+/// How far a multi-piece send got: pieces delivered, and the first one's remote id.
+struct PieceProgress: Sendable {
+    var pieces: Int
+    var remoteID: String?
 }
 
 /// The `teams` channel: a Microsoft Teams incoming webhook (or a Workflows "When a Teams webhook request is

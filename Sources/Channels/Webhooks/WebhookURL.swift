@@ -45,7 +45,7 @@ struct WebhookURL: Sendable, Equatable {
     /// link-local or cloud metadata.
     static func parseDestination(_ text: String, channel: String) throws(DestinationError) -> WebhookURL {
         guard let url = WebhookURL(text) else {
-            throw .invalid("\(channel): '\(text.prefix(40))…' is not an absolute https:// URL")
+            throw .invalid("\(channel): `to` is not an absolute https:// URL with a host")
         }
         if url.scheme == "http" && !url.isLoopback {
             throw .invalid("\(channel): a destination URL must be https:// (plain http:// is allowed only for loopback hosts: 127.0.0.1, ::1, localhost), got \(url.display)")
