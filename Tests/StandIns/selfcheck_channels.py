@@ -362,7 +362,8 @@ def receiver():
             headers = {"Content-Type": "application/json", "webhook-id": msg_id, "webhook-timestamp": str(int(when.timestamp())), "webhook-signature": signature}
             if soulacy:
                 t = str(int(when.timestamp()))
-                headers["X-Soulacy-Signature"] = f"t={t},v1=" + hmac.new(secret.encode(), f"{t}.{text}".encode(), hashlib.sha256).hexdigest()
+                headers["X-Soulacy-Timestamp"] = t
+                headers["X-Soulacy-Signature"] = "sha256=" + hmac.new(secret.encode(), f"{t}.{text}".encode(), hashlib.sha256).hexdigest()
             headers.update(extra or {})
             return s.call("POST", "/hooks/run-finished", text, headers, timeout=timeout), msg_id
 
@@ -370,7 +371,7 @@ def receiver():
         check("receiver verified delivery (two signatures, one valid) -> 200", status == 200, body)
         (status, _, body), _ = deliver({"event": "x"}, sign=False)
         check("receiver no valid Standard Webhooks signature -> 401", status == 401 and body["standard"]["verified"] is False, body)
-        (status, _, body), _ = deliver({"event": "x"}, extra={"X-Soulacy-Signature": "t=1,v1=00"})
+        (status, _, body), _ = deliver({"event": "x"}, extra={"X-Soulacy-Signature": "sha256=" + "0" * 64})
         check("receiver bad Soulacy signature -> 401", status == 401 and body["soulacy"]["verified"] is False, body)
         (status, _, body), _ = deliver({"event": "x"}, when=datetime.datetime.now(tz=datetime.timezone.utc) - datetime.timedelta(minutes=10))
         check("receiver stale timestamp -> 401", status == 401 and "too old" in body["standard"]["error"], body)

@@ -13,8 +13,12 @@ What it checks:
     webhook-timestamp (unix seconds, within 5 minutes) and webhook-signature, a space-separated list of
     "v1,<base64 HMAC-SHA256 of '<id>.<timestamp>.<body>'>" keyed by the base64-decoded part of the whsec_ secret;
     any listed v1 signature may match (key rotation); unknown versions are ignored.
-  * Soulacy's own header X-Soulacy-Signature: "t=<unix>,v1=<hex>" -- see soulacy_signature() below, the one place
-    that holds this scheme's ASSUMPTIONS, to be checked against the gateway's spec when it is written down.
+    A --secret without the whsec_ prefix is handed to the package as its raw UTF-8 bytes (Webhook(secret.encode())),
+    as the gateway documents for such secrets (the package would otherwise base64-decode the string).
+  * Soulacy's own headers, as the original channel adapter sends them (soulacy-personal internal/channels/webhook,
+    sign.go): X-Soulacy-Timestamp: <unix> and X-Soulacy-Signature: sha256=<hex> (bare hex also accepted, as the
+    original's verifier does) -- see soulacy_signature() below. (An earlier version of this stand-in assumed the
+    event hooks' "t=<unix>,v1=<hex>" header, which belongs to `hooks:`, not to the webhook channel.)
   * A delivery is "verified" when at least one scheme is present and every present one verifies. An unverified
     delivery is answered 401 {"error": "signature verification failed", ...} unless --accept-unverified (then it
     gets the scripted/default answer like any other); it is recorded either way.
@@ -50,37 +54,33 @@ MAX_SEEN = 10000
 
 
 def soulacy_signature(secret, timestamp, body):
-    """ASSUMED SCHEME (to be verified against the gateway's documented one when it exists):
-         header   X-Soulacy-Signature: t=<unix seconds>,v1=<hex>
-         v1       lowercase hex HMAC-SHA256 over the bytes "<t>.<raw body>"
-         key      the secret's raw bytes exactly as configured (UTF-8 of the whole string, a "whsec_" prefix
+    """The original adapter's scheme (soulacy-personal internal/channels/webhook/sign.go):
+         headers  X-Soulacy-Timestamp: <unix seconds>   X-Soulacy-Signature: sha256=<hex>
+         hex      lowercase hex HMAC-SHA256 over the bytes "<timestamp>.<raw body>"
+         key      the secret's raw bytes exactly as configured (UTF-8 of the whole trimmed string, a "whsec_" prefix
                   included, NOT base64-decoded as Standard Webhooks does)
-       Returns the expected hex digest; change only this function (and soulacy_verify's parsing) when the facts differ."""
-    key = secret.encode("utf-8")
+       Returns the expected hex digest."""
+    key = secret.strip().encode("utf-8")
     return hmac.new(key, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
 
 
-def soulacy_verify(secret, header, body, now=None):
-    """(verified, error) for an X-Soulacy-Signature header; several v1= entries may be listed."""
-    parts = {}
-    signatures = []
-    for item in header.split(","):
-        name, _, value = item.strip().partition("=")
-        if name == "v1":
-            signatures.append(value)
-        elif name:
-            parts[name] = value
-    timestamp = parts.get("t", "")
+def soulacy_verify(secret, timestamp, header, body, now=None):
+    """(verified, error) for X-Soulacy-Timestamp and X-Soulacy-Signature ("sha256=<hex>" or bare hex), within the
+    original verifier's 5-minute tolerance (stale and future timestamps both refused)."""
+    if timestamp is None:
+        return False, "no X-Soulacy-Timestamp header"
     if not re.fullmatch(r"\d+", timestamp):
-        return False, "no t=<unix seconds>"
+        return False, "X-Soulacy-Timestamp is not unix seconds"
     if abs((now or time.time()) - int(timestamp)) > TOLERANCE:
         return False, "timestamp outside the 5-minute tolerance"
-    if not signatures:
-        return False, "no v1= signature"
-    expected = soulacy_signature(secret, timestamp, body)
-    if any(hmac.compare_digest(expected, s.lower()) for s in signatures):
+    signature = header.strip()
+    if signature.startswith("sha256="):
+        signature = signature[len("sha256="):]
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", signature):
+        return False, "X-Soulacy-Signature is not sha256=<64 hex digits>"
+    if hmac.compare_digest(soulacy_signature(secret, timestamp, body), signature.lower()):
         return True, None
-    return False, "no v1 signature matched"
+    return False, "the sha256 signature did not match"
 
 
 class Receiver(cc.ChannelStandIn):
@@ -105,7 +105,7 @@ class Receiver(cc.ChannelStandIn):
         last_error = "no secret configured"
         for secret in self.secrets:
             try:
-                Webhook(secret).verify(body, present, json_parse=False)
+                Webhook(secret if secret.startswith("whsec_") else secret.encode("utf-8")).verify(body, present, json_parse=False)
                 return {"present": True, "verified": True, "error": None, "signatures": count}
             except WebhookVerificationError as problem:
                 last_error = str(problem)
@@ -119,7 +119,7 @@ class Receiver(cc.ChannelStandIn):
             return {"present": False, "verified": False, "error": None}
         if not self.soulacy_secret:
             return {"present": True, "verified": False, "error": "no soulacy secret configured"}
-        verified, error = soulacy_verify(self.soulacy_secret, header, body)
+        verified, error = soulacy_verify(self.soulacy_secret, headers.get("x-soulacy-timestamp", [None])[0], header, body)
         return {"present": True, "verified": verified, "error": error}
 
     def take_step(self, path):

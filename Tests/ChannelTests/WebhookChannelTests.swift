@@ -1,0 +1,343 @@
+import ChannelAPI
+import ChannelTesting
+import Crypto
+import Foundation
+import GatewayTestSupport
+import JSON
+import Testing
+import Webhooks
+
+/// The `webhook` channel against a receiver that verifies every delivery with the independent `standardwebhooks`
+/// package (Standard Webhooks) and checks the original's `X-Soulacy-Signature: sha256=<hex>`.
+@Suite("Webhook channel", .serialized)
+struct WebhookChannelTests {
+    static let output = Output(agentID: "brief", agentName: "Morning brief", sessionID: "sess-42", title: "Result from brief",
+                               parts: ["Rain at 3 pm.", "", "Take an umbrella."], metadata: ["trigger": "schedule"])
+
+    func channel(_ values: [String: ChannelSetting], clock: any WallClock = SystemWallClock()) throws -> any OutboundChannel {
+        let made = try WebhookChannelFactory(clock: clock).make(ChannelSettings(kind: "webhook", values: values))
+        #expect(made.count == 1)
+        return try #require(made.first)
+    }
+
+    func send(_ id: String = "dlv_" + UUID().uuidString.replacingOccurrences(of: "-", with: ""), to: String = "", attempt: Int = 1) -> ChannelSend {
+        ChannelSend(id: id, channel: "webhook", destination: to, output: Self.output, attempt: attempt, createdAt: Date(timeIntervalSince1970: 1_767_268_800))
+    }
+
+    func configError(_ values: [String: ChannelSetting]) -> ChannelConfigError? {
+        do {
+            _ = try WebhookChannelFactory().make(ChannelSettings(kind: "webhook", values: values))
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    func refusal(_ channel: any OutboundChannel, _ to: String) -> String? {
+        do {
+            try channel.validate(destination: to)
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
+    @Test("a delivery carries the event body, a Standard Webhooks signature the independent package verifies, and the original's sha256 signature")
+    func verifiedDelivery() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let webhook = try channel(["url": .string(receiver.url("/hooks/a")), "secret": .string(secret), "ca_file": .string(receiver.caFile),
+                                   "headers": .map(["X-Team": .string("ops")])])
+        let delivery = send()
+        #expect(await webhook.attempt(delivery) == .delivered(remoteID: nil))
+        let record = try #require(try await receiver.deliveries().first)
+        #expect(record["verified"] == true)
+        #expect(record["standard"]?["verified"] == true)
+        #expect(record["standard"]?["signatures"] == 1)
+        #expect(record["soulacy"]?["verified"] == true)
+        #expect(record["status"] == 200)
+        #expect(record["path"] == "/hooks/a")
+        let headers = try #require(record["headers"])
+        #expect(headers["webhook-id"]?.stringValue == delivery.id)
+        #expect(headers["x-soulacy-timestamp"] == headers["webhook-timestamp"])
+        #expect(headers["x-soulacy-signature"]?.stringValue?.hasPrefix("sha256=") == true)
+        #expect(headers["x-soulacy-signature"]?.stringValue?.count == 7 + 64)
+        #expect(headers["content-type"] == "application/json")
+        #expect(headers["x-team"] == "ops")
+        let now = Date().timeIntervalSince1970
+        #expect(abs((Double(headers["webhook-timestamp"]?.stringValue ?? "") ?? 0) - now) < 30)
+        let body = try JSONValue.parse(Array((record["body"]?.stringValue ?? "").utf8))
+        #expect(body["id"]?.stringValue == delivery.id)
+        #expect(body["type"] == "agent.output")
+        #expect(body["agent_id"] == "brief")
+        #expect(body["agent_name"] == "Morning brief")
+        #expect(body["session_id"] == "sess-42")
+        #expect(body["title"] == "Result from brief")
+        #expect(body["parts"] == [["type": "text", "text": "Rain at 3 pm."], ["type": "text", "text": "Take an umbrella."]])
+        #expect(body["text"] == "Rain at 3 pm.\n\nTake an umbrella.")
+        #expect(body["metadata"] == ["trigger": "schedule"])
+        let created = try #require(body["created_at"]?.stringValue)
+        #expect(ISO8601DateFormatter.withFractionalSeconds.date(from: created) == Date(timeIntervalSince1970: 1_767_268_800))
+    }
+
+    /// The receiver snippet from WebhookChannel's documentation, as a reader would paste it.
+    func verified(id: String, timestamp: String, signatures: String, body: [UInt8], secret: String) -> Bool {
+        guard let t = Int64(timestamp), abs(Int64(Date().timeIntervalSince1970) - t) <= 300,
+              let key = Data(base64Encoded: String(secret.dropFirst("whsec_".count))) else { return false }
+        let mac = HMACSHA256.authenticate(Array("\(id).\(timestamp).".utf8) + body, key: Array(key))
+        let expected = Array(("v1," + Data(mac).base64EncodedString()).utf8)
+        return signatures.split(separator: " ").contains { SecureBytes.constantTimeEqual(Array($0.utf8), expected) }
+    }
+
+    @Test("the documented Swift receiver snippet verifies a real delivery, and refuses it under another key")
+    func receiverSnippet() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let webhook = try channel(["url": .string(receiver.url()), "secret": .string(secret), "ca_file": .string(receiver.caFile)])
+        #expect(await webhook.attempt(send()) == .delivered(remoteID: nil))
+        let record = try #require(try await receiver.deliveries().first)
+        let h = try #require(record["headers"])
+        let body = Array((record["body"]?.stringValue ?? "").utf8)
+        let args = (h["webhook-id"]?.stringValue ?? "", h["webhook-timestamp"]?.stringValue ?? "", h["webhook-signature"]?.stringValue ?? "")
+        #expect(verified(id: args.0, timestamp: args.1, signatures: args.2, body: body, secret: secret))
+        #expect(!verified(id: args.0, timestamp: args.1, signatures: args.2, body: body, secret: WebhookReceiverStandIn.makeSecret()))
+        #expect(!verified(id: args.0, timestamp: args.1, signatures: args.2, body: body + [0x20], secret: secret))
+    }
+
+    @Test("during a key rotation every delivery carries one signature per secret and verifies with either key alone")
+    func rotation() async throws {
+        let new = WebhookReceiverStandIn.makeSecret(), old = WebhookReceiverStandIn.makeSecret()
+        // The receiver still knows only the old key for Standard Webhooks; its Soulacy check uses the first secret.
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [old], soulacySecret: new)
+        defer { receiver.stop() }
+        let webhook = try channel(["url": .string(receiver.url()), "secret": .string(new), "secrets": .list([.string(old)]),
+                                   "ca_file": .string(receiver.caFile)])
+        #expect(await webhook.attempt(send()) == .delivered(remoteID: nil))
+        try await receiver.control("POST", "/control/secrets", json: ["secrets": .array([.string(new)])])
+        #expect(await webhook.attempt(send()) == .delivered(remoteID: nil))
+        let deliveries = try await receiver.deliveries()
+        #expect(deliveries.count == 2)
+        for record in deliveries {
+            #expect(record["verified"] == true)
+            #expect(record["standard"]?["verified"] == true)
+            #expect(record["standard"]?["signatures"] == 2)
+            #expect(record["soulacy"]?["verified"] == true)
+        }
+    }
+
+    @Test("a secret without whsec_ is used as its raw bytes, for both signatures")
+    func rawSecret() async throws {
+        let secret = "plain-shared-secret-from-the-original"
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let webhook = try channel(["url": .string(receiver.url()), "secret": .string(secret), "ca_file": .string(receiver.caFile)])
+        #expect(await webhook.attempt(send()) == .delivered(remoteID: nil))
+        let record = try #require(try await receiver.deliveries().first)
+        #expect(record["standard"]?["verified"] == true)
+        #expect(record["soulacy"]?["verified"] == true)
+    }
+
+    @Test("a 500 is retried with the same webhook-id and a fresh timestamp, and both attempts verify")
+    func stableIDAcrossRetry() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let clock = ManualClock(Date())
+        let webhook = try channel(["url": .string(receiver.url()), "secret": .string(secret), "ca_file": .string(receiver.caFile)], clock: clock)
+        try await receiver.script([["status": 500], ["status": 200]])
+        let first = send()
+        guard case .retry(_, let reason) = await webhook.attempt(first) else { Issue.record("a 500 is worth a retry"); return }
+        #expect(reason.contains("answered 500"))
+        clock.advance(by: .seconds(90))
+        var second = first
+        second.attempt = 2
+        #expect(await webhook.attempt(second) == .delivered(remoteID: nil))
+        let deliveries = try await receiver.deliveries()
+        #expect(deliveries.count == 2)
+        #expect(deliveries.map { $0["headers"]?["webhook-id"]?.stringValue } == [first.id, first.id])
+        #expect(deliveries.map { $0["verified"] } == [true, true])
+        #expect(deliveries[1]["duplicate"] == true)
+        let stamps = deliveries.compactMap { Int($0["headers"]?["webhook-timestamp"]?.stringValue ?? "") }
+        #expect(stamps.count == 2 && stamps[1] - stamps[0] == 90)
+        #expect(deliveries[0]["body"] == deliveries[1]["body"])
+    }
+
+    @Test("410 Gone rejects and disables the endpoint: the next send is rejected without a request, a re-created channel sends again")
+    func goneDisables() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let config: [String: ChannelSetting] = ["endpoints": .map(["alerts": .map(["url": .string(receiver.url("/alerts")), "secret": .string(secret)]),
+                                                                   "audit": .map(["url": .string(receiver.url("/audit")), "secret": .string(secret)])]),
+                                                "ca_file": .string(receiver.caFile)]
+        let webhook = try channel(config)
+        try await receiver.script([["status": 410]])
+        guard case .rejected(let reason) = await webhook.attempt(send(to: "alerts")) else { Issue.record("410 is final"); return }
+        #expect(reason.contains("410 Gone"))
+        #expect(await webhook.attempt(send(to: "alerts")) == .rejected(reason: "endpoint alerts was disabled after 410 Gone; re-enable it in the gateway config"))
+        #expect(try await receiver.deliveries().count == 1)
+        // Other endpoints are untouched.
+        #expect(await webhook.attempt(send(to: "audit")) == .delivered(remoteID: nil))
+        #expect(try await receiver.deliveries().count == 2)
+        // The framework re-creates channels on a config change, which re-enables.
+        #expect(await (try channel(config)).attempt(send(to: "alerts")) == .delivered(remoteID: nil))
+    }
+
+    @Test("429 with Retry-After and 503 are retried, Retry-After honoured; other 4xx are rejected with the answer's words")
+    func statusMapping() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let webhook = try channel(["url": .string(receiver.url()), "secret": .string(secret), "ca_file": .string(receiver.caFile)])
+        try await receiver.script([["status": 429, "retry_after": 7], ["status": 503], ["status": 422], ["status": 301]])
+        guard case .retry(let after, let reason) = await webhook.attempt(send()) else { Issue.record("429 is worth a retry"); return }
+        #expect(after == .seconds(7))
+        #expect(reason.contains("429"))
+        guard case .retry(nil, _) = await webhook.attempt(send()) else { Issue.record("503 is worth a retry"); return }
+        guard case .rejected(let refused) = await webhook.attempt(send()) else { Issue.record("422 is final"); return }
+        #expect(refused.contains("answered 422"))
+        #expect(refused.contains(#""status":422"#) || refused.contains(#""status": 422"#))
+        guard case .rejected(let redirect) = await webhook.attempt(send()) else { Issue.record("a redirect is not followed"); return }
+        #expect(redirect.contains("301"))
+    }
+
+    @Test("an endpoint that never answers is retried after the configured timeout")
+    func hang() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let webhook = try channel(["url": .string(receiver.url()), "secret": .string(secret), "ca_file": .string(receiver.caFile), "timeout_seconds": .number(1)])
+        try await receiver.script([["hang": true]])
+        let started = ContinuousClock.now
+        guard case .retry(nil, let reason) = await webhook.attempt(send()) else { Issue.record("a timeout is worth a retry"); return }
+        #expect(ContinuousClock.now - started < .seconds(8))
+        #expect(reason.contains("could not reach webhook endpoint channels.webhook.url"))
+    }
+
+    @Test("`to` names an endpoint, or a URL only with allow_any_url (https, http for loopback), or is empty for the single url")
+    func destinations() throws {
+        let named: [String: ChannelSetting] = ["url": .string("https://hooks.example.com/in"), "endpoints": .map(["alerts": .map(["url": .string("https://a.example.com/x")]),
+                                                                                                        "audit": .string("https://b.example.com/y")])]
+        let strict = try channel(named)
+        #expect(refusal(strict, "") == nil)
+        #expect(refusal(strict, "alerts") == nil)
+        #expect(refusal(strict, "audit") == nil)
+        #expect(refusal(strict, "nope")?.contains("not a named endpoint (configured: alerts, audit)") == true)
+        #expect(refusal(strict, "https://other.example.com/h")?.contains("allowed only when channels.webhook.allow_any_url is true") == true)
+        var open = named
+        open["allow_any_url"] = .bool(true)
+        let any = try channel(open)
+        #expect(refusal(any, "https://other.example.com/h") == nil)
+        #expect(refusal(any, "http://127.0.0.1:8080/h") == nil)
+        #expect(refusal(any, "http://localhost/h") == nil)
+        #expect(refusal(any, "http://example.com/h")?.contains("plain http:// is allowed only for loopback hosts") == true)
+        #expect(refusal(any, "https://169.254.169.254/latest")?.contains("link-local") == true)
+        #expect(refusal(any, "https:///nohost") != nil)
+        let onlyNamed = try channel(["endpoints": .map(["alerts": .string("https://a.example.com/x")])])
+        #expect(refusal(onlyNamed, "")?.contains("name one of its endpoints: alerts") == true)
+    }
+
+    @Test("a named endpoint gets its own path, secret and headers; an ad-hoc URL the block's secret and no headers")
+    func namedAndAdHoc() async throws {
+        let top = WebhookReceiverStandIn.makeSecret(), audit = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [top, audit], soulacySecret: audit)
+        defer { receiver.stop() }
+        let webhook = try channel(["url": .string(receiver.url("/main")), "secret": .string(top), "headers": .string("Authorization: Bearer main-endpoint-credential"),
+                                   "allow_any_url": .string("yes"), "ca_file": .string(receiver.caFile),
+                                   "endpoints": .map(["audit": .map(["url": .string(receiver.url("/audit")), "secret": .string(audit),
+                                                                     "headers": .map(["X-Audit": .string("1")])])])])
+        #expect(await webhook.attempt(send(to: "audit")) == .delivered(remoteID: nil))
+        let record = try #require(try await receiver.deliveries().last)
+        #expect(record["path"] == "/audit")
+        #expect(record["verified"] == true)
+        #expect(record["headers"]?["x-audit"] == "1")
+        #expect(record["headers"]?["authorization"] == nil)
+        try await receiver.control("POST", "/control/secrets", json: ["soulacy_secret": .string(top)])
+        #expect(await webhook.attempt(send(to: receiver.url("/adhoc"))) == .delivered(remoteID: nil))
+        let adHoc = try #require(try await receiver.deliveries().last)
+        #expect(adHoc["path"] == "/adhoc")
+        #expect(adHoc["verified"] == true)
+        #expect(adHoc["headers"]?["authorization"] == nil)
+        #expect(await webhook.attempt(send()) == .delivered(remoteID: nil))
+        #expect(try await receiver.deliveries().last?["headers"]?["authorization"] == "Bearer main-endpoint-credential")
+    }
+
+    @Test("the original's template sends a signed plain-text body")
+    func template() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let webhook = try channel(["default_output_to": .string(receiver.url()), "secret": .string(secret), "ca_file": .string(receiver.caFile),
+                                   "template": .string("{agent_id} says: {text} ({unknown})")])
+        #expect(await webhook.attempt(send()) == .delivered(remoteID: nil))
+        let record = try #require(try await receiver.deliveries().first)
+        #expect(record["verified"] == true)
+        #expect(record["body"] == "brief says: Rain at 3 pm.\n\nTake an umbrella. ({unknown})")
+        #expect(record["headers"]?["content-type"] == "text/plain; charset=utf-8")
+    }
+
+    @Test("config errors name the key")
+    func configErrors() {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        #expect(configError([:])?.description.hasPrefix("channels.webhook.url: is required") == true)
+        #expect(configError(["url": .string("ftp://x/y")])?.field == "channels.webhook.url")
+        #expect(configError(["default_output_to": .string("not a url")])?.field == "channels.webhook.default_output_to")
+        #expect(configError(["url": .string("https://x.example/h"), "method": .string("DELETE")])?.field == "channels.webhook.method")
+        #expect(configError(["url": .string("https://x.example/h"), "timeout_seconds": .number(0)])?.field == "channels.webhook.timeout_seconds")
+        #expect(configError(["url": .string("https://x.example/h"), "secret": .string("whsec_!!!not base64")])?.field == "channels.webhook.secret")
+        #expect(configError(["url": .string("https://x.example/h"), "secret": .string("whsec_c2hvcnQ=")])?.problem.contains("at least 24") == true)
+        #expect(configError(["url": .string("https://x.example/h"), "secrets": .list([.string(secret), .string("whsec_%%")])])?.field == "channels.webhook.secrets[1]")
+        #expect(configError(["url": .string("https://x.example/h"), "allow_any_url": .string("maybe")])?.field == "channels.webhook.allow_any_url")
+        #expect(configError(["url": .string("https://x.example/h"), "headers": .map(["webhook-signature": .string("v1,x")])])?.field == "channels.webhook.headers.webhook-signature")
+        #expect(configError(["url": .string("https://x.example/h"), "headers": .string("no colon here")])?.field == "channels.webhook.headers")
+        #expect(configError(["endpoints": .map(["a": .map(["secret": .string(secret)])])])?.description == "channels.webhook.endpoints.a.url: is required")
+        #expect(configError(["endpoints": .map(["a b": .string("https://x.example/h")])])?.field == "channels.webhook.endpoints.a b")
+        #expect(configError(["endpoints": .list([])])?.field == "channels.webhook.endpoints")
+        #expect(configError(["endpoints": .map(["a": .map(["url": .string("https://x.example/h"), "secret": .string("whsec_")])])])?.field == "channels.webhook.endpoints.a.secret")
+        #expect(configError(["url": .string("https://169.254.169.254/latest")])?.field == "channels.webhook.url")
+    }
+
+    @Test("no secret, key, credential header or URL token appears in any reason")
+    func noSecretsInReasons() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret(), other = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [other])  // our signatures will not verify: 401
+        defer { receiver.stop() }
+        let pathToken = "path-token-0123456789abcdef", queryToken = "query-token-fedcba9876543210"
+        let url = receiver.url("/hooks/\(pathToken)?token=\(queryToken)")
+        let config: [String: ChannelSetting] = ["url": .string(url), "secret": .string(secret), "headers": .map(["Authorization": .string("Bearer header-credential-42")]),
+                                                "ca_file": .string(receiver.caFile), "timeout_seconds": .number(1)]
+        let webhook = try channel(config)
+        var reasons: [String] = []
+        func collect(_ outcome: ChannelSendOutcome) {
+            switch outcome {
+            case .retry(_, let reason), .rejected(let reason), .failed(let reason): reasons.append(reason)
+            case .delivered: Issue.record("expected a refusal")
+            }
+        }
+        collect(await webhook.attempt(send()))  // 401 signature verification failed
+        try await receiver.control("POST", "/control/secrets", json: ["secrets": .array([.string(secret)]), "soulacy_secret": .string(secret)])
+        try await receiver.script([["status": 429, "retry_after": 1], ["status": 400], ["hang": true], ["status": 410]])
+        for _ in 0..<5 { collect(await webhook.attempt(send())) }
+        receiver.stop()
+        collect(await (try channel(config)).attempt(send()))  // connection refused
+        #expect(reasons.count == 7)
+        #expect(reasons[5].contains("was disabled after 410 Gone"))
+        #expect(reasons[0].contains("401") && reasons[0].contains("signature verification failed"))
+        let key = Data(base64Encoded: String(secret.dropFirst(6)))!.base64EncodedString()
+        for reason in reasons {
+            for secretText in [secret, String(secret.dropFirst(6)), key, pathToken, queryToken, "header-credential-42", url] {
+                #expect(!reason.contains(secretText), "\(reason)")
+            }
+        }
+    }
+}
+
+extension ISO8601DateFormatter {
+    static var withFractionalSeconds: ISO8601DateFormatter {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter
+    }
+}
