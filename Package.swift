@@ -84,7 +84,7 @@ let package = Package(
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
         .target(name: "GatewayHTTP", dependencies: ["APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
-        .target(name: "Gateway", dependencies: ["ChannelDelivery", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+        .target(name: "Gateway", dependencies: ["ChannelDelivery", "Webhooks", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),

@@ -1,9 +1,12 @@
 import ChannelAPI
 import ChannelDelivery
+import Webhooks
 
 extension Gateway {
     /// The channels this gateway builds from a Soulacy user's `channels:` block, by kind.
-    public static let builtInChannelFactories: [any ChannelFactory] = []
+    public static let builtInChannelFactories: [any ChannelFactory] = [
+        WebhookChannelFactory(), TeamsChannelFactory(), GoogleChatChannelFactory(),
+    ]
 
     /// Every enabled block built by its kind's factory, then the embedder's own channels. A block that cannot work
     /// as written is said in the log with the key at fault and left out; the rest of the gateway serves on (as the
