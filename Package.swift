@@ -70,6 +70,8 @@ let package = Package(
         .target(name: "ChannelSupport", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/ChannelSupport"),
         // Outbound webhooks (Standard Webhooks and Soulacy signatures, named endpoints), Teams and Google Chat incoming webhooks.
         .target(name: "Webhooks", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON", "Crypto"], path: "Sources/Channels/Webhooks"),
+        // Telegram bots: sendMessage (split at 4096 UTF-16 units) and getUpdates long polling for an agent's inbound.
+        .target(name: "Telegram", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/Telegram"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
@@ -110,7 +112,7 @@ let package = Package(
         .testTarget(name: "AgentsTests", dependencies: ["Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
-        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto"],
+        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram"],
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
