@@ -13,6 +13,8 @@ public enum SidecarEnvValue: Sendable, Equatable {
 /// Why a sidecar's environment cannot be built. Names the variable, never its value.
 public struct SidecarEnvError: Error, Sendable, Equatable, CustomStringConvertible {
     public let description: String
+
+    public init(description: String) { self.description = description }
 }
 
 /// A sidecar: the channel id SOUL.yaml names, and how to start the program that serves it.

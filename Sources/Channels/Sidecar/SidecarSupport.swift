@@ -13,7 +13,8 @@ public enum SidecarBackoff {
         return .milliseconds(Int64((jittered * 1000).rounded()))
     }
 
-    static func seconds(_ duration: Duration) -> Double {
+    /// A duration in seconds.
+    public static func seconds(_ duration: Duration) -> Double {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
