@@ -410,6 +410,8 @@ struct SidecarTests {
                                                                                         .map(["channel": .string("a"), "command": .string("z")])])]))
         }
         #expect(throws: ChannelConfigError(field: "channels.sidecars", problem: "must be a list of sidecars")) { try SidecarChannelFactory.blocks(from: .string("x")) }
+        let unclosed = try SidecarChannelFactory.blocks(from: .list([.map(["channel": .string("x"), "command": .string("y"), "env": .map(["A": .string("${OPEN")])])]))
+        #expect(throws: ChannelConfigError(field: "channels.sidecars[0].env.A", problem: "'${' without a closing '}'")) { try factory.make(unclosed[0]) }
     }
 
     @Test("a spawn failure is a restart failed status and goes into backoff; the gateway's secrets never reach the reason")

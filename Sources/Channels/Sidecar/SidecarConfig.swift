@@ -191,7 +191,10 @@ public struct SidecarChannelFactory: ChannelFactory {
                 case .list, .null: throw ChannelConfigError(field: field, problem: "must be a string or {file: PATH}")
                 default:
                     let text = value.text ?? ""
-                    do { _ = try SidecarConfig.interpolate(text, key: key, host: nil) } catch { throw ChannelConfigError(field: field, problem: error.description) }
+                    do { _ = try SidecarConfig.interpolate(text, key: key, host: nil) } catch {
+                        let problem = error.description.hasPrefix("env \(key): ") ? String(error.description.dropFirst("env \(key): ".count)) : error.description
+                        throw ChannelConfigError(field: field, problem: problem)
+                    }
                     env[key] = .text(text)
                 }
             }

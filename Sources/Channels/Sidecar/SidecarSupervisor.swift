@@ -390,6 +390,8 @@ public actor SidecarSupervisor {
     }
 
     private func release(_ id: String, ticket: Int, with answer: AckAnswer) {
+        // A late ack for it is then ignored (the framework's retry sends the same id again).
+        pendingAcks.remove(id)
         acks.release(id, ticket: ticket, with: answer)
     }
 
