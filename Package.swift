@@ -42,6 +42,9 @@ let package = Package(
         .target(name: "Crypto", dependencies: ["COpenSSL"], path: "Sources/Crypto"),
         .target(name: "HTTPClient", dependencies: ["CCurl", "CCurlShims"], path: "Sources/HTTPClient"),
         .target(name: "JSON", path: "Sources/JSON"),
+        // Child processes: spawned clean (given env, own process group, no inherited descriptors), pipes read and
+        // written without blocking the cooperative pool, waited for and signalled. Agents' commands and sidecars.
+        .target(name: "Subprocess", dependencies: ["CProcessShims"], path: "Sources/Subprocess"),
         // Only the libmicrohttpd wrapper: requests in, responses out. Routing, callers and the error shape are the API kit's.
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"], path: "Sources/HTTPServer"),
         // The API kit over the server, in Hummingbird 2's shape: routes and groups, middleware, the authenticated
@@ -67,6 +70,8 @@ let package = Package(
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
         // What the HTTP chat channels share: message splitting and the meaning of an HTTP answer.
+        // Soulacy's External Channel Protocol v1: chat channels as supervised child processes speaking NDJSON.
+        .target(name: "Sidecar", dependencies: ["ChannelAPI", "Subprocess", "JSON"], path: "Sources/Channels/Sidecar"),
         .target(name: "ChannelSupport", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/ChannelSupport"),
         // Outbound webhooks (Standard Webhooks and Soulacy signatures, named endpoints), Teams and Google Chat incoming webhooks.
         .target(name: "Webhooks", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON", "Crypto"], path: "Sources/Channels/Webhooks"),
@@ -76,7 +81,7 @@ let package = Package(
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
         // Agents: their files (config, hot reload), cron and the scheduler, runs and their runners (command, LLM, phone tools).
-        .target(name: "Agents", dependencies: ["ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "Mobile", "SQLite", "YAML", "CProcessShims"],
+        .target(name: "Agents", dependencies: ["ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "Mobile", "SQLite", "YAML", "Subprocess"],
                 path: "Sources/Host/Agents"),
         .target(name: "Approvals", dependencies: ["ChannelAPI", "Crypto", "Mobile", "SQLite"], path: "Sources/Host/Approvals"),
         .target(name: "Household", dependencies: ["Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
@@ -95,7 +100,7 @@ let package = Package(
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
         .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "APIKit", "RelayProtocol", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
         .executableTarget(name: "soulacy-relay", dependencies: ["Lifecycle", "RelayMailbox", "HTTPServer", "APIKit", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
-        .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode"], path: "Sources/Host/CLI"),
+        .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode", "Sidecar"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
         .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit"], path: "benchmarks/Sources/SoulacyBench"),
@@ -112,7 +117,7 @@ let package = Package(
         .testTarget(name: "AgentsTests", dependencies: ["Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
-        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram"],
+        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram", "Sidecar", "Subprocess"],
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),

@@ -1,8 +1,7 @@
-internal import CProcessShims
 import Foundation
-import LLM
 import Glibc
-import Synchronization
+import LLM
+import Subprocess
 
 /// What a run gets: who asked and what to read on stdin.
 public struct RunRequest: Sendable {
@@ -106,7 +105,7 @@ public struct CommandRunner: AgentRunner {
         self.hostEnvironment = hostEnvironment
     }
 
-    func environment(for request: RunRequest) -> [String] {
+    func environment(for request: RunRequest) -> [String: String] {
         var env: [String: String] = [
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": hostEnvironment["HOME"] ?? "/",
@@ -119,158 +118,95 @@ public struct CommandRunner: AgentRunner {
         env["SOULACY_TRIGGER"] = request.trigger.rawValue
         env.merge(request.environment) { $1 }
         env.merge(config.environment) { $1 }
-        return env.map { "\($0.key)=\($0.value)" }.sorted()
+        return env
     }
 
     public func run(_ request: RunRequest) async throws(RunError) -> RunResult {
-        let argv = config.argv
-        let env = environment(for: request)
-        let directory = config.workingDirectory
         let started = ContinuousClock.now
-        let cancelled = Atomic<Bool>(false)
-        let outcome: Result<String, RunError> = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                // Blocking reads and waitpid live on their own thread, away from Swift's cooperative pool.
-                Thread.detachNewThread {
-                    continuation.resume(returning: Self.spawnAndWait(argv: argv, env: env, directory: directory, input: request.input,
-                                                                     timeout: request.timeout, cancelled: cancelled))
-                }
+        let command = SubprocessCommand(argv: config.argv, environment: environment(for: request), workingDirectory: config.workingDirectory)
+        let process: Subprocess
+        do throws(SubprocessError) {
+            process = try Subprocess.spawn(command)
+        } catch {
+            switch error {
+            case let .spawnFailed(program, reason): throw RunError.spawnFailed(program: program, reason: reason)
+            case .noProgram, .pipes: throw RunError.spawnFailed(program: config.argv.first ?? "", reason: error.description)
             }
-        } onCancel: {
-            cancelled.store(true, ordering: .relaxed)
         }
-        switch outcome {
-        case .success(let reply): return RunResult(reply: reply, duration: ContinuousClock.now - started)
-        case .failure(let error): throw error
-        }
+        let reply = try await Self.collect(process, input: request.input, timeout: request.timeout).get()
+        return RunResult(reply: reply, duration: ContinuousClock.now - started)
     }
 
-    private static func spawnAndWait(argv: [String], env: [String], directory: String?, input: String, timeout: Duration,
-                                     cancelled: borrowing Atomic<Bool>) -> Result<String, RunError> {
-        var stdinPipe: [Int32] = [0, 0], stdoutPipe: [Int32] = [0, 0], stderrPipe: [Int32] = [0, 0]
-        guard soulacy_pipe_cloexec(&stdinPipe) == 0, soulacy_pipe_cloexec(&stdoutPipe) == 0, soulacy_pipe_cloexec(&stderrPipe) == 0 else {
-            return .failure(.spawnFailed(program: argv.first ?? "", reason: String(cString: strerror(errno))))
-        }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, stdinPipe[0], 0)
-        posix_spawn_file_actions_adddup2(&actions, stdoutPipe[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, stderrPipe[1], 2)
-        // Nothing else of the gateway's reaches the agent: no listening socket, database or inherited descriptor
-        // that lacks close-on-exec (a descriptor a supervisor passed down, say).
-        soulacy_spawn_add_closefrom(&actions, 3)
-        if let directory { soulacy_spawn_add_chdir(&actions, directory) }
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        // Its own process group, so a timeout stops the whole tree the command started.
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        posix_spawnattr_setpgroup(&attributes, 0)
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        sigaddset(&defaults, SIGPIPE)
-        sigaddset(&defaults, SIGTERM)
-        sigaddset(&defaults, SIGINT)
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
+    private enum Event: Sendable {
+        case stdout(bytes: [UInt8], overflowed: Bool)
+        case stderr([UInt8])
+        case exited(ExitStatus)
+        case deadline
+        case cancelled
+    }
 
-        var pid: pid_t = 0
-        let cArgs = argv.map { strdup($0) } + [nil]
-        let cEnv = env.map { strdup($0) } + [nil]
-        defer { cArgs.forEach { free($0) }; cEnv.forEach { free($0) } }
-        let rc = posix_spawnp(&pid, argv[0], &actions, &attributes, cArgs, cEnv)
-        close(stdinPipe[0]); close(stdoutPipe[1]); close(stderrPipe[1])
-        guard rc == 0 else {
-            close(stdinPipe[1]); close(stdoutPipe[0]); close(stderrPipe[0])
-            return .failure(.spawnFailed(program: argv[0], reason: String(cString: strerror(rc))))
-        }
+    private enum Stop { case timedOut, overflowed, cancelled }
 
-        let group = DispatchGroup()
-        let stdoutBox = ByteCollector(limit: maximumOutputBytes)
-        let stderrBox = ByteCollector(limit: 64 * 1024)
-        for (fd, box) in [(stdoutPipe[0], stdoutBox), (stderrPipe[0], stderrBox)] {
-            group.enter()
-            Thread.detachNewThread {
-                box.drain(fd)
-                close(fd)
-                group.leave()
-            }
-        }
+    /// Feeds the input, reads stdout (up to the limit) and stderr, and waits for the exit, the timeout or the
+    /// run's cancellation, whichever comes first; a stop is SIGTERM to the group, 2 s, then SIGKILL.
+    private static func collect(_ process: Subprocess, input: String, timeout: Duration) async -> Result<String, RunError> {
         let inputBytes = Array(input.utf8)
-        let stdinWriter = stdinPipe[1]
-        Thread.detachNewThread {
-            var offset = 0
-            while offset < inputBytes.count {
-                let n = inputBytes[offset...].withUnsafeBytes { write(stdinWriter, $0.baseAddress, $0.count) }
-                if n <= 0 { break }
-                offset += n
-            }
-            close(stdinWriter)
+        Task {
+            try? await process.standardInput.write(inputBytes)
+            process.standardInput.close()
         }
-
-        let deadline = ContinuousClock.now + timeout
-        var status: Int32 = 0
-        var timedOut = false
-        var stopped = false
-        while true {
-            let r = waitpid(pid, &status, WNOHANG)
-            if r == pid { break }
-            if r < 0 && errno != EINTR { break }
-            stopped = cancelled.load(ordering: .relaxed)
-            if ContinuousClock.now >= deadline || stdoutBox.overflowed || stopped {
-                timedOut = !stdoutBox.overflowed && !stopped
-                kill(-pid, SIGTERM)
-                let grace = ContinuousClock.now + .seconds(2)
-                while waitpid(pid, &status, WNOHANG) != pid {
-                    if ContinuousClock.now >= grace { kill(-pid, SIGKILL); waitpid(pid, &status, 0); break }
-                    usleep(10_000)
+        var stdout: (bytes: [UInt8], overflowed: Bool)?
+        var stderr: [UInt8]?
+        var status: ExitStatus?
+        var stop: Stop?
+        await withTaskGroup(of: Event.self) { group in
+            group.addTask {
+                let read = await process.standardOutput.readAll(limit: maximumOutputBytes, stopAtLimit: true)
+                return .stdout(bytes: read.bytes, overflowed: read.overflowed)
+            }
+            group.addTask { .stderr(await process.standardError.readAll(limit: 64 * 1024, stopAtLimit: false).bytes) }
+            group.addTask { await process.waitForExitUnlessCancelled().map { .exited($0) } ?? .cancelled }
+            group.addTask {
+                do { try await Task.sleep(for: timeout) } catch { return .cancelled }
+                return .deadline
+            }
+            func halt(_ reason: Stop) async {
+                guard stop == nil, status == nil else { return }
+                stop = reason
+                // Not in this (maybe cancelled) task, so the grace is really given.
+                status = await Task { await process.terminate(grace: .seconds(2)) }.value
+                // Grandchildren may hold the pipes open; once the command is gone, stop them too.
+                process.signalGroup(SIGKILL)
+            }
+            while stdout == nil || stderr == nil || status == nil, let event = await group.next() {
+                switch event {
+                case let .stdout(bytes, overflowed):
+                    stdout = (bytes, overflowed)
+                    if overflowed { await halt(.overflowed) }
+                case .stderr(let bytes): stderr = bytes
+                case .exited(let exit):
+                    status = exit
+                    process.signalGroup(SIGKILL)
+                case .deadline: await halt(.timedOut)
+                case .cancelled: if Task.isCancelled { await halt(.cancelled) }
                 }
-                break
             }
-            usleep(5_000)
+            group.cancelAll()
         }
-        // Grandchildren may hold the pipes open; once the command is gone, stop them too.
-        kill(-pid, SIGKILL)
-        group.wait()
+        process.standardInput.close()
+        process.standardOutput.close()
+        process.standardError.close()
 
-        if stopped { return .failure(.cancelled) }
-        if stdoutBox.overflowed { return .failure(.outputTooLarge(limit: maximumOutputBytes)) }
-        if timedOut { return .failure(.timedOut(after: timeout)) }
-        let exited = (status & 0x7f) == 0
-        if !exited { return .failure(.killedBySignal(status & 0x7f)) }
-        let code = (status >> 8) & 0xff
-        guard code == 0 else {
-            let tail = String(decoding: stderrBox.bytes.suffix(stderrTailBytes), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        if stop == .cancelled { return .failure(.cancelled) }
+        if stop == .overflowed || stdout?.overflowed == true { return .failure(.outputTooLarge(limit: maximumOutputBytes)) }
+        if stop == .timedOut { return .failure(.timedOut(after: timeout)) }
+        switch status ?? .exited(0) {
+        case .signalled(let signal): return .failure(.killedBySignal(signal))
+        case .exited(let code) where code != 0:
+            let tail = String(decoding: (stderr ?? []).suffix(stderrTailBytes), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             return .failure(.exited(status: code, stderr: tail))
-        }
-        return .success(String(decoding: stdoutBox.bytes, as: UTF8.self))
-    }
-}
-
-/// Reads a pipe to its end, keeping at most `limit` bytes.
-private final class ByteCollector: @unchecked Sendable {
-    private let lock = NSLock()
-    private var storage: [UInt8] = []
-    private var tooMuch = false
-    let limit: Int
-
-    init(limit: Int) { self.limit = limit }
-
-    var bytes: [UInt8] { lock.withLock { storage } }
-    var overflowed: Bool { lock.withLock { tooMuch } }
-
-    func drain(_ fd: Int32) {
-        var buffer = [UInt8](repeating: 0, count: 16384)
-        while true {
-            let n = read(fd, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return }
-            lock.withLock {
-                if storage.count + n > limit { tooMuch = true } else { storage.append(contentsOf: buffer[0..<n]) }
-            }
+        case .exited:
+            return .success(String(decoding: stdout?.bytes ?? [], as: UTF8.self))
         }
     }
 }

@@ -4,6 +4,7 @@ import Gateway
 import Glibc
 import Crypto
 import Identity
+import Sidecar
 import SQLite
 
 /// `soulacy serve | check | version`.
@@ -20,6 +21,8 @@ struct SoulacyCommand {
                                                                         file:line:col: message, and each schedule's next fires
           soulacy pair [--data DIR] [--name NAME --role operator|viewer] [--url URL] [--lan ADDR:PORT]
                                                                         print a pairing code, link and QR code (default data .soulacy)
+          soulacy channel-check -- COMMAND [ARGS…]                      run a sidecar (External Channel Protocol v1) through the
+                                                                        protocol's checklist: each rule PASS or FAIL, exit 1 on a FAIL
           soulacy version
         """
 
@@ -31,6 +34,7 @@ struct SoulacyCommand {
         case "serve": await serve(arguments)
         case "check": check(arguments)
         case "pair": pair(arguments)
+        case "channel-check": await channelCheck(arguments)
         case "version", "--version": print("soulacy \(GatewayVersion.current)")
         case "help", "--help", "-h": print(usage)
         default: fail("unknown command '\(command)'\n\(usage)", code: 64)
@@ -118,6 +122,18 @@ struct SoulacyCommand {
         let summary = "\(paths[0]): \(result.config.agents.count) agent(s), \(errors) error(s), \(warnings) warning(s)"
         if errors > 0 { fail(summary, code: 1) }
         print(errors == 0 && warnings == 0 ? "\(paths[0]): ok, \(result.config.agents.count) agent(s)" : summary)
+    }
+
+    /// `soulacy channel-check -- COMMAND ARGS…`: the conformance checklist against a sidecar, run in the current
+    /// directory with the caller's environment (it is the developer's own program).
+    static func channelCheck(_ arguments: [String]) async {
+        let argv = arguments.first == "--" ? Array(arguments.dropFirst()) : arguments
+        guard let program = argv.first, !program.isEmpty else { fail("usage: soulacy channel-check -- COMMAND [ARGS…]", code: 64) }
+        let results = await SidecarConformance.run(argv: argv, environment: ProcessInfo.processInfo.environment)
+        for result in results { print(result.description) }
+        let failed = results.filter { !$0.passed }.count
+        if failed > 0 { fail("\(program): \(failed) of \(results.count) rule(s) failed", code: 1) }
+        print("\(program): all \(results.count) rules passed")
     }
 
     static func serve(_ arguments: [String]) async {
