@@ -63,6 +63,10 @@ let package = Package(
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
         // What the HTTP chat channels share: message splitting and the meaning of an HTTP answer.
         .target(name: "ChannelSupport", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/ChannelSupport"),
+        // Outbound chat channels over their Web APIs: one attempt per call, the framework retries.
+        .target(name: "Slack", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/Slack"),
+        .target(name: "Discord", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/Discord"),
+        .target(name: "WhatsApp", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/WhatsApp"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
@@ -103,7 +107,8 @@ let package = Package(
         .testTarget(name: "AgentsTests", dependencies: ["Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
-        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON"],
+        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON",
+                                                   "Slack", "Discord", "WhatsApp"],
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
