@@ -30,7 +30,8 @@ public struct DiscordChannelFactory: ChannelFactory {
         var made: [DiscordConfiguration] = []
         for (id, bot) in try BotRows.resolve(settings) {
             let token = Self.bareToken(try bot.requiredString("token"))
-            guard !token.isEmpty, !token.contains(where: { $0.isWhitespace }) else {
+            guard !token.isEmpty else { throw ChannelConfigError(field: bot.field("token"), problem: "is required (only the 'Bot ' prefix is there)") }
+            guard !token.contains(where: { $0.isWhitespace }) else {
                 throw ChannelConfigError(field: bot.field("token"), problem: "must be the bot token from the Developer Portal (Bot → Reset Token), optionally after 'Bot '")
             }
             made.append(DiscordConfiguration(id: id, token: token, apiURL: try bot.apiURL(default: "https://discord.com/api/v10"),
@@ -42,6 +43,7 @@ public struct DiscordChannelFactory: ChannelFactory {
     /// soulacy-personal's normalisation: the token is sent as `Bot <token>` whether or not the config has the prefix.
     static func bareToken(_ configured: String) -> String {
         let trimmed = configured.trimmingCharacters(in: .whitespaces)
+        if trimmed.lowercased() == "bot" { return "" }
         guard trimmed.lowercased().hasPrefix("bot ") else { return trimmed }
         return String(trimmed.dropFirst(4)).trimmingCharacters(in: .whitespaces)
     }
