@@ -101,14 +101,15 @@ struct DiscordChannelTests {
 
     @Test("the per-channel bucket: an empty bucket mid-message holds the rest for X-RateLimit-Reset-After, then goes on from there")
     func bucket() async throws {
-        let standIn = try await DiscordStandIn.start(bucketLimit: 2, bucketWindow: 1.5)
+        // A window wide enough that a loaded machine still sends the first two pieces inside it.
+        let standIn = try await DiscordStandIn.start(bucketLimit: 2, bucketWindow: 3)
         let discord = try channel(standIn)
         let text = ChatTestKit.paragraphs(totalCharacters: 4500)
         let pieces = MessageText.split(text, limit: 2000)
         let id = UUID().uuidString
         let first = await discord.attempt(send(text, id: id))
         let wait = try #require(ChatTestKit.retryAfter(first))
-        #expect(wait > .zero && wait <= .milliseconds(1500))
+        #expect(wait > .zero && wait <= .seconds(3))
         #expect(ChatTestKit.reason(first)?.contains("after piece 2 of 3") == true)
         // It stopped without earning a 429.
         #expect(try await standIn.requests().map { $0["status"]?.numberValue } == [200, 200])
@@ -116,7 +117,7 @@ struct DiscordChannelTests {
         // Before the bucket refills, the bucket's own 429 (Retry-After and the body's float) is a retry from piece 3.
         let early = await discord.attempt(send(text, id: id, attempt: 2))
         let earlyWait = try #require(ChatTestKit.retryAfter(early))
-        #expect(earlyWait > .zero && earlyWait <= .milliseconds(1500))
+        #expect(earlyWait > .zero && earlyWait <= .seconds(3))
         #expect(ChatTestKit.reason(early)?.contains("429: You are being rate limited.") == true)
         #expect(ChatTestKit.reason(early)?.contains("piece 3 of 3") == true)
 
