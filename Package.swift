@@ -69,14 +69,18 @@ let package = Package(
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
-        // What the HTTP chat channels share: message splitting and the meaning of an HTTP answer.
         // Soulacy's External Channel Protocol v1: chat channels as supervised child processes speaking NDJSON.
         .target(name: "Sidecar", dependencies: ["ChannelAPI", "Subprocess", "JSON"], path: "Sources/Channels/Sidecar"),
+        // What the HTTP chat channels share: message splitting and the meaning of an HTTP answer.
         .target(name: "ChannelSupport", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/ChannelSupport"),
         // Outbound webhooks (Standard Webhooks and Soulacy signatures, named endpoints), Teams and Google Chat incoming webhooks.
         .target(name: "Webhooks", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON", "Crypto"], path: "Sources/Channels/Webhooks"),
         // Telegram bots: sendMessage (split at 4096 UTF-16 units) and getUpdates long polling for an agent's inbound.
         .target(name: "Telegram", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/Telegram"),
+        // Outbound chat channels over their Web APIs: one attempt per call, the framework retries.
+        .target(name: "Slack", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/Slack"),
+        .target(name: "Discord", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/Discord"),
+        .target(name: "WhatsApp", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/WhatsApp"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
@@ -91,7 +95,7 @@ let package = Package(
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
         .target(name: "GatewayHTTP", dependencies: ["APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
-        .target(name: "Gateway", dependencies: ["ChannelDelivery", "Webhooks", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+        .target(name: "Gateway", dependencies: ["ChannelDelivery", "Discord", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),
@@ -117,7 +121,7 @@ let package = Package(
         .testTarget(name: "AgentsTests", dependencies: ["Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
-        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram", "Sidecar", "Subprocess"],
+        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram", "Sidecar", "Subprocess", "Slack", "Discord", "WhatsApp"],
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),

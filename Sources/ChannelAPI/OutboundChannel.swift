@@ -60,6 +60,12 @@ public protocol ChannelFactory: Sendable {
     /// The key under `channels:` this factory reads (`telegram`, `google_chat`).
     var kind: String { get }
     func make(_ settings: ChannelSettings) throws(ChannelConfigError) -> [any OutboundChannel]
+    /// The block's inbound pollers, one per bot that carries an agent's messages (none by default).
+    func inbound(_ settings: ChannelSettings) throws(ChannelConfigError) -> [any InboundPoller]
+}
+
+extension ChannelFactory {
+    public func inbound(_ settings: ChannelSettings) throws(ChannelConfigError) -> [any InboundPoller] { [] }
 }
 
 /// A value of a channel's config block, as YAML gave it.
@@ -195,6 +201,8 @@ public struct ChannelConfigError: Error, Sendable, Equatable, CustomStringConver
 public protocol InboundPoller: Sendable {
     /// The channel id replies go back through (`telegram`).
     var channel: String { get }
+    /// The agent the messages are for (the bot's `agent_id`).
+    var agentID: String { get }
     /// Waits up to `timeout` for messages after `cursor` (nil: from where the service starts); returns them with
     /// the cursor that confirms them. Throws only for trouble worth a log line; the framework waits and asks again.
     func poll(after cursor: String?, timeout: Duration) async throws -> InboundBatch
@@ -231,4 +239,11 @@ public struct InboundMessage: Sendable, Equatable {
         self.text = text
         self.isDirect = isDirect
     }
+}
+
+/// A channel with something of its own to keep running (a sidecar process, a connection): the gateway starts it
+/// with its services and stops it on shutdown, after the last sends.
+public protocol SupervisedChannel: OutboundChannel {
+    func start() async
+    func stop() async
 }

@@ -194,3 +194,20 @@ public struct SignalHandler: Service {
         source.cancel()
     }
 }
+
+/// Starts something with the group and stops it when shutdown reaches this service (a sidecar process).
+public struct StartedThenStopped: Service {
+    let start: @Sendable () async -> Void
+    let stop: @Sendable () async -> Void
+
+    public init(start: @escaping @Sendable () async -> Void, stop: @escaping @Sendable () async -> Void) {
+        self.start = start
+        self.stop = stop
+    }
+
+    public func run() async throws {
+        await start()
+        await GracefulShutdown.wait()
+        await stop()
+    }
+}

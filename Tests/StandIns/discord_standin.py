@@ -31,7 +31,9 @@ Control port (plain HTTP), besides the shared routes (health, requests, script, 
   GET  /control/messages -> {"messages": [Message...]}
   POST /control/channels {"channels": [{"id": "123", "access": true, "send": true}]}
   Script steps: {"status": 429, "retry_after": 1.5, "global": false, "scope": "user"}, {"status": 500|502|503},
-  {"error": "missing_access"|"missing_permissions"|"unknown_channel"}, {"hang": true}, {"delay_ms": N}.
+  {"error": "missing_access"|"missing_permissions"|"unknown_channel"|"invalid_form_body"}, {"hang": true}, {"delay_ms": N}.
+  ("invalid_form_body": the 400 50035 answer with a field error on content, for a client that cannot build an
+  over-long body itself.)
 """
 import argparse
 import json
@@ -184,6 +186,8 @@ class Discord(cc.ChannelStandIn):
                 return 403, {"message": "Missing Permissions", "code": 50013}, rate_headers
             if error == "unknown_channel":
                 return 404, {"message": "Unknown Channel", "code": 10003}, rate_headers
+            if error == "invalid_form_body":
+                return 400, form_error({"content": max_length(MAX_CONTENT)}), rate_headers
         self.counter += 1
         message = {"id": snowflake(self.counter), "type": 0, "channel_id": channel_id, "content": content or "",
                    "author": {"id": "1100000000000000100", "username": "Soulacy", "discriminator": "0", "global_name": None,
@@ -203,7 +207,8 @@ class Discord(cc.ChannelStandIn):
             await cc.respond_json(send, 200, {"messages": self.sent.list()})
         elif path == "/control/channels":
             for channel in data.get("channels", []):
-                self.channels[str(channel["id"])] = dict({"access": True, "send": True}, **channel, id=str(channel["id"]))
+                # (`**channel` already holds "id": naming it again as a keyword raised TypeError, so this route always failed.)
+                self.channels[str(channel["id"])] = {"access": True, "send": True, **channel, "id": str(channel["id"])}
             await cc.respond_json(send, 200, {"ok": True})
         else:
             return False

@@ -10,7 +10,7 @@ import Foundation
 /// an id twice and can drop the second). One that does not is treated as the original treats it: the send
 /// counts once its frame is written to the sidecar's stdin. While the sidecar is down, a send is a retry after
 /// the time until its next start; the framework keeps it durably (the original dropped it).
-public struct SidecarChannel: OutboundChannel {
+public struct SidecarChannel: SupervisedChannel {
     public let supervisor: SidecarSupervisor
 
     public init(config: SidecarConfig, timing: SidecarTiming = SidecarTiming(), hostEnvironment: [String: String] = ProcessInfo.processInfo.environment,

@@ -45,6 +45,10 @@ public struct TelegramChannelFactory: ChannelFactory {
         try bots(settings).compactMap(\.poller)
     }
 
+    public func inbound(_ settings: ChannelSettings) throws(ChannelConfigError) -> [any InboundPoller] {
+        try pollers(settings)
+    }
+
     /// Every bot of the block; none when it is not `enabled: true` (the original considers only a real `true`).
     public func bots(_ settings: ChannelSettings) throws(ChannelConfigError) -> [TelegramBot] {
         guard try settings.bool("enabled") == true else { return [] }

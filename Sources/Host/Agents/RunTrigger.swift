@@ -14,6 +14,8 @@ public struct RunTrigger: RawRepresentable, Hashable, Sendable, CustomStringConv
     public static let oneshot = RunTrigger(rawValue: "oneshot")
     public static let webhook = RunTrigger(rawValue: "webhook")
     public static let location = RunTrigger(rawValue: "location")
+    /// A message to the agent's bot on a chat channel (Telegram, email), answered in that chat.
+    public static let channel = RunTrigger(rawValue: "channel")
     /// Started by another agent.
     public static let agent = RunTrigger(rawValue: "agent")
 

@@ -82,7 +82,7 @@ struct SoulacyCommand {
         do {
             let gatewayConfig = try GatewayConfigFile.load(path: gatewayConfigPath ?? GatewayConfigFile.defaultPath(environment: environment), environment: environment)
             if let path = gatewayConfig.path { print("gateway config: \(path)") }
-            configProblems = Gateway.channelProblems(config: gatewayConfig, factories: Gateway.builtInChannelFactories) { channel in
+            configProblems = Gateway.channelProblems(config: gatewayConfig, factories: Gateway.builtInChannelFactories(environment: environment)) { channel in
                 destinations[channel.name] = Gateway.validator(of: channel)
             }
         } catch {

@@ -34,8 +34,8 @@ public struct GatewayOptions: Sendable {
     /// Channels reached through the durable hand-off that code adds (an embedder's own), beside the ones the
     /// gateway config's `channels:` block builds.
     public var extraOutboundChannels: [any OutboundChannel] = []
-    /// What builds a channel from its `channels.<kind>` block; the built-in channels by default.
-    public var channelFactories: [any ChannelFactory] = Gateway.builtInChannelFactories
+    /// What builds a channel from its `channels.<kind>` block, beside the built-in ones (a kind of the embedder's own).
+    public var extraChannelFactories: [any ChannelFactory] = []
     /// The Soulacy user's gateway config (`channels:`, `llm:`); nil: `SOULACY_GATEWAY_CONFIG`, else
     /// `~/.soulacy/config.yaml` when it exists.
     public var gatewayConfigPath: String?
@@ -124,6 +124,8 @@ public final class Gateway: Sendable {
     public let outbound: OutboundChannelRegistry
     public let channelOutbox: SQLiteChannelOutbox
     public let channelDispatcher: ChannelDispatcher
+    /// Messages people send to agents' bots, carried into runs.
+    public let inbound: ChannelInbound
     /// The gateway config that was read (its path, its channel blocks).
     public let gatewayConfig: GatewayConfigFile
     public let dispatcher: PushDispatcher
@@ -173,7 +175,9 @@ public final class Gateway: Sendable {
         }
         self.gatewayConfig = gatewayConfig
         if let path = gatewayConfig.path { log.info("gateway config: \(path)") }
-        let outbound = Self.outboundChannels(config: gatewayConfig, factories: options.channelFactories, extra: options.extraOutboundChannels, log: log)
+        let factories = options.extraChannelFactories + Self.builtInChannelFactories(environment: options.environment, log: log, clock: options.clock)
+        let built = Self.outboundChannels(config: gatewayConfig, factories: factories, extra: options.extraOutboundChannels, log: log)
+        let outbound = built.registry
         self.outbound = outbound
         let catalog: AgentCatalog
         do {
@@ -268,6 +272,7 @@ public final class Gateway: Sendable {
         }
         runsBox.set(runs)
         scheduler = Scheduler(catalog: catalog, runs: runs, store: runStore, clock: options.clock, log: log)
+        inbound = ChannelInbound(pollers: built.pollers, store: ChannelInboundStore(database: database), runs: runs, clock: options.clock, log: log)
 
         let keys = self.keys
         let credentials = runs.credentials
@@ -505,7 +510,15 @@ public final class Gateway: Sendable {
         if let carriage { list.append(("relay carriage", CancelledOnShutdown { await carriage.run() })) }
         list.append(("push dispatcher", CancelledOnShutdown { await dispatcher.run() }))
         let channelDispatcher = self.channelDispatcher
+        // Channels with a process of their own start before the dispatcher needs them and stop after it.
+        let supervised = outbound.names.compactMap { outbound.channel(named: $0) as? any SupervisedChannel }
+        if !supervised.isEmpty {
+            list.append(("supervised channels", StartedThenStopped(start: { for channel in supervised { await channel.start() } },
+                                                                  stop: { for channel in supervised { await channel.stop() } })))
+        }
         list.append(("channel dispatcher", CancelledOnShutdown { await channelDispatcher.run() }))
+        let inbound = self.inbound
+        if !inbound.isEmpty { list.append(("channel inbound", CancelledOnShutdown { await inbound.run() })) }
         list.append(("housekeeping", CancelledOnShutdown { await housekeeping.run() }))
         // Wake-ups of the last runs settle before the process goes; the rest wait in the outbox.
         list.append(("runs in flight", OnShutdown {

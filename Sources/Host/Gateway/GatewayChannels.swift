@@ -1,29 +1,45 @@
 import ChannelAPI
 import ChannelDelivery
+import Discord
+import Foundation
+import Sidecar
+import Slack
+import Telegram
 import Webhooks
+import WhatsApp
 
 extension Gateway {
     /// The channels this gateway builds from a Soulacy user's `channels:` block, by kind.
-    public static let builtInChannelFactories: [any ChannelFactory] = [
-        WebhookChannelFactory(), TeamsChannelFactory(), GoogleChatChannelFactory(),
-    ]
+    public static func builtInChannelFactories(environment: [String: String] = ProcessInfo.processInfo.environment, log: Log = Log(),
+                                               clock: any WallClock = SystemWallClock()) -> [any ChannelFactory] {
+        [TelegramChannelFactory(), SlackChannelFactory(), DiscordChannelFactory(), WhatsAppChannelFactory(),
+         WebhookChannelFactory(clock: clock), TeamsChannelFactory(), GoogleChatChannelFactory(),
+         SidecarChannelFactory(hostEnvironment: environment, log: log, clock: clock)]
+    }
+
+    /// What the gateway config's `channels:` block built: the channels, and the pollers of those that carry messages in.
+    struct BuiltChannels {
+        var registry = OutboundChannelRegistry()
+        var pollers: [any InboundPoller] = []
+    }
 
     /// Every enabled block built by its kind's factory, then the embedder's own channels. A block that cannot work
     /// as written is said in the log with the key at fault and left out; the rest of the gateway serves on (as the
     /// original boots with a channel skipped). `soulacy check` reports the same problems as errors.
-    static func outboundChannels(config: GatewayConfigFile, factories: [any ChannelFactory], extra: [any OutboundChannel], log: Log) -> OutboundChannelRegistry {
-        var registry = OutboundChannelRegistry()
-        for problem in channelProblems(config: config, factories: factories, built: { registry.register($0) }) {
-            log.error("channels: \(problem)")
-        }
+    static func outboundChannels(config: GatewayConfigFile, factories: [any ChannelFactory], extra: [any OutboundChannel], log: Log) -> BuiltChannels {
+        var built = BuiltChannels()
+        let problems = channelProblems(config: config, factories: factories, built: { built.registry.register($0) }, polling: { built.pollers.append($0) })
+        for problem in problems { log.error("channels: \(problem)") }
         for kind in config.disabledChannels { log.info("channels: \(kind) is in the gateway config but not enabled") }
-        for channel in extra { registry.register(channel) }
-        if !registry.names.isEmpty { log.info("channels: \(registry.names.joined(separator: ", "))") }
-        return registry
+        for channel in extra { built.registry.register(channel) }
+        if !built.registry.names.isEmpty { log.info("channels: \(built.registry.names.joined(separator: ", "))") }
+        return built
     }
 
-    /// Builds each enabled block, handing every channel built to `built`; returns what went wrong, block by block.
-    public static func channelProblems(config: GatewayConfigFile, factories: [any ChannelFactory], built: (any OutboundChannel) -> Void) -> [String] {
+    /// Builds each enabled block, handing every channel built to `built` (and its pollers to `polling`); returns what
+    /// went wrong, block by block.
+    public static func channelProblems(config: GatewayConfigFile, factories: [any ChannelFactory], built: (any OutboundChannel) -> Void,
+                                       polling: (any InboundPoller) -> Void = { _ in }) -> [String] {
         let byKind = Dictionary(factories.map { ($0.kind, $0) }, uniquingKeysWith: { first, _ in first })
         var problems: [String] = []
         for settings in config.channels {
@@ -34,6 +50,7 @@ extension Gateway {
             }
             do {
                 for channel in try factory.make(settings) { built(channel) }
+                for poller in try factory.inbound(settings) { polling(poller) }
             } catch {
                 problems.append(error.description)
             }

@@ -58,6 +58,11 @@ public struct GatewayConfigFile: Sendable {
                 let (kind, node) = (entry.key.lowercased(), entry.value)
                 // The original keeps `http` always on; it is this gateway's API, not a channel to build.
                 if kind == "http" { continue }
+                // The sidecars are a list of blocks of their own (`channels.sidecars: [{channel, command, …}]`).
+                if kind == "sidecars", case .list = Self.setting(node) {
+                    config.channels.append(ChannelSettings(kind: kind, values: ["sidecars": Self.setting(node), "enabled": .bool(true)]))
+                    continue
+                }
                 guard case .map(var values) = Self.setting(node) else {
                     throw GatewayConfigError(file: file, message: "\(node.mark): channels.\(kind) must be a mapping")
                 }

@@ -178,6 +178,7 @@ public enum GatewaySchema {
         try migrator.register(MobileSchema.migrations)
         try migrator.register(migrations)
         try migrator.register(ChannelOutboxSchema.migrations)
+        try migrator.register(ChannelInboundStore.migrations)
         return migrator
     }
 }

@@ -1,0 +1,100 @@
+import ChannelAPI
+import ChannelDelivery
+import Foundation
+import Synchronization
+
+/// Carries messages people send to an agent's bot (`trigger: channel`) into runs: polls each channel with no
+/// public address, takes each new message durably with the run it starts (`ChannelInboundStore`), and sends the
+/// reply back to that chat through the durable hand-off, in the original's session `<channel>-<chat>`.
+public struct ChannelInbound: Sendable {
+    let pollers: [any InboundPoller]
+    let store: ChannelInboundStore
+    let runs: AgentRuns
+    let clock: any WallClock
+    let log: Log
+    /// How long one poll waits for messages (Telegram's long poll), and how long to wait after trouble.
+    let pollTimeout: Duration
+    let retryDelay: Duration
+
+    public init(pollers: [any InboundPoller], store: ChannelInboundStore, runs: AgentRuns, clock: any WallClock, log: Log,
+                pollTimeout: Duration = .seconds(25), retryDelay: Duration = .seconds(5)) {
+        self.pollers = pollers
+        self.store = store
+        self.runs = runs
+        self.clock = clock
+        self.log = log
+        self.pollTimeout = pollTimeout
+        self.retryDelay = retryDelay
+    }
+
+    public var isEmpty: Bool { pollers.isEmpty }
+
+    /// Polls every channel until cancelled.
+    public func run() async {
+        await withDiscardingTaskGroup { group in
+            for poller in pollers { group.addTask { await self.poll(poller) } }
+        }
+    }
+
+    func poll(_ poller: any InboundPoller) async {
+        // Messages taken before a stop whose runs never started.
+        do {
+            for taken in try store.unstarted(channel: poller.channel) { await start(taken, agentID: poller.agentID) }
+        } catch {
+            log.error("inbound: \(poller.channel): cannot read the messages taken before the last stop: \(error)")
+        }
+        while !Task.isCancelled {
+            do {
+                let cursor = try store.cursor(channel: poller.channel)
+                // A long poll is left to finish on its own at shutdown: what it brings is asked for again next time,
+                // since only the cursor stored below confirms it.
+                guard let batch = try await Self.abandoningOnCancel({ try await poller.poll(after: cursor, timeout: pollTimeout) }) else { return }
+                let taken = try store.take(batch.messages.map { ($0.id, $0.replyTo, $0.text) }, channel: poller.channel, cursor: batch.cursor,
+                                           runID: AgentRuns.newRunID, now: clock.now())
+                for message in taken { await start(message, agentID: poller.agentID) }
+            } catch {
+                if Task.isCancelled { return }
+                log.warning("inbound: \(poller.channel): \(error)")
+                try? await Task.sleep(for: retryDelay)
+            }
+        }
+    }
+
+    /// `body`'s result, or nil as soon as the calling task is cancelled (the body goes on, unheard).
+    static func abandoningOnCancel<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T? {
+        let slot = ContinuationSlot<T?>()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T?, any Error>) in
+                slot.fill(continuation)
+                if Task.isCancelled { slot.resume(with: .success(nil)); return }
+                Task {
+                    do { slot.resume(with: .success(try await body())) } catch { slot.resume(with: .failure(error)) }
+                }
+            }
+        } onCancel: {
+            slot.resume(with: .success(nil))
+        }
+    }
+
+    /// One message's run: a conversation in the chat's session, whose reply goes back to that chat.
+    func start(_ message: ChannelInboundStore.Taken, agentID: String) async {
+        let session = "\(message.channel)-\(message.replyTo)"
+        do {
+            try await runs.start(agentID: agentID, input: message.text, trigger: .channel,
+                                 destination: RunDestination(channel: message.channel, to: message.replyTo),
+                                 chat: ChatContext(sessionID: session), runID: message.runID)
+            log.info("inbound: a message on \(message.channel) started run \(message.runID) of \(agentID)")
+        } catch {
+            log.warning("inbound: a message on \(message.channel) could not start \(agentID): \(error)")
+        }
+    }
+}
+
+/// A continuation resumed once, by whichever comes first.
+final class ContinuationSlot<T: Sendable>: Sendable {
+    private let state = Mutex<CheckedContinuation<T, any Error>?>(nil)
+
+    func fill(_ continuation: CheckedContinuation<T, any Error>) { state.withLock { $0 = continuation } }
+
+    func resume(with result: Result<T, any Error>) { state.withLock { $0.take() }?.resume(with: result) }
+}

@@ -1,0 +1,184 @@
+import ChannelAPI
+import ChannelTesting
+import Foundation
+import Gateway
+import Mobile
+import GatewayTestSupport
+import APIKit
+import SQLite
+import Testing
+
+/// Every channel through the one durable hand-off, from SOUL.yaml agents, configured the way Soulacy users already
+/// configure them (`channels:` in the gateway config), to local stand-ins of the services.
+@Suite("Channel delivery", .serialized)
+struct ChannelDeliveryTests {
+    static let quickRetries = RetryPolicy(initialDelay: 0.2, maximumDelay: 0.5)
+
+    static func agent(_ id: String, channel: String, to: String, command: String = "echo \\\"report for $SOULACY_AGENT_ID\\\"") -> String {
+        """
+        agents:
+          - id: \(id)
+            name: \(id.capitalized)
+            enabled: true
+            trigger: cron
+            schedule:
+              cron: "0 0 1 1 *"
+              output: {channel: \(channel), to: "\(to)"}
+            runner:
+              command: ["/bin/sh", "-c", "\(command)"]
+        """
+    }
+
+    func outputs(_ gw: TestGateway, run: JSONValue) async throws -> [JSONValue] {
+        let id = try #require(run["id"]?.stringValue)
+        return try await gw.request("GET", "/api/v1/runs/\(id)").json["outputs"]?.arrayValue ?? []
+    }
+
+    func waitForState(_ gw: TestGateway, run: JSONValue, _ states: Set<String>) async throws -> JSONValue? {
+        let deadline = ContinuousClock.now + .seconds(20)
+        var last: JSONValue?
+        while ContinuousClock.now < deadline {
+            last = try await outputs(gw, run: run).first
+            if last?["state"]?.stringValue.map(states.contains) == true { return last }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return last
+    }
+
+    @Test("a webhook output from a SOUL.yaml agent: recorded with the run, signed and verified by an independent receiver, its state on the run")
+    func webhookDelivered() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let config = """
+            channels:
+              webhook:
+                enabled: true
+                ca_file: \(receiver.caFile)
+                endpoints:
+                  reports: {url: "\(receiver.url())", secret: "\(secret)"}
+            """
+        try await withTestGateway(config: Self.agent("brief", channel: "webhook", to: "reports"), retryPolicy: Self.quickRetries, gatewayConfig: config) { gw in
+            let run = try await gw.runAgent("brief", input: "")
+            #expect(run["status"] == "succeeded", "\(run)")
+            let output = try #require(try await waitForState(gw, run: run, ["delivered"]))
+            #expect(output["channel"] == "webhook" && output["destination"] == "reports" && output["attempts"] == 1)
+            let deliveries = try await receiver.deliveries()
+            #expect(deliveries.count == 1)
+            let delivery = try #require(deliveries.first)
+            #expect(delivery["verified"] == true && delivery["standard"]?["verified"] == true, "\(delivery)")
+            #expect(delivery["headers"]?["webhook-id"] == output["id"])
+            let body = try JSONValue.parse(Array((delivery["body"]?.stringValue ?? "").utf8))
+            #expect(body["agent_id"] == "brief" && body["parts"]?[0]?["text"]?.stringValue?.contains("report for") == true)
+            // The run is its person's: another person learns nothing of it.
+            let priya = try await gw.mintKey(subject: "priya", role: "viewer")
+            #expect(try await gw.request("GET", "/api/v1/runs/\(run["id"]!.stringValue!)", key: .some(priya)).status == 404)
+        }
+    }
+
+    @Test("the service down, then back: the output waits and is delivered once, with the same id; a refusal ends rejected with the service's words")
+    func downThenBackAndRejected() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        try await receiver.setDefault(status: 503)
+        let config = """
+            channels:
+              webhook:
+                enabled: true
+                ca_file: \(receiver.caFile)
+                endpoints:
+                  reports: {url: "\(receiver.url())", secret: "\(secret)"}
+                  gone: {url: "\(receiver.url("/hooks/gone"))", secret: "\(secret)"}
+            """
+        let agents = Self.agent("brief", channel: "webhook", to: "reports") + "\n" + Self.agent("old", channel: "webhook", to: "gone").replacingOccurrences(of: "agents:\n", with: "")
+        try await withTestGateway(config: agents, retryPolicy: Self.quickRetries, gatewayConfig: config) { gw in
+            let run = try await gw.runAgent("brief", input: "")
+            #expect(try await eventually { try await receiver.deliveries().count >= 3 }, "retried while the service is down")
+            let waiting = try #require(try await outputs(gw, run: run).first)
+            #expect(waiting["state"] == "pending" && waiting["last_reason"]?.stringValue?.contains("503") == true, "\(waiting)")
+            try await receiver.setDefault(status: 200)
+            let delivered = try #require(try await waitForState(gw, run: run, ["delivered"]))
+            let ids = Set(try await receiver.deliveries().compactMap { $0["headers"]?["webhook-id"]?.stringValue })
+            #expect(ids == [delivered["id"]!.stringValue!], "every attempt carries the one delivery id")
+            #expect((delivered["attempts"]?.numberValue ?? 0) >= 3)
+
+            try await receiver.setDefault(status: 410, path: "/hooks/gone")
+            let refused = try await gw.runAgent("old", input: "")
+            let rejected = try #require(try await waitForState(gw, run: refused, ["rejected"]))
+            #expect(rejected["last_reason"]?.stringValue?.contains("410") == true, "\(rejected)")
+            let reason = rejected["last_reason"]?.stringValue ?? ""
+            #expect(reason.contains(secret) == false)
+        }
+    }
+
+    @Test("telegram from a SOUL.yaml agent, and a message to the agent's bot answered in that chat, taken once across a restart")
+    func telegramOutAndIn() async throws {
+        let telegram = try await TelegramStandIn.start()
+        defer { telegram.stop() }
+        let config = """
+            channels:
+              telegram:
+                enabled: true
+                token: "\(TelegramStandIn.token)"
+                agent_id: helper
+                api_url: \(telegram.baseURL)
+                ca_file: \(telegram.caFile)
+            """
+        let agents = """
+            agents:
+              - id: brief
+                name: Brief
+                enabled: true
+                trigger: cron
+                schedule:
+                  cron: "0 0 1 1 *"
+                  output: {channel: telegram, to: "\(TelegramStandIn.privateChat)"}
+                runner:
+                  command: ["/bin/sh", "-c", "echo morning brief"]
+              - id: helper
+                name: Helper
+                enabled: true
+                trigger: channel
+                channels: [telegram]
+                runner:
+                  command: ["/bin/sh", "-c", "echo \\"you said: $(cat)\\""]
+            """
+        let directory = TestGateway.makeTemporaryDirectory()
+        try await withTestGateway(config: agents, directory: directory, retryPolicy: Self.quickRetries, gatewayConfig: config) { gw in
+            let run = try await gw.runAgent("brief", input: "")
+            _ = try #require(try await waitForState(gw, run: run, ["delivered"]))
+            #expect(try await telegram.messages().contains { $0["text"] == "morning brief" && $0["chat"]?["id"]?.numberValue == Double(TelegramStandIn.privateChat) })
+            try await telegram.inject([TelegramStandIn.message("what is on today?", chat: TelegramStandIn.privateChat, type: "private", from: 99)])
+            #expect(try await eventually(timeout: .seconds(20)) { try await telegram.messages().contains { $0["text"]?.stringValue == "you said: what is on today?" } })
+        }
+        // A restart asks from the stored offset: the message is neither lost nor answered twice.
+        try await withTestGateway(config: agents, directory: directory, retryPolicy: Self.quickRetries, gatewayConfig: config) { gw in
+            try await Task.sleep(for: .seconds(1))
+            let replies = try await telegram.messages().filter { $0["text"]?.stringValue == "you said: what is on today?" }
+            #expect(replies.count == 1)
+            let taken = try gw.gateway.database.read { try $0.query("SELECT COUNT(*) AS n FROM channel_inbound").first?.int("n") }
+            #expect(taken == 1)
+        }
+    }
+
+    @Test("soulacy check knows the configured channels: telegram is valid when configured, a warning otherwise; a broken block is an error naming its key")
+    func checkKnowsChannels() throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        let soul = directory + "/SOUL.yaml"
+        try Self.agent("brief", channel: "telegram", to: "424242").write(toFile: soul, atomically: true, encoding: .utf8)
+        let configured = directory + "/configured.yaml"
+        try "channels:\n  telegram:\n    enabled: true\n    token: \"1:abc\"\n".write(toFile: configured, atomically: true, encoding: .utf8)
+        let empty = directory + "/empty.yaml"
+        try "channels: {}\n".write(toFile: empty, atomically: true, encoding: .utf8)
+        let broken = directory + "/broken.yaml"
+        try "channels:\n  telegram:\n    enabled: true\n".write(toFile: broken, atomically: true, encoding: .utf8)
+
+        let ok = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["check", soul, "--gateway-config", configured])
+        #expect(ok.status == 0 && !ok.output.contains("telegram") || ok.output.contains("delivers to telegram"), "\(ok.output)")
+        let unconfigured = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["check", soul, "--gateway-config", empty])
+        #expect(unconfigured.status == 0 && unconfigured.output.contains("warning"), "\(unconfigured.output)")
+        let refused = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["check", soul, "--gateway-config", broken])
+        #expect(refused.status != 0 && refused.output.contains("channels.telegram.token"), "\(refused.output)")
+    }
+}
