@@ -12,6 +12,81 @@ import Testing
 struct CrashRecoveryTests {
     static let secret = "CRASH-TEST-PRIVATE-OUTPUT"
 
+    @Test("channel sends: after kill -9 mid-burst every acknowledged run's webhook output is delivered, and none recorded as delivered is sent again")
+    func killMidChannelBurst() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        try await receiver.delay(milliseconds: 20)  // keep sends in flight when the kill lands
+        let directory = TestGateway.makeTemporaryDirectory()
+        let configPath = directory + "/gateway-config.yaml"
+        try """
+            channels:
+              webhook:
+                enabled: true
+                ca_file: \(receiver.caFile)
+                endpoints:
+                  reports: {url: "\(receiver.url())", secret: "\(secret)"}
+            """.write(toFile: configPath, atomically: true, encoding: .utf8)
+        let workers = 4
+        let agents = "agents:\n" + (0..<workers).map { n in
+            """
+              - id: reporter-\(n)
+                name: Reporter \(n)
+                enabled: true
+                trigger: cron
+                schedule: {cron: "0 0 1 1 *", output: {channel: webhook, to: reports}}
+                runner: {command: ["/bin/sh", "-c", "echo \(Self.secret) from \(n)"]}
+            """
+        }.joined(separator: "\n")
+        let gateway = try GatewayProcess(directory: directory, config: agents, environment: ["SOULACY_GATEWAY_CONFIG": configPath])
+        let key = try #require(try await gateway.start())
+        // Each worker runs its agent to the end, again and again: a 200 means the run ended and its send is recorded.
+        let acknowledged = Acknowledged()
+        let burst = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for worker in 0..<workers {
+                    group.addTask {
+                        for _ in 0..<500 {
+                            guard let (status, body) = try? await gateway.call("POST", "/api/v1/agents/reporter-\(worker)/trigger", key: key) else { return }
+                            if status == 200, body["delivered"] == true, let run = body["run_id"]?.stringValue { acknowledged.add(run) }
+                        }
+                    }
+                }
+            }
+        }
+        #expect(await eventually(timeout: .seconds(60)) { acknowledged.count >= 40 })
+        gateway.kill9()
+        await burst.value
+        let acked = acknowledged.ids
+
+        let database = directory + "/data/soulacy.db"
+        let before = try Connection(path: database, readOnly: true)
+        let deliveredBefore = Set(try before.query("SELECT id FROM channel_outbox WHERE state = 'delivered'").compactMap { $0.string("id") })
+        #expect(try before.integrityCheck() == "ok")
+
+        _ = try await gateway.start()
+        let pool = try DatabasePool(path: database, readerCount: 1)
+        #expect(await eventually(timeout: .seconds(60)) {
+            (try? pool.read { try $0.query("SELECT COUNT(*) AS n FROM channel_outbox WHERE state = 'pending'").first?.int("n") }) == 0
+        })
+        let after = try Connection(path: database, readOnly: true)
+        let rows = try after.query("SELECT id, run_id, state FROM channel_outbox")
+        let deliveredRuns = Set(rows.filter { $0.string("state") == "delivered" }.compactMap { $0.string("run_id") })
+        // 1. Every acknowledged run's output went out.
+        #expect(acked.isSubset(of: deliveredRuns), "lost: \(acked.subtracting(deliveredRuns).count) of \(acked.count)")
+        #expect(rows.allSatisfy { $0.string("state") == "delivered" })
+        // 2. The receiver saw every send, and one recorded as delivered before the kill exactly once.
+        var receipts: [String: Int] = [:]
+        for delivery in try await receiver.deliveries() {
+            #expect(delivery["verified"] == true)
+            if let id = delivery["headers"]?["webhook-id"]?.stringValue { receipts[id, default: 0] += 1 }
+        }
+        for id in deliveredBefore { #expect(receipts[id] == 1, "\(id) was recorded as delivered and sent \(receipts[id] ?? 0) times") }
+        for row in rows { #expect(receipts[row.string("id") ?? ""] != nil) }
+        gateway.terminate()
+    }
+
     @Test("after kill -9 mid-burst every acknowledged delivery is in the inbox and every wake-up is sent, none twice once recorded")
     func killMidBurst() async throws {
         let standIn = try await APNsStandIn.start()
