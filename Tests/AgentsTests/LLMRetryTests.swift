@@ -156,4 +156,23 @@ struct LLMRetryTests {
         #expect(ProviderRetryPolicy.requestedWait(["retry-after": "soon"], now: now) == nil)
         #expect(ProviderRetryPolicy.requestedWait([:], now: now) == nil)
     }
+
+    @Test("through the gateway, each retry is one of the run's events on GET /api/v1/runs/:id, with the status and the wait, never the prompt")
+    func retriesOnTheRun() async throws {
+        let llm = try await LLMStandIn.start()
+        defer { llm.stop() }
+        try await llm.script([["status": 429, "error": "Rate limit reached", "retry_after_ms": 50], ["text": "all good"]])
+        let file = "id: talker\nenabled: true\ntrigger: channel\nsystem_prompt: SECRET-PROMPT-7\nllm: {provider: openai, model: m}\n"
+        try await withTestGateway(config: file, environment: llm.environment) { (gw) async throws in
+            let chat = try await gw.request("POST", "/api/v1/chat", json: ["agent_id": "talker", "text": "hello"])
+            #expect(chat.status == 200 && chat.json["reply"] == "all good", "\(chat.text)")
+            let runID = try #require(chat.json["run_id"]?.stringValue)
+            let run = try await gw.request("GET", "/api/v1/runs/\(runID)").json
+            let events = run["events"]?.arrayValue ?? []
+            #expect(events.count == 1 && events.first?["kind"] == "retry", "\(run)")
+            let detail = events.first?["detail"]?.stringValue ?? ""
+            #expect(detail.contains("answered 429") && detail.contains("attempt 1"), "\(detail)")
+            #expect(detail.contains("SECRET-PROMPT-7") == false && detail.contains("hello") == false)
+        }
+    }
 }

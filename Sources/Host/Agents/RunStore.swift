@@ -2,6 +2,13 @@ import ChannelDelivery
 import Foundation
 import SQLite
 
+/// One thing that happened during a run, as its page lists it.
+public struct RunEvent: Sendable, Equatable {
+    public var at: Date
+    public var kind: String
+    public var detail: String
+}
+
 public struct RunRecord: Sendable, Equatable {
     public enum Status: String, Sendable {
         case running, succeeded, failed, interrupted
@@ -54,6 +61,9 @@ public protocol RunStore: Sendable {
     func run(id: String) throws -> RunRecord?
     /// The person whose run a session belongs to (nil: no run has this session).
     func subject(ofSession sessionID: String) throws -> String?
+    /// Notes something that happened during a run (`retry`: a provider's call tried again) — never its prompt or output.
+    func recordEvent(runID: String, kind: String, detail: String, at date: Date) throws
+    func events(runID: String) throws -> [RunEvent]
     func lastFire(agentID: String) throws -> Date?
     func recordFire(agentID: String, at date: Date) throws
 }
@@ -92,6 +102,20 @@ public final class SQLiteRunStore: RunStore {
         }
         // The task's commit hook (a caller's idempotency line) travels with it to the database's threads.
         if let answer { try await database.asyncTransaction(answering: { _ in answer }, update) } else { try await database.asyncTransaction(update) }
+    }
+
+    public func recordEvent(runID: String, kind: String, detail: String, at date: Date) throws {
+        try database.transaction { db in
+            try db.run("INSERT INTO run_events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)", runID, Self.ms(date), kind, detail)
+        }
+    }
+
+    public func events(runID: String) throws -> [RunEvent] {
+        try database.read { db in
+            try db.query("SELECT at, kind, detail FROM run_events WHERE run_id = ? ORDER BY at, rowid", runID).map {
+                RunEvent(at: Date(timeIntervalSince1970: Double($0.int("at") ?? 0) / 1000), kind: $0.string("kind") ?? "", detail: $0.string("detail") ?? "")
+            }
+        }
     }
 
     /// Runs the last process left as running cannot finish any more.

@@ -257,7 +257,8 @@ public final class Gateway: Sendable {
         }
         let runsBox = LateBound<AgentRuns>()
         let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(nodes: nodes, clock: options.clock),
-                                                 approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox)
+                                                 approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox,
+                                                 runStore: runStore, clock: options.clock, log: log)
         runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities,
                          alerts: MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher), outbound: outbound, channelOutbox: channelOutbox,
                          sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }) { agent in
@@ -387,8 +388,18 @@ public final class Gateway: Sendable {
     /// What LLM runs use in-process: the phone tools, approvals on the same broker phones answer (the run shows
     /// "waiting on you" on the lock screen), the person's facts, and a Live Activity step per tool call.
     static func llmEnvironment(tools: [String: any AgentTool], approvals: ApprovalsBroker, memory: MemoryFactStore,
-                               liveActivities: LiveActivityPublisher, runs: LateBound<AgentRuns>) -> LLMRunEnvironment {
+                               liveActivities: LiveActivityPublisher, runs: LateBound<AgentRuns>, runStore: any RunStore, clock: any WallClock,
+                               log: Log) -> LLMRunEnvironment {
         var environment = LLMRunEnvironment()
+        // Each retry of a model call is one of the run's events: the provider, its status and the wait, no more.
+        environment.providerRetried = { run, retry in
+            let status = retry.status.map { "answered \($0)" } ?? retry.reason
+            let detail = "\(retry.provider) \(status); attempt \(retry.attempt) failed, trying again in \(retry.wait)"
+            do { try runStore.recordEvent(runID: run.runID, kind: "retry", detail: detail, at: clock.now()) } catch {
+                log.error("run \(run.runID): could not record a retry: \(error)")
+            }
+            log.info("run \(run.runID): \(detail)")
+        }
         environment.tools = tools
         environment.facts = { subject in ((try? memory.facts(subject: subject, limit: MemoryFactStore.promptFacts)) ?? []).map(\.content) }
         environment.toolCalled = { sessionID, tool in await liveActivities.toolCalled(sessionID: sessionID, tool: tool) }

@@ -169,6 +169,11 @@ public enum GatewaySchema {
             UPDATE pairing_codes SET created_by_subject = (SELECT CASE k.subject WHEN '' THEN 'owner' ELSE k.subject END FROM api_keys k WHERE k.id = pairing_codes.created_by_key);
             UPDATE api_keys SET minted_by = (SELECT c.created_by_subject FROM pairing_codes c WHERE c.redeemed_key = api_keys.id);
             """),
+        // What happened during a run beyond its start and end (a provider's call retried), for the run's page.
+        Migration("runs.3-events", """
+            CREATE TABLE run_events (run_id TEXT NOT NULL, at INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
+            CREATE INDEX run_events_run ON run_events (run_id, at);
+            """),
     ]
 
     /// The whole database of a gateway: the mobile channel's tables, then the gateway's. A duplicate id is an error

@@ -175,6 +175,7 @@ public struct GatewayAPI: Sendable {
         if wait { _ = await runs.wait(runID: id) }
         guard let run = try runStore.run(id: id) else { throw APIError.notFound("no run \(id) of yours") }
         var view = RunView(run)
+        view.events = try runStore.events(runID: run.id).map { EventView(at: Timestamp($0.at), kind: $0.kind, detail: $0.detail) }
         // Each output's path: the phones' inbox takes it whole at the run's end; every other channel's send has its
         // own state in the durable hand-off.
         if let delivery = run.deliveryID, delivery.hasPrefix("dlv_") {
@@ -460,6 +461,7 @@ extension GatewayAPI {
         var finishedAt: Nullable<Timestamp>
         var error, deliveryID, note: Nullable<String>
         var outputs: [OutputView] = []
+        var events: [EventView] = []
 
         init(_ run: RunRecord) {
             id = run.id
@@ -475,9 +477,15 @@ extension GatewayAPI {
         }
 
         enum CodingKeys: String, CodingKey {
-            case id, trigger, status, error, note, outputs
+            case id, trigger, status, error, note, outputs, events
             case agentID = "agent_id", sessionID = "session_id", startedAt = "started_at", finishedAt = "finished_at", deliveryID = "delivery_id"
         }
+    }
+
+    /// Something that happened during a run (`retry`: a provider's call tried again).
+    struct EventView: Encodable {
+        var at: Timestamp
+        var kind, detail: String
     }
 
     /// One output of a run on its way to a channel: pending, delivered, rejected (the service's reason) or failed.
