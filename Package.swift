@@ -63,6 +63,8 @@ let package = Package(
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
         // What the HTTP chat channels share: message splitting and the meaning of an HTTP answer.
         .target(name: "ChannelSupport", dependencies: ["ChannelAPI", "HTTPClient"], path: "Sources/Channels/ChannelSupport"),
+        // Email over libcurl: SMTP submission out (STARTTLS required or implicit TLS), an IMAP mailbox in.
+        .target(name: "Email", dependencies: ["ChannelAPI", "ChannelSupport", "JSON", "Crypto", "CCurl", "CCurlShims"], path: "Sources/Channels/Email"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
@@ -103,7 +105,7 @@ let package = Package(
         .testTarget(name: "AgentsTests", dependencies: ["Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
-        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON"],
+        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "Email", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON"],
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
