@@ -71,11 +71,11 @@ struct EmailChannelTests {
         #expect(message["subject"]?.stringValue == "Résumé für heute ✓")
         #expect(message["from"]?.stringValue == Self.from)
         #expect(message["to"]?.stringValue == "Alice Example <alice@example.test>, bob@example.test")
-        // The text/plain part decoded by Python's email package: the joined parts, LF line ends.
-        #expect(message["body"]?.stringValue == "Summary\n\n" + body + "\n")
+        // The text/plain part decoded by Python's email package: the joined parts, in MIME's canonical CRLF form.
+        #expect(message["body"]?.stringValue?.replacingOccurrences(of: "\r\n", with: "\n") == "Summary\n\n" + body + "\n")
         let headers = try #require(message["headers"]?.objectValue)
         #expect(headers["MIME-Version"]?.arrayValue?.first?.stringValue == "1.0")
-        #expect(headers["Date"]?.arrayValue?.first?.stringValue == "Sun, 04 Dec 2026 10:13:20 +0000")
+        #expect(headers["Date"]?.arrayValue?.first?.stringValue == "Thu, 03 Dec 2026 12:13:20 +0000")
         let raw = try #require(message["raw"]?.stringValue)
         #expect(raw.contains("Content-Type: text/plain; charset=UTF-8\r\n"))
         #expect(raw.contains("Content-Transfer-Encoding: quoted-printable\r\n"))

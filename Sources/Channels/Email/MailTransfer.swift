@@ -84,6 +84,7 @@ final class MailSession {
         var recipients: UnsafeMutablePointer<curl_slist>?
         for recipient in request.recipients { recipients = curl_slist_append(recipients, "<\(recipient)>") }
         defer { curl_slist_free_all(recipients) }
+        var replyCode = 0
         let code: CURLcode = withExtendedLifetime(exchange) {
             errorBuffer.withUnsafeMutableBufferPointer { errors -> CURLcode in
                 func text(_ option: CURLoption, _ value: String?) {
@@ -147,13 +148,13 @@ final class MailSession {
                     return n
                 }, context)
                 let code = curl_easy_perform(easy)
-                // The buffer is ours only for this exchange.
-                soulacy_curl_setopt_ptr(easy, CURLOPT_ERRORBUFFER, nil)
+                soulacy_curl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &replyCode)
+                // The buffer, the recipient list and the callbacks' context are ours only for this exchange: the
+                // handle keeps no pointer to them once it returns (a later QUIT or LOGOUT runs with the defaults).
+                curl_easy_reset(easy)
                 return code
             }
         }
-        var replyCode = 0
-        soulacy_curl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &replyCode)
         let errorText = errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         return MailResult(code: Int32(code.rawValue), replyCode: replyCode,
                           errorText: errorText.isEmpty ? String(cString: curl_easy_strerror(code)) : errorText,
