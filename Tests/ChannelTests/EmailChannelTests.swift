@@ -119,6 +119,11 @@ struct EmailChannelTests {
         #expect(reason.contains("does not offer STARTTLS"))
         Self.expectNoSecret(outcome)
         #expect(server.seen().isEmpty, "the server saw: \(server.seen())")
+
+        // Asked for in so many words (`tls: none`, a relay on the same host), and with no password: it goes.
+        let plain = try EmailChannelFactory().make(Self.settings(["host": "127.0.0.1", "port": .number(Double(server.port)), "tls": "none", "from": "a@b.c"]))[0]
+        #expect(await plain.attempt(Self.send(id: "a b@c")) == .delivered(remoteID: "<a-b-c@soulacy>"))
+        #expect(server.seen().count == 1 && server.seen()[0].contains("data"))
     }
 
     // MARK: Refusals
@@ -322,9 +327,15 @@ struct EmailChannelTests {
 
         """
         let second = try await imap.append(raw: multipart)
+        // A vacation reply (RFC 3834) is a robot's: passed over like our own mail.
+        try await imap.append(raw: "From: Dave <dave@example.test>\r\nSubject: Out of office\r\nAuto-Submitted: auto-replied\r\n\r\nI am away.\r\n")
+        let base64 = try await imap.append(raw: "From: erin@example.test\r\nSubject: =?UTF-8?B?w5xiZXI=?=\r\nMIME-Version: 1.0\r\n"
+            + "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n"
+            + Data("Grüße aus Köln\r\nzweite Zeile".utf8).base64EncodedString(options: .lineLength64Characters) + "\r\n")
+        let subjectOnly = try await imap.append(raw: "From: frank@example.test\r\nSubject: =?UTF-8?Q?Wetter_morgen=3F?=\r\n\r\n\r\n")
 
         let batch = try await poller.poll(after: cursor, timeout: .zero)
-        try #require(batch.messages.count == 2, "\(batch.messages)")
+        try #require(batch.messages.count == 4, "\(batch.messages)")
         let (a, b) = (batch.messages[0], batch.messages[1])
         #expect(a.id == "\(plain.uidValidity):\(plain.uid)")
         #expect(a.senderID == "juergen@example.test" && a.senderName == "Jürgen Müller" && a.replyTo == "replies@example.test")
@@ -332,7 +343,11 @@ struct EmailChannelTests {
         #expect(b.id == "\(second.uidValidity):\(second.uid)")
         #expect(b.senderID == "carol@example.test" && b.senderName == "Carol, C." && b.replyTo == "carol@example.test")
         #expect(b.text == "Café at noon? This line is long enough that it needs a soft break here and goes on.")
-        #expect(batch.cursor == "\(second.uidValidity):\(second.uid + 1)")
+        #expect(batch.messages[2].id == "\(base64.uidValidity):\(base64.uid)" && batch.messages[2].text == "Grüße aus Köln\nzweite Zeile")
+        #expect(batch.messages[2].senderID == "erin@example.test" && batch.messages[2].senderName == nil)
+        // No body: the subject is the request.
+        #expect(batch.messages[3].id == "\(subjectOnly.uidValidity):\(subjectOnly.uid)" && batch.messages[3].text == "Wetter morgen?")
+        #expect(batch.cursor == "\(subjectOnly.uidValidity):\(subjectOnly.uid + 1)")
 
         // Polling again from the new cursor: nothing, however long it waits.
         let again = try await poller.poll(after: batch.cursor, timeout: .milliseconds(200))
