@@ -35,11 +35,6 @@ struct MailResult: Sendable {
     var loginDenied: Bool { code == Int32(CURLE_LOGIN_DENIED.rawValue) }
     var tlsRefused: Bool { code == Int32(CURLE_USE_SSL_FAILED.rawValue) }
     var timedOut: Bool { code == Int32(CURLE_OPERATION_TIMEDOUT.rawValue) }
-    /// The server answered, then the exchange failed on what it answered (a refused MAIL, RCPT or DATA).
-    var serverRefused: Bool {
-        [CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_WEIRD_SERVER_REPLY, CURLE_REMOTE_ACCESS_DENIED, CURLE_QUOTE_ERROR]
-            .contains { Int32($0.rawValue) == code } && replyCode >= 400
-    }
     /// The last reply line that starts with `code`, without the code: the server's own words.
     func reply(for code: Int) -> String? {
         replies.last { $0.hasPrefix("\(code)") }.map { String($0.dropFirst(3)).trimmingCharacters(in: CharacterSet(charactersIn: " -")) }
