@@ -81,6 +81,8 @@ let package = Package(
         .target(name: "Slack", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/Slack"),
         .target(name: "Discord", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/Discord"),
         .target(name: "WhatsApp", dependencies: ["ChannelAPI", "ChannelSupport", "HTTPClient", "JSON"], path: "Sources/Channels/WhatsApp"),
+        // Email over libcurl: SMTP submission out (STARTTLS required or implicit TLS), an IMAP mailbox in.
+        .target(name: "Email", dependencies: ["ChannelAPI", "ChannelSupport", "JSON", "Crypto", "CCurl", "CCurlShims"], path: "Sources/Channels/Email"),
         // Model providers (OpenAI-compatible, Ollama, Anthropic) behind one seam, for agents that are prompts.
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
@@ -95,7 +97,7 @@ let package = Package(
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
         .target(name: "GatewayHTTP", dependencies: ["APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
-        .target(name: "Gateway", dependencies: ["ChannelDelivery", "Discord", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+        .target(name: "Gateway", dependencies: ["ChannelDelivery", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),
@@ -121,7 +123,7 @@ let package = Package(
         .testTarget(name: "AgentsTests", dependencies: ["Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
-        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram", "Sidecar", "Subprocess", "Slack", "Discord", "WhatsApp"],
+        .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram", "Sidecar", "Subprocess", "Slack", "Discord", "WhatsApp", "Email"],
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),

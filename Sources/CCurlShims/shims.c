@@ -19,6 +19,12 @@ CURLcode soulacy_curl_set_callbacks(CURL *h, soulacy_curl_data_fn body, soulacy_
     return rc;
 }
 
+CURLcode soulacy_curl_set_read_callback(CURL *h, soulacy_curl_data_fn read, void *userdata) {
+    CURLcode rc = curl_easy_setopt(h, CURLOPT_READFUNCTION, read);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_READDATA, userdata);
+    return rc;
+}
+
 int soulacy_curl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result) {
     int left = 0;
     CURLMsg *msg;

@@ -160,8 +160,11 @@ def remove_stale_directories():
         except ProcessLookupError:
             pass
         except (OSError, ValueError):
-            if time.time() - os.path.getmtime(path) < 60:
-                continue  # being set up right now
+            try:
+                if time.time() - os.path.getmtime(path) < 60:
+                    continue  # being set up right now
+            except FileNotFoundError:
+                continue  # its own launcher removed it meanwhile (a parallel test stopping)
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -15,6 +15,8 @@ CURLSHcode soulacy_curl_share_setopt_long(CURLSH *handle, CURLSHoption option, l
 typedef size_t (*soulacy_curl_data_fn)(char *data, size_t size, size_t count, void *userdata);
 /* Installs the body and header callbacks with one user-data pointer. */
 CURLcode soulacy_curl_set_callbacks(CURL *handle, soulacy_curl_data_fn body, soulacy_curl_data_fn header, void *userdata);
+/* Installs the upload callback (SMTP's message, an IMAP APPEND) with its user-data pointer. */
+CURLcode soulacy_curl_set_read_callback(CURL *handle, soulacy_curl_data_fn read, void *userdata);
 /* The next finished transfer of a multi handle: returns 1 and fills easy/result, or 0 when there is none. */
 int soulacy_curl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result);
 

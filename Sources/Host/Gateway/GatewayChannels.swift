@@ -1,6 +1,7 @@
 import ChannelAPI
 import ChannelDelivery
 import Discord
+import Email
 import Foundation
 import Sidecar
 import Slack
@@ -13,7 +14,7 @@ extension Gateway {
     public static func builtInChannelFactories(environment: [String: String] = ProcessInfo.processInfo.environment, log: Log = Log(),
                                                clock: any WallClock = SystemWallClock()) -> [any ChannelFactory] {
         [TelegramChannelFactory(), SlackChannelFactory(), DiscordChannelFactory(), WhatsAppChannelFactory(),
-         WebhookChannelFactory(clock: clock), TeamsChannelFactory(), GoogleChatChannelFactory(),
+         WebhookChannelFactory(clock: clock), TeamsChannelFactory(), GoogleChatChannelFactory(), EmailChannelFactory(log: log),
          SidecarChannelFactory(hostEnvironment: environment, log: log, clock: clock)]
     }
 
