@@ -53,6 +53,14 @@ struct TargetGraphTests {
             ("Approvals", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents"]),
             ("Household", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "Gateway", "Agents", "Approvals"]),
             ("RelayCarriage", ["APIKit", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals"]),
+            // Channels are plugins: the contract and the HTTP client, never the server, the database or the host.
+            ("Telegram", serverSide), ("Slack", serverSide), ("Discord", serverSide), ("WhatsApp", serverSide),
+            ("Webhooks", serverSide), ("Email", serverSide), ("Sidecar", serverSide.union(["HTTPClient"])),
+            ("ChannelSupport", serverSide),
+            // The outbox loop knows no engine; the channel hand-off knows SQLite but no HTTP and no mobile channel.
+            ("Outbox", serverSide.union(["HTTPClient"])),
+            ("ChannelDelivery", ["HTTPServer", "APIKit", "CMicroHTTPD", "Gateway", "Mobile", "MobileHTTP", "HTTPClient"]),
+            ("Subprocess", serverSide.union(["HTTPClient", "ChannelAPI", "JSON"])),
         ]
         // The server is only the libmicrohttpd wrapper: routing, callers and the error shape live in the API kit.
         #expect(Self.reach("HTTPServer", in: graph) == ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"],

@@ -1,0 +1,86 @@
+import ChannelAPI
+import Foundation
+import Outbox
+
+/// Channels by configured id, built at start from the gateway config and the embedder's own.
+public struct OutboundChannelRegistry: Sendable {
+    private var channels: [String: any OutboundChannel] = [:]
+
+    public init(_ channels: [any OutboundChannel] = []) {
+        for channel in channels { self.channels[channel.name] = channel }
+    }
+
+    public mutating func register(_ channel: any OutboundChannel) { channels[channel.name] = channel }
+    public var names: [String] { channels.keys.sorted() }
+    public func channel(named name: String) -> (any OutboundChannel)? { channels[name] }
+    public func has(_ name: String) -> Bool { channels[name] != nil }
+}
+
+/// One attempt at a channel send, and its outcome recorded on the row: the channel's lane of the outbox.
+public final class ChannelLane: OutboxLane {
+    public let name = "channels"
+    public let outbox: SQLiteChannelOutbox
+    public let channels: OutboundChannelRegistry
+    let clock: any WallClock
+    let policy: RetryPolicy
+    let log: Log
+
+    public init(outbox: SQLiteChannelOutbox, channels: OutboundChannelRegistry, clock: any WallClock, policy: RetryPolicy, log: Log) {
+        self.outbox = outbox
+        self.channels = channels
+        self.clock = clock
+        self.policy = policy
+        self.log = log
+    }
+
+    public func releaseAbandonedLeases(ownOwner owner: String) throws -> Int { try outbox.releaseAbandonedLeases(ownOwner: owner) }
+
+    public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [ChannelOutboxEntry] {
+        try await outbox.claimDue(owner: owner, now: now, lease: lease, limit: limit)
+    }
+
+    public func nextDue() throws -> Date? { try outbox.nextDue() }
+
+    public func attempt(_ entry: ChannelOutboxEntry, owner: String) async {
+        do {
+            let now = clock.now()
+            guard now < entry.expiresAt else {
+                try await outbox.settle(entry.id, owner: owner, state: .failed, reason: "gave up after 24 hours: \(entry.lastReason ?? "never sent")", remoteID: nil, at: now)
+                return
+            }
+            guard let channel = channels.channel(named: entry.channel) else {
+                // The gateway config lost this channel since: wait for it to come back rather than drop the output.
+                let next = now.addingTimeInterval(policy.delay(afterAttempts: entry.attempts + 1, retryAfter: nil))
+                try await outbox.reschedule(entry.id, owner: owner, at: next, reason: "channel '\(entry.channel)' is not configured")
+                return
+            }
+            let send = ChannelSend(id: entry.id, channel: entry.channel, destination: entry.destination, output: entry.output,
+                                   attempt: entry.attempts + 1, createdAt: entry.createdAt)
+            let outcome = await channel.attempt(send)
+            let after = clock.now()
+            switch outcome {
+            case .delivered(let remoteID):
+                try await outbox.settle(entry.id, owner: owner, state: .delivered, reason: nil, remoteID: remoteID, at: after)
+            case let .retry(retryAfter, reason):
+                let next = after.addingTimeInterval(policy.delay(afterAttempts: entry.attempts + 1, retryAfter: retryAfter))
+                if next >= entry.expiresAt {
+                    try await outbox.settle(entry.id, owner: owner, state: .failed, reason: "gave up: \(reason)", remoteID: nil, at: after)
+                } else {
+                    try await outbox.reschedule(entry.id, owner: owner, at: next, reason: reason)
+                }
+            case .rejected(let reason):
+                try await outbox.settle(entry.id, owner: owner, state: .rejected, reason: reason, remoteID: nil, at: after)
+                log.warning("channels: \(entry.channel) refused send \(entry.id): \(reason)")
+            case .failed(let reason):
+                try await outbox.settle(entry.id, owner: owner, state: .failed, reason: reason, remoteID: nil, at: after)
+                log.warning("channels: send \(entry.id) to \(entry.channel) failed: \(reason)")
+            }
+        } catch {
+            // The row keeps its lease; it becomes claimable again when the lease ends.
+            log.error("channels: cannot record the outcome of send \(entry.id): \(error)")
+        }
+    }
+}
+
+/// Empties the channel outbox: the shared outbox loop over the channel lane.
+public typealias ChannelDispatcher = OutboxDispatcher<ChannelLane>
