@@ -127,6 +127,6 @@ let package = Package(
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

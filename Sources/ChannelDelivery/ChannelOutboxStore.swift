@@ -1,7 +1,6 @@
 import ChannelAPI
 import Crypto
 import Foundation
-import Glibc
 import JSON
 import Outbox
 import SQLite
@@ -165,18 +164,13 @@ public struct SQLiteChannelOutbox: Sendable {
 
     /// Frees leases held by processes on this host that no longer exist (after a crash or kill -9).
     public func releaseAbandonedLeases(ownOwner: String) throws -> Int {
-        let host = ownOwner.split(separator: "|").first.map(String.init) ?? ""
         let owners = try database.read { db in
             try db.query("SELECT DISTINCT lease_owner FROM channel_outbox WHERE state = 'pending' AND lease_owner IS NOT NULL").compactMap { $0.string("lease_owner") }
         }
         var released = 0
-        for owner in owners where owner != ownOwner {
-            let parts = owner.split(separator: "|")
-            guard parts.count == 3, String(parts[0]) == host, let pid = Int32(parts[1]) else { continue }
-            if !(kill(pid, 0) == 0 || errno == EPERM) || pid == getpid() {
-                released += try database.transaction { db in
-                    try db.run("UPDATE channel_outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = 'pending'", owner)
-                }
+        for owner in owners where LeaseOwners.isAbandoned(owner, ownOwner: ownOwner) {
+            released += try database.transaction { db in
+                try db.run("UPDATE channel_outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = 'pending'", owner)
             }
         }
         return released

@@ -198,3 +198,16 @@ final class InFlightCount: Sendable {
     var value: Int { count.load(ordering: .acquiring) }
     func add(_ n: Int) { count.add(n, ordering: .acquiringAndReleasing) }
 }
+
+/// Lease owner names (`host|pid|instance`, `OutboxDispatcher.leaseOwnerName()`) of processes that are gone.
+public enum LeaseOwners {
+    /// Whether `owner`'s lease can be taken back at start: it is this host's, and its process no longer exists
+    /// (or it is an earlier instance of this very process). Owners on other hosts are left to their lease time.
+    public static func isAbandoned(_ owner: String, ownOwner: String) -> Bool {
+        guard owner != ownOwner else { return false }
+        let host = ownOwner.split(separator: "|").first.map(String.init) ?? ""
+        let parts = owner.split(separator: "|")
+        guard parts.count == 3, String(parts[0]) == host, let pid = Int32(parts[1]) else { return false }
+        return !(kill(pid, 0) == 0 || errno == EPERM) || pid == getpid()
+    }
+}

@@ -132,8 +132,17 @@ public class StandInProcess: @unchecked Sendable {
     public func stop() {
         let process = lock.withLock { () -> Process? in defer { self.process = nil }; return self.process }
         guard let process, process.isRunning else { return }
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        let pid = process.processIdentifier
+        kill(pid, SIGKILL)
+        // Until the process is dead (a zombie or gone), at most 5 s. Not `waitUntilExit()`: it spins the run loop on
+        // the calling (cooperative) thread, and with dozens of stand-ins ending at once it was seen to spin for ever.
+        for _ in 0..<500 {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return }
+            let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).prefix(1)
+            if state == "Z" || state == "X" { return }
+            usleep(10_000)
+        }
     }
 
     deinit { stop() }

@@ -1,3 +1,4 @@
+import ChannelDelivery
 import Foundation
 import Gateway
 import GatewayTestSupport
@@ -33,7 +34,8 @@ struct SchemaTests {
         #expect(throws: MigrationError.duplicate("x.1")) { try migrator.register([Migration("x.2", "SELECT 1"), Migration("x.1", "SELECT 2")]) }
         #expect(MigrationError.duplicate("x.1").description.contains("'x.1'"))
         // The gateway's own lists hold no duplicate.
-        #expect(try GatewaySchema.migrator().migrations.count == MobileSchema.migrations.count + GatewaySchema.migrations.count)
+        #expect(try GatewaySchema.migrator().migrations.count == MobileSchema.migrations.count + GatewaySchema.migrations.count
+                 + ChannelOutboxSchema.migrations.count + ChannelInboundStore.migrations.count)
     }
 
     @Test("fresh and upgraded from the oldest shipped schema end with the same schema, and the old rows are kept")
