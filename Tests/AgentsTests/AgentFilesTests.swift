@@ -82,9 +82,10 @@ struct AgentFilesTests {
             #expect(await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout")?.enabled == false })
             let refused = try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"])
             #expect(refused.status == 409 && refused.errorCode == "agent_disabled")
+            #expect(try await agentIDs(gw) == ["echo", "shout"], "a disabled agent is listed (enabled false), as both originals list it")
             try FileManager.default.removeItem(atPath: dir + "/shout")
-            #expect(try await agentIDs(gw) == ["echo"], "a disabled agent is not listed, as in the original")
             #expect(await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout") == nil })
+            #expect(try await agentIDs(gw) == ["echo"], "a deleted agent is gone from the list")
             #expect(try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"]).status == 404)
         }
     }
