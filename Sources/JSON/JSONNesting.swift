@@ -16,13 +16,16 @@ public enum JSONNesting {
         case trailingComma(offset: Int)
     }
 
-    /// One pass over the bytes, outside strings: the first nesting beyond `maximumDepth` or trailing comma.
-    /// Garbage is not judged here; the parser that follows refuses it.
+    /// One pass over the bytes, outside strings: nesting beyond `maximumDepth` anywhere, else the first trailing
+    /// comma. Depth is looked for to the end even after a trailing comma: readers that accept one (Foundation's
+    /// typed decoding) must still never meet a document too deep. Garbage is not judged here; the parser that
+    /// follows refuses it.
     public static func scan(_ bytes: some Collection<UInt8>, maximumDepth: Int = maximumDepth) -> Problem? {
         var inString = false, escaped = false
         var depth = 0
         var lastSignificant: UInt8 = 0
         var lastSignificantOffset = 0
+        var trailingComma: Int?
         var offset = -1
         for byte in bytes {
             offset += 1
@@ -37,14 +40,14 @@ public enum JSONNesting {
                 depth += 1
                 if depth > maximumDepth { return .tooDeep(offset: offset) }
             case UInt8(ascii: "]"), UInt8(ascii: "}"):
-                if lastSignificant == UInt8(ascii: ",") { return .trailingComma(offset: lastSignificantOffset) }
+                if lastSignificant == UInt8(ascii: ","), trailingComma == nil { trailingComma = lastSignificantOffset }
                 depth -= 1
             default: break
             }
             lastSignificant = byte
             lastSignificantOffset = offset
         }
-        return nil
+        return trailingComma.map { .trailingComma(offset: $0) }
     }
 
     /// The refusal every reader gives for a document nested too deeply.

@@ -43,6 +43,10 @@ struct JSONNestingTests {
         #expect(throws: JSONFieldError.self) { _ = try JSONCoding.decode(Answer.self, from: deep) }
         #expect(throws: JSONFieldError.self) { _ = try JSONCoding.decode(JSONValue.self, from: String(decoding: Self.arrays(10_000), as: UTF8.self)) }
         #expect(try JSONCoding.decode(Answer.self, from: Array(#"{"error":{"message":"no"}}"#.utf8)).error?["message"] == "no")
+        // Foundation accepts a trailing comma; one before the deep part must not hide the depth from the check.
+        let commaFirst = Array(#"{"x":[1,],"error":"#.utf8) + Self.objects(400) + Array("}".utf8)
+        #expect(throws: JSONFieldError.self) { _ = try JSONCoding.decode(Answer.self, from: commaFirst) }
+        #expect(JSONNesting.scan(commaFirst) == .tooDeep(offset: 18 + 5 * 63), "the 65th level, past the comma")
     }
 
     @Test("SOUL.yaml nested 65 to 10,000 levels is refused at its position; aliases that expand past a million nodes are refused")
