@@ -12,6 +12,8 @@ public struct OutboundChannelRegistry: Sendable {
 
     public mutating func register(_ channel: any OutboundChannel) { channels[channel.name] = channel }
     public var names: [String] { channels.keys.sorted() }
+    /// Every channel, in the order of their names.
+    public var all: [any OutboundChannel] { names.compactMap { channels[$0] } }
     public func channel(named name: String) -> (any OutboundChannel)? { channels[name] }
     public func has(_ name: String) -> Bool { channels[name] != nil }
 }

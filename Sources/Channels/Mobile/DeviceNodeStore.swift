@@ -202,7 +202,7 @@ public final class DeviceNodes: Sendable {
             let signal = WakeSignal(category: .command, title: "Soulacy", body: "An agent has something for this phone.",
                                     deepLink: "soulacy://command/\(commandID)", threadID: "commands", extra: ["command_id": commandID, "command": command],
                                     expiresAt: expiry, collapseID: commandID)
-            if (try? store.queueWakeUp(signal, deviceID: deviceID)) == true, let dispatcher { store.database.afterCommit { dispatcher.poke() } }
+            _ = try? MobileDeviceAlerts(store: store, dispatcher: dispatcher).alert(signal, deviceID: deviceID)
         }
         return queued
     }

@@ -328,8 +328,7 @@ public actor AgentRuns {
     /// and only it, a `SOULACY_TRIGGER` alert at priority 10. The body stays generic: an error's text can carry a
     /// provider's message or a command's output, and nothing of a run travels in a push.
     private func alertFiringDevice(agent: AgentConfig, record: RunRecord, destination: RunDestination?) {
-        guard record.trigger == .location, let alerts, let to = destination?.to, to.hasPrefix("device:") else { return }
-        let device = String(to.dropFirst("device:".count))
+        guard record.trigger == .location, let alerts, let to = destination?.to, case .device(let device)? = try? Destination(parsing: to) else { return }
         let signal = WakeSignal(category: .trigger, title: "\(agent.name) could not run", body: "The run did not finish. Open Soulacy to see why.",
                                 deepLink: "soulacy://activity", threadID: "trigger-\(agent.id)", priority: .high)
         do { try alerts.alert(signal, deviceID: device) } catch {

@@ -77,7 +77,7 @@ public actor ApprovalsBroker {
         let (approval, created) = try store.insertIfNew(Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName,
                                                                 sessionID: sessionID, tool: tool, arguments: arguments, state: .pending,
                                                                 createdAt: now, expiresAt: expires))
-        if created, try mobile.queueWakeUps(Self.signal(for: approval), subject: subject) > 0, let dispatcher { mobile.database.afterCommit { dispatcher.poke() } }
+        if created { try MobileDeviceAlerts(store: mobile, dispatcher: dispatcher).alert(Self.signal(for: approval), subject: subject) }
         return approval
     }
 

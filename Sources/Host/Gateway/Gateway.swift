@@ -182,9 +182,7 @@ public final class Gateway: Sendable {
         let catalog: AgentCatalog
         do {
             var destinations = Self.destinationValidators
-            for name in outbound.names {
-                if let channel = outbound.channel(named: name) { destinations[name] = Self.validator(of: channel) }
-            }
+            for channel in outbound.all { destinations[channel.name] = Self.validator(of: channel) }
             for channel in options.extraChannels where channel.name != "mobile" {
                 destinations[channel.name] = Self.validator(of: channel)
             }
@@ -522,7 +520,7 @@ public final class Gateway: Sendable {
         list.append(("push dispatcher", CancelledOnShutdown { await dispatcher.run() }))
         let channelDispatcher = self.channelDispatcher
         // Channels with a process of their own start before the dispatcher needs them and stop after it.
-        let supervised = outbound.names.compactMap { outbound.channel(named: $0) as? any SupervisedChannel }
+        let supervised = outbound.all.compactMap { $0 as? any SupervisedChannel }
         if !supervised.isEmpty {
             list.append(("supervised channels", StartedThenStopped(start: { for channel in supervised { await channel.start() } },
                                                                   stop: { for channel in supervised { await channel.stop() } })))
