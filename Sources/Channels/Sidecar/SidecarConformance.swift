@@ -147,16 +147,6 @@ public enum SidecarConformance {
         return rule(true, "still running after \(what)")
     }
 
-    private static func finished(_ task: Task<Void, Never>, within limit: Duration) async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
-            group.addTask { await task.value; return true }
-            group.addTask { try? await Task.sleep(for: limit); return false }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
-    }
-
     /// Every line the sidecar wrote, as it came.
     private final class Transcript: Sendable {
         enum Kind: Sendable { case frame(SidecarFrame), invalid(String), tooLong(Int) }

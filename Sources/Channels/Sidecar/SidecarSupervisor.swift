@@ -225,13 +225,13 @@ public actor SidecarSupervisor {
         handshake.cancel()
         // Grandchildren may hold the pipes; once the child is gone, stop them too.
         process.signalGroup(SIGKILL)
-        if await Self.finished(reader, within: .seconds(2)) == false {
+        if await finished(reader, within: .seconds(2)) == false {
             log.warning("sidecar \(name): its stdout stayed open after it exited (a process outside its group?); closing it")
             process.standardOutput.close()
         }
         await reader.value
         process.standardInput.close()
-        if await Self.finished(stderr, within: .seconds(1)) == false { process.standardError.close() }
+        if await finished(stderr, within: .seconds(1)) == false { process.standardError.close() }
         let failure = child?.failure
         child = nil
         status.protocolVersion = nil
@@ -241,16 +241,6 @@ public actor SidecarSupervisor {
         let ending = failure ?? "\(exit)"
         status.lastExit = ending
         return ending
-    }
-
-    private static func finished(_ task: Task<Void, Never>, within limit: Duration) async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
-            group.addTask { await task.value; return true }
-            group.addTask { try? await Task.sleep(for: limit); return false }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
     }
 
     private func handshakeDeadline(_ generation: Int) {

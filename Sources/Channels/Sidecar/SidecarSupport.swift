@@ -131,3 +131,14 @@ public final class InboundMessageStream: AsyncSequence, Sendable {
 
     public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(stream: self) }
 }
+
+/// Whether `task` ends within `limit` (it is not cancelled either way): a handshake, a writer's flush, a grace.
+func finished(_ task: Task<Void, Never>, within limit: Duration) async -> Bool {
+    await withTaskGroup(of: Bool.self) { group in
+        group.addTask { await task.value; return true }
+        group.addTask { try? await Task.sleep(for: limit); return false }
+        let first = await group.next() ?? false
+        group.cancelAll()
+        return first
+    }
+}
