@@ -111,9 +111,6 @@ public struct GatewayConfigFile: Sendable {
                 }
             }
         }
-        if let allowed = llm["allowed_providers"], case .list(let ids) = allowed {
-            derived["SOULACY_LLM_ALLOWED_PROVIDERS"] = ids.compactMap(\.text).joined(separator: ",")
-        }
         // The original's precedence: the environment over the file.
         config.llmEnvironment = derived.filter { !$0.value.isEmpty && environment[$0.key] == nil }
         return config
