@@ -39,11 +39,14 @@ public enum RawHTTP {
 
     /// The exchange runs on a thread of its own: blocking reads on the cooperative pool would starve the gateway
     /// that runs in the same test process.
-    public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5, from source: String? = nil) async -> String {
-        await onOwnThread { exchangeBlocking(port: port, request, timeout: timeout, from: source) }
+    /// `halfClose` shuts the sending side once the request is out, for garbage the server must answer or drop without
+    /// waiting for more. A well-formed request with `Connection: close` should pass `false`: libmicrohttpd may close a
+    /// connection whose client half-closed before the reply was queued, which reads as an empty reply now and then.
+    public static func exchange(port: UInt16, _ request: [UInt8], timeout: Double = 5, from source: String? = nil, halfClose: Bool = true) async -> String {
+        await onOwnThread { exchangeBlocking(port: port, request, timeout: timeout, from: source, halfClose: halfClose) }
     }
 
-    static func exchangeBlocking(port: UInt16, _ request: [UInt8], timeout: Double, from source: String? = nil) -> String {
+    static func exchangeBlocking(port: UInt16, _ request: [UInt8], timeout: Double, from source: String? = nil, halfClose: Bool = true) -> String {
         guard let fd = connect(port: port, timeout: timeout, from: source) else { return "" }
         defer { close(fd) }
         var offset = 0
@@ -52,7 +55,7 @@ public enum RawHTTP {
             if n <= 0 { break }
             offset += n
         }
-        shutdown(fd, Int32(SHUT_WR))
+        if halfClose { shutdown(fd, Int32(SHUT_WR)) }
         var reply: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
