@@ -62,10 +62,39 @@ public protocol ChannelFactory: Sendable {
     func make(_ settings: ChannelSettings) throws(ChannelConfigError) -> [any OutboundChannel]
     /// The block's inbound pollers, one per bot that carries an agent's messages (none by default).
     func inbound(_ settings: ChannelSettings) throws(ChannelConfigError) -> [any InboundPoller]
+    /// Each channel's `default_output_to`, by the channel id `make` gives it. By default the block's own, under
+    /// its kind; a kind with several bots says which bot each row's default belongs to.
+    func defaultOutputs(_ settings: ChannelSettings) throws(ChannelConfigError) -> [String: DefaultOutput]
 }
 
 extension ChannelFactory {
     public func inbound(_ settings: ChannelSettings) throws(ChannelConfigError) -> [any InboundPoller] { [] }
+
+    public func defaultOutputs(_ settings: ChannelSettings) throws(ChannelConfigError) -> [String: DefaultOutput] {
+        DefaultOutput(settings).map { [settings.kind: $0] } ?? [:]
+    }
+}
+
+/// A channel's configured default destination: `default_output_to`, with `default_output_template` and
+/// `bot_name`, as Soulacy users put them on a channel's block or on one of its bots. An output that names the
+/// channel without a `to` goes there; a scheduled result with no usable target goes to the only channel that has
+/// one (SOULACY-AGENTS.md §6).
+public struct DefaultOutput: Sendable, Equatable {
+    public var to: String
+    public var template: String?
+    public var botName: String?
+
+    public init(to: String, template: String? = nil, botName: String? = nil) {
+        self.to = to
+        self.template = template
+        self.botName = botName
+    }
+
+    /// The default of a block or bot row; nil without a non-empty `default_output_to`.
+    public init?(_ settings: ChannelSettings) {
+        guard let to = settings.string("default_output_to") else { return nil }
+        self.init(to: to, template: settings.string("default_output_template"), botName: settings.string("bot_name"))
+    }
 }
 
 /// A value of a channel's config block, as YAML gave it.

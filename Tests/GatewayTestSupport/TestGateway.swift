@@ -32,7 +32,7 @@ public final class TestGateway: Sendable {
                              maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:],
                              transports: [any WakeTransport] = [], channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(),
                              lan: Bool = false, log: Log = Log(minimum: .warning), outbound: [any OutboundChannel] = [],
-                             gatewayConfig: String? = nil) async throws -> TestGateway {
+                             factories: [any ChannelFactory] = [], gatewayConfig: String? = nil) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
         // Tests send far more than the original's 600 requests a minute from loopback: no limit unless a test sets one.
         var environment = environment
@@ -45,6 +45,7 @@ public final class TestGateway: Sendable {
         if lan { options.lanHost = "127.0.0.1" }
         options.extraChannels = channels
         options.extraOutboundChannels = outbound
+        options.extraChannelFactories = factories
         // Never the developer's own ~/.soulacy/config.yaml: a test reads the gateway config it writes, or none.
         let gatewayConfigPath = dir + "/gateway-config.yaml"
         try (gatewayConfig ?? "").write(toFile: gatewayConfigPath, atomically: true, encoding: .utf8)
@@ -189,11 +190,11 @@ public func eventually(timeout: Duration = .seconds(10), _ condition: @Sendable 
 public func withTestGateway<T>(config: String = TestGateway.defaultConfig, agents: String? = nil, directory: String? = nil, clock: any WallClock = SystemWallClock(),
                                maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:], transports: [any WakeTransport] = [],
                                channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false,
-                               log: Log = Log(minimum: .warning), outbound: [any OutboundChannel] = [], gatewayConfig: String? = nil,
-                               _ body: (TestGateway) async throws -> T) async throws -> T {
+                               log: Log = Log(minimum: .warning), outbound: [any OutboundChannel] = [], factories: [any ChannelFactory] = [],
+                               gatewayConfig: String? = nil, _ body: (TestGateway) async throws -> T) async throws -> T {
     let gateway = try await TestGateway.start(config: config, agents: agents, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
                                               environment: environment, transports: transports, channels: channels, retryPolicy: retryPolicy, lan: lan,
-                                              log: log, outbound: outbound, gatewayConfig: gatewayConfig)
+                                              log: log, outbound: outbound, factories: factories, gatewayConfig: gatewayConfig)
     do {
         let result = try await body(gateway)
         await gateway.stop()

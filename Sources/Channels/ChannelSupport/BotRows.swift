@@ -38,6 +38,16 @@ public enum BotRows {
         return resolved
     }
 
+    /// Each bot's `default_output_to` under its channel id; the block's own default belongs to `<kind>` unless
+    /// row 0 sets one of its own (as the original reads the block, then its rows).
+    public static func defaultOutputs(_ settings: ChannelSettings) throws(ChannelConfigError) -> [String: DefaultOutput] {
+        var defaults = DefaultOutput(settings).map { [settings.kind: $0] } ?? [:]
+        for (id, row) in try resolve(settings) {
+            if let own = DefaultOutput(row) { defaults[id] = own }
+        }
+        return defaults
+    }
+
     /// The original's `sanitizeID`: keeps `[A-Za-z0-9_-]`, maps every other character to `-`.
     public static func sanitizedID(_ text: String) -> String {
         // Per Unicode scalar, as Go ranges over runes.

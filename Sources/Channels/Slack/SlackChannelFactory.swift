@@ -20,6 +20,10 @@ public struct SlackChannelFactory: ChannelFactory {
 
     public init() {}
 
+    public func defaultOutputs(_ settings: ChannelSettings) throws(ChannelConfigError) -> [String: DefaultOutput] {
+        try BotRows.defaultOutputs(settings)
+    }
+
     public func make(_ settings: ChannelSettings) throws(ChannelConfigError) -> [any OutboundChannel] {
         guard try settings.bool("enabled") == true else { return [] }
         return try configurations(settings).map { SlackChannel(configuration: $0) }

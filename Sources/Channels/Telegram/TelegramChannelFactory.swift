@@ -59,27 +59,7 @@ public struct TelegramChannelFactory: ChannelFactory {
         // poll never stands in the way of a send.
         let sends = HTTP2Client(configuration: http)
 
-        var rows: [(id: String, label: String, settings: ChannelSettings)] = []
-        let hasDefaultBot = settings.string("token") != nil
-        if hasDefaultBot { rows.append(("telegram", "the top-level token", settings)) }
-        for (index, block) in try settings.blocks("bots").enumerated() {
-            // Errors in a row name it: channels.telegram.bots[1].token.
-            let row = ChannelSettings(kind: "\(settings.kind).bots[\(index)]", values: block.values)
-            var id = "telegram"
-            if hasDefaultBot || index > 0 {
-                let suffix = [row.string("agent_id"), row.string("bot_name")].compactMap { $0.map(Self.sanitizedID) }.first ?? String(index + 1)
-                id = "telegram-\(suffix)"
-            }
-            if let earlier = rows.first(where: { $0.id == id }) {
-                throw ChannelConfigError(field: row.field("agent_id"),
-                                         problem: "gives the channel id '\(id)', which \(earlier.label) already has; give each bot its own agent_id or bot_name")
-            }
-            rows.append((id, "bots[\(index)]", row))
-        }
-        guard !rows.isEmpty else {
-            throw ChannelConfigError(field: settings.field("token"), problem: "is required (or a list of bots under \(settings.field("bots")), each with its token)")
-        }
-
+        let rows = try Self.rows(settings)
         var bots: [TelegramBot] = []
         for (id, _, row) in rows {
             let token = try Self.token(row)
@@ -105,6 +85,40 @@ public struct TelegramChannelFactory: ChannelFactory {
             bots.append(TelegramBot(channel: channel, poller: poller))
         }
         return bots
+    }
+
+    /// The block's bots under their channel ids, as soulacy-personal names them.
+    static func rows(_ settings: ChannelSettings) throws(ChannelConfigError) -> [(id: String, label: String, settings: ChannelSettings)] {
+        var rows: [(id: String, label: String, settings: ChannelSettings)] = []
+        let hasDefaultBot = settings.string("token") != nil
+        if hasDefaultBot { rows.append(("telegram", "the top-level token", settings)) }
+        for (index, block) in try settings.blocks("bots").enumerated() {
+            // Errors in a row name it: channels.telegram.bots[1].token.
+            let row = ChannelSettings(kind: "\(settings.kind).bots[\(index)]", values: block.values)
+            var id = "telegram"
+            if hasDefaultBot || index > 0 {
+                let suffix = [row.string("agent_id"), row.string("bot_name")].compactMap { $0.map(Self.sanitizedID) }.first ?? String(index + 1)
+                id = "telegram-\(suffix)"
+            }
+            if let earlier = rows.first(where: { $0.id == id }) {
+                throw ChannelConfigError(field: row.field("agent_id"),
+                                         problem: "gives the channel id '\(id)', which \(earlier.label) already has; give each bot its own agent_id or bot_name")
+            }
+            rows.append((id, "bots[\(index)]", row))
+        }
+        guard !rows.isEmpty else {
+            throw ChannelConfigError(field: settings.field("token"), problem: "is required (or a list of bots under \(settings.field("bots")), each with its token)")
+        }
+        return rows
+    }
+
+    /// Each bot's `default_output_to` under its channel id (the gateway checks it as the channel checks a `to`).
+    public func defaultOutputs(_ settings: ChannelSettings) throws(ChannelConfigError) -> [String: DefaultOutput] {
+        var defaults: [String: DefaultOutput] = [:]
+        for (id, _, row) in try Self.rows(settings) {
+            if let own = DefaultOutput(row) { defaults[id] = own }
+        }
+        return defaults
     }
 
     /// The original's `sanitizeID`: letters, digits, `_` and `-` stay; every other character becomes `-`.

@@ -30,17 +30,20 @@ public final class AgentCatalog: Sendable {
 
     public let path: String
     let destinations: [String: DestinationValidator]
+    let defaults: [String: DefaultOutput]
     let environment: [String: String]
     let log: Log
     private let state: Mutex<State>
 
     /// Loads the agents once; a file that does not load stops the start (nothing is running yet to fall back on).
-    public init(path: String, destinations: [String: DestinationValidator], environment: [String: String], log: Log) throws(ConfigErrors) {
+    public init(path: String, destinations: [String: DestinationValidator], defaults: [String: DefaultOutput] = [:], environment: [String: String],
+                log: Log) throws(ConfigErrors) {
         self.path = path
         self.destinations = destinations
+        self.defaults = defaults
         self.environment = environment
         self.log = log
-        let result = AgentFiles.load(path: path, destinations: destinations, environment: environment)
+        let result = AgentFiles.load(path: path, destinations: destinations, defaults: defaults, environment: environment)
         let fileErrors = result.problems.filter { p in p.severity == .error && result.rejectedFiles.contains(p.file) }
         if !fileErrors.isEmpty || (result.files.isEmpty && result.problems.contains { $0.severity == .error }) {
             throw ConfigErrors(errors: result.problems.filter { $0.severity == .error })
@@ -55,6 +58,7 @@ public final class AgentCatalog: Sendable {
     public init(config: SoulConfig, log: Log = Log()) {
         path = ""
         destinations = [:]
+        defaults = [:]
         environment = [:]
         self.log = log
         state = Mutex(State(config: config, files: [], texts: [:]))
@@ -98,7 +102,7 @@ public final class AgentCatalog: Sendable {
                 files.append((file, previous))
                 continue
             }
-            let (agents, problems) = AgentFiles.loadFile(file, text: texts[file], destinations: destinations, environment: environment, strict: false)
+            let (agents, problems) = AgentFiles.loadFile(file, text: texts[file], destinations: destinations, defaults: defaults, environment: environment, strict: false)
             let failed = agents == nil || problems.contains { $0.severity == .error }
             for problem in problems { Self.report(problem, log: log) }
             if failed, let previous {

@@ -1,3 +1,4 @@
+import ChannelAPI
 import Foundation
 
 /// What loading a SOUL.yaml or an agents directory found: the agents, and every problem with its position.
@@ -33,7 +34,7 @@ public enum AgentFiles {
         return found
     }
 
-    public static func load(path: String, destinations: [String: DestinationValidator],
+    public static func load(path: String, destinations: [String: DestinationValidator], defaults: [String: DefaultOutput] = [:],
                             environment: [String: String] = ProcessInfo.processInfo.environment, strict: Bool = false) -> AgentLoadResult {
         var result = AgentLoadResult(files: [], problems: [])
         let files = paths(under: path)
@@ -42,7 +43,7 @@ public enum AgentFiles {
             result.problems.append(ConfigError(file: path, line: 1, column: 1, message: "no agent files (*.yaml) in this directory", severity: .warning))
         }
         for file in files {
-            let (agents, problems) = loadFile(file, destinations: destinations, environment: environment, strict: strict)
+            let (agents, problems) = loadFile(file, destinations: destinations, defaults: defaults, environment: environment, strict: strict)
             result.files.append((file, agents))
             result.problems += problems
         }
@@ -61,7 +62,8 @@ public enum AgentFiles {
     }
 
     /// `text`: the file's contents when the caller has read them already (a reload compares them first).
-    public static func loadFile(_ file: String, text known: String? = nil, destinations: [String: DestinationValidator], environment: [String: String],
+    public static func loadFile(_ file: String, text known: String? = nil, destinations: [String: DestinationValidator],
+                                defaults: [String: DefaultOutput] = [:], environment: [String: String],
                                 strict: Bool) -> (agents: [AgentConfig]?, problems: [ConfigError]) {
         let text: String
         do {
@@ -69,7 +71,7 @@ public enum AgentFiles {
         } catch {
             return (nil, [ConfigError(file: file, line: 1, column: 1, message: "cannot read the file: \(error.localizedDescription)")])
         }
-        var loader = SoulConfigLoader(file: file, destinations: destinations, environment: environment, strict: strict)
+        var loader = SoulConfigLoader(file: file, destinations: destinations, defaults: defaults, environment: environment, strict: strict)
         let agents = loader.parse(text: text)
         return (agents, loader.problems)
     }

@@ -32,6 +32,9 @@ public struct RunDestination: Sendable, Equatable {
     public var botName: String?
     /// Added to the delivery's metadata (location.event, location.name, …).
     public var metadata: [String: String]
+    /// Set when the reply goes to the only channel with a default because its own target did not resolve: the
+    /// message says so in front, and the run records why.
+    public var fallbackFrom: OutputProblem?
 
     public init(_ output: OutputConfig, metadata: [String: String] = [:]) {
         self.init(channel: output.channel, to: output.to, template: output.template, botName: output.botName, metadata: metadata)
@@ -115,6 +118,8 @@ public actor AgentRuns {
     /// the run's end and sent by the channel dispatcher, which `sendsRecorded` wakes.
     public nonisolated let outbound: OutboundChannelRegistry
     public nonisolated let channelOutbox: SQLiteChannelOutbox?
+    /// Where each run's reply goes (the agent's output, the channels' defaults, the original's fallback).
+    public nonisolated let router: OutputRouter
     nonisolated let sendsRecorded: @Sendable () -> Void
     private var activityRuns: [String: ActivityRun] = [:]
     /// Chat streams listening for their run's approvals (`tool_confirm`), by run id.
@@ -129,7 +134,9 @@ public actor AgentRuns {
     public init(catalog: AgentCatalog, channels: ChannelRegistry, store: any RunStore, clock: any WallClock, log: Log,
                 credentials: RunCredentials = RunCredentials(), liveActivities: LiveActivityPublisher? = nil, alerts: (any DeviceAlerts)? = nil,
                 outbound: OutboundChannelRegistry = OutboundChannelRegistry(), channelOutbox: SQLiteChannelOutbox? = nil,
+                defaultOutputs: [String: DefaultOutput] = [:],
                 sendsRecorded: @escaping @Sendable () -> Void = {}, makeRunner: @escaping RunnerFactory) {
+        router = OutputRouter(defaults: defaultOutputs, isRegistered: { [channels, outbound] name in channels.has(name) || outbound.has(name) })
         self.credentials = credentials
         self.alerts = alerts
         self.outbound = outbound
@@ -155,7 +162,7 @@ public actor AgentRuns {
 
     /// Starts a run in the background; refuses when the agent is already running.
     @discardableResult
-    public func start(agentID: String, input: String, trigger: RunTrigger, destination: RunDestination?, timeout: Duration? = nil,
+    public func start(agentID: String, input: String, trigger: RunTrigger, output: RunOutput, timeout: Duration? = nil,
                       subject: String = "owner", chat: ChatContext? = nil, sessionID namedSession: String? = nil, runID namedRun: String? = nil,
                       answer: ((StartedRun) -> CommitHook.Answer)? = nil,
                       finishAnswer: (@Sendable (RunRecord) -> CommitHook.Answer)? = nil) throws(RunStartError) -> StartedRun {
@@ -182,6 +189,7 @@ public actor AgentRuns {
                                    background: trigger.isBackground, startedAt: record.startedAt)
         activityRuns[sessionID] = activity
         let started = StartedRun(runID: runID, sessionID: sessionID, agentID: agentID)
+        let route = router.route(output, agent: agent)
         // Recorded before the run's task starts, so a caller's answer (the 202 naming this run) commits with it.
         if let answer { CommitHook.current?.answerWithNextEffect(answer(started)) }
         do { try store.begin(record) } catch { log.error("run \(record.id): could not record its start: \(error)") }
@@ -189,7 +197,7 @@ public actor AgentRuns {
         let liveActivities = self.liveActivities
         let task = Task {
             await liveActivities?.runStarted(activity)
-            let finished = await self.execute(agent: agent, record: record, request: request, destination: destination, finishAnswer: finishAnswer)
+            let finished = await self.execute(agent: agent, record: record, request: request, route: route, finishAnswer: finishAnswer)
             credentials.revoke(credential)
             await liveActivities?.finished(sessionID: sessionID, succeeded: finished.status == .succeeded)
             return finished
@@ -241,10 +249,12 @@ public actor AgentRuns {
         if recentOrder.count > 256 { recent[recentOrder.removeFirst()] = nil }
     }
 
-    private func execute(agent: AgentConfig, record: RunRecord, request: RunRequest, destination: RunDestination?,
+    private func execute(agent: AgentConfig, record: RunRecord, request: RunRequest, route: OutputRoute,
                          finishAnswer: (@Sendable (RunRecord) -> CommitHook.Answer)?) async -> RunRecord {
         var record = record
         var sends: [PendingChannelSend] = []
+        var destination: RunDestination?
+        if case .deliver(let resolved) = route { destination = resolved }
         defer { finished(record) }
         log.info("run \(record.id) of agent \(agent.id) started (\(request.trigger))")
         do {
@@ -253,18 +263,21 @@ public actor AgentRuns {
             let reply = result.reply.trimmingCharacters(in: .whitespacesAndNewlines)
             record.reply = reply
             record.spokenReply = result.spoken ?? (request.voice ? VoiceReply.shorten(reply) : nil)
+            if !reply.isEmpty, let problem = destination?.fallbackFrom {
+                record.note = "delivered_via_fallback: \(problem)"
+            }
             if reply.isEmpty {
                 log.info("run \(record.id) finished with no output; nothing to deliver")
+            } else if case .undelivered(let problem) = route {
+                // The result stays in the history; the run says why it went nowhere.
+                record.note = problem.description
+                log.warning("run \(record.id) of agent \(agent.id): delivered nowhere: \(problem.code): \(problem)")
             } else if let destination, outbound.has(destination.channel), channelOutbox != nil {
                 // Recorded with the run's end below; the channel dispatcher sends it from there.
                 let send = PendingChannelSend(channel: destination.channel, destination: destination.to,
                                               output: output(reply: reply, agent: agent, record: record, destination: destination), subject: record.subject)
                 sends.append(send)
                 record.deliveryID = send.id
-            } else if let destination, !channels.has(destination.channel) {
-                // A Soulacy file may name a channel this gateway does not have (telegram, slack, …): the result stays in the history.
-                record.note = "no channel '\(destination.channel)' registered"
-                log.warning("run \(record.id) of agent \(agent.id): delivered nowhere: \(record.note!)")
             } else if let destination {
                 record.deliveryID = try await deliver(reply: reply, agent: agent, record: record, destination: destination)
             }
@@ -309,7 +322,10 @@ public actor AgentRuns {
 
     /// The output a run's reply becomes for its destination: the template applied, the run's facts as metadata.
     private func output(reply: String, agent: AgentConfig, record: RunRecord, destination: RunDestination) -> Output {
-        let text = render(destination.template, reply: reply, agent: agent, trigger: record.trigger)
+        var text = render(destination.template, reply: reply, agent: agent, trigger: record.trigger)
+        if destination.fallbackFrom != nil {
+            text = "⚠ The result of \(agent.id) had no delivery target, so it came to the default channel.\n\n" + text
+        }
         let name = destination.botName ?? agent.name
         var metadata = destination.metadata
         metadata["trigger"] = record.trigger.rawValue

@@ -81,7 +81,7 @@ public struct ChannelInbound: Sendable {
         let session = "\(message.channel)-\(message.replyTo)"
         do {
             try await runs.start(agentID: agentID, input: message.text, trigger: .channel,
-                                 destination: RunDestination(channel: message.channel, to: message.replyTo),
+                                 output: .to(RunDestination(channel: message.channel, to: message.replyTo)),
                                  chat: ChatContext(sessionID: session), runID: message.runID)
             log.info("inbound: a message on \(message.channel) started run \(message.runID) of \(agentID)")
         } catch {

@@ -144,9 +144,8 @@ public struct Scheduler: Sendable {
         if trigger != .oneshot {
             do { try store.recordFire(agentID: agentID, at: date) } catch { log.error("agent \(agentID): could not record the fire: \(error)") }
         }
-        let destination = agent.schedule?.output.map { RunDestination($0) }
         do {
-            try await runs.start(agentID: agentID, input: "", trigger: trigger, destination: destination, timeout: agent.schedule?.timeout)
+            try await runs.start(agentID: agentID, input: "", trigger: trigger, output: .scheduled, timeout: agent.schedule?.timeout)
         } catch {
             log.warning("agent \(agentID): scheduled fire skipped: \(error)")
         }

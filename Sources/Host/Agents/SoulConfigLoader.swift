@@ -20,6 +20,8 @@ public struct SoulConfigLoader {
     let file: String
     /// Channel names agents may deliver to, each with its destination check.
     let destinations: [String: DestinationValidator]
+    /// Channels' configured `default_output_to`: an output naming one of them may leave out `to`.
+    let defaults: [String: DefaultOutput]
     /// Where `secret_env` names are looked up.
     let environment: [String: String]
     /// Unknown keys are errors (Soulacy's save-time validator) instead of warnings (its loader).
@@ -28,10 +30,11 @@ public struct SoulConfigLoader {
     private var rejected = false
     private var agentErrors: [String] = []
 
-    public init(file: String, destinations: [String: DestinationValidator], environment: [String: String] = ProcessInfo.processInfo.environment,
-                strict: Bool = false) {
+    public init(file: String, destinations: [String: DestinationValidator], defaults: [String: DefaultOutput] = [:],
+                environment: [String: String] = ProcessInfo.processInfo.environment, strict: Bool = false) {
         self.file = file
         self.destinations = destinations
+        self.defaults = defaults
         self.environment = environment
         self.strict = strict
     }
@@ -39,9 +42,9 @@ public struct SoulConfigLoader {
     // MARK: - Entry points
 
     /// Loads a file or an agents directory; any error (rejected file or parked agent) throws, warnings do not.
-    public static func load(path: String, destinations: [String: DestinationValidator],
+    public static func load(path: String, destinations: [String: DestinationValidator], defaults: [String: DefaultOutput] = [:],
                             environment: [String: String] = ProcessInfo.processInfo.environment, strict: Bool = false) throws(ConfigErrors) -> SoulConfig {
-        let result = AgentFiles.load(path: path, destinations: destinations, environment: environment, strict: strict)
+        let result = AgentFiles.load(path: path, destinations: destinations, defaults: defaults, environment: environment, strict: strict)
         if result.hasErrors { throw ConfigErrors(errors: result.problems.filter { $0.severity == .error }) }
         return result.config
     }
@@ -681,8 +684,12 @@ public struct SoulConfigLoader {
         let channel = string(fields["channel"], "\(what).channel")?.trimmingCharacters(in: .whitespaces) ?? ""
         let to = string(fields["to"], "\(what).to")?.trimmingCharacters(in: .whitespaces) ?? ""
         if channel.isEmpty && to.isEmpty { return nil }
+        // A channel without `to` borrows the channel's default_output_to (SOULACY-AGENTS.md §6), when it has one.
+        if to.isEmpty, !channel.isEmpty, defaults[channel] != nil { return (channel, to) }
         guard !channel.isEmpty, !to.isEmpty else {
-            invalid(node, "\(what) needs both channel and to (got only \(channel.isEmpty ? "to" : "channel"))")
+            let missing = channel.isEmpty ? "to" : "channel"
+            invalid(node, "\(what) needs both channel and to (got only \(missing))"
+                    + (channel.isEmpty ? "" : "; or give channels.\(channel).default_output_to in the gateway config"))
             return nil
         }
         if let validate = destinations[channel] {
@@ -691,7 +698,10 @@ public struct SoulConfigLoader {
                 return nil
             }
         } else {
-            warn(fields["channel"] ?? node, "no channel '\(channel)' registered on this gateway (registered: \(destinations.keys.sorted().joined(separator: ", "))); \(what) delivers nothing and each run records that")
+            // The original's fallback: with exactly one channel default configured, such results go there.
+            let fate = defaults.count == 1 && what != "notify_on_failure" ? "its results go to the default channel \(defaults.keys.first!) with a notice"
+                                           : "\(what) delivers nothing and each run records that"
+            warn(fields["channel"] ?? node, "no channel '\(channel)' registered on this gateway (registered: \(destinations.keys.sorted().joined(separator: ", "))); \(fate)")
         }
         return (channel, to)
     }

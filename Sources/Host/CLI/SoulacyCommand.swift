@@ -79,17 +79,18 @@ struct SoulacyCommand {
         let environment = ProcessInfo.processInfo.environment
         var destinations = Gateway.destinationValidators
         var configProblems: [String] = []
+        var defaults: [String: DefaultOutput] = [:]
         do {
             let gatewayConfig = try GatewayConfigFile.load(path: gatewayConfigPath ?? GatewayConfigFile.defaultPath(environment: environment), environment: environment)
             if let path = gatewayConfig.path { print("gateway config: \(path)") }
-            configProblems = Gateway.channelProblems(config: gatewayConfig, factories: Gateway.builtInChannelFactories(environment: environment)) { channel in
-                destinations[channel.name] = Gateway.validator(of: channel)
-            }
+            configProblems = Gateway.channelProblems(config: gatewayConfig, factories: Gateway.builtInChannelFactories(environment: environment),
+                                                     built: { channel in destinations[channel.name] = Gateway.validator(of: channel) },
+                                                     defaults: { defaults = $0 })
         } catch {
             configProblems = [error.description]
         }
         for problem in configProblems { print("error: \(problem)") }
-        let result = AgentFiles.load(path: paths[0], destinations: destinations, strict: strict)
+        let result = AgentFiles.load(path: paths[0], destinations: destinations, defaults: defaults, strict: strict)
         for problem in result.problems { print(problem.description) }
         let now = Date()
         for agent in result.config.agents {

@@ -186,7 +186,7 @@ public final class Gateway: Sendable {
             for channel in options.extraChannels where channel.name != "mobile" {
                 destinations[channel.name] = Self.validator(of: channel)
             }
-            catalog = try AgentCatalog(path: options.configPath, destinations: destinations, environment: options.environment, log: log)
+            catalog = try AgentCatalog(path: options.configPath, destinations: destinations, defaults: built.defaults, environment: options.environment, log: log)
         } catch {
             throw .config(error)
         }
@@ -259,6 +259,7 @@ public final class Gateway: Sendable {
                                                  runStore: runStore, clock: options.clock, log: log)
         runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities,
                          alerts: MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher), outbound: outbound, channelOutbox: channelOutbox,
+                         defaultOutputs: built.defaults,
                          sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }) { agent in
             switch agent.runner {
             case .command(let command):

@@ -22,6 +22,8 @@ extension Gateway {
     struct BuiltChannels {
         var registry = OutboundChannelRegistry()
         var pollers: [any InboundPoller] = []
+        /// Each channel's `default_output_to`, checked as the channel checks a `to`.
+        var defaults: [String: DefaultOutput] = [:]
     }
 
     /// Every enabled block built by its kind's factory, then the embedder's own channels. A block that cannot work
@@ -29,7 +31,8 @@ extension Gateway {
     /// original boots with a channel skipped). `soulacy check` reports the same problems as errors.
     static func outboundChannels(config: GatewayConfigFile, factories: [any ChannelFactory], extra: [any OutboundChannel], log: Log) -> BuiltChannels {
         var built = BuiltChannels()
-        let problems = channelProblems(config: config, factories: factories, built: { built.registry.register($0) }, polling: { built.pollers.append($0) })
+        let problems = channelProblems(config: config, factories: factories, built: { built.registry.register($0) }, polling: { built.pollers.append($0) },
+                                       defaults: { built.defaults = $0 })
         for problem in problems { log.error("channels: \(problem)") }
         for kind in config.disabledChannels { log.info("channels: \(kind) is in the gateway config but not enabled") }
         for channel in extra { built.registry.register(channel) }
@@ -40,17 +43,29 @@ extension Gateway {
     /// Builds each enabled block, handing every channel built to `built` (and its pollers to `polling`); returns what
     /// went wrong, block by block.
     public static func channelProblems(config: GatewayConfigFile, factories: [any ChannelFactory], built: (any OutboundChannel) -> Void,
-                                       polling: (any InboundPoller) -> Void = { _ in }) -> [String] {
+                                       polling: (any InboundPoller) -> Void = { _ in },
+                                       defaults: ([String: DefaultOutput]) -> Void = { _ in }) -> [String] {
         let byKind = Dictionary(factories.map { ($0.kind, $0) }, uniquingKeysWith: { first, _ in first })
         var problems: [String] = []
+        var collected: [String: DefaultOutput] = [:]
+        defer { defaults(collected) }
         for settings in config.channels {
             guard let factory = byKind[settings.kind] else {
                 let known = byKind.keys.sorted().joined(separator: ", ")
                 problems.append("channels.\(settings.kind): no such channel in this gateway (it has \(known.isEmpty ? "none built in" : known); a sidecar can add one)")
                 continue
             }
-            do {
-                for channel in try factory.make(settings) { built(channel) }
+            do throws(ChannelConfigError) {
+                let channels = try factory.make(settings)
+                // A default is checked as the channel checks a `to`, so a typo stops here, not at the first fire.
+                for (name, output) in try factory.defaultOutputs(settings) {
+                    guard let channel = channels.first(where: { $0.name == name }) else { continue }
+                    do { try channel.validate(destination: output.to) } catch {
+                        throw ChannelConfigError(field: "channels.\(settings.kind).default_output_to", problem: "\(name): \(error.description)")
+                    }
+                    collected[name] = output
+                }
+                for channel in channels { built(channel) }
                 for poller in try factory.inbound(settings) { polling(poller) }
             } catch {
                 problems.append(error.description)

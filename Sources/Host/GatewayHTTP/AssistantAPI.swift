@@ -90,7 +90,7 @@ public struct AssistantAPI: Sendable {
     @Sendable func chat(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let ask = try chatRequest(request)
         let history = sessions.history(subject: caller.subject, agentID: ask.agentID, sessionID: ask.sessionID)
-        let (response, record) = try await runs.runToEnd(agentID: ask.agentID, input: ask.text, trigger: .chat, destination: nil, subject: caller.subject,
+        let (response, record) = try await runs.runToEnd(agentID: ask.agentID, input: ask.text, trigger: .chat, output: .replyOnly, subject: caller.subject,
                                                          chat: ChatContext(sessionID: ask.sessionID, history: history, voice: ask.voice)) { record in
             let reply = record.reply ?? ""
             var answer = ChatReply(reply: reply, parts: reply.isEmpty ? [] : [TextPart(text: reply)], sessionID: record.sessionID, runID: record.id,
@@ -130,7 +130,7 @@ public struct AssistantAPI: Sendable {
         context.runID = runID
         let started: StartedRun
         do {
-            started = try await runs.start(agentID: ask.agentID, input: ask.text, trigger: .chat, destination: nil, subject: caller.subject, chat: context)
+            started = try await runs.start(agentID: ask.agentID, input: ask.text, trigger: .chat, output: .replyOnly, subject: caller.subject, chat: context)
         } catch {
             throw APIError.runRefused(error)
         }

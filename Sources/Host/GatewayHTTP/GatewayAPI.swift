@@ -113,7 +113,7 @@ public struct GatewayAPI: Sendable {
         guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
             throw APIError.notFound("agent not found")
         }
-        return try await runs.runToEnd(agentID: agentID, input: "", trigger: .api, destination: agent.schedule?.output.map { RunDestination($0) },
+        return try await runs.runToEnd(agentID: agentID, input: "", trigger: .api, output: .manual(),
                                        subject: caller.subject, failureStatus: 500) { record in
             .json(Triggered(result: record.reply ?? "", delivered: record.deliveryID != nil, runID: record.id, sessionID: record.sessionID))
         }.response
@@ -132,17 +132,17 @@ public struct GatewayAPI: Sendable {
         guard let agent = catalog.agent(id: agentID), !SoulConfigLoader.reservedAgentIDs.contains(agentID) else {
             throw APIError.notFound("no agent '\(agentID)'")
         }
-        var destination = agent.schedule?.output.map { RunDestination($0) }
-            ?? RunDestination(channel: "mobile", to: "user:\(caller.subject)")
+        // Without a target of its own, the reply comes to the caller's phones.
+        var output = RunOutput.manual(otherwise: RunDestination(channel: "mobile", to: "user:\(caller.subject)"))
         if let to = body.to {
             do { _ = try Destination(parsing: to) } catch { throw APIError.invalidField("to", error.description) }
             guard caller.role == .admin || to == "user:\(caller.subject)" else {
                 throw APIError(status: 403, code: "forbidden", message: "to: only an admin may send a run's reply to \(to)", field: "to")
             }
-            destination = RunDestination(channel: "mobile", to: to)
+            output = .to(RunDestination(channel: "mobile", to: to))
         }
         let started: StartedRun
-        switch await startRun(agentID: agentID, input: input, destination: destination, subject: caller.subject) {
+        switch await startRun(agentID: agentID, input: input, output: output, subject: caller.subject) {
         case .success(let run): started = run
         case .failure(let error):
             throw APIError.runRefused(error)
@@ -155,9 +155,9 @@ public struct GatewayAPI: Sendable {
         .json(Started(runID: started.runID, sessionID: started.sessionID, agentID: started.agentID), status: 202)
     }
 
-    private func startRun(agentID: String, input: String, destination: RunDestination?, subject: String) async -> Result<StartedRun, RunStartError> {
+    private func startRun(agentID: String, input: String, output: RunOutput, subject: String) async -> Result<StartedRun, RunStartError> {
         do {
-            return .success(try await runs.start(agentID: agentID, input: input, trigger: .api, destination: destination, subject: subject,
+            return .success(try await runs.start(agentID: agentID, input: input, trigger: .api, output: output, subject: subject,
                                                  answer: { Self.startedAnswer($0).committedAnswer }))
         } catch {
             return .failure(error)
@@ -236,7 +236,7 @@ extension AgentRuns {
     ///
     /// Under an Idempotency-Key the answer commits with the run's end, so a retry after a crash gets it; a run the
     /// crash interrupted is answered as failed (`resumer`), never run twice.
-    func runToEnd(agentID: String, input: String, trigger: RunTrigger, destination: RunDestination?, subject: String,
+    func runToEnd(agentID: String, input: String, trigger: RunTrigger, output: RunOutput, subject: String,
                   chat: ChatContext? = nil, failureStatus: Int = 502,
                   answer: @escaping @Sendable (RunRecord) -> HTTPResponse) async throws -> (response: HTTPResponse, record: RunRecord) {
         // Built once, when the run ends: the recorded answer and the one sent are the same bytes.
@@ -250,7 +250,7 @@ extension AgentRuns {
         CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.runResumeKind, String(failureStatus), runID))
         let started: StartedRun
         do {
-            started = try start(agentID: agentID, input: input, trigger: trigger, destination: destination, subject: subject, chat: chat,
+            started = try start(agentID: agentID, input: input, trigger: trigger, output: output, subject: subject, chat: chat,
                                 runID: runID, finishAnswer: { respond($0).committedAnswer })
         } catch {
             throw APIError.runRefused(error)

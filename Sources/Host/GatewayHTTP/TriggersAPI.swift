@@ -122,7 +122,7 @@ public struct TriggersAPI: Sendable {
             // The original's session for a location run: location-<agent>-<unix nanoseconds>.
             let session = "location-\(agentID)-\(Int64(clock.now().timeIntervalSince1970 * 1e9))"
             let started = try await runs.start(agentID: agentID, input: JSONValue.object(input).serialized(), trigger: .location,
-                                               destination: destination, subject: caller.subject, sessionID: session,
+                                               output: .to(destination), subject: caller.subject, sessionID: session,
                                                answer: { GatewayAPI.startedAnswer($0).committedAnswer })
             return GatewayAPI.startedAnswer(started)
         } catch {
@@ -143,9 +143,8 @@ public struct TriggersAPI: Sendable {
             throw error
         }
         let input = String(decoding: request.body, as: UTF8.self)
-        let destination = hook.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
         do {
-            let started = try await runs.start(agentID: agent.id, input: input, trigger: .webhook, destination: destination)
+            let started = try await runs.start(agentID: agent.id, input: input, trigger: .webhook, output: .declared(hook.output, metadata: ["trigger": "webhook"]))
             return GatewayAPI.startedAnswer(started)
         } catch {
             throw APIError.runRefused(error)
@@ -178,8 +177,8 @@ public struct TriggersAPI: Sendable {
         }
         let body = request.body.isEmpty ? JSONValue.object([:]) : try JSONValue.parse(request.body)
         let text = Self.webhookText(body, textPath: agent.webhook?.textPath)
-        let destination = agent.webhook?.output.map { RunDestination($0, metadata: ["trigger": "webhook"]) }
-        return try await runs.runToEnd(agentID: agentID, input: text, trigger: .webhook, destination: destination, subject: caller.subject) { record in
+        return try await runs.runToEnd(agentID: agentID, input: text, trigger: .webhook, output: .declared(agent.webhook?.output, metadata: ["trigger": "webhook"]),
+                                       subject: caller.subject) { record in
             let reply = record.reply ?? ""
             return .json(WebhookReply(reply: reply, parts: [AssistantAPI.TextPart(text: reply)], sessionID: record.sessionID, userID: caller.subject,
                                       runID: record.id))
