@@ -51,6 +51,13 @@ public protocol OutboundChannel: Sendable {
     func validate(destination: String) throws(DestinationError)
     /// One attempt: send `send.output` to `send.destination`, and say how it went.
     func attempt(_ send: ChannelSend) async -> ChannelSendOutcome
+    /// One attempt with the framework's store of disabled endpoints, which outlives the process: what the gateway
+    /// calls. A channel that disables endpoints (a webhook's 410 Gone) keeps them there; the default ignores it.
+    func attempt(_ send: ChannelSend, endpoints: any EndpointStateStore) async -> ChannelSendOutcome
+}
+
+extension OutboundChannel {
+    public func attempt(_ send: ChannelSend, endpoints: any EndpointStateStore) async -> ChannelSendOutcome { await attempt(send) }
 }
 
 /// Builds a kind of channel from its block of the gateway config (`channels.<kind>` in the Soulacy user's

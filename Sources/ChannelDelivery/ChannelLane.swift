@@ -26,13 +26,18 @@ public final class ChannelLane: OutboxLane {
     let clock: any WallClock
     let policy: RetryPolicy
     let log: Log
+    /// Handed to every attempt: the endpoints channels disabled, kept in the outbox's database.
+    public let endpoints: any EndpointStateStore
 
-    public init(outbox: SQLiteChannelOutbox, channels: OutboundChannelRegistry, clock: any WallClock, policy: RetryPolicy, log: Log) {
+    /// `endpoints`: by default the outbox's own database, so the gateway gets durable endpoint state with no wiring.
+    public init(outbox: SQLiteChannelOutbox, channels: OutboundChannelRegistry, clock: any WallClock, policy: RetryPolicy, log: Log,
+                endpoints: (any EndpointStateStore)? = nil) {
         self.outbox = outbox
         self.channels = channels
         self.clock = clock
         self.policy = policy
         self.log = log
+        self.endpoints = endpoints ?? SQLiteEndpointStateStore(database: outbox.database)
     }
 
     public func releaseAbandonedLeases(ownOwner owner: String) throws -> Int { try outbox.releaseAbandonedLeases(ownOwner: owner) }
@@ -58,7 +63,7 @@ public final class ChannelLane: OutboxLane {
             }
             let send = ChannelSend(id: entry.id, channel: entry.channel, destination: entry.destination, output: entry.output,
                                    attempt: entry.attempts + 1, createdAt: entry.createdAt)
-            let outcome = await channel.attempt(send)
+            let outcome = await channel.attempt(send, endpoints: endpoints)
             let after = clock.now()
             switch outcome {
             case .delivered(let remoteID):

@@ -53,7 +53,8 @@ public struct PendingChannelSend: Sendable, Equatable {
     public static func newID() -> String { "chs_" + TimeOrderedID.uuidText(now: Date()).replacingOccurrences(of: "-", with: "") }
 }
 
-/// The channel outbox's tables, applied once by the composition root with every module's migrations.
+/// The channel hand-off's tables (the outbox, the disabled endpoints), applied once by the composition root with
+/// every module's migrations.
 public enum ChannelOutboxSchema {
     public static let migrations: [Migration] = [
         Migration("channels.1-outbox", """
@@ -78,6 +79,19 @@ public enum ChannelOutboxSchema {
             );
             CREATE INDEX channel_outbox_due ON channel_outbox (state, next_attempt_at);
             CREATE INDEX channel_outbox_run ON channel_outbox (run_id);
+            """),
+        // The endpoints channels disabled (SQLiteEndpointStateStore). In this list because it is the hand-off's
+        // own list the composition root applies; `endpoint` is the channel's key, `fingerprint` a hash.
+        Migration("channels.3-endpoints", """
+            CREATE TABLE channel_endpoints (
+                channel TEXT NOT NULL,
+                endpoint TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                display TEXT NOT NULL,
+                reason TEXT NOT NULL,
+                since INTEGER NOT NULL,
+                PRIMARY KEY (channel, endpoint)
+            );
             """),
     ]
 }

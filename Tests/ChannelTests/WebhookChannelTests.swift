@@ -1,9 +1,12 @@
 import ChannelAPI
+import ChannelDelivery
 import ChannelTesting
 import Crypto
 import Foundation
 import GatewayTestSupport
 import JSON
+import Outbox
+import SQLite
 import Testing
 import Webhooks
 
@@ -164,25 +167,158 @@ struct WebhookChannelTests {
         #expect(deliveries[0]["body"] == deliveries[1]["body"])
     }
 
-    @Test("410 Gone rejects and disables the endpoint: the next send is rejected without a request, a re-created channel sends again")
+    /// `alerts` (and `audit` unless its secret is nil) on the receiver, each endpoint with its own url and secret.
+    func endpoints(_ receiver: WebhookReceiverStandIn, alerts: String = "/alerts", alertsSecret: String, auditSecret: String?) -> [String: ChannelSetting] {
+        var entries: [String: ChannelSetting] = ["alerts": .map(["url": .string(receiver.url(alerts)), "secret": .string(alertsSecret)])]
+        if let auditSecret { entries["audit"] = .map(["url": .string(receiver.url("/audit")), "secret": .string(auditSecret)]) }
+        return ["endpoints": .map(entries), "ca_file": .string(receiver.caFile)]
+    }
+
+    @Test("410 Gone rejects and disables the endpoint: the next send is rejected without a request, saying since when and how to re-enable it")
     func goneDisables() async throws {
         let secret = WebhookReceiverStandIn.makeSecret()
         let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
         defer { receiver.stop() }
-        let config: [String: ChannelSetting] = ["endpoints": .map(["alerts": .map(["url": .string(receiver.url("/alerts")), "secret": .string(secret)]),
-                                                                   "audit": .map(["url": .string(receiver.url("/audit")), "secret": .string(secret)])]),
-                                                "ca_file": .string(receiver.caFile)]
-        let webhook = try channel(config)
+        let config = endpoints(receiver, alertsSecret: secret, auditSecret: secret)
+        let clock = ManualClock(Self.wholeSecondNow())
+        let webhook = try channel(config, clock: clock)
+        let gone = clock.now()
         try await receiver.script([["status": 410]])
         guard case .rejected(let reason) = await webhook.attempt(send(to: "alerts")) else { Issue.record("410 is final"); return }
         #expect(reason.contains("410 Gone"))
-        #expect(await webhook.attempt(send(to: "alerts")) == .rejected(reason: "endpoint alerts was disabled after 410 Gone; re-enable it in the gateway config"))
+        #expect(reason.contains("the endpoint is now disabled"))
+        clock.advance(by: .seconds(60))
+        #expect(await webhook.attempt(send(to: "alerts")) == .rejected(reason: Self.disabledReason(since: gone)))
         #expect(try await receiver.deliveries().count == 1)
         // Other endpoints are untouched.
         #expect(await webhook.attempt(send(to: "audit")) == .delivered(remoteID: nil))
         #expect(try await receiver.deliveries().count == 2)
-        // The framework re-creates channels on a config change, which re-enables.
+        // Attempted without the framework's store, the record lives with the channel: a new one knows nothing of it.
         #expect(await (try channel(config)).attempt(send(to: "alerts")) == .delivered(remoteID: nil))
+    }
+
+    /// The receiver refuses a timestamp over five minutes off, so manual clocks start at the real time.
+    static func wholeSecondNow() -> Date { Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)) }
+
+    static func disabledReason(since: Date) -> String {
+        "endpoint alerts is disabled since \(JSONValue.iso8601(since)) after it answered 410 Gone; to re-enable it, change its url, "
+            + "secret, secrets or headers under channels.webhook.endpoints.alerts in the gateway config (a restart alone does not)"
+    }
+
+    /// The gateway's database as the channel lane has it, fresh, in a directory of its own.
+    func endpointDatabase() throws -> (database: DatabasePool, path: String) {
+        let path = TestGateway.makeTemporaryDirectory() + "/soulacy.db"
+        let database = try DatabasePool(path: path, readerCount: 1)
+        try database.migrate(ChannelOutboxSchema.migrations)
+        return (database, path)
+    }
+
+    @Test("an endpoint disabled by 410 stays disabled for a new channel built from the same config over the same database, and is listed")
+    func goneSurvivesRestart() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let config = endpoints(receiver, alertsSecret: secret, auditSecret: secret)
+        let clock = ManualClock(Self.wholeSecondNow())
+        let (database, path) = try endpointDatabase()
+        let gone = clock.now()
+        try await receiver.script([["status": 410]])
+        guard case .rejected = await (try channel(config, clock: clock)).attempt(send(to: "alerts"), endpoints: SQLiteEndpointStateStore(database: database)) else {
+            Issue.record("410 is final"); return
+        }
+        database.close()
+
+        // A restart: the database opened again, the channel built again from the same config.
+        clock.advance(by: .seconds(60))
+        let reopened = try DatabasePool(path: path, readerCount: 1)
+        defer { reopened.close() }
+        let store = SQLiteEndpointStateStore(database: reopened)
+        let restarted = try #require(try channel(config, clock: clock) as? WebhookChannel)
+        #expect(await restarted.attempt(send(to: "alerts"), endpoints: store) == .rejected(reason: Self.disabledReason(since: gone)))
+        #expect(await restarted.attempt(send(to: "audit"), endpoints: store) == .delivered(remoteID: nil))
+        #expect(try await receiver.deliveries().map { $0["path"]?.stringValue } == ["/alerts", "/audit"])
+
+        // What an admin view reads: the endpoint, since when and what it answered; no secret in the row.
+        let listed = try await restarted.disabledEndpoints(in: store)
+        #expect(listed.map(\.display) == ["alerts"])
+        #expect(listed.first?.since == gone)
+        #expect(listed.first?.reason.contains("answered 410 Gone") == true)
+        let record = try #require(try await store.disabled(channel: "webhook", endpoint: "endpoint:alerts"))
+        #expect(record.fingerprint.count == 32)
+        for text in [record.endpoint, record.fingerprint, record.display, record.reason] {
+            #expect(!text.contains(secret) && !text.contains(String(secret.dropFirst(6))) && !text.contains(receiver.url("/alerts")))
+        }
+    }
+
+    @Test("a changed url or secret in the endpoint's entry re-enables it; the other endpoint's record is untouched")
+    func changedConfigReenables() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret(), rotated = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        func config(alerts: String, alertsSecret: String) -> [String: ChannelSetting] {
+            endpoints(receiver, alerts: alerts, alertsSecret: alertsSecret, auditSecret: secret)
+        }
+        let (database, _) = try endpointDatabase()
+        defer { database.close() }
+        let store = SQLiteEndpointStateStore(database: database)
+        let original = try channel(config(alerts: "/alerts", alertsSecret: secret))
+        try await receiver.script([["status": 410], ["status": 410]])
+        guard case .rejected = await original.attempt(send(to: "alerts"), endpoints: store),
+              case .rejected = await original.attempt(send(to: "audit"), endpoints: store) else { Issue.record("410 is final"); return }
+        guard case .rejected(let still) = await original.attempt(send(to: "alerts"), endpoints: store) else { Issue.record("still disabled"); return }
+        #expect(still.contains("is disabled since"))
+
+        // A new URL for alerts: sent again, and its record is gone.
+        let moved = try channel(config(alerts: "/alerts-v2", alertsSecret: secret))
+        #expect(await moved.attempt(send(to: "alerts"), endpoints: store) == .delivered(remoteID: nil))
+        #expect(try await store.disabled(channel: "webhook", endpoint: "endpoint:alerts") == nil)
+        // audit's entry did not change: it stays disabled.
+        guard case .rejected(let audit) = await moved.attempt(send(to: "audit"), endpoints: store) else { Issue.record("audit stays disabled"); return }
+        #expect(audit.contains("endpoint audit is disabled since"))
+
+        // Disabled again under the new URL, then re-enabled by a new secret alone.
+        try await receiver.script([["status": 410]])
+        guard case .rejected = await moved.attempt(send(to: "alerts"), endpoints: store) else { Issue.record("410 is final"); return }
+        guard case .rejected = await moved.attempt(send(to: "alerts"), endpoints: store) else { Issue.record("disabled again"); return }
+        try await receiver.control("POST", "/control/secrets", json: ["secrets": .array([.string(rotated)]), "soulacy_secret": .string(rotated)])
+        let rekeyed = try channel(config(alerts: "/alerts-v2", alertsSecret: rotated))
+        #expect(await rekeyed.attempt(send(to: "alerts"), endpoints: store) == .delivered(remoteID: nil))
+        let paths = try await receiver.deliveries().map { $0["path"]?.stringValue ?? "" }
+        #expect(paths == ["/alerts", "/audit", "/alerts-v2", "/alerts-v2", "/alerts-v2"])
+        #expect(try await receiver.deliveries().last?["verified"] == true)
+    }
+
+    @Test("through the channel lane, as the gateway sends: a 410 recorded in the database keeps the endpoint disabled after a restart")
+    func goneThroughTheLane() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let config = endpoints(receiver, alertsSecret: secret, auditSecret: nil)
+        let clock = ManualClock(Self.wholeSecondNow())
+        let (database, path) = try endpointDatabase()
+        func sendThroughLane(_ database: DatabasePool) async throws -> ChannelOutboxEntry? {
+            let outbox = SQLiteChannelOutbox(database: database)
+            let webhook = try channel(config, clock: clock)
+            let lane = ChannelLane(outbox: outbox, channels: OutboundChannelRegistry([webhook]), clock: clock,
+                                   policy: RetryPolicy(), log: Log(minimum: .error))
+            let pending = PendingChannelSend(channel: "webhook", destination: "alerts", output: Self.output, subject: "owner")
+            try outbox.enqueue([pending], runID: nil, now: clock.now())
+            for entry in try await outbox.claimDue(owner: "test", now: clock.now(), lease: 60, limit: 10) { await lane.attempt(entry, owner: "test") }
+            return try outbox.entry(id: pending.id)
+        }
+        let gone = clock.now()
+        try await receiver.script([["status": 410]])
+        let first = try #require(try await sendThroughLane(database))
+        #expect(first.state == .rejected)
+        #expect(first.lastReason?.contains("410 Gone") == true)
+        database.close()
+        clock.advance(by: .seconds(60))
+        let reopened = try DatabasePool(path: path, readerCount: 1)
+        defer { reopened.close() }
+        let second = try #require(try await sendThroughLane(reopened))
+        #expect(second.state == .rejected)
+        #expect(second.lastReason == Self.disabledReason(since: gone))
+        #expect(try await receiver.deliveries().count == 1)
     }
 
     @Test("429 with Retry-After and 503 are retried, Retry-After honoured; other 4xx are rejected with the answer's words")
@@ -323,7 +459,7 @@ struct WebhookChannelTests {
         receiver.stop()
         collect(await (try channel(config)).attempt(send()))  // connection refused
         #expect(reasons.count == 7)
-        #expect(reasons[5].contains("was disabled after 410 Gone"))
+        #expect(reasons[5].contains("is disabled since") && reasons[5].contains("after it answered 410 Gone"))
         #expect(reasons[0].contains("401") && reasons[0].contains("signature verification failed"))
         let key = Data(base64Encoded: String(secret.dropFirst(6)))!.base64EncodedString()
         for reason in reasons {

@@ -3,14 +3,14 @@ import ChannelSupport
 import Foundation
 import HTTPClient
 import JSON
-import Synchronization
 
 /// One Telegram bot's outbound side: `sendMessage` to a numeric chat id, plain text (the original sends no
 /// `parse_mode`), a long output split at Telegram's 4096 UTF-16 units and sent piece by piece, in order.
 ///
 /// A send whose pieces went through only in part is continued on its next attempt from the first piece not yet
-/// delivered: the channel remembers, per `send.id`, how many pieces Telegram took. That memory lives in this
+/// delivered: `PieceDelivery` remembers, per `send.id`, how many pieces Telegram took. That memory lives in this
 /// process only; after a restart a retried send starts again from its first piece (at least once per piece).
+/// Delivered reports the last piece's message id; a reason about one piece of several starts "piece 2 of 3".
 public final class TelegramChannel: OutboundChannel {
     /// Telegram's limit for one message's text, in UTF-16 code units.
     public static let messageLimit = 4096
@@ -26,7 +26,7 @@ public final class TelegramChannel: OutboundChannel {
     let client: HTTP2Client
     /// How long one sendMessage may take (`timeout_seconds`, 35 s as the original's client).
     public let requestTimeout: Duration
-    private let progress = Mutex(DeliveredPieces())
+    private let pieces = PieceDelivery(reporting: .last, wording: .leading)
 
     init(name: String, agentID: String?, botName: String?, defaultDestination: String?, api: TelegramAPI, client: HTTP2Client, requestTimeout: Duration) {
         self.name = name
@@ -45,23 +45,12 @@ public final class TelegramChannel: OutboundChannel {
     public func attempt(_ send: ChannelSend) async -> ChannelSendOutcome {
         let chatID: Int64
         do { chatID = try TelegramChatID.parse(send.destination) } catch { return .failed(reason: error.description) }
-        let pieces = MessageText.split(MessageText.body(of: send.output), limit: Self.messageLimit, count: MessageText.utf16Count)
+        let texts = MessageText.split(MessageText.body(of: send.output), limit: Self.messageLimit, count: MessageText.utf16Count)
             .filter { !$0.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty }
-        guard !pieces.isEmpty else { return .failed(reason: "the output has no text to send to Telegram") }
-
-        let done = progress.withLock { $0.delivered(send.id) }
-        var lastMessageID = done.lastMessageID
-        // The output is the same on every attempt; `min` only guards against a caller that changed it.
-        for index in min(done.count, pieces.count)..<pieces.count {
-            let outcome = await sendPiece(pieces[index], to: chatID)
-            guard case .delivered(let remoteID) = outcome else {
-                return finish(send.id, described(outcome, piece: index, of: pieces.count))
-            }
-            lastMessageID = remoteID ?? lastMessageID
-            let delivered = index + 1
-            progress.withLock { $0.record(send.id, count: delivered, lastMessageID: lastMessageID) }
-        }
-        return finish(send.id, .delivered(remoteID: lastMessageID))
+        guard !texts.isEmpty else { return .failed(reason: "the output has no text to send to Telegram") }
+        let outcome = await pieces.send(send, pieces: texts) { text, _ in PieceAnswer(await self.sendPiece(text, to: chatID)) }
+        // The token travels in every URL, so a reason quoting one must not carry it.
+        return outcome.mappingReason(api.redact)
     }
 
     /// One `sendMessage`; `.delivered` carries the message id Telegram gave the piece.
@@ -93,51 +82,5 @@ public final class TelegramChannel: OutboundChannel {
         }
         let retryAfter = answer?.parameters?.retry_after.map { Duration.seconds(max(0, $0)) }
         return HTTPOutcome.classify(response, service: "Telegram", detail: detail, retryAfter: retryAfter)
-    }
-
-    /// Says which piece failed when there are several, and never lets the token through.
-    private func described(_ outcome: ChannelSendOutcome, piece index: Int, of total: Int) -> ChannelSendOutcome {
-        let prefix = total > 1 ? "piece \(index + 1) of \(total) (\(index) delivered): " : ""
-        switch outcome {
-        case .retry(let after, let reason): return .retry(after: after, reason: api.redact(prefix + reason))
-        case .rejected(let reason): return .rejected(reason: api.redact(prefix + reason))
-        case .failed(let reason): return .failed(reason: api.redact(prefix + reason))
-        case .delivered: return outcome
-        }
-    }
-
-    /// A final outcome forgets the send's progress; a retry keeps it for the next attempt.
-    private func finish(_ id: String, _ outcome: ChannelSendOutcome) -> ChannelSendOutcome {
-        if case .retry = outcome { return outcome }
-        progress.withLock { $0.forget(id) }
-        return outcome
-    }
-}
-
-/// Pieces already delivered per send id, for sends that will be retried. Bounded: the oldest entries go first
-/// (a send the framework gave up on is never asked about again).
-struct DeliveredPieces: Sendable {
-    struct Entry: Sendable {
-        var count: Int
-        var lastMessageID: String?
-    }
-
-    static let limit = 10_000
-    private var entries: [String: Entry] = [:]
-    private var order: [String] = []
-
-    func delivered(_ id: String) -> Entry { entries[id] ?? Entry(count: 0, lastMessageID: nil) }
-
-    mutating func record(_ id: String, count: Int, lastMessageID: String?) {
-        if entries[id] == nil {
-            order.append(id)
-            if order.count > Self.limit { entries[order.removeFirst()] = nil }
-        }
-        entries[id] = Entry(count: count, lastMessageID: lastMessageID)
-    }
-
-    mutating func forget(_ id: String) {
-        guard entries.removeValue(forKey: id) != nil else { return }
-        order.removeAll { $0 == id }
     }
 }

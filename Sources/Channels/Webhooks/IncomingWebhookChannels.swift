@@ -3,7 +3,6 @@ import ChannelSupport
 import Foundation
 import HTTPClient
 import JSON
-import Synchronization
 
 /// What Teams and Google Chat share: a configured incoming-webhook URL, the soulacy-personal rule for `to`, and
 /// a message cut into several posts when it is over the service's size, sent in order.
@@ -12,8 +11,8 @@ import Synchronization
 /// original lets a per-message destination change only the path; any other host is an error, not a fallback).
 ///
 /// Pieces: a send whose pieces partly went through continues on its next attempt from the first undelivered one
-/// (the count is kept in memory by delivery id); after a restart of the process they are sent again from the
-/// first (at least once per piece).
+/// (`PieceDelivery` keeps the count in memory by delivery id); after a restart of the process they are sent again
+/// from the first (at least once per piece). Delivered reports the first message's remote id.
 final class IncomingWebhookPoster: Sendable {
     let channel: String
     /// How reasons name the service ("Teams", "Google Chat").
@@ -22,7 +21,7 @@ final class IncomingWebhookPoster: Sendable {
     let timeout: Duration
     let client: HTTP2Client
     let scrubber: SecretScrubber
-    private let progress = Mutex<[String: PieceProgress]>([:])
+    private let delivery = PieceDelivery(reporting: .first, wording: .message)
 
     init(channel: String, service: String, url: WebhookURL, timeout: Duration, caFile: String?) {
         self.channel = channel
@@ -48,44 +47,19 @@ final class IncomingWebhookPoster: Sendable {
     func post(_ send: ChannelSend, pieces: [[UInt8]], answer: (ClientResponse) -> (outcome: ChannelSendOutcome, remoteID: String?)) async -> ChannelSendOutcome {
         let target: WebhookURL
         do { target = try self.target(for: send.destination) } catch { return .failed(reason: error.description) }
-        var done = progress.withLock { $0[send.id] } ?? PieceProgress(pieces: 0, remoteID: nil)
-        let total = pieces.count
-        while done.pieces < total {
+        let outcome = await delivery.send(send, pieces: pieces) { body, _ in
             let request = ClientRequest(method: "POST", url: target.text, headers: [("Content-Type", "application/json; charset=utf-8")],
-                                        body: pieces[done.pieces], timeout: timeout)
-            let which = total > 1 ? " (message \(done.pieces + 1) of \(total))" : ""
-            let outcome: ChannelSendOutcome
-            var remoteID: String?
+                                        body: body, timeout: timeout)
             let response: ClientResponse
-            do {
-                response = try await client.send(request)
-                (outcome, remoteID) = answer(response)
-            } catch {
-                outcome = .retry(after: nil, reason: "could not reach \(service): \(error.description)")
+            do throws(ClientTransportError) { response = try await client.send(request) } catch {
+                return .stop(.retry(after: nil, reason: "could not reach \(service): \(error.description)"))
             }
-            guard case .delivered = outcome else {
-                let kept = done
-                progress.withLock { state in
-                    if case .retry = outcome { state[send.id] = kept } else { state[send.id] = nil }
-                }
-                return Self.annotate(outcome, with: which, scrubber: scrubber)
-            }
-            done = PieceProgress(pieces: done.pieces + 1, remoteID: done.remoteID ?? remoteID)
-            let kept = done
-            progress.withLock { $0[send.id] = kept }
+            let (outcome, remoteID) = answer(response)
+            guard case .delivered = outcome else { return .stop(outcome) }
+            return .delivered(remoteID: remoteID)
         }
-        progress.withLock { $0[send.id] = nil }
-        return .delivered(remoteID: done.remoteID)
-    }
-
-    /// A reason with the piece it is about, and no secret in it.
-    static func annotate(_ outcome: ChannelSendOutcome, with which: String, scrubber: SecretScrubber) -> ChannelSendOutcome {
-        switch outcome {
-        case .retry(let after, let reason): .retry(after: after, reason: scrubber.scrub(reason + which))
-        case .rejected(let reason): .rejected(reason: scrubber.scrub(reason + which))
-        case .failed(let reason): .failed(reason: scrubber.scrub(reason + which))
-        case .delivered: outcome
-        }
+        // The URL is a secret, and a service's answer may quote it.
+        return outcome.mappingReason(scrubber.scrub)
     }
 
     /// How many bytes `text` takes as a JSON string's content (escapes counted), as the services measure a body.
@@ -106,12 +80,6 @@ final class IncomingWebhookPoster: Sendable {
         }
         throw ChannelConfigError(field: settings.field("webhook_url"), problem: "is required (or its aliases url, default_output_to)")
     }
-}
-
-/// How far a multi-piece send got: pieces delivered, and the first one's remote id.
-struct PieceProgress: Sendable {
-    var pieces: Int
-    var remoteID: String?
 }
 
 /// The `teams` channel: a Microsoft Teams incoming webhook (or a Workflows "When a Teams webhook request is

@@ -4,7 +4,6 @@ import Crypto
 import Foundation
 import HTTPClient
 import JSON
-import Synchronization
 
 /// The `webhook` channel: each output POSTed as JSON to an endpoint of yours, signed two ways on every attempt.
 ///
@@ -20,10 +19,13 @@ import Synchronization
 /// secret, so existing receivers keep working. See `WebhookSecret` for how a secret becomes a key.
 ///
 /// Answers: 2xx delivered; 410 Gone rejected and the endpoint disabled, so every later send to it is rejected
-/// without a request until the channels are re-created from the config (any config change does it); 408, 425,
-/// 429, 5xx, a timeout or no connection → retry (`Retry-After` honoured); 3xx and other 4xx rejected with up to
-/// 300 bytes of the answer. The framework retries, not this channel: from 2 s, doubling, capped at 15 min, with
-/// jitter, `Retry-After` when the endpoint gave one, and it gives up after 24 hours.
+/// without a request, also after a restart, until its entry in the gateway config changes (its url, secrets or
+/// headers: the disabled record holds a fingerprint of them, see `WebhookTarget.fingerprint`); 408, 425, 429, 5xx,
+/// a timeout or no connection → retry (`Retry-After` honoured); 3xx and other 4xx rejected with up to 300 bytes of
+/// the answer. The disabled endpoints live in the store the framework hands each attempt (`attempt(_:endpoints:)`,
+/// the gateway's database); `attempt(_:)` alone keeps them in this channel's memory. The framework retries, not
+/// this channel: from 2 s, doubling, capped at 15 min, with jitter, `Retry-After` when the endpoint gave one, and it
+/// gives up after 24 hours.
 ///
 /// A receiver verifying a delivery (Swift, with this repository's Crypto; Foundation for base64):
 /// ```swift
@@ -47,8 +49,8 @@ public final class WebhookChannel: OutboundChannel {
     private let client: HTTP2Client
     private let clock: any WallClock
     private let scrubber: SecretScrubber
-    /// Endpoints that answered 410 Gone, by `WebhookTarget.key`; cleared only by re-creating the channel.
-    private let disabled = Mutex<Set<String>>([])
+    /// Where `attempt(_:)` keeps disabled endpoints when no store is handed in.
+    private let processEndpoints = ProcessEndpointStates()
 
     init(name: String, configuration: WebhookConfiguration, clock: any WallClock) {
         self.name = name
@@ -66,14 +68,36 @@ public final class WebhookChannel: OutboundChannel {
         _ = try target(for: destination)
     }
 
-    /// The endpoints that answered 410 so far (their names as reasons show them).
-    public var disabledEndpoints: Set<String> { disabled.withLock { $0 } }
+    /// The endpoints of this configuration that `store` holds disabled, oldest first: records of an endpoint whose
+    /// entry changed since, or that is no longer configured, are left out (they no longer disable anything).
+    public func disabledEndpoints(in store: any EndpointStateStore) async throws -> [DisabledEndpoint] {
+        let configured = Dictionary(([configuration.single].compactMap { $0 } + configuration.endpoints.values).map { ($0.key, $0.fingerprint) },
+                                    uniquingKeysWith: { first, _ in first })
+        let adHoc = WebhookTarget.fingerprint(url: nil, secrets: configuration.adHocSecrets, headers: [])
+        return try await store.disabled(channel: name).filter { record in
+            if let fingerprint = configured[record.endpoint] { return record.fingerprint == fingerprint }
+            return configuration.allowAnyURL && record.endpoint.hasPrefix(WebhookTarget.adHocPrefix) && record.fingerprint == adHoc
+        }
+    }
 
     public func attempt(_ send: ChannelSend) async -> ChannelSendOutcome {
+        await attempt(send, endpoints: processEndpoints)
+    }
+
+    public func attempt(_ send: ChannelSend, endpoints: any EndpointStateStore) async -> ChannelSendOutcome {
         let target: WebhookTarget
         do { target = try self.target(for: send.destination) } catch { return .failed(reason: error.description) }
-        if disabled.withLock({ $0.contains(target.key) }) {
-            return .rejected(reason: "endpoint \(target.display) was disabled after 410 Gone; re-enable it in the gateway config")
+        do {
+            if let record = try await endpoints.disabled(channel: name, endpoint: target.key) {
+                guard record.fingerprint != target.fingerprint else {
+                    return .rejected(reason: "endpoint \(target.display) is disabled since \(JSONValue.iso8601(record.since)) after it answered 410 Gone; "
+                                     + target.reenable)
+                }
+                // Its entry changed since it was disabled: the config re-enabled it.
+                try await endpoints.enable(channel: name, endpoint: target.key)
+            }
+        } catch {
+            return .retry(after: nil, reason: scrubber.scrub("cannot read whether endpoint \(target.display) is disabled: \(error)"))
         }
         // The id is signed between dots (Standard Webhooks asks that it hold none) and travels in a header.
         guard !send.id.isEmpty, !send.id.contains("."), send.id.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
@@ -102,8 +126,15 @@ public final class WebhookChannel: OutboundChannel {
         let detail = HTTPOutcome.excerpt(response.body, limit: 300).map(scrubber.scrub)
         switch response.status {
         case 410:
-            disabled.withLock { _ = $0.insert(target.key) }
-            return .rejected(reason: "\(service) answered 410 Gone\(detail.map { ": \($0)" } ?? ""); the endpoint is disabled until the gateway config is reloaded")
+            let answered = "\(service) answered 410 Gone\(detail.map { ": \($0)" } ?? "")"
+            let record = DisabledEndpoint(channel: name, endpoint: target.key, fingerprint: target.fingerprint, display: target.display,
+                                          reason: answered, since: clock.now())
+            do {
+                try await endpoints.disable(record)
+            } catch {
+                return .rejected(reason: scrubber.scrub("\(answered); it could not be recorded as disabled (\(error)), so the next send to it is tried"))
+            }
+            return .rejected(reason: "\(answered); the endpoint is now disabled: later sends to it are rejected without a request; " + target.reenable)
         case 300..<400:
             return .rejected(reason: "\(service) answered \(response.status) (a redirect, which webhooks do not follow): point the endpoint at its final URL")
         default:
@@ -140,7 +171,7 @@ public final class WebhookChannel: OutboundChannel {
         if url.isLinkLocalOrMetadata {
             throw .invalid("channels.\(name): refusing \(url.display): link-local and cloud-metadata addresses are never a webhook destination")
         }
-        return WebhookTarget(key: "url:" + url.text, display: url.display, url: url, secrets: configuration.adHocSecrets, headers: [])
+        return WebhookTarget(adHoc: url, secrets: configuration.adHocSecrets, channel: name)
     }
 
     /// The body bytes and their type: the JSON event, or the original's `template` as plain text.
@@ -192,13 +223,53 @@ public final class WebhookChannel: OutboundChannel {
 
 /// One place a send can go.
 struct WebhookTarget: Sendable {
-    /// What the disabled set keys on: `endpoint:<name>`, `url` for the single one, `url:<URL>` for an ad-hoc one.
+    /// What a disabled record keys on: `endpoint:<name>`, `url` for the single one, `url:<hash of the URL>` for an
+    /// ad-hoc one (a URL can carry a token, and the record is stored).
     let key: String
     /// How reasons name it: the endpoint's name, `channels.webhook.url`, or `https://host/…`; never a secret.
     let display: String
     let url: WebhookURL
     let secrets: [WebhookSecret]
     let headers: [(String, String)]
+    /// A hash of what the config says for this target, so a changed entry re-enables an endpoint disabled by 410.
+    let fingerprint: String
+    /// How a reason tells to re-enable it once disabled.
+    let reenable: String
+
+    static let adHocPrefix = "url:"
+
+    /// A configured endpoint; `entry` is its config path (`channels.webhook.endpoints.alerts`, `channels.webhook`).
+    init(key: String, display: String, url: WebhookURL, secrets: [WebhookSecret], headers: [(String, String)], entry: String) {
+        self.key = key
+        self.display = display
+        self.url = url
+        self.secrets = secrets
+        self.headers = headers
+        fingerprint = Self.fingerprint(url: url.text, secrets: secrets, headers: headers)
+        reenable = "to re-enable it, change its url, secret, secrets or headers under \(entry) in the gateway config (a restart alone does not)"
+    }
+
+    /// An absolute URL as `to`: the key pins the URL, the fingerprint the block's secrets it is signed with.
+    init(adHoc url: WebhookURL, secrets: [WebhookSecret], channel: String) {
+        key = Self.adHocPrefix + Hex.encode(Array(SHA256.hash(url.text).prefix(16)))
+        display = url.display
+        self.url = url
+        self.secrets = secrets
+        headers = []
+        fingerprint = Self.fingerprint(url: nil, secrets: secrets, headers: [])
+        reenable = "to re-enable it, change the secret or secrets under channels.\(channel) in the gateway config, or send to another URL (a restart alone does not)"
+    }
+
+    /// SHA-256 over the URL, each secret's own SHA-256 and each header (its value hashed too: it may be a
+    /// credential), each length-prefixed; 128 bits in hex. It is stored, so no secret goes in unhashed.
+    static func fingerprint(url: String?, secrets: [WebhookSecret], headers: [(String, String)]) -> String {
+        var input = Array("soulacy-webhook-endpoint-1".utf8)
+        func field(_ bytes: [UInt8]) { input += Array("\(bytes.count):".utf8) + bytes }
+        field(Array((url ?? "").utf8))
+        for secret in secrets { field(SHA256.hash(secret.configured)) }
+        for (name, value) in headers { field(Array(name.lowercased().utf8)); field(SHA256.hash(value)) }
+        return Hex.encode(Array(SHA256.hash(input).prefix(16)))
+    }
 }
 
 /// The `webhook` block, read.
@@ -241,7 +312,7 @@ public struct WebhookChannelFactory: ChannelFactory {
         if let text = settings.string("url") ?? settings.string("default_output_to") {
             let field = settings.field(settings.string("url") != nil ? "url" : "default_output_to")
             single = WebhookTarget(key: "url", display: settings.field("url"), url: try WebhookURL.parseConfigured(text, field: field),
-                                   secrets: topSecrets, headers: try Self.headers(settings))
+                                   secrets: topSecrets, headers: try Self.headers(settings), entry: "channels.\(settings.kind)")
         }
         var endpoints: [String: WebhookTarget] = [:]
         switch settings.values["endpoints"] {
@@ -260,7 +331,7 @@ public struct WebhookChannelFactory: ChannelFactory {
                 }
                 let url = try WebhookURL.parseConfigured(try endpoint.requiredString("url"), field: endpoint.field("url"))
                 endpoints[endpointName] = WebhookTarget(key: "endpoint:" + endpointName, display: endpointName, url: url,
-                                                        secrets: try Self.secrets(endpoint), headers: try Self.headers(endpoint))
+                                                        secrets: try Self.secrets(endpoint), headers: try Self.headers(endpoint), entry: "channels.\(prefix)")
             }
         default:
             throw ChannelConfigError(field: settings.field("endpoints"), problem: "must be a mapping of endpoint names to {url, secret, secrets, headers}")
