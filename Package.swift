@@ -87,9 +87,13 @@ let package = Package(
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
         // Agents: their files (config, hot reload), cron and the scheduler, runs and their runners (command, LLM, phone tools).
-        .target(name: "Agents", dependencies: ["ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "Mobile", "SQLite", "YAML", "Subprocess"],
+        .target(name: "Agents", dependencies: ["ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "SQLite", "YAML", "Subprocess"],
                 path: "Sources/Host/Agents"),
-        .target(name: "Approvals", dependencies: ["ChannelAPI", "Crypto", "Mobile", "SQLite"], path: "Sources/Host/Approvals"),
+        // The phone builtins (mobile.list_nodes, mobile.invoke, mobile.command_status): the mobile channel's tools
+        // for agents, so neither knows the other.
+        .target(name: "PhoneTools", dependencies: ["Agents", "ChannelAPI", "JSON", "LLM", "Mobile"], path: "Sources/Host/PhoneTools"),
+        // Approvals wake phones through ChannelAPI's DeviceAlerts; the broker never imports the mobile channel.
+        .target(name: "Approvals", dependencies: ["ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Approvals"),
         .target(name: "Household", dependencies: ["Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
         .target(name: "RelayCarriage", dependencies: ["ChannelAPI", "Crypto", "HTTPClient", "HTTPServer", "Household", "Identity", "Mobile", "RelayProtocol", "SQLite", "JSON"],
                 path: "Sources/Host/RelayCarriage"),
@@ -97,7 +101,7 @@ let package = Package(
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
         .target(name: "GatewayHTTP", dependencies: ["APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
-        .target(name: "Gateway", dependencies: ["ChannelDelivery", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+        .target(name: "Gateway", dependencies: ["ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),

@@ -47,10 +47,12 @@ struct TargetGraphTests {
             ("Mobile", ["HTTPServer", "APIKit", "CHTTPServerShims", "CMicroHTTPD", "MobileHTTP", "Gateway"]),
             ("MobileHTTP", ["Gateway"]),
             // The host by job: only the assembly (Gateway) and the route files know HTTP.
-            ("Agents", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "GatewayHTTP", "Gateway", "Approvals", "Household", "RelayCarriage", "Memory"]),
+            // Agents and approvals reach phones only through ChannelAPI's seams (DeviceAlerts, RunProgressObserver).
+            ("Agents", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Approvals", "Household", "RelayCarriage", "Memory"]),
+            ("PhoneTools", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "GatewayHTTP", "Gateway"]),
             ("Memory", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "GatewayHTTP", "Gateway", "Agents"]),
             ("GatewayHTTP", ["Gateway"]),
-            ("Approvals", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents"]),
+            ("Approvals", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents"]),
             ("Household", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "Gateway", "Agents", "Approvals"]),
             ("RelayCarriage", ["APIKit", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals"]),
             // Channels are plugins: the contract and the HTTP client, never the server, the database or the host.

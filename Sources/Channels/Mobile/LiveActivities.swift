@@ -3,33 +3,11 @@ import Crypto
 import Foundation
 import SQLite
 
-/// A run as a Live Activity sees it.
-public struct ActivityRun: Sendable, Equatable {
-    public var runID: String
-    public var sessionID: String
-    public var agentID: String
-    public var agentName: String
-    public var subject: String
-    /// Cron, webhook, location or another agent: shown from its first tool call. Interactive runs only when they wait.
-    public var background: Bool
-    public var startedAt: Date
-
-    public init(runID: String, sessionID: String, agentID: String, agentName: String, subject: String, background: Bool, startedAt: Date) {
-        self.runID = runID
-        self.sessionID = sessionID
-        self.agentID = agentID
-        self.agentName = agentName
-        self.subject = subject
-        self.background = background
-        self.startedAt = startedAt
-    }
-}
-
 /// Pushes a run's content state to its Live Activity: started by push-to-start, updated while it works,
 /// "waiting on you" with Approve/Deny, then the final state and a dismissal a few minutes later.
 /// Routine progress is coalesced and sent at low priority; waiting and finished go at once at high priority.
 /// These pushes are transient (the next state replaces the last), so they go straight to the transport.
-public actor LiveActivityPublisher {
+public actor LiveActivityPublisher: RunProgressObserver {
     /// The ActivityAttributes type the original app declares (its Live Activity widget decodes these).
     public static let attributesType = "SoulacyRunAttributes"
 

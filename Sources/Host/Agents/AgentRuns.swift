@@ -5,7 +5,6 @@ import Foundation
 import Identity
 import JSON
 import LLM
-import Mobile
 import SQLite
 import Synchronization
 
@@ -111,7 +110,7 @@ public actor AgentRuns {
     let log: Log
     public nonisolated let credentials: RunCredentials
     /// Told about runs' progress so they can appear as Live Activities.
-    public nonisolated let liveActivities: LiveActivityPublisher?
+    public nonisolated let progress: (any RunProgressObserver)?
     /// Where a failed location run tells the phone whose crossing started it.
     nonisolated let alerts: (any DeviceAlerts)?
     /// Channels reached through the durable hand-off (telegram, slack, webhook, …): an output to one is recorded with
@@ -132,7 +131,7 @@ public actor AgentRuns {
     private var recentOrder: [String] = []
 
     public init(catalog: AgentCatalog, channels: ChannelRegistry, store: any RunStore, clock: any WallClock, log: Log,
-                credentials: RunCredentials = RunCredentials(), liveActivities: LiveActivityPublisher? = nil, alerts: (any DeviceAlerts)? = nil,
+                credentials: RunCredentials = RunCredentials(), progress: (any RunProgressObserver)? = nil, alerts: (any DeviceAlerts)? = nil,
                 outbound: OutboundChannelRegistry = OutboundChannelRegistry(), channelOutbox: SQLiteChannelOutbox? = nil,
                 defaultOutputs: [String: DefaultOutput] = [:],
                 sendsRecorded: @escaping @Sendable () -> Void = {}, makeRunner: @escaping RunnerFactory) {
@@ -142,7 +141,7 @@ public actor AgentRuns {
         self.outbound = outbound
         self.channelOutbox = channelOutbox
         self.sendsRecorded = sendsRecorded
-        self.liveActivities = liveActivities
+        self.progress = progress
         self.catalog = catalog
         self.channels = channels
         self.store = store
@@ -194,12 +193,12 @@ public actor AgentRuns {
         if let answer { CommitHook.current?.answerWithNextEffect(answer(started)) }
         do { try store.begin(record) } catch { log.error("run \(record.id): could not record its start: \(error)") }
         let credentials = self.credentials
-        let liveActivities = self.liveActivities
+        let progress = self.progress
         let task = Task {
-            await liveActivities?.runStarted(activity)
+            await progress?.runStarted(activity)
             let finished = await self.execute(agent: agent, record: record, request: request, route: route, finishAnswer: finishAnswer)
             credentials.revoke(credential)
-            await liveActivities?.finished(sessionID: sessionID, succeeded: finished.status == .succeeded)
+            await progress?.finished(sessionID: sessionID, succeeded: finished.status == .succeeded)
             return finished
         }
         if chat == nil { running[agentID] = (runID, task) } else { chatRuns[runID] = task }

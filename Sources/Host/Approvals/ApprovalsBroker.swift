@@ -1,7 +1,6 @@
 import ChannelAPI
 import Crypto
 import Foundation
-import Mobile
 import SQLite
 
 /// A tool call waiting for a person's yes or no.
@@ -44,16 +43,15 @@ public actor ApprovalsBroker {
     nonisolated let store: ApprovalStore
     /// The database decisions are written to: a route that answers with a decision builds its answer in the same transaction.
     public nonisolated var database: DatabasePool { store.database }
-    nonisolated let mobile: MobileStore
-    nonisolated let dispatcher: PushDispatcher?
+    /// How a new request reaches the person's phones (the mobile channel implements it; the broker never imports it).
+    nonisolated let alerts: (any DeviceAlerts)?
     nonisolated let clock: any WallClock
     nonisolated let defaultTimeout: TimeInterval
     private var waiters = Waiters<Approval.State>()
 
-    public init(database: DatabasePool, mobile: MobileStore, dispatcher: PushDispatcher?, clock: any WallClock, defaultTimeout: TimeInterval = 600) throws {
+    public init(database: DatabasePool, alerts: (any DeviceAlerts)?, clock: any WallClock, defaultTimeout: TimeInterval = 600) throws {
         store = ApprovalStore(database: database)
-        self.mobile = mobile
-        self.dispatcher = dispatcher
+        self.alerts = alerts
         self.clock = clock
         self.defaultTimeout = defaultTimeout
     }
@@ -77,7 +75,7 @@ public actor ApprovalsBroker {
         let (approval, created) = try store.insertIfNew(Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName,
                                                                 sessionID: sessionID, tool: tool, arguments: arguments, state: .pending,
                                                                 createdAt: now, expiresAt: expires))
-        if created { try MobileDeviceAlerts(store: mobile, dispatcher: dispatcher).alert(Self.signal(for: approval), subject: subject) }
+        if created { try alerts?.alert(Self.signal(for: approval), subject: subject) }
         return approval
     }
 

@@ -6,4 +6,5 @@
 @_exported import GatewayHTTP
 @_exported import Household
 @_exported import Memory
+@_exported import PhoneTools
 @_exported import RelayCarriage

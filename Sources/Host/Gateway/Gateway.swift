@@ -226,8 +226,10 @@ public final class Gateway: Sendable {
         }
         self.liveActivities = liveActivities
         let mobile = MobileChannel(store: mobileStore, dispatcher: dispatcher)
+        // Approvals and failed location runs wake phones through this seam; only the assembly knows it is the mobile channel.
+        let deviceAlerts = MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher)
         do {
-            approvals = try ApprovalsBroker(database: database, mobile: mobileStore, dispatcher: dispatcher, clock: options.clock,
+            approvals = try ApprovalsBroker(database: database, alerts: deviceAlerts, clock: options.clock,
                                             defaultTimeout: options.approvalTimeout)
         } catch {
             throw .storage("cannot open the approvals table: \(error)")
@@ -257,8 +259,8 @@ public final class Gateway: Sendable {
         let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(nodes: nodes, clock: options.clock),
                                                  approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox,
                                                  runStore: runStore, clock: options.clock, log: log)
-        runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, liveActivities: liveActivities,
-                         alerts: MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher), outbound: outbound, channelOutbox: channelOutbox,
+        runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, progress: liveActivities,
+                         alerts: deviceAlerts, outbound: outbound, channelOutbox: channelOutbox,
                          defaultOutputs: built.defaults,
                          sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }) { agent in
             switch agent.runner {

@@ -114,12 +114,12 @@ public struct ApprovalsAPI: Sendable {
         }
         // The run waiting on this approval shows on the lock screen with Approve/Deny, whatever started it.
         if let activity, asked.state == .pending {
-            await runs.liveActivities?.waitingForApproval(activity, callID: asked.callID, tool: tool)
+            await runs.progress?.waitingForApproval(activity, callID: asked.callID, tool: tool)
             await runs.approvalAsked(runID: activity.runID, callID: asked.callID, tool: tool, arguments: body.arguments ?? .object([:]))
         }
         if let immediate { return immediate }
         let state = await broker.wait(callID: asked.callID, atMost: longPoll)
-        if let activity, state != .pending { await runs.liveActivities?.approvalAnswered(sessionID: activity.sessionID, approved: state == .approved) }
+        if let activity, state != .pending { await runs.progress?.approvalAnswered(sessionID: activity.sessionID, approved: state == .approved) }
         // Still pending when the long poll ran out: a retry with the same key waits for the decision again.
         if state == .pending { CommitHook.current?.answerIsProvisional() }
         return Self.decisionAnswer(callID: asked.callID, state: state)

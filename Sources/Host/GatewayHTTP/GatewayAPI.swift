@@ -210,7 +210,7 @@ public struct GatewayAPI: Sendable {
         // The answer is known before the Live Activity's update is queued: it commits with it.
         let answer = HTTPResponse.json(["ok": true])
         CommitHook.current?.answerWithNextEffect(answer.committedAnswer)
-        await runs.liveActivities?.toolCalled(sessionID: run.sessionID, tool: tool)
+        await runs.progress?.toolCalled(sessionID: run.sessionID, tool: tool)
         return answer
     }
 }

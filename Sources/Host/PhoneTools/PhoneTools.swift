@@ -2,6 +2,7 @@ import ChannelAPI
 import Foundation
 import JSON
 import LLM
+import Agents
 import Mobile
 
 /// The phone builtins an LLM agent may name: `mobile.list_nodes`, `mobile.invoke`, `mobile.command_status`
