@@ -32,7 +32,7 @@ public final class TestGateway: Sendable {
                              maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:],
                              transports: [any WakeTransport] = [], channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(),
                              lan: Bool = false, log: Log = Log(minimum: .warning), outbound: [any OutboundChannel] = [],
-                             factories: [any ChannelFactory] = [], gatewayConfig: String? = nil) async throws -> TestGateway {
+                             factories: [any ChannelFactory] = [], plugins: [any GatewayPlugin] = [], gatewayConfig: String? = nil) async throws -> TestGateway {
         let dir = directory ?? makeTemporaryDirectory()
         // Tests send far more than the original's 600 requests a minute from loopback: no limit unless a test sets one.
         var environment = environment
@@ -46,6 +46,7 @@ public final class TestGateway: Sendable {
         options.extraChannels = channels
         options.extraOutboundChannels = outbound
         options.extraChannelFactories = factories
+        options.plugins = plugins
         // Never the developer's own ~/.soulacy/config.yaml: a test reads the gateway config it writes, or none.
         let gatewayConfigPath = dir + "/gateway-config.yaml"
         try (gatewayConfig ?? "").write(toFile: gatewayConfigPath, atomically: true, encoding: .utf8)
@@ -191,10 +192,10 @@ public func withTestGateway<T>(config: String = TestGateway.defaultConfig, agent
                                maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:], transports: [any WakeTransport] = [],
                                channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false,
                                log: Log = Log(minimum: .warning), outbound: [any OutboundChannel] = [], factories: [any ChannelFactory] = [],
-                               gatewayConfig: String? = nil, _ body: (TestGateway) async throws -> T) async throws -> T {
+                               plugins: [any GatewayPlugin] = [], gatewayConfig: String? = nil, _ body: (TestGateway) async throws -> T) async throws -> T {
     let gateway = try await TestGateway.start(config: config, agents: agents, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
                                               environment: environment, transports: transports, channels: channels, retryPolicy: retryPolicy, lan: lan,
-                                              log: log, outbound: outbound, factories: factories, gatewayConfig: gatewayConfig)
+                                              log: log, outbound: outbound, factories: factories, plugins: plugins, gatewayConfig: gatewayConfig)
     do {
         let result = try await body(gateway)
         await gateway.stop()

@@ -36,6 +36,8 @@ public struct GatewayOptions: Sendable {
     public var extraOutboundChannels: [any OutboundChannel] = []
     /// What builds a channel from its `channels.<kind>` block, beside the built-in ones (a kind of the embedder's own).
     public var extraChannelFactories: [any ChannelFactory] = []
+    /// Channel plugins: their kinds of channel, and the services and routes they bring.
+    public var plugins: [any GatewayPlugin] = []
     /// The Soulacy user's gateway config (`channels:`, `llm:`); nil: `SOULACY_GATEWAY_CONFIG`, else
     /// `~/.soulacy/config.yaml` when it exists.
     public var gatewayConfigPath: String?
@@ -149,6 +151,8 @@ public final class Gateway: Sendable {
 
     /// The `SOULACY_*` settings read from `options.environment`, once.
     public let settings: GatewaySettings
+    /// The plugins' own services, run between the channels they need and the dispatcher that sends through them.
+    let pluginServices: [ServiceGroup.Entry]
 
     public init(options given: GatewayOptions) throws(GatewayStartError) {
         let settings: GatewaySettings
@@ -175,7 +179,7 @@ public final class Gateway: Sendable {
         }
         self.gatewayConfig = gatewayConfig
         if let path = gatewayConfig.path { log.info("gateway config: \(path)") }
-        let factories = options.extraChannelFactories + Self.builtInChannelFactories(environment: options.environment, log: log, clock: options.clock)
+        let factories = options.extraChannelFactories + options.plugins.flatMap(\.channelFactories) + Self.builtInChannelFactories(environment: options.environment, log: log, clock: options.clock)
         let built = Self.outboundChannels(config: gatewayConfig, factories: factories, extra: options.extraOutboundChannels, log: log)
         let outbound = built.registry
         self.outbound = outbound
@@ -311,6 +315,9 @@ public final class Gateway: Sendable {
         } catch {
             throw .storage("cannot open the trigger table: \(error)")
         }
+        let pluginContext = GatewayPluginContext(outbound: outbound, clock: options.clock, log: log)
+        for plugin in options.plugins { router.add(plugin.routes(pluginContext)) }
+        pluginServices = options.plugins.flatMap { $0.services(pluginContext) }
         self.router = router
         let routerCopy = router
         let idempotency: IdempotencyLog
@@ -528,6 +535,7 @@ public final class Gateway: Sendable {
             list.append(("supervised channels", StartedThenStopped(start: { for channel in supervised { await channel.start() } },
                                                                   stop: { for channel in supervised { await channel.stop() } })))
         }
+        list += pluginServices
         list.append(("channel dispatcher", CancelledOnShutdown { await channelDispatcher.run() }))
         let inbound = self.inbound
         if !inbound.isEmpty { list.append(("channel inbound", CancelledOnShutdown { await inbound.run() })) }
