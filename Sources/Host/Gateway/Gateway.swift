@@ -536,7 +536,11 @@ public final class Gateway: Sendable {
                                                                   stop: { for channel in supervised { await channel.stop() } })))
         }
         list += pluginServices
-        list.append(("channel dispatcher", CancelledOnShutdown { await channelDispatcher.run() }))
+        // With no channel configured nothing is ever recorded for one; sends left from an earlier config wait in the
+        // outbox until their channel is back, instead of being polled every second for nothing.
+        if !outbound.names.isEmpty {
+            list.append(("channel dispatcher", CancelledOnShutdown { await channelDispatcher.run() }))
+        }
         let inbound = self.inbound
         if !inbound.isEmpty { list.append(("channel inbound", CancelledOnShutdown { await inbound.run() })) }
         list.append(("housekeeping", CancelledOnShutdown { await housekeeping.run() }))
