@@ -105,7 +105,7 @@ struct IncomingWebhookChannelTests {
         #expect(sizes.count == 3 && sizes.allSatisfy { $0 <= 28 * 1024 })
     }
 
-    @Test("Teams: a deleted webhook is rejected with Teams' words, 429 and 5xx and a hang are retried")
+    @Test("Teams: a deleted webhook and a removed channel's buried 400 are rejected with Teams' words, 429 and 5xx and a hang are retried")
     func teamsRefusals() async throws {
         let standIn = try await IncomingWebhookStandIn.start(arguments: ["--teams-per-second", "0"])
         defer { standIn.stop() }
@@ -119,6 +119,11 @@ struct IncomingWebhookChannelTests {
         try await standIn.delete(teams: IncomingWebhookStandIn.teamsPath)
         let gone = await channel.attempt(send(output()))
         #expect(gone == .rejected(reason: "Teams answered 404: Webhook not found or deleted."))
+        // A webhook whose channel was removed answers 200 with the 400 in its text: refused, not delivered.
+        try await standIn.control("POST", "/control/remove-channel", json: ["teams": .string(IncomingWebhookStandIn.teamsPath)])
+        guard case .rejected(let buried) = await channel.attempt(send(output())) else { Issue.record("a 200 reporting a 400 is a refusal"); return }
+        #expect(buried.hasPrefix("Teams answered 200 but: Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 400"))
+        #expect(try await standIn.messages().isEmpty)
         // Nothing to say is not sent.
         guard case .failed = await channel.attempt(send(output([""]))) else { Issue.record("an empty output cannot be sent"); return }
     }

@@ -21,6 +21,8 @@ public final class SMTPStandIn: StandInProcess, @unchecked Sendable {
                    arguments: ["--user", Self.user, "--password", Self.password, "--smtps-port", String(smtpsPort)])
     }
 
+    override var ports: [UInt16] { super.ports + [smtpsPort] }
+
     /// Every message taken, oldest first (`mail_from`, `rcpt_tos`, `headers`, `subject`, `body`, `raw`, `tls`…).
     public func messages() async throws -> [JSONValue] {
         try await control("GET", "/control/messages")["messages"]?.arrayValue ?? []

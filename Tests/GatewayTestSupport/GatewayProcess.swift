@@ -87,11 +87,11 @@ public final class GatewayProcess: @unchecked Sendable {
 
     public var pid: Int32 { process?.processIdentifier ?? 0 }
 
-    /// kill -9: no shutdown code runs.
+    /// kill -9: no shutdown code runs. Returns once the process is dead (see `waitUntilEnded`).
     public func kill9() {
         guard let process, process.isRunning else { return }
         kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        waitUntilEnded(process.processIdentifier)
         self.process = nil
     }
 
@@ -99,10 +99,18 @@ public final class GatewayProcess: @unchecked Sendable {
     @discardableResult
     public func terminate() -> Int32? {
         guard let process, process.isRunning else { return nil }
-        kill(process.processIdentifier, SIGTERM)
-        process.waitUntilExit()
+        let pid = process.processIdentifier
+        kill(pid, SIGTERM)
+        waitUntilEnded(pid)
         self.process = nil
-        return process.terminationStatus
+        // Foundation reaps the child and keeps its status, normally at once; if it has not within 5 s, it is reaped here.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while process.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
+        if !process.isRunning { return process.terminationStatus }
+        var status: Int32 = 0
+        guard waitpid(pid, &status, 0) == pid else { return nil }
+        // As Foundation reports it: the exit code, or the signal that ended the process.
+        return status & 0x7f == 0 ? (status >> 8) & 0xff : status & 0x7f
     }
 
     deinit { kill9() }

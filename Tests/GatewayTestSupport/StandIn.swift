@@ -21,6 +21,43 @@ public func freePort() -> UInt16 {
     return UInt16(bigEndian: address.sin_port)
 }
 
+/// A socket bound to a loopback port and never listening: a connection there is refused as if nothing were bound,
+/// and while it is held neither `freePort()` nor an outgoing connection is given the port. SO_REUSEADDR, so the
+/// TIME_WAIT of a service just killed does not stand in the way, nor in the way of the service started there next.
+func holdPort(_ port: UInt16) -> Int32? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    var yes: Int32 = 1
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = port.bigEndian
+    let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    guard bound == 0 else {
+        close(fd)
+        return nil
+    }
+    return fd
+}
+
+/// Waits until process `pid` has ended (a zombie or gone), reading /proc, at most `limit` (nil: however long it
+/// takes); false when the limit ran out first. Not `Process.waitUntilExit()`: it spins the run loop of the calling
+/// (cooperative) thread until Foundation reaps the child, and Foundation was seen not to: with dozens of stand-ins
+/// ending at once, and once for a killed gateway whose zombie a test process then waited on for 15 minutes.
+@discardableResult
+func waitUntilEnded(_ pid: Int32, limit: Duration? = nil) -> Bool {
+    let deadline = limit.map { ContinuousClock.now + $0 }
+    while deadline.map({ ContinuousClock.now < $0 }) ?? true {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return true }
+        let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).prefix(1)
+        if state == "Z" || state == "X" { return true }
+        usleep(10_000)
+    }
+    return false
+}
+
 /// Starts something on ports `freePort()` chose, again on fresh ones (`freshPorts`) when its start failed because
 /// another socket of the parallel suite took a port between the choice and the bind. Three tries; any other failure,
 /// and the last, are the caller's.
@@ -116,7 +153,9 @@ public class StandInProcess: @unchecked Sendable {
         process.standardError = log
         try process.run()
         lock.withLock { self.process = process }
-        let deadline = ContinuousClock.now + .seconds(20)
+        // Generous: dozens of Python stand-ins start at once when the channel suites begin, on two cores. One that
+        // exits (its port taken, a bad argument) ends the wait at once.
+        let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             // Another test's stand-in may answer on this port if it bound it first: only our own pid counts.
             if let health = try? await control("GET", "/control/health"), health["ok"] == true,
@@ -128,24 +167,47 @@ public class StandInProcess: @unchecked Sendable {
         throw TestFailure("the stand-in \(script) did not start:\n\(output)")
     }
 
+    /// The ports the service listens on (a subclass adds its own), held while it is down.
+    var ports: [UInt16] { [tlsPort, controlPort] }
+    private var heldPorts: [Int32] = []
+
+    /// An outage: the service stops and its ports refuse connections, held so that no other socket of the parallel
+    /// suite takes them before `restart()`.
+    public func stopHoldingPorts() {
+        stop()
+        let held = ports.compactMap(holdPort)
+        lock.withLock { heldPorts += held }
+    }
+
+    /// Starts the service again after `stop()` or `stopHoldingPorts()`, on the same ports and with the same
+    /// certificate, so a gateway configured with its URL finds it back (an outage ending). A port another socket
+    /// holds is tried again for a few seconds, never exchanged: the gateway knows only this one.
+    public func restart() async throws {
+        stop()
+        for fd in lock.withLock({ () -> [Int32] in defer { heldPorts = [] }; return heldPorts }) { close(fd) }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while true {
+            do {
+                return try await startOnce()
+            } catch let failure as TestFailure where failure.description.contains("already in use") && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+    }
+
     /// Stops the service (connections drop, its port refuses); recorded requests are lost with it.
     public func stop() {
         let process = lock.withLock { () -> Process? in defer { self.process = nil }; return self.process }
         guard let process, process.isRunning else { return }
         let pid = process.processIdentifier
         kill(pid, SIGKILL)
-        // Until the process is dead (a zombie or gone), at most 5 s. Not `waitUntilExit()`: it spins the run loop on
-        // the calling (cooperative) thread, and with dozens of stand-ins ending at once it was seen to spin for ever.
-        for _ in 0..<500 {
-            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { return }
-            let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).prefix(1)
-            if state == "Z" || state == "X" { return }
-            usleep(10_000)
-        }
+        waitUntilEnded(pid, limit: .seconds(5))
     }
 
-    deinit { stop() }
+    deinit {
+        stop()
+        for fd in heldPorts { close(fd) }
+    }
 
     @discardableResult
     public func control(_ method: String, _ path: String, json: JSONValue? = nil) async throws -> JSONValue {

@@ -233,3 +233,22 @@ enum TemporaryRoot {
         return root
     }()
 }
+
+extension TestGateway {
+    /// A run's `outputs` as `GET /api/v1/runs/:id` lists them (channel, destination, state, attempts, last_reason,
+    /// delivered_at), read with the key that started it.
+    public func outputs(ofRun id: String, key: String? = nil) async throws -> [JSONValue] {
+        try await request("GET", "/api/v1/runs/\(id)", key: .some(key)).json["outputs"]?.arrayValue ?? []
+    }
+
+    /// The run's outputs once every one is in one of `states`, or as they were when `timeout` ran out.
+    public func outputs(ofRun id: String, until states: Set<String>, timeout: Duration = .seconds(30)) async throws -> [JSONValue] {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let outputs = try await outputs(ofRun: id)
+            if !outputs.isEmpty, outputs.allSatisfy({ $0["state"]?.stringValue.map(states.contains) == true }) { return outputs }
+            if ContinuousClock.now >= deadline { return outputs }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+    }
+}

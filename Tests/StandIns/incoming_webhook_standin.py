@@ -17,6 +17,11 @@ Webhooks" (https://learn.microsoft.com/microsoftteams/platform/webhooks-and-conn
     webhook."; a MessageCard without text and summary -> 400 "Summary or Text is required."; an unknown webhook
     -> 404; "The message size limit is 28 KB" -> 413 above 28 KB; "If more than four requests are made in a second,
     the client connection is throttled" -> 429 with a text body (and on demand by a scripted step).
+  * Office 365 connectors answer 200 for failures they consider retryable, with the failure in the text body
+    (MicrosoftDocs/msteams-docs#402: a webhook whose channel was removed answers 200 "Webhook message delivery failed
+    with error: Microsoft Teams endpoint returned HTTP error 400 with ContextId ..."; #9698, from Teams engineering:
+    "The response can be considered successful only if it returns a number in the response, else it is a failure
+    even if status is 200"). POST /control/remove-channel gives that answer for a webhook.
 Google Chat (path family /v1/spaces/{space}/messages?key=...&token=...), from "Build a Google Chat app as a webhook"
 (https://developers.google.com/workspace/chat/quickstart/webhooks), "Method: spaces.messages.create" and "Usage
 limits" (https://developers.google.com/workspace/chat/limits):
@@ -34,6 +39,8 @@ Control port (plain HTTP), besides the shared routes (health, requests, script, 
   GET  /control/messages -> {"messages": [{"service": "teams"|"google_chat", "webhook"|"space", "json", ...}]}
   POST /control/webhooks {"teams": ["/webhookb2/..."], "google": [{"space": "S", "key": "K", "token": "T"}]}
   POST /control/delete   {"teams": "/webhookb2/..."} or {"google": "S"} -> that webhook now answers 404 / NOT_FOUND
+  POST /control/remove-channel {"teams": "/webhookb2/..."} -> that webhook exists (added if new) but its channel is
+        gone: it answers 200 with "Webhook message delivery failed with error: ... HTTP error 400 ..." and posts nothing
   Script steps (next accepted request of either family): {"status": 429, "retry_after": N}, {"status": 400|500|503},
   {"hang": true}, {"delay_ms": N}; a step may hold "service": "teams"|"google_chat" to wait for that family.
 """
@@ -81,6 +88,7 @@ class IncomingWebhooks(cc.ChannelStandIn):
 
     def reset_state(self):
         self.teams = set(self.initial_teams)
+        self.channel_removed = set()
         self.google = {g["space"]: dict(g) for g in self.initial_google}
         self.sent = cc.Records()
         self.recent = collections.defaultdict(collections.deque)
@@ -146,6 +154,9 @@ class IncomingWebhooks(cc.ChannelStandIn):
             if not str(document.get("text") or "").strip() and not str(document.get("summary") or "").strip():
                 return 400, "Summary or Text is required."
             kind = "message_card"
+        if path in self.channel_removed:
+            return 200, ("Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 400 with ContextId "
+                         "tcid=0,server=standin,cv=" + secrets.token_hex(8))
         if self.over_rate(("teams", path), self.teams_per_second, 1.0):
             return 429, "Microsoft Teams endpoint returned HTTP error 429 with ContextId tcid=0,server=standin,cv=" + secrets.token_hex(8)
         step = self.take_step("teams")
@@ -222,6 +233,10 @@ class IncomingWebhooks(cc.ChannelStandIn):
             self.teams.update(data.get("teams", []))
             for space in data.get("google", []):
                 self.google[space["space"]] = dict(space)
+            await cc.respond_json(send, 200, {"ok": True})
+        elif path == "/control/remove-channel":
+            self.teams.add(data["teams"])
+            self.channel_removed.add(data["teams"])
             await cc.respond_json(send, 200, {"ok": True})
         elif path == "/control/delete":
             if data.get("teams"):

@@ -93,8 +93,9 @@ final class IncomingWebhookPoster: Sendable {
 /// titled "<title> (2/3)".
 ///
 /// Answers: 200 with "1" (or 2xx with nothing) delivered; a 200 whose text reports "HTTP error 429" or a 5xx (the
-/// connector does that when throttled) → retry; 429, 408 and 5xx → retry with `Retry-After`; 400 (bad payload),
-/// 404 (webhook deleted), 413 and other 4xx rejected with Teams' words. The URL is a secret: never in a reason.
+/// connector does that when throttled) → retry, one whose text reports another 4xx (a removed channel's 400) →
+/// rejected; 429, 408 and 5xx → retry with `Retry-After`; 400 (bad payload), 404 (webhook deleted), 413 and other
+/// 4xx rejected with Teams' words. The URL is a secret: never in a reason.
 public final class TeamsChannel: OutboundChannel {
     public let name: String
     let poster: IncomingWebhookPoster
@@ -135,8 +136,12 @@ public final class TeamsChannel: OutboundChannel {
         let text = HTTPOutcome.excerpt(response.body)
         if (200..<300).contains(response.status), let text, text != "1",
            let range = text.range(of: #"HTTP error (\d{3})"#, options: .regularExpression),
-           let code = Int(text[range].suffix(3)), code == 429 || code >= 500 {
-            return (.retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: "Teams answered \(response.status) but: \(text)"), nil)
+           let code = Int(text[range].suffix(3)), code >= 400 {
+            // Office 365 connectors bury a failure in a 200 (a removed channel's 400, MicrosoftDocs/msteams-docs#402):
+            // it is not delivered; a buried 4xx other than 429 is refused as an open one would be.
+            let reason = "Teams answered \(response.status) but: \(text)"
+            if code == 429 || code >= 500 { return (.retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: reason), nil) }
+            return (.rejected(reason: reason), nil)
         }
         return (HTTPOutcome.classify(response, service: "Teams", detail: text), nil)
     }
