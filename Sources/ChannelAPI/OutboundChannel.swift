@@ -87,6 +87,7 @@ extension ChannelFactory {
 /// channel without a `to` goes there; a scheduled result with no usable target goes to the only channel that has
 /// one (SOULACY-AGENTS.md §6).
 public struct DefaultOutput: Sendable, Equatable {
+    /// Empty when the default is the channel's own configured target (a Teams block whose URL is its default).
     public var to: String
     public var template: String?
     public var botName: String?

@@ -97,6 +97,26 @@ struct OutputRouterTests {
         }
     }
 
+    @Test("a Teams, Google Chat or webhook block whose default_output_to is its URL defaults to its own target (an empty to), never to the URL, which carries its key")
+    func urlDefaultsStayInTheConfig() throws {
+        let factories = Dictionary(Gateway.builtInChannelFactories().map { ($0.kind, $0) }, uniquingKeysWith: { first, _ in first })
+        let urls = ["teams": "https://example.webhook.office.com/webhookb2/key-123", "google_chat": "https://chat.googleapis.com/v1/spaces/AAA/messages?key=k&token=t",
+                    "webhook": "https://hooks.example.org/in/key-123"]
+        for (kind, url) in urls {
+            let factory = try #require(factories[kind])
+            let settings = ChannelSettings(kind: kind, values: ["enabled": .bool(true), "default_output_to": .string(url), "secret": .string("whsec_" + String(repeating: "A", count: 32))])
+            #expect(try factory.defaultOutputs(settings) == [kind: DefaultOutput(to: "")], "\(kind)")
+            let channel = try #require(try factory.make(settings).first)
+            try channel.validate(destination: "")
+            let bare = try agent("id: a\ntrigger: cron\nschedule: {cron: '0 7 * * *', output: {channel: \(kind)}}\n", defaults: [kind: DefaultOutput(to: "")])
+            let routed = OutputRouter(defaults: [kind: DefaultOutput(to: "")], isRegistered: { $0 == kind })
+            #expect(destination(routed.route(.scheduled, agent: bare))?.to == "", "\(kind)")
+        }
+        // Beside a url, a webhook's default_output_to names where its results go (an endpoint).
+        let named = ChannelSettings(kind: "webhook", values: ["url": .string("https://hooks.example.org/in"), "default_output_to": .string("alerts")])
+        #expect(try factories["webhook"]?.defaultOutputs(named) == ["webhook": DefaultOutput(to: "alerts")])
+    }
+
     /// A channel kind for the gateway config, answered by a scripted channel (the default `defaultOutputs`).
     struct ChatFactory: ChannelFactory {
         let channel: ScriptedChannel

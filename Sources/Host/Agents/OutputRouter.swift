@@ -115,12 +115,14 @@ public struct OutputRouter: Sendable {
         var to = output.to.trimmingCharacters(in: .whitespaces)
         var template = output.template
         var botName = output.botName
+        var borrowed = false
         if to.isEmpty, let own = defaults[channel] {
-            to = own.to
+            // A default may itself be empty: the channel's own configured target (a Teams block's webhook).
+            (to, borrowed) = (own.to, true)
             template = template ?? own.template
             botName = botName ?? own.botName
         }
-        guard !channel.isEmpty, !to.isEmpty else { return nil }
+        guard !channel.isEmpty, !to.isEmpty || borrowed else { return nil }
         return RunDestination(channel: channel, to: to, template: template, botName: botName, metadata: metadata)
     }
 
