@@ -57,6 +57,25 @@ struct GatewayConfigFileTests {
         #expect(config.llmEnvironment["SOULACY_LLM_MY_VLLM_MODEL"] == "qwen")
     }
 
+    @Test("llm.allowed_providers of the gateway config parks an agent on another provider, naming its file:line; an agent's own list is judged by itself; the environment wins")
+    func allowedProviders() async throws {
+        let path = try write("llm:\n  allowed_providers: [ollama, anthropic]\n")
+        #expect(try GatewayConfigFile.load(path: path, environment: [:]).llmEnvironment["SOULACY_LLM_ALLOWED_PROVIDERS"] == "ollama,anthropic")
+        #expect(try GatewayConfigFile.load(path: path, environment: ["SOULACY_LLM_ALLOWED_PROVIDERS": "openai"]).llmEnvironment["SOULACY_LLM_ALLOWED_PROVIDERS"] == nil)
+
+        let dir = TestGateway.makeTemporaryDirectory() + "/agents"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try "id: gpt\nenabled: true\nllm: {provider: openai, model: gpt-4o}\n".write(toFile: dir + "/gpt.yaml", atomically: true, encoding: .utf8)
+        try "id: local\nenabled: true\nllm: {provider: ollama, model: llama3.2}\n".write(toFile: dir + "/local.yaml", atomically: true, encoding: .utf8)
+        try "id: own\nenabled: true\nllm: {provider: openai, model: gpt-4o, allowed_providers: [openai]}\n".write(toFile: dir + "/own.yaml", atomically: true, encoding: .utf8)
+        try await withTestGateway(agents: dir, gatewayConfig: "llm:\n  allowed_providers: [ollama, anthropic]\n") { (gw) async throws in
+            let gpt = try #require(gw.gateway.catalog.agent(id: "gpt"))
+            #expect(!gpt.isOn && gpt.disabledReason?.contains("not in the gateway config's llm.allowed_providers (ollama, anthropic)") == true, "\(String(describing: gpt.disabledReason))")
+            #expect(gw.gateway.catalog.agent(id: "local")?.isOn == true)
+            #expect(gw.gateway.catalog.agent(id: "own")?.isOn == true)
+        }
+    }
+
     @Test("a file that is not a mapping, or a channel block that is not one, is an error naming the file and the position")
     func errors() throws {
         let list = try write("- a\n- b\n")

@@ -39,6 +39,13 @@ public struct SoulConfigLoader {
         self.strict = strict
     }
 
+    /// The workspace's allowed providers (`llm.allowed_providers` of the gateway config, or
+    /// `SOULACY_LLM_ALLOWED_PROVIDERS`, comma-separated); nil when none is set.
+    static func workspaceProviders(_ environment: [String: String]) -> [String]? {
+        let list = (environment["SOULACY_LLM_ALLOWED_PROVIDERS"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        return list.isEmpty ? nil : list
+    }
+
     // MARK: - Entry points
 
     /// Loads a file or an agents directory; any error (rejected file or parked agent) throws, warnings do not.
@@ -366,6 +373,11 @@ public struct SoulConfigLoader {
         checkAcceptedFields(fields, agent: &agent)
         if case .llm(let settings) = agent.runner, !settings.allowedProviders.isEmpty, !settings.allowedProviders.contains(settings.provider) {
             invalid(fields["llm"] ?? node, "llm.provider '\(settings.provider)' is not in allowed_providers (\(settings.allowedProviders.joined(separator: ", ")))")
+        } else if case .llm(let settings) = agent.runner, settings.allowedProviders.isEmpty, !settings.provider.isEmpty,
+                  let workspace = Self.workspaceProviders(environment), !workspace.contains(settings.provider) {
+            // The gateway config's llm.allowed_providers (SOULACY_LLM_ALLOWED_PROVIDERS) for agents without a list of their own.
+            invalid(fields["llm"]?.mappingEntries?.first(where: { $0.key == "provider" })?.value ?? fields["llm"] ?? node,
+                    "llm.provider '\(settings.provider)' is not in the gateway config's llm.allowed_providers (\(workspace.joined(separator: ", ")))")
         }
 
         if Self.reservedAgentIDs.contains(id) {

@@ -80,9 +80,11 @@ struct SoulacyCommand {
         var destinations = Gateway.destinationValidators
         var configProblems: [String] = []
         var defaults: [String: DefaultOutput] = [:]
+        var agentEnvironment = environment
         do {
             let gatewayConfig = try GatewayConfigFile.load(path: gatewayConfigPath ?? GatewayConfigFile.defaultPath(environment: environment), environment: environment)
             if let path = gatewayConfig.path { print("gateway config: \(path)") }
+            if let allowed = gatewayConfig.llmEnvironment["SOULACY_LLM_ALLOWED_PROVIDERS"] { agentEnvironment["SOULACY_LLM_ALLOWED_PROVIDERS"] = allowed }
             configProblems = Gateway.channelProblems(config: gatewayConfig, factories: Gateway.builtInChannelFactories(environment: environment),
                                                      built: { channel in destinations[channel.name] = Gateway.validator(of: channel) },
                                                      defaults: { defaults = $0 })
@@ -90,7 +92,7 @@ struct SoulacyCommand {
             configProblems = [error.description]
         }
         for problem in configProblems { print("error: \(problem)") }
-        let result = AgentFiles.load(path: paths[0], destinations: destinations, defaults: defaults, strict: strict)
+        let result = AgentFiles.load(path: paths[0], destinations: destinations, defaults: defaults, environment: agentEnvironment, strict: strict)
         for problem in result.problems { print(problem.description) }
         let now = Date()
         for agent in result.config.agents {

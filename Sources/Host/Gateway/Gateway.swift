@@ -190,7 +190,10 @@ public final class Gateway: Sendable {
             for channel in options.extraChannels where channel.name != "mobile" {
                 destinations[channel.name] = Self.validator(of: channel)
             }
-            catalog = try AgentCatalog(path: options.configPath, destinations: destinations, defaults: built.defaults, environment: options.environment, log: log)
+            // The gateway config's llm.allowed_providers reaches the agent files' check (the environment still wins).
+            var agentEnvironment = options.environment
+            if let allowed = gatewayConfig.llmEnvironment["SOULACY_LLM_ALLOWED_PROVIDERS"] { agentEnvironment["SOULACY_LLM_ALLOWED_PROVIDERS"] = allowed }
+            catalog = try AgentCatalog(path: options.configPath, destinations: destinations, defaults: built.defaults, environment: agentEnvironment, log: log)
         } catch {
             throw .config(error)
         }

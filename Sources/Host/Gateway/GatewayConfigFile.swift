@@ -92,6 +92,9 @@ public struct GatewayConfigFile: Sendable {
         guard let node, case .map(let llm) = Self.setting(node) else { return config }
         var derived: [String: String] = [:]
         if let provider = llm["default_provider"]?.text, !provider.isEmpty { derived["SOULACY_LLM_DEFAULT_PROVIDER"] = provider }
+        if case .list(let allowed)? = llm["allowed_providers"] {
+            derived["SOULACY_LLM_ALLOWED_PROVIDERS"] = allowed.compactMap(\.text).joined(separator: ",")
+        }
         if case .map(let providers)? = llm["providers"] {
             for (id, block) in providers {
                 guard case .map(let fields) = block else { continue }
