@@ -120,6 +120,11 @@ let package = Package(
         .testTarget(name: "UnifiedPushTransportTests", dependencies: ["UnifiedPushTransport", "ChannelTesting", "ChannelAPI", "HTTPServer", "APIKit"],
                     path: "examples/UnifiedPushTransport/Tests"),
 
+        // MARK: Example: a compiled channel added from outside the core, registered with GatewayOptions.extraChannelFactories
+        .target(name: "NtfyChannel", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "examples/channels/NtfyChannel/Sources"),
+        .testTarget(name: "NtfyChannelTests", dependencies: ["NtfyChannel", "ChannelAPI", "ChannelTesting", "Gateway", "HTTPClient", "HTTPServer", "APIKit", "JSON"],
+                    path: "examples/channels/NtfyChannel/Tests"),
+
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
