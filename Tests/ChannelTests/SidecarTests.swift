@@ -22,11 +22,11 @@ struct SidecarTests {
         let record: String
 
         init(mode: String, timing: SidecarTiming = SidecarTiming(), ackTimeout: Duration = .seconds(30), sharedDir: String? = nil,
-             random: @escaping @Sendable () -> Double = { 0.5 }) {
+             agentID: String? = "helper", random: @escaping @Sendable () -> Double = { 0.5 }) {
             record = NSTemporaryDirectory() + "sidecar-record-\(UUID().uuidString).ndjson"
             let config = SidecarConfig(name: "notes", command: "python3", args: [SidecarTests.scripted],
                                        env: ["SIDECAR_MODE": .text(mode), "SIDECAR_RECORD": .text(record)],
-                                       sharedDirectory: sharedDir, ackTimeout: ackTimeout)
+                                       sharedDirectory: sharedDir, ackTimeout: ackTimeout, agentID: agentID)
             channel = SidecarChannel(config: config, timing: timing, hostEnvironment: ["HOME": NSTemporaryDirectory()],
                                      log: Log(minimum: .debug, handler: logs), clock: clock, random: random)
         }
@@ -333,6 +333,18 @@ struct SidecarTests {
         #expect(await inbound.next() == nil)
     }
 
+    @Test("a sidecar without agent_id has no poller: its messages are dropped with one log line, and its sends still go")
+    func inboundWithoutAgent() async throws {
+        let h = Harness(mode: "message,acks", agentID: nil)
+        #expect(h.channel.poller == nil)
+        await h.channel.start()
+        #expect(await h.ready().connected)
+        #expect(await Self.eventually { h.logs.lines.contains { $0.contains("no agent_id is configured for this sidecar; its messages are dropped") } })
+        #expect(await h.send("still delivered", id: "d-n") == .delivered(remoteID: "r-d-n"))
+        #expect(!h.logs.lines.contains { $0.contains("hi there") })
+        await h.channel.stop()
+    }
+
     // MARK: The example and the checklist
 
     @Test("the example file sidecar: a send is appended to its outbox and acked, an inbox line becomes a message")
@@ -341,7 +353,7 @@ struct SidecarTests {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let config = SidecarConfig(name: "notes", command: "python3", args: [Self.example],
-                                   env: ["FILE_SIDECAR_OUTBOX": .text(dir + "/outbox.ndjson"), "FILE_SIDECAR_INBOX": .text("${INBOX_PATH}")])
+                                   env: ["FILE_SIDECAR_OUTBOX": .text(dir + "/outbox.ndjson"), "FILE_SIDECAR_INBOX": .text("${INBOX_PATH}")], agentID: "helper")
         let channel = SidecarChannel(config: config, hostEnvironment: ["INBOX_PATH": dir + "/inbox.txt", "HOME": dir], log: Log(handler: MemoryLogHandler()))
         await channel.start()
         let deadline = ContinuousClock.now + .seconds(10)
@@ -384,7 +396,7 @@ struct SidecarTests {
         let list = ChannelSetting.list([
             .map(["channel": .string("matrix"), "command": .string("python3"), "args": .list([.string("/opt/matrix.py"), .string("-v")]),
                   "env": .map(["TOKEN": .string("${MATRIX_TOKEN}"), "PASSWORD": .map(["file": .string(secretFile)]), "MODE": .string("room-${ROOM}")]),
-                  "working_dir": .string("/var/lib/matrix"), "ack_timeout": .number(12)]),
+                  "working_dir": .string("/var/lib/matrix"), "ack_timeout": .number(12), "agent_id": .string("assistant")]),
             .map(["channel": .string("sms"), "command": .string("sms-sidecar"), "args": .string("--port 5 --quiet"), "enabled": .bool(true)]),
             .map(["channel": .string("off"), "command": .string("x"), "enabled": .bool(false)]),
         ])
@@ -394,6 +406,7 @@ struct SidecarTests {
         #expect(configs.map(\.name) == ["matrix", "sms"])
         #expect(configs[0].args == ["/opt/matrix.py", "-v"] && configs[1].args == ["--port", "5", "--quiet"])
         #expect(configs[0].workingDirectory == "/var/lib/matrix" && configs[0].ackTimeout == .seconds(12))
+        #expect(configs[0].agentID == "assistant" && configs[1].agentID == nil)
         let env = try configs[0].environment(host: ["MATRIX_TOKEN": "tok-123", "ROOM": "7", "HOME": "/home/gw", "OPENAI_API_KEY": "sk-leak-me-not"])
         #expect(env == ["TOKEN": "tok-123", "PASSWORD": "s3cret-from-file", "MODE": "room-7", "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/gw", "LANG": "C.UTF-8"])
         #expect(throws: SidecarEnvError(description: "env TOKEN: ${MATRIX_TOKEN} is not set in the gateway's environment")) {

@@ -2,8 +2,9 @@ import ChannelAPI
 import Foundation
 
 /// A chat channel served by a sidecar (External Channel Protocol v1). `to` is the platform's chat id, passed to
-/// the sidecar as `send.to` verbatim. The host starts it (`start()`), reads `inbound` for runs, and stops it
-/// (`stop()`) on shutdown.
+/// the sidecar as `send.to` verbatim. The host starts it (`start()`), takes its `message` frames through `poller`
+/// for the agent its `agent_id` names (each a run in the session `<name>-<chat_id>`, answered in that chat), and
+/// stops it (`stop()`) on shutdown.
 ///
 /// Delivery: a sidecar that declares the `ack` capability gets at-least-once delivery (a send counts when it
 /// answers `ack`; `nack` and silence are retried by the framework with the same `send.id`, so a sidecar may see
@@ -20,8 +21,14 @@ public struct SidecarChannel: SupervisedChannel {
 
     public var name: String { supervisor.config.name }
 
-    /// Messages people sent through the sidecar, for `trigger: channel` agents (session `<name>-<replyTo>`).
+    /// Messages people sent through the sidecar, for `trigger: channel` agents (session `<name>-<replyTo>`); empty
+    /// without an `agent_id`. It has one reader: `poller`'s, when the framework runs it.
     public var inbound: InboundMessageStream { supervisor.inbound }
+
+    /// The framework's reader of `inbound`, for the agent of `agent_id`; nil for a sidecar that only delivers.
+    public var poller: SidecarInboundPoller? {
+        supervisor.config.agentID.map { SidecarInboundPoller(channel: name, agentID: $0, stream: supervisor.inbound) }
+    }
 
     public func start() async { await supervisor.start() }
     public func stop() async { await supervisor.stop() }

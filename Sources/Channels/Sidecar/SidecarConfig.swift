@@ -29,9 +29,12 @@ public struct SidecarConfig: Sendable, Equatable {
     public var sharedDirectory: String?
     /// How long a send waits for the `ack` of a sidecar that declared acks.
     public var ackTimeout: Duration
+    /// The agent its `message` frames run (`agent_id`, as the original's external channel takes it); nil for a
+    /// sidecar that only delivers, whose inbound messages are dropped with a log line.
+    public var agentID: String?
 
     public init(name: String, command: String, args: [String] = [], env: [String: SidecarEnvValue] = [:],
-                workingDirectory: String? = nil, sharedDirectory: String? = nil, ackTimeout: Duration = .seconds(30)) {
+                workingDirectory: String? = nil, sharedDirectory: String? = nil, ackTimeout: Duration = .seconds(30), agentID: String? = nil) {
         self.name = name
         self.command = command
         self.args = args
@@ -39,6 +42,7 @@ public struct SidecarConfig: Sendable, Equatable {
         self.workingDirectory = workingDirectory
         self.sharedDirectory = sharedDirectory
         self.ackTimeout = ackTimeout
+        self.agentID = agentID
     }
 
     /// The sidecar's whole environment: a minimal base (PATH, HOME from the gateway's, LANG), then its own
@@ -104,6 +108,7 @@ public struct SidecarConfig: Sendable, Equatable {
 ///       working_dir: /var/lib/soulacy/matrix
 ///       shared_dir: /var/lib/soulacy/matrix/scratch   # optional, sent in hello_ack
 ///       ack_timeout: 30                     # seconds a send waits for an ack (sidecars that declare acks)
+///       agent_id: assistant                 # its message frames run this agent (omit for an outbound-only sidecar)
 ///       enabled: true                       # false: skipped
 /// ```
 ///
@@ -202,6 +207,6 @@ public struct SidecarChannelFactory: ChannelFactory {
         }
         let ackSeconds = try settings.int("ack_timeout", in: 1...3600) ?? 30
         return SidecarConfig(name: name, command: command, args: args, env: env, workingDirectory: settings.string("working_dir"),
-                             sharedDirectory: settings.string("shared_dir"), ackTimeout: .seconds(ackSeconds))
+                             sharedDirectory: settings.string("shared_dir"), ackTimeout: .seconds(ackSeconds), agentID: settings.string("agent_id"))
     }
 }

@@ -1,3 +1,4 @@
+import ChannelAPI
 import Foundation
 import JSON
 
@@ -12,6 +13,9 @@ public enum SidecarProtocol {
     public static let maximumLineBytes = 1 << 20
     /// A sidecar that lists this in its hello `capabilities` answers every `send` with `ack` or `nack`.
     public static let ackCapability = "ack"
+    /// The longest `id`, `chat_id` or `sender_id` of a `message` the gateway takes: they become keys, session ids and
+    /// `send.to`, and no platform's ids come near it (our guard; the original has none).
+    public static let maximumIdentifierBytes = 1024
 }
 
 /// `hello {protocol, name, capabilities?}`: the sidecar's first frame, within 5 s of its start.
@@ -88,6 +92,28 @@ public struct MessageFrame: Codable, Sendable, Equatable {
         self.text = text
         self.timestamp = timestamp
         self.isGroup = isGroup
+    }
+}
+
+extension MessageFrame {
+    /// The message as the framework runs it, or why it is refused (in words without its text). As the original:
+    /// `chat_id` and `text` must be there and not blank, the sender is the chat when it has none, the text goes to the
+    /// agent trimmed, and a frame without an `id` gets a fresh one (so only frames with ids are kept from repeating).
+    public func inboundMessage() throws(SidecarFrameError) -> InboundMessage {
+        guard let chat = chatID, !chat.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            throw SidecarFrameError(description: "a message frame without chat_id")
+        }
+        let text = (self.text ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty else { throw SidecarFrameError(description: "a message frame without text") }
+        // A reply goes to this chat as one frame's `to`; a configured destination may not hold a line break either.
+        guard !chat.contains(where: \.isNewline) else { throw SidecarFrameError(description: "a message frame whose chat_id is not one line") }
+        let limit = SidecarProtocol.maximumIdentifierBytes
+        for (field, value) in [("id", id), ("chat_id", chat), ("sender_id", senderID)] where (value?.utf8.count ?? 0) > limit {
+            throw SidecarFrameError(description: "a message frame whose \(field) is over \(limit) bytes")
+        }
+        let sender = senderID.flatMap { $0.isEmpty ? nil : $0 } ?? chat
+        return InboundMessage(id: id.flatMap { $0.isEmpty ? nil : $0 } ?? UUID().uuidString, replyTo: chat, senderID: sender,
+                              senderName: senderName.flatMap { $0.isEmpty ? nil : String($0.prefix(200)) }, text: text, isDirect: !(isGroup ?? false))
     }
 }
 

@@ -62,6 +62,7 @@ public actor SidecarSupervisor {
     private var acks = Waiters<AckAnswer>()
     private var pendingAcks: Set<String> = []
     private var invalidLines = InvalidLineReport()
+    private var warnedNoAgent = false
 
     private struct Child {
         let process: Subprocess
@@ -286,13 +287,20 @@ public actor SidecarSupervisor {
             status.connected = s.connected ?? false
             if let qr = s.qr, !qr.isEmpty { status.qr = qr } else if status.connected { status.qr = nil }
         case .message(let m):
-            guard let chat = m.chatID, !chat.isEmpty, let text = m.text, !text.isEmpty else {
-                log.debug("sidecar \(config.name): a message frame without chat_id or text, ignored")
+            // Its words never reach the log: a refused frame is named by what is wrong with it.
+            let message: InboundMessage
+            do { message = try m.inboundMessage() } catch {
+                if let line = invalidLines.note(error.description, at: clock.now()) { log.warning("sidecar \(config.name): \(line)") }
                 return
             }
-            let sender = m.senderID.flatMap { $0.isEmpty ? nil : $0 } ?? chat
-            let message = InboundMessage(id: m.id.flatMap { $0.isEmpty ? nil : $0 } ?? UUID().uuidString, replyTo: chat, senderID: sender,
-                                         senderName: m.senderName.flatMap { $0.isEmpty ? nil : $0 }, text: text, isDirect: !(m.isGroup ?? false))
+            guard config.agentID != nil else {
+                // Nobody reads the stream of a sidecar without an agent; holding its messages would stall its stdout.
+                if !warnedNoAgent {
+                    warnedNoAgent = true
+                    log.warning("sidecar \(config.name): a message arrived, but no agent_id is configured for this sidecar; its messages are dropped")
+                }
+                return
+            }
             await inbound.push(message)
         case .error(let e):
             status.connected = false
@@ -430,8 +438,9 @@ public actor SidecarSupervisor {
     }
 }
 
-/// Invalid lines are worth a log line each, but a sidecar spewing garbage must not flood the log: the first few
-/// in a minute are logged, then one line a minute says how many more there were.
+/// Invalid lines (and `message` frames refused for their fields) are worth a log line each, but a sidecar spewing
+/// garbage must not flood the log: the first few in a minute are logged, then one line a minute says how many more
+/// there were.
 struct InvalidLineReport {
     private var windowStart: Date?
     private var logged = 0

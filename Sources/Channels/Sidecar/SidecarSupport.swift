@@ -124,6 +124,37 @@ public final class InboundMessageStream: AsyncSequence, Sendable {
         }
     }
 
+    /// The next message, waiting at most `limit`; nil when none came in time or the stream ended. A message handed
+    /// over just as the wait ran out is still returned, never lost between the two.
+    func next(within limit: Duration) async -> InboundMessage? {
+        await withTaskGroup(of: InboundMessage?.self) { group in
+            group.addTask { await self.next() }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                return nil
+            }
+            var found = await group.next() ?? nil
+            group.cancelAll()
+            while let other = await group.next() {
+                if found == nil { found = other }
+            }
+            return found
+        }
+    }
+
+    /// A message already buffered, without waiting; nil when there is none.
+    func nextBuffered() -> InboundMessage? {
+        let (message, producer) = state.withLock { s -> (InboundMessage?, CheckedContinuation<Void, Never>?) in
+            guard !s.buffer.isEmpty else { return (nil, nil) }
+            return (s.buffer.removeFirst(), s.producers.isEmpty ? nil : s.producers.removeFirst())
+        }
+        producer?.resume()
+        return message
+    }
+
+    /// Ended and read to its end: no message will come any more.
+    var isDrained: Bool { state.withLock { $0.finished && $0.buffer.isEmpty } }
+
     public struct AsyncIterator: AsyncIteratorProtocol {
         let stream: InboundMessageStream
         public mutating func next() async -> InboundMessage? { await stream.next() }

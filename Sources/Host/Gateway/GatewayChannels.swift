@@ -35,9 +35,18 @@ extension Gateway {
                                        defaults: { built.defaults = $0 })
         for problem in problems { log.error("channels: \(problem)") }
         for kind in config.disabledChannels { log.info("channels: \(kind) is in the gateway config but not enabled") }
-        for channel in extra { built.registry.register(channel) }
+        for channel in extra {
+            built.registry.register(channel)
+            if let poller = ownPoller(of: channel) { built.pollers.append(poller) }
+        }
         if !built.registry.names.isEmpty { log.info("channels: \(built.registry.names.joined(separator: ", "))") }
         return built
+    }
+
+    /// The poller that reads a channel's own messages: a sidecar's come from the very process that channel
+    /// supervises, so its poller cannot be built apart from it (as `ChannelFactory.inbound` builds Telegram's).
+    static func ownPoller(of channel: any OutboundChannel) -> (any InboundPoller)? {
+        (channel as? SidecarChannel)?.poller
     }
 
     /// Builds each enabled block, handing every channel built to `built` (and its pollers to `polling`); returns what
@@ -65,7 +74,10 @@ extension Gateway {
                     }
                     collected[name] = output
                 }
-                for channel in channels { built(channel) }
+                for channel in channels {
+                    built(channel)
+                    if let poller = ownPoller(of: channel) { polling(poller) }
+                }
                 for poller in try factory.inbound(settings) { polling(poller) }
             } catch {
                 problems.append(error.description)

@@ -20,6 +20,7 @@ Gateway config (channels.sidecars):
     command: python3
     args: [examples/channels/file-sidecar/file_sidecar.py]
     env: {FILE_SIDECAR_OUTBOX: /var/lib/soulacy/notes/outbox.ndjson, FILE_SIDECAR_INBOX: /var/lib/soulacy/notes/inbox.txt}
+    agent_id: notes-assistant   # inbox lines run this agent; its replies come back as sends to the line's chat
 
 Check it: soulacy channel-check -- python3 examples/channels/file-sidecar/file_sidecar.py
 """
