@@ -57,6 +57,18 @@ struct GatewayConfigFileTests {
         #expect(config.llmEnvironment["SOULACY_LLM_MY_VLLM_MODEL"] == "qwen")
     }
 
+    @Test("a sidecar's env: keeps its variable names as written; every other key is case-insensitive")
+    func sidecarEnvironmentNames() throws {
+        let path = try write("channels:\n  sidecars:\n    - Channel: matrix\n      command: /bin/true\n      ENV: {MATRIX_TOKEN: abc, Mixed_Case: x}\n")
+        let block = try #require(try GatewayConfigFile.load(path: path, environment: [:]).channels.first { $0.kind == "sidecars" })
+        guard case .list(let items)? = block.values["sidecars"], case .map(let item)? = items.first, case .map(let env)? = item["env"] else {
+            Issue.record("no env map in \(block)")
+            return
+        }
+        #expect(item["channel"] == .string("matrix"))
+        #expect(Set(env.keys) == ["MATRIX_TOKEN", "Mixed_Case"])
+    }
+
     @Test("llm.allowed_providers of the gateway config parks an agent on another provider, naming its file:line; an agent's own list is judged by itself; the environment wins")
     func allowedProviders() async throws {
         let path = try write("llm:\n  allowed_providers: [ollama, anthropic]\n")

@@ -121,7 +121,9 @@ public struct GatewayConfigFile: Sendable {
 
     /// A YAML node as a channel setting: quoted scalars are strings; plain ones read as YAML 1.1 booleans, numbers
     /// or null where they look like them (as Go's YAML decoder gives them to the original).
-    static func setting(_ node: YAMLNode) -> ChannelSetting {
+    /// Keys are case-insensitive as the original reads them, except the names under `env:`, which are a sidecar's
+    /// variable names (`MATRIX_TOKEN` stays `MATRIX_TOKEN`).
+    static func setting(_ node: YAMLNode, keepingKeys: Bool = false) -> ChannelSetting {
         switch node {
         case .scalar(let s):
             if s.isQuoted { return .string(s.value) }
@@ -133,10 +135,13 @@ public struct GatewayConfigFile: Sendable {
             }
             if let n = Double(s.value), n.isFinite, s.value.first.map({ $0.isNumber || $0 == "-" || $0 == "+" }) == true { return .number(n) }
             return .string(s.value)
-        case .sequence(let items, _): return .list(items.map(setting))
+        case .sequence(let items, _): return .list(items.map { setting($0) })
         case .mapping:
             var fields: [String: ChannelSetting] = [:]
-            for entry in node.mappingEntries ?? [] { fields[entry.key.lowercased()] = setting(entry.value) }
+            for entry in node.mappingEntries ?? [] {
+                let key = keepingKeys ? entry.key : entry.key.lowercased()
+                fields[key] = setting(entry.value, keepingKeys: !keepingKeys && key == "env")
+            }
             return .map(fields)
         }
     }
