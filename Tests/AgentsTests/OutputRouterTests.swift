@@ -117,6 +117,15 @@ struct OutputRouterTests {
         #expect(try factories["webhook"]?.defaultOutputs(named) == ["webhook": DefaultOutput(to: "alerts")])
     }
 
+    @Test("an agent's channels: a configured one that carries messages in raises no note; a send-only one and an absent one are said")
+    func channelsNotRunHere() throws {
+        var destinations = Gateway.destinationValidators
+        for name in ["telegram", "slack"] { destinations[name] = Gateway.validator(of: ScriptedChannel(name: name)) }
+        var loader = SoulConfigLoader(file: "a.yaml", destinations: destinations, environment: [:])
+        let agent = try #require(try loader.load(text: "id: a\nenabled: true\ntrigger: channel\nchannels: [telegram, slack, discord]\nrunner: {command: [/bin/cat]}\n").agents.first)
+        #expect(agent.notRunHere == ["channels discord (chat here is POST /api/v1/chat)", "messages in from slack (sent to only; inbound comes through a sidecar)"])
+    }
+
     /// A channel kind for the gateway config, answered by a scripted channel (the default `defaultOutputs`).
     struct ChatFactory: ChannelFactory {
         let channel: ScriptedChannel

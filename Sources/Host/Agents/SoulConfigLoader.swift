@@ -545,9 +545,14 @@ public struct SoulConfigLoader {
             if block["passphrase"] != nil { notRun.append("security.passphrase") }
             if block["intent_gate"] != nil { notRun.append("security.intent_gate") }
         }
-        // Chat adapters this gateway does not have (telegram, slack, …): the agent answers chat through the API only.
-        let foreignChannels = agent.channels.filter { !["http", "internal", "mobile"].contains($0) }
+        // Chat adapters this gateway does not have: the agent answers chat through the API only. Telegram, email and
+        // sidecars carry messages in when configured; the others here only send (their inbound needs a sidecar).
+        let foreignChannels = agent.channels.filter { !["http", "internal", "mobile"].contains($0) && destinations[$0] == nil }
         if !foreignChannels.isEmpty { notRun.append("channels \(foreignChannels.joined(separator: ", ")) (chat here is POST /api/v1/chat)") }
+        let sendOnly = agent.channels.filter { name in
+            destinations[name] != nil && ["slack", "discord", "whatsapp", "teams", "google_chat"].contains { name == $0 || name.hasPrefix($0 + "-") }
+        }
+        if !sendOnly.isEmpty { notRun.append("messages in from \(sendOnly.joined(separator: ", ")) (sent to only; inbound comes through a sidecar)") }
         let otherBuiltins = (agent.builtins ?? []).filter { !Self.runnableBuiltins.contains($0) && $0 != "*" && $0 != "all" }
         if !otherBuiltins.isEmpty { notRun.append("builtins \(otherBuiltins.joined(separator: ", "))") }
         if case .llm(let llm) = agent.runner, llm.outputSchema != nil { notRun.append("llm.output_schema repair") }
