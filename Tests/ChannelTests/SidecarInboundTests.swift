@@ -88,28 +88,35 @@ struct SidecarInboundTests {
         let log = Log(minimum: .debug, handler: logs)
         let reply = "notes-c-42 channel: you said: hello bot"
 
+        // Each start of the sidecar says its own marker: on a loaded machine the supervisor may restart it (a late
+        // hello), so the test counts the markers the starts said rather than assuming one start per gateway.
+        @Sendable func answeredStarts() -> Set<Int> {
+            Set(Self.sends(record).compactMap { send in send.text.wholeMatch(of: #/notes-c-42 channel: you said: start (\d+)/#).flatMap { Int($0.1) } })
+        }
         try await withTestGateway(config: Self.agents, directory: directory, log: log, gatewayConfig: config) { _ in
-            #expect(await eventually(timeout: .seconds(30)) { Self.sends(record).contains { $0.text == "notes-c-42 channel: you said: start 1" } })
+            #expect(await eventually(timeout: .seconds(60)) { !answeredStarts().isEmpty })
             #expect(await eventually(timeout: .seconds(30)) { Self.sends(record).contains { $0.text == reply } })
         }
+        let beforeRestart = answeredStarts().max() ?? 0
         // The gateway again on the same data: the sidecar says m-1 once more (twice), and it is not run again.
         try await withTestGateway(config: Self.agents, directory: directory, log: log, gatewayConfig: config) { _ in
-            #expect(await eventually(timeout: .seconds(30)) { Self.sends(record).contains { $0.text == "notes-c-42 channel: you said: start 2" } })
+            #expect(await eventually(timeout: .seconds(60)) { (answeredStarts().max() ?? 0) > beforeRestart })
         }
 
         // One delivery per run (a send whose ack was cut off by the stop comes again with its id: that is not a run).
         let sends = Self.sends(record)
         #expect(Set(sends.filter { $0.text == reply }.map(\.id)).count == 1, "\(sends)")
         #expect(sends.allSatisfy { $0.to == "c-42" }, "\(sends)")
-        #expect(Set(sends.map(\.id)).count == 3, "only m-1 and the two start markers were answered: \(sends)")
+        let starts = answeredStarts().count
+        #expect(Set(sends.map(\.id)).count == 1 + starts, "only m-1 and each start's marker were answered: \(sends)")
         let lines = logs.lines
         #expect(lines.contains { $0.contains("field chat_id has the wrong type") })
         #expect(lines.contains { $0.contains("a message frame without text") })
         #expect(lines.contains { $0.contains("a message frame without chat_id") })
         #expect(lines.contains { $0.contains("a message frame whose id is over 1024 bytes") })
         #expect(lines.contains { $0.contains("skipped a line of") && $0.contains("bytes on stdout") })
-        // Three runs in all: m-1 once, and each start's marker.
-        #expect(lines.filter { $0.contains("inbound: a message on notes started run") }.count == 3, "\(lines)")
+        // m-1 once, and each start's marker once.
+        #expect(lines.filter { $0.contains("inbound: a message on notes started run") }.count == 1 + starts, "\(lines)")
         #expect(!lines.contains { $0.contains("SECRET") || $0.contains("hello bot") || $0.contains("you said") })
     }
 }
