@@ -3,6 +3,7 @@ import FCM
 import Relay
 import ChannelAPI
 import ChannelDelivery
+import Console
 import Foundation
 import Lifecycle
 import Glibc
@@ -311,6 +312,7 @@ public final class Gateway: Sendable {
         let longPoll = settings.longPoll
         let approvalsAPI = ApprovalsAPI(broker: approvals, catalog: catalog, runs: runs, longPoll: longPoll)
         router.add(approvalsAPI.routes)
+        router.add(ConsoleRoutes().routes)
         router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
         router.add(AssistantAPI(runs: runs, catalog: catalog, sessions: ChatSessions()).routes)
         do {
