@@ -4,6 +4,7 @@ import Gateway
 import Glibc
 import Crypto
 import Identity
+import QRCode
 import Sidecar
 import SQLite
 
@@ -195,7 +196,7 @@ struct SoulacyCommand {
               \(appLink)
               \(url)
             """)
-        if qr, let code = TerminalQRCode.render(appLink) { print(code) }
+        if qr, let code = QRCode(appLink) { print(code.terminalText()) }
         fflush(nil)
     }
 
