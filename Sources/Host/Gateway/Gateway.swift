@@ -204,6 +204,7 @@ public final class Gateway: Sendable {
         } catch {
             throw .dataDirectory("cannot create the data directory \(options.dataDirectory): \(error.localizedDescription)")
         }
+        DataDirectoryPermissions.tighten(options.dataDirectory, log: log)
         do {
             database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes)
             // The schema is brought up to date once, here, before any store exists.
