@@ -101,7 +101,9 @@ let package = Package(
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
         // The web console: static HTML, CSS and JavaScript modules embedded in the binary, served at `/`.
         .target(name: "Console", dependencies: ["APIKit", "Crypto"], path: "Sources/Host/Console", resources: [.embedInCode("Assets")]),
-        .target(name: "GatewayHTTP", dependencies: ["APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
+        // QR codes from libqrencode, drawn for a terminal and as SVG for the console.
+        .target(name: "QRCode", dependencies: ["CQRencode"], path: "Sources/QRCode"),
+        .target(name: "GatewayHTTP", dependencies: ["QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
         .target(name: "Gateway", dependencies: ["Console", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
@@ -112,7 +114,7 @@ let package = Package(
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
         .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "APIKit", "RelayProtocol", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
         .executableTarget(name: "soulacy-relay", dependencies: ["Lifecycle", "RelayMailbox", "HTTPServer", "APIKit", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
-        .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "CQRencode", "Sidecar"], path: "Sources/Host/CLI"),
+        .executableTarget(name: "soulacy", dependencies: ["Gateway", "SQLite", "Identity", "Crypto", "QRCode", "Sidecar"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
         .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit"], path: "benchmarks/Sources/SoulacyBench"),

@@ -1,5 +1,6 @@
 internal import CSQLite
 import Foundation
+import Glibc
 
 // SQLite's SQLITE_TRANSIENT: tells sqlite3_bind_* to copy the bytes before the call returns.
 private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
@@ -34,6 +35,12 @@ public final class Connection {
         _ = Self.configured
         self.path = path
         var db: OpaquePointer?
+        // A new database is owner-only from its first byte (SQLite would create it 0644 under the usual umask); its
+        // -wal and -shm files take the database's mode.
+        if !readOnly, !path.isEmpty, path != ":memory:", !path.hasPrefix("file:") {
+            let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            if fd >= 0 { Glibc.close(fd) }
+        }
         let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {

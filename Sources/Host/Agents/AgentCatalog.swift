@@ -26,6 +26,8 @@ public final class AgentCatalog: Sendable {
         var observers: [Int: AsyncStream<SoulConfig>.Continuation] = [:]
         var nextObserver = 0
         var lastReload: ReloadOutcome?
+        /// Each file's problems from its latest read (warnings too), so the console shows why a file did not load.
+        var problems: [String: [ConfigError]] = [:]
     }
 
     public let path: String
@@ -50,7 +52,8 @@ public final class AgentCatalog: Sendable {
         }
         for problem in result.problems { Self.report(problem, log: log) }
         let files = result.files.map { ($0.path, $0.agents ?? []) }
-        state = Mutex(State(config: AgentFiles.merge(files.map(\.1)), files: files, texts: Self.texts(files.map(\.0))))
+        state = Mutex(State(config: AgentFiles.merge(files.map(\.1)), files: files, texts: Self.texts(files.map(\.0)),
+                            problems: Dictionary(grouping: result.problems, by: \.file)))
         for agent in result.config.agents { Self.announce(agent, log: log) }
     }
 
@@ -70,6 +73,14 @@ public final class AgentCatalog: Sendable {
     public var lastReload: ReloadOutcome? { state.withLock { $0.lastReload } }
 
     public func agent(id: String) -> AgentConfig? { current.agent(id: id) }
+
+    /// The problems of every agent file as last read, in file order then position: errors of a file that did not
+    /// load (its previous version, if any, stays in use) and warnings of files that did.
+    public var problems: [ConfigError] {
+        state.withLock { s in
+            s.problems.keys.sorted().flatMap { file in (s.problems[file] ?? []).sorted { ($0.line, $0.column) < ($1.line, $1.column) } }
+        }
+    }
 
     /// The current agents now, then again after every reload that changes them.
     public func updates() -> AsyncStream<SoulConfig> {
@@ -95,6 +106,7 @@ public final class AgentCatalog: Sendable {
         var outcome = ReloadOutcome()
         let (previousFiles, previousTexts) = state.withLock { ($0.files, $0.texts) }
         var files: [(path: String, agents: [AgentConfig])] = []
+        var problemsRead: [String: [ConfigError]] = [:]
         for file in paths {
             let previous = previousFiles.first { $0.path == file }?.agents
             // An unchanged file keeps what it had (including a fall-back to its last good version).
@@ -105,6 +117,7 @@ public final class AgentCatalog: Sendable {
             let (agents, problems) = AgentFiles.loadFile(file, text: texts[file], destinations: destinations, defaults: defaults, environment: environment, strict: false)
             let failed = agents == nil || problems.contains { $0.severity == .error }
             for problem in problems { Self.report(problem, log: log) }
+            problemsRead[file] = problems
             if failed, let previous {
                 log.error("\(file) did not load; its previous version stays in use until the file is fixed")
                 outcome.keptPrevious.append(file)
@@ -121,6 +134,10 @@ public final class AgentCatalog: Sendable {
             outcome.removed = before.keys.filter { after[$0] == nil }.sorted()
             outcome.changed = after.keys.filter { id in before[id].map { Self.fingerprint($0) != Self.fingerprint(after[id]!) } ?? false }.sorted()
             s.files = files
+            // Unchanged files keep the problems of their last read; deleted files' go.
+            s.problems = Dictionary(uniqueKeysWithValues: paths.compactMap { file in
+                (problemsRead[file] ?? s.problems[file]).map { (file, $0) }
+            })
             s.texts = texts
             s.config = config
             s.lastReload = outcome

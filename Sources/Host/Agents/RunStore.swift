@@ -64,6 +64,8 @@ public protocol RunStore: Sendable {
     /// Notes something that happened during a run (`retry`: a provider's call tried again) — never its prompt or output.
     func recordEvent(runID: String, kind: String, detail: String, at date: Date) throws
     func events(runID: String) throws -> [RunEvent]
+    /// A person's latest runs of one agent, newest first.
+    func recentRuns(agentID: String, subject: String, limit: Int) throws -> [RunRecord]
     func lastFire(agentID: String) throws -> Date?
     func recordFire(agentID: String, at date: Date) throws
 }
@@ -127,6 +129,13 @@ public final class SQLiteRunStore: RunStore {
 
     public func run(id: String) throws -> RunRecord? {
         try database.read { db in try db.query("SELECT * FROM runs WHERE id = ?", id).first.map(Self.record) }
+    }
+
+    public func recentRuns(agentID: String, subject: String, limit: Int) throws -> [RunRecord] {
+        // runs_by_agent (agent_id, started_at) walks one agent's runs newest first; the subject filter rides along.
+        try database.read { db in
+            try db.query("SELECT * FROM runs WHERE agent_id = ? AND subject = ? ORDER BY started_at DESC LIMIT ?", agentID, subject, Int64(limit)).map(Self.record)
+        }
     }
 
     /// The person whose run a session belongs to (nil: no run has this session).

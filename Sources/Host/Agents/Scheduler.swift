@@ -73,6 +73,19 @@ public struct Scheduler: Sendable {
         return result
     }
 
+    /// An agent's next `count` fires after `date`, in its zone (a one-shot: its instant, until it has fired).
+    public func nextFires(of agentID: String, count: Int, after date: Date) -> [Date] {
+        guard let agent = catalog.agent(id: agentID), Self.isScheduled(agent), let schedule = agent.schedule else { return [] }
+        guard let cron = schedule.cron else { return nextFires(after: date)[agentID].map { [$0] } ?? [] }
+        var fires: [Date] = []
+        var from = date
+        while fires.count < count, let next = cron.nextFire(after: from, in: schedule.timeZone) {
+            fires.append(next)
+            from = next
+        }
+        return fires
+    }
+
     static func oneShotKey(_ agentID: String) -> String { "oneshot:" + agentID }
 
     private func loop(_ agent: AgentConfig, startup: Bool) async {

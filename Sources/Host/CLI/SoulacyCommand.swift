@@ -4,6 +4,7 @@ import Gateway
 import Glibc
 import Crypto
 import Identity
+import QRCode
 import Sidecar
 import SQLite
 
@@ -23,10 +24,15 @@ struct SoulacyCommand {
                                                                         print a pairing code, link and QR code (default data .soulacy)
           soulacy channel-check -- COMMAND [ARGS…]                      run a sidecar (External Channel Protocol v1) through the
                                                                         protocol's checklist: each rule PASS or FAIL, exit 1 on a FAIL
+          soulacy backup [--data DIR] DEST                              an online, consistent copy of the data directory (database,
+                                                                        TLS identity, keys) into the new directory DEST, owner-only
+          soulacy restore SRC --data DIR                                restore a backup into a new or empty data directory
           soulacy version
         """
 
     static func main() async {
+        // Everything the gateway writes (its database and WAL, keys, certificates, backups) is owner-only.
+        umask(0o077)
         var arguments = Array(CommandLine.arguments.dropFirst())
         guard let command = arguments.first else { fail(usage, code: 64) }
         arguments.removeFirst()
@@ -35,6 +41,8 @@ struct SoulacyCommand {
         case "check": check(arguments)
         case "pair": pair(arguments)
         case "channel-check": await channelCheck(arguments)
+        case "backup": backup(arguments)
+        case "restore": restore(arguments)
         case "version", "--version": print("soulacy \(GatewayVersion.current)")
         case "help", "--help", "-h": print(usage)
         default: fail("unknown command '\(command)'\n\(usage)", code: 64)
@@ -195,7 +203,7 @@ struct SoulacyCommand {
               \(appLink)
               \(url)
             """)
-        if qr, let code = TerminalQRCode.render(appLink) { print(code) }
+        if qr, let code = QRCode(appLink) { print(code.terminalText()) }
         fflush(nil)
     }
 

@@ -205,6 +205,7 @@ public final class Gateway: Sendable {
         } catch {
             throw .dataDirectory("cannot create the data directory \(options.dataDirectory): \(error.localizedDescription)")
         }
+        DataDirectoryPermissions.tighten(options.dataDirectory, log: log)
         do {
             database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes)
             // The schema is brought up to date once, here, before any store exists.
@@ -289,8 +290,10 @@ public final class Gateway: Sendable {
         var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
         router.errorResponder = StorageFailureResponder(log: log).respond
         let carriageBox = CarriageBox()
-        router.add(GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
-                              transportNames: transports.transports.map(\.name)).routes)
+        var gatewayAPI = GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
+                                    transportNames: transports.transports.map(\.name))
+        gatewayAPI.relayStatus = { await carriageBox.value?.status() }
+        router.add(gatewayAPI.routes)
         router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         let commandsAPI = DeviceCommandsAPI(store: mobileStore, nodes: nodes)

@@ -5,6 +5,7 @@ import Crypto
 import Foundation
 import Identity
 import Mobile
+import RelayCarriage
 import SQLite
 import Synchronization
 
@@ -18,6 +19,8 @@ public struct GatewayAPI: Sendable {
     let clock: any WallClock
     /// The wake-up transports configured (apns, relay, fcm, …), for the readiness check.
     var transportNames: [String] = []
+    /// The relay carriage's state for the console's health page (nil: no relay configured).
+    public var relayStatus: @Sendable () async -> RelayCarriage.Status? = { nil }
 
     public init(catalog: AgentCatalog, runs: AgentRuns, runStore: any RunStore, mobile: MobileStore, scheduler: Scheduler, clock: any WallClock, transportNames: [String] = []) {
         self.catalog = catalog
@@ -42,7 +45,7 @@ public struct GatewayAPI: Sendable {
             Route(.POST, "/api/v1/agents/:id/trigger", role: .operator, summary: "Run an agent now and answer with its result (the original's synchronous trigger)", handler: triggerAgent),
             Route(.GET, "/api/v1/runs/:id", role: .viewer, summary: "A run's status", handler: getRun),
             Route(.POST, "/api/v1/runs/:id/events", role: .operator, summary: "A running command reports progress (a tool call)", handler: runEvent),
-        ]
+        ] + consoleRoutes
     }
 
     @Sendable func health(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -176,17 +179,23 @@ public struct GatewayAPI: Sendable {
         guard let run = try runStore.run(id: id) else { throw APIError.notFound("no run \(id) of yours") }
         var view = RunView(run)
         view.events = try runStore.events(runID: run.id).map { EventView(at: Timestamp($0.at), kind: $0.kind, detail: $0.detail) }
-        // Each output's path: the phones' inbox takes it whole at the run's end; every other channel's send has its
-        // own state in the durable hand-off.
+        view.outputs = try outputs(of: run)
+        return .json(view)
+    }
+
+    /// Each output's path: the phones' inbox takes it whole at the run's end; every other channel's send has its
+    /// own state in the durable hand-off.
+    func outputs(of run: RunRecord) throws -> [OutputView] {
+        var outputs: [OutputView] = []
         if let delivery = run.deliveryID, delivery.hasPrefix("dlv_") {
-            view.outputs.append(OutputView(id: delivery, channel: "mobile", destination: nil, state: "delivered", attempts: 1, lastReason: Nullable(nil),
-                                           deliveredAt: Nullable(run.finishedAt.map(Timestamp.init))))
+            outputs.append(OutputView(id: delivery, channel: "mobile", destination: nil, state: "delivered", attempts: 1, lastReason: Nullable(nil),
+                                      deliveredAt: Nullable(run.finishedAt.map(Timestamp.init))))
         }
         for send in try runs.channelOutbox?.entries(runID: run.id) ?? [] {
-            view.outputs.append(OutputView(id: send.id, channel: send.channel, destination: send.destination, state: send.state.rawValue,
-                                           attempts: send.attempts, lastReason: Nullable(send.lastReason), deliveredAt: Nullable(send.deliveredAt.map(Timestamp.init))))
+            outputs.append(OutputView(id: send.id, channel: send.channel, destination: send.destination, state: send.state.rawValue,
+                                      attempts: send.attempts, lastReason: Nullable(send.lastReason), deliveredAt: Nullable(send.deliveredAt.map(Timestamp.init))))
         }
-        return .json(view)
+        return outputs
     }
 
     /// `POST /api/v1/runs/:id/events`: a tool call a running command reports.

@@ -54,6 +54,7 @@ public struct HouseholdAPI: Sendable {
             routes.append(Route(.POST, "\(prefix)/pairing/tokens", role: .viewer, summary: "Create a pairing code (for yourself, or as admin for someone)", handler: createCode))
             routes.append(Route(.POST, "\(prefix)/pairing/redeem", access: .open, summary: "Redeem a pairing code for a managed key", handler: redeem))
         }
+        routes.append(Route(.POST, "/api/v1/console/pairing", role: .viewer, summary: "A pairing code with its QR code as SVG (the console)", handler: consolePairing))
         routes.append(Route(.GET, "/api/v1/pairing/members", access: .role(.admin), summary: "Everyone with a paired phone", handler: members))
         routes.append(Route(.GET, "/mobile", access: .open, summary: "The page a pairing QR opens in a browser: open it in the Soulacy app", handler: mobilePage))
         return routes
@@ -74,6 +75,11 @@ public struct HouseholdAPI: Sendable {
     }
 
     @Sendable func createCode(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        try await makeCode(request, caller: caller) { .json($0) }
+    }
+
+    /// Makes the code a pairing request asks for and answers with `answer(offer)`, in the transaction that stores it.
+    func makeCode(_ request: HTTPRequest, caller: Principal, answer: @escaping @Sendable (CodeOffer) throws -> HTTPResponse) async throws -> HTTPResponse {
         // The whole body is read first, as the original decodes it: a wrong type anywhere is a 400 before any rule.
         let body = try request.decode(CodeRequest.self, allowEmpty: true)
         return try await household.database.answer { _ in
@@ -105,9 +111,9 @@ public struct HouseholdAPI: Sendable {
             }
             let links = try pairingLinks(offer, typedBase: body.baseURL.limited(to: 500, field: "base_url").map(SchemaWhitespace.trim))
             let pinned = self.pinned()
-            return .json(CodeOffer(code: offer.code, expiresAt: Timestamp(offer.expiresAt), subject: offer.subject, displayName: displayName,
-                                   role: offer.role.rawValue, pairURL: links.original, baseURL: links.base, fingerprint: links.pin,
-                                   link: PairingLink.url(offer: offer, gateway: gatewayURL(), pinnedAddress: pinned?.address, pin: pinned?.pin)))
+            return try answer(CodeOffer(code: offer.code, expiresAt: Timestamp(offer.expiresAt), subject: offer.subject, displayName: displayName,
+                                        role: offer.role.rawValue, pairURL: links.original, baseURL: links.base, fingerprint: links.pin,
+                                        link: PairingLink.url(offer: offer, gateway: gatewayURL(), pinnedAddress: pinned?.address, pin: pinned?.pin)))
         }
     }
 

@@ -145,8 +145,33 @@ public actor RelayCarriage {
             waitingForRound = []
             waiting.forEach { $0.resume() }
         }
-        try await round()
+        do {
+            try await round()
+            lastRound = Date()
+            lastFailure = nil
+        } catch {
+            lastFailure = (Date(), "\(error)")
+            throw error
+        }
     }
+
+    /// How the carriage stands, for the console's health page: when a round last went through, and the last
+    /// failure since (the relay's own words, never a secret: bearers and sealed bytes are not in its errors).
+    public struct Status: Sendable {
+        public var url: String
+        public var lastRoundAt: Date?
+        public var lastFailureAt: Date?
+        public var lastFailure: String?
+        public var phones: Int
+    }
+
+    public func status() -> Status {
+        Status(url: url, lastRoundAt: lastRound, lastFailureAt: lastFailure?.at, lastFailure: lastFailure?.reason,
+               phones: (try? store.devices().filter { !$0.revoked }.count) ?? 0)
+    }
+
+    private var lastRound: Date?
+    private var lastFailure: (at: Date, reason: String)?
 
     private var roundRunning = false
     private var waitingForRound: [CheckedContinuation<Void, Never>] = []

@@ -1,0 +1,40 @@
+import Foundation
+import SQLite
+
+/// How the push outbox stands, for the console's health page: what waits, since when, and how each transport's
+/// latest finished wake-up went.
+public struct PushOutboxHealth: Sendable, Equatable {
+    public struct LastOutcome: Sendable, Equatable {
+        public var state: String
+        public var outcome: String?
+        public var at: Date
+    }
+    public var pending: Int
+    public var oldestPendingAt: Date?
+    public var lastOutcomes: [String: LastOutcome]
+}
+
+extension MobileStore {
+    /// Only the newest wake-ups are looked at for each transport's last outcome: the table can hold a backlog of a
+    /// million rows, and a health page must not walk it (an index for this alone would cost every write).
+    static let healthWindow: Int64 = 5_000
+
+    public func pushOutboxHealth(transports: [String]) throws -> PushOutboxHealth {
+        try database.read { db in
+            let pending = try db.query("SELECT count(*) AS n, min(created_at) AS oldest FROM mobile_push_outbox WHERE state = 'pending'").first
+            var last: [String: PushOutboxHealth.LastOutcome] = [:]
+            for transport in transports {
+                let row = try db.query("""
+                    SELECT state, outcome, finished_at FROM mobile_push_outbox
+                    WHERE id > (SELECT coalesce(max(id), 0) - ? FROM mobile_push_outbox) AND transport = ? AND finished_at IS NOT NULL
+                    ORDER BY finished_at DESC LIMIT 1
+                    """, Self.healthWindow, transport).first
+                if let row, let at = row.int("finished_at") {
+                    last[transport] = .init(state: row.string("state") ?? "", outcome: row.string("outcome"), at: Date(sqliteMillis: at))
+                }
+            }
+            return PushOutboxHealth(pending: Int(pending?.int("n") ?? 0), oldestPendingAt: pending?.int("oldest").map(Date.init(sqliteMillis:)),
+                                    lastOutcomes: last)
+        }
+    }
+}

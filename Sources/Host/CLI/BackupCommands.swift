@@ -1,0 +1,39 @@
+import Foundation
+import Gateway
+
+/// `soulacy backup` and `soulacy restore`: the data directory's online copy and its way back (DataBackup).
+extension SoulacyCommand {
+    /// The one argument that is not an option (`DEST`, `SRC`), and the options around it.
+    static func splitPositional(_ arguments: [String], allowed: Set<String>, name: String) -> (String, [String: String]) {
+        var rest = arguments
+        guard let index = rest.indices.first(where: { !rest[$0].hasPrefix("--") && ($0 == 0 || !rest[$0 - 1].hasPrefix("--")) }) else {
+            fail("\(name) is required\n\(usage)", code: 64)
+        }
+        let value = rest.remove(at: index)
+        return (value, options(rest, allowed: allowed))
+    }
+
+    static func backup(_ arguments: [String]) {
+        let (destination, opts) = splitPositional(arguments, allowed: ["data"], name: "DEST (a new directory for the backup)")
+        let data = opts["data"] ?? ".soulacy"
+        do {
+            let manifest = try DataBackup.take(dataDirectory: data, to: destination)
+            let bytes = manifest.files.reduce(0) { $0 + $1.bytes }
+            print("backup of \(data) in \(destination): \(manifest.files.count) files, \(bytes) bytes, database checked (PRAGMA integrity_check ok)")
+            print("restore it with: soulacy restore \(destination) --data NEW_DIRECTORY")
+        } catch {
+            fail("soulacy backup: \(error)")
+        }
+    }
+
+    static func restore(_ arguments: [String]) {
+        let (source, opts) = splitPositional(arguments, allowed: ["data"], name: "SRC (a directory made by soulacy backup)")
+        guard let data = opts["data"] else { fail("soulacy restore: --data DIR is required (a new or empty directory)", code: 64) }
+        do {
+            let manifest = try DataBackup.restore(from: source, into: data)
+            print("restored \(manifest.files.count) files from the backup of \(manifest.takenAt) into \(data); start it with: soulacy serve --data \(data) …")
+        } catch {
+            fail("soulacy restore: \(error)")
+        }
+    }
+}
