@@ -52,8 +52,8 @@ struct TargetGraphTests {
             ("PhoneTools", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "GatewayHTTP", "Gateway"]),
             ("Memory", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "GatewayHTTP", "Gateway", "Agents"]),
             ("GatewayHTTP", ["Gateway"]),
-            // The console is static files behind the API kit: it knows no store, no channel and no route of the product.
-            ("Console", ["SQLite", "Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals", "Household", "ChannelAPI"]),
+            // The console is static files behind the API kit: it knows no channel, no store of the product and none of its routes.
+            ("Console", ["Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals", "Household", "ChannelAPI"]),
             ("Approvals", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents"]),
             ("Household", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "Gateway", "Agents", "Approvals"]),
             ("RelayCarriage", ["APIKit", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals"]),

@@ -17,7 +17,7 @@ export async function render(main) {
       const found = answer.problems || [];
       fill(problems, found.length ? h("section", { class: "card problems", role: "alert", "aria-labelledby": "problems-title" },
         h("h2", { id: "problems-title" }, `${found.length} problem${found.length === 1 ? "" : "s"} in the agents' files`),
-        h("ul", { class: "plain" }, found.map((p) => h("li", {}, h("code", {}, `${p.file}:${p.line}:${p.column}`), " ", p.message)))) : null);
+        h("ul", { class: "plain" }, found.map((p) => h("li", {}, p.severity && p.severity !== "error" ? [badge(p.severity, "warn"), " "] : null, h("code", {}, `${p.file}:${p.line}:${p.column}`), " ", p.message)))) : null);
       const agents = answer.agents || [];
       fill(list, agents.length ? agents.map(card) : empty("No agent is loaded. Add one to SOUL.yaml; it loads without a restart."));
     } catch (error) {
@@ -30,8 +30,11 @@ export async function render(main) {
     const zone = trigger.timezone;
     return h("article", { class: "card agent", dataset: { agent: agent.id }, "aria-labelledby": `agent-${agent.id}` },
       h("h2", { id: `agent-${agent.id}` }, agent.name || agent.id, " ", h("span", { class: "muted" }, agent.id)),
+      agent.enabled === false ? h("p", { class: "notice" }, badge("disabled", "neutral"), " ", agent.disabled_reason || "") : null,
+      agent.running ? h("p", {}, badge("running")) : null,
       facts([
-        ["Trigger", [trigger.kind || "manual", trigger.schedule ? h("span", {}, " ", h("code", {}, trigger.schedule)) : null, zone ? ` (${zone})` : null]],
+        ["Trigger", [trigger.kind || "manual", trigger.schedule ? h("span", {}, " ", h("code", {}, trigger.schedule)) : null,
+          trigger.at ? h("span", {}, " at ", time(trigger.at, { timeZone: zone })) : null, zone ? ` (${zone})` : null]],
         ["Next fires", (agent.next_fires || []).length ? h("ul", { class: "plain" }, agent.next_fires.slice(0, 3).map((at) => h("li", {}, time(at, { timeZone: zone })))) : "none scheduled"],
       ]),
       h("h3", {}, "Last runs"),
@@ -42,8 +45,8 @@ export async function render(main) {
 
   function runTable(runs) {
     return table(["Started", "Status", "Took", "Outputs"], runs.map((run) => [
-      time(run.started_at, { short: true }),
-      badge(run.status),
+      h("span", {}, time(run.started_at, { short: true }), run.trigger ? h("span", { class: "muted" }, ` · ${run.trigger}`) : null),
+      h("span", {}, badge(run.status), run.error ? h("span", { class: "step-details" }, ` ${run.error}`) : null),
       run.duration_ms !== undefined && run.duration_ms !== null ? `${(run.duration_ms / 1000).toFixed(1)} s` : "—",
       (run.outputs || []).length ? h("ul", { class: "plain" }, run.outputs.map((o) =>
         h("li", {}, o.channel, o.destination ? ` → ${o.destination}` : "", " ", badge(o.state)))) : h("span", { class: "muted" }, "none"),

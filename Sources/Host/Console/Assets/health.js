@@ -14,14 +14,20 @@ export async function render(main) {
       const answer = await api.get("/api/v1/console/health");
       const outbox = answer.outbox || {};
       const relay = answer.relay;
+      const channelOutbox = answer.channel_outbox;
       fill(body,
+        h("section", { class: "card", "aria-labelledby": "gateway-title" }, h("h2", { id: "gateway-title" }, "Gateway"),
+          facts([["Status", answer.status ? badge(answer.status) : null], ["Version", answer.version], ["Database", answer.database ? badge(answer.database === "ok" ? "ok" : answer.database, answer.database === "ok" ? "good" : "bad") : null]])),
         h("section", { class: "card", "aria-labelledby": "outbox-title" }, h("h2", { id: "outbox-title" }, "Outbox"),
-          facts([["Pending", String(outbox.pending ?? 0)],
-            ["Oldest pending", outbox.oldest_pending_age_seconds ? duration(outbox.oldest_pending_age_seconds) : "nothing waits"]])),
-        services("Push services", "push", answer.push || [], "transport"),
-        services("Channels", "channels", answer.channels || [], "name"),
+          facts([["Wake-ups pending", String(outbox.pending ?? 0)],
+            ["Oldest wake-up waiting", outbox.oldest_pending_age_seconds ? duration(outbox.oldest_pending_age_seconds) : "nothing waits"],
+            ["Channel sends pending", channelOutbox ? String(channelOutbox.pending ?? 0) : null],
+            ["Oldest send waiting", channelOutbox ? (channelOutbox.oldest_pending_age_seconds ? duration(channelOutbox.oldest_pending_age_seconds) : "nothing waits") : null]])),
+        services("Push services", "push", answer.push || []),
+        services("Channels", "channels", answer.channels || []),
         h("section", { class: "card", "aria-labelledby": "relay-title" }, h("h2", { id: "relay-title" }, "Relay carriage"),
-          relay ? facts(Object.entries(relay).map(([key, value]) => [key.replaceAll("_", " "), key === "state" ? badge(String(value)) : String(value)]))
+          relay ? facts([["State", badge(String(relay.state))], ["Mailbox", relay.url], ["Phones", relay.phones !== undefined ? String(relay.phones) : null],
+            ["Last round", relay.last_round_at ? time(relay.last_round_at) : null], ["Last failure", relay.last_failure ? [relay.last_failure, " ", time(relay.last_failure_at)] : null]])
             : empty("No relay is configured.")));
     } catch (error) {
       fill(body, errorBox(error));
@@ -33,12 +39,12 @@ export async function render(main) {
   return () => clearInterval(timer);
 }
 
-function services(title, id, items, nameKey) {
+function services(title, id, items) {
   return h("section", { class: "card", "aria-labelledby": `${id}-title` }, h("h2", { id: `${id}-title` }, title),
     items.length ? table(["Name", "Configured", "Last outcome", "When"], items.map((item) => [
-      item[nameKey],
+      item.name || item.transport,
       item.configured ? badge("configured", "good") : badge("not configured", "neutral"),
-      item.last_outcome ? badge(item.last_outcome) : h("span", { class: "muted" }, "none yet"),
+      item.last_outcome ? h("span", {}, badge(item.last_outcome), item.last_reason ? ` ${item.last_reason}` : "") : h("span", { class: "muted" }, "none yet"),
       time(item.last_at),
     ])) : empty("None."));
 }

@@ -22,14 +22,13 @@ export async function render(main) {
     const forWhom = h("fieldset", { class: "for-whom" }, h("legend", {}, "Who is the device for?"),
       radio("pair-for", "self", "Me", true), api.isAdmin() ? radio("pair-for", "person", "Someone in the household", false) : null);
     const person = h("div", { class: "person", id: "pair-person", hidden: true },
-      h("div", { class: "field" }, h("label", { for: "pair-subject" }, "Their name"),
-        h("input", { id: "pair-subject", name: "subject", autocomplete: "off", maxlength: "60", "aria-describedby": "pair-subject-help" }),
-        h("p", { class: "help", id: "pair-subject-help" }, "A short name; their data is kept apart from everyone else's.")),
+      h("div", { class: "field" }, h("label", { for: "pair-name" }, "Their name"),
+        h("input", { id: "pair-name", name: "name", autocomplete: "off", maxlength: "60", "aria-describedby": "pair-name-help" }),
+        h("p", { class: "help", id: "pair-name-help" }, "Their inbox, devices and approvals are kept apart from everyone else's.")),
       h("div", { class: "field" }, h("label", { for: "pair-role" }, "Role"),
         h("select", { id: "pair-role", name: "role" },
           h("option", { value: "viewer" }, "viewer: reads their own things"),
-          h("option", { value: "operator", selected: true }, "operator: also runs agents and decides"),
-          h("option", { value: "admin" }, "admin: also manages the household"))));
+          h("option", { value: "operator", selected: true }, "operator: also runs agents and decides"))));
     const form = h("form", { class: "card", id: "pair-form", "aria-labelledby": "pair-title" },
       h("h2", { id: "pair-title" }, "Pair a device"), forWhom, person,
       h("button", { type: "submit", class: "primary" }, "Make a pairing code"));
@@ -38,11 +37,11 @@ export async function render(main) {
       event.preventDefault();
       const body = {};
       if (form.elements["pair-for"].value === "person") {
-        body.subject = form.elements.subject.value.trim();
+        body.name = form.elements.name.value.trim();
         body.role = form.elements.role.value;
       }
       try {
-        showOffer(await api.post("/api/v1/console/pairing", body), body.subject);
+        showOffer(await api.post("/api/v1/console/pairing", body), body.name);
       } catch (error) {
         fill(offerBox, errorBox(error));
       }
@@ -66,13 +65,14 @@ export async function render(main) {
     };
     const label = `QR code for pairing code ${offer.code}${subject ? " for " + subject : ""}`;
     fill(offerBox, h("article", { class: "card offer" },
-      h("h2", {}, subject ? `Code for ${subject}` : "Code for your device"),
+      h("h2", {}, subject ? `Code for ${offer.display_name || subject}` : "Code for your device"),
+      offer.role ? h("p", { class: "muted" }, `The device gets the ${offer.role} role.`) : null,
       // The SVG is shown as an image (never parsed into the page), so nothing in it can run.
       h("img", { class: "qr", id: "offer-qr", alt: label, src: "data:image/svg+xml;charset=utf-8," + encodeURIComponent(offer.qr_svg || "") }),
       h("p", { class: "code", id: "offer-code", "aria-label": `Code ${offer.code.split("").join(" ")}` }, offer.code),
       timer,
       h("p", { class: "help" }, "Scan it with the Soulacy app, or type the code there. It works once."),
-      offer.link ? facts([["Link", h("code", { class: "wrap", id: "offer-link" }, offer.link)]]) : null));
+      offer.pair_url || offer.link ? facts([["Link", h("code", { class: "wrap", id: "offer-link" }, offer.pair_url || offer.link)]]) : null));
     tick();
     countdown = setInterval(tick, 1000);
     announce(`Pairing code ${offer.code} made`);
