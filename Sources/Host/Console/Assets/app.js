@@ -17,8 +17,15 @@ let shown = null;
 /** The page and its query from the location's hash. */
 export function parseHash() {
   const raw = location.hash.replace(/^#\/?/, "");
-  const [name, query] = raw.split("?");
-  return { name: name || "inbox", params: new URLSearchParams(query || "") };
+  const [path, query] = raw.split("?");
+  const [name, id] = path.split("/");
+  const params = new URLSearchParams(query || "");
+  // #/inbox/<delivery id> (a notification's link): that line, opened.
+  if (name === "inbox" && id) {
+    params.set("q", decodeURIComponent(id));
+    params.set("open", decodeURIComponent(id));
+  }
+  return { name: name || "inbox", params };
 }
 
 async function route() {

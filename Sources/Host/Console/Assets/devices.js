@@ -77,20 +77,37 @@ export async function render(main) {
 
   const unsubscribe = api.on("device", api.debounce(load));
   await load();
-  mountWebPush(webPush);
+  mountWebPush(webPush, load);
   return unsubscribe;
 }
 
-/** Browser notifications, when this build carries the Web Push module (webpush.js, its own part). */
-async function mountWebPush(slot) {
-  if (!("serviceWorker" in navigator) || !("PushManager" in window)) return;
+/** Browser notifications, when this build carries the Web Push module (webpush.js) and the browser can take them. */
+async function mountWebPush(slot, reload) {
+  if (!api.canAct() || !("serviceWorker" in navigator) || !("PushManager" in window)) return;
+  let module;
   try {
-    const module = await import("./webpush.js");
-    if (typeof module.mount === "function") {
-      slot.hidden = false;
-      await module.mount(slot, { api });
-    }
+    module = await import("./webpush.js");
   } catch {
-    slot.hidden = true;
+    return;
   }
+  if (typeof module.subscribe !== "function") return;
+  const result = h("output", { id: "webpush-result", "aria-live": "polite" });
+  const button = h("button", { type: "button", dataset: { action: "webpush" } }, "Notify this browser");
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    fill(result, "Asking…");
+    try {
+      const device = await module.subscribe(api.currentSession().csrf_token);
+      fill(result, "This browser is now a device (", h("code", {}, device), "): it gets the same wake-ups as the phones.");
+      await reload();
+    } catch (error) {
+      fill(result, errorBox(error));
+    } finally {
+      button.disabled = false;
+    }
+  });
+  fill(slot, h("h2", { id: "webpush-title" }, "Browser notifications"),
+    h("p", { class: "help" }, "Wake-ups say only that something arrived, never what: open the console to read it."),
+    h("div", { class: "actions" }, button), result);
+  slot.hidden = false;
 }
