@@ -77,6 +77,8 @@ export async function signOut() {
 // MARK: Live updates
 
 let source = null;
+let retryTimer = null;
+let retryDelay = 5000;
 const handlers = new Map();
 
 /** Subscribes to one kind of server-sent event (delivery, approval, agents, device); returns the unsubscribe. */
@@ -87,7 +89,7 @@ export function on(kind, handler) {
 }
 
 export function startEvents() {
-  if (source || typeof EventSource === "undefined") return;
+  if (source || retryTimer || typeof EventSource === "undefined") return;
   source = new EventSource("/api/v1/console/events");
   for (const kind of ["delivery", "approval", "agents", "device"]) {
     source.addEventListener(kind, (event) => {
@@ -96,20 +98,42 @@ export function startEvents() {
       for (const handler of handlers.get(kind) || []) handler(data);
     });
   }
-  source.addEventListener("open", () => document.body.classList.remove("offline"));
+  source.addEventListener("open", () => {
+    retryDelay = 5000;
+    document.body.classList.remove("offline");
+  });
   source.addEventListener("error", () => {
     document.body.classList.add("offline");
-    // The browser reconnects on its own; a closed stream (401: the session ended) is not retried.
+    // The browser reconnects on its own after a dropped connection; a refused stream (401, 404) is closed for
+    // good: the session is checked, and the stream tried again later, more slowly each time.
     if (source && source.readyState === EventSource.CLOSED) {
-      stopEvents();
-      loadSession().catch(() => {});
+      source.close();
+      source = null;
+      retryTimer = setTimeout(async () => {
+        retryTimer = null;
+        if (await stillSignedIn()) startEvents();
+      }, retryDelay);
+      retryDelay = Math.min(retryDelay * 2, 60000);
     }
   });
+}
+
+/** Whether the session still holds; only a 401 ends it here (a network failure is not a sign-out). */
+async function stillSignedIn() {
+  if (!session) return false;
+  try {
+    await call("GET", "/api/v1/console/session");
+    return true;
+  } catch (error) {
+    return error.status !== 401;
+  }
 }
 
 export function stopEvents() {
   if (source) source.close();
   source = null;
+  clearTimeout(retryTimer);
+  retryTimer = null;
 }
 
 /** Coalesces bursts of events (a burst of deliveries) into one re-read. */

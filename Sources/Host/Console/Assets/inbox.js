@@ -23,7 +23,7 @@ export async function render(main, params) {
   const filters = { agent: params.get("agent") || "", device: params.get("device") || "", state: params.get("state") || "", q: params.get("q") || "" };
   const expanded = new Set((params.get("open") || "").split(",").filter(Boolean));
   const list = h("ol", { class: "lines", id: "lines", "aria-label": "Inbox lines, newest first" });
-  const status = h("p", { class: "muted", id: "inbox-status" });
+  const status = h("div", { class: "muted", id: "inbox-status" });
   const more = h("div", { class: "more" });
   const form = filterForm(filters);
   fill(main, heading("Inbox", h("span", { class: "live", title: "Updates arrive as they happen" }, "live")), form, status, list, more);
@@ -45,7 +45,8 @@ export async function render(main, params) {
       for (const id of expanded) if (lines.some((line) => line.id === id)) await loadDetail(id);
       draw();
     } catch (error) {
-      fill(list, errorBox(error));
+      list.replaceChildren();
+      fill(status, errorBox(error));
     }
   }
 
