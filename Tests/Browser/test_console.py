@@ -37,6 +37,8 @@ STANDINS = os.path.join(ROOT, "Tests", "StandIns")
 ALLOW_MISSING = os.environ.get("SOULACY_CONSOLE_ALLOW_MISSING") == "1"
 # Release builds under AddressSanitizer answer slower than a debug build: every wait is generous.
 WAIT = 30
+# What arrives over the event stream: well before the page's fallback re-read (every 20 s while the stream is down).
+LIVE = 10
 PAGES = ["inbox", "devices", "approvals", "pairing", "agents", "health"]
 TEAM_ID, KEY_ID = "TEAM123456", "KEY1234567"
 TOKENS = {"phone-1": "a1" * 32, "phone-2": "b2" * 32}
@@ -371,7 +373,7 @@ def test_a_delivery_moves_queued_sent_fetched_read_and_a_410_shows_token_rejecte
     status, sent = gateway.api("POST", "/api/v1/channels/mobile/test", {"title": "Browser test line", "body": "Hello from the browser test"})
     assert status == 201, sent
     delivery = sent["delivery_id"]
-    line = wait_for(browser, f'li.line[data-id="{delivery}"]', message="the new line (live)")[0]
+    line = wait_for(browser, f'li.line[data-id="{delivery}"]', timeout=LIVE, message="the new line (live)")[0]
     line.find_element(By.CSS_SELECTOR, "button.line-head").click()
     eventually(lambda: "sent" in timeline_kinds(browser, delivery, "phone-1"), message="phone-1's wake-up sent")
     eventually(lambda: "token_rejected" in timeline_kinds(browser, delivery, "phone-2"), message="phone-2's token rejected")
@@ -381,10 +383,10 @@ def test_a_delivery_moves_queued_sent_fetched_read_and_a_410_shows_token_rejecte
     # The phone reads the line through the API, then sends its receipt: the open timeline follows, live.
     status, _ = gateway.api("GET", f"/api/v1/mobile/deliveries/{delivery}?device_id=phone-1")
     assert status == 200
-    eventually(lambda: "fetched" in timeline_kinds(browser, delivery, "phone-1"), message="phone-1 fetched")
+    eventually(lambda: "fetched" in timeline_kinds(browser, delivery, "phone-1"), timeout=LIVE, message="phone-1 fetched (live)")
     status, _ = gateway.api("POST", f"/api/v1/mobile/deliveries/{delivery}/read", {"device_id": "phone-1"})
     assert status == 200
-    eventually(lambda: "read" in timeline_kinds(browser, delivery, "phone-1"), message="phone-1 read")
+    eventually(lambda: "read" in timeline_kinds(browser, delivery, "phone-1"), timeout=LIVE, message="phone-1 read (live)")
     kinds = timeline_kinds(browser, delivery, "phone-1")
     order = [kinds.index(kind) for kind in ["queued", "attempt", "sent", "fetched", "read"]]
     assert order == sorted(order), kinds
@@ -431,7 +433,7 @@ def test_approve_in_the_browser_while_a_run_waits(browser, gateway):
 
     waiting = threading.Thread(target=run)
     waiting.start()
-    card = wait_for(browser, 'article.approval[data-approval="call_browser"]', message="the run's approval (live)")[0]
+    card = wait_for(browser, 'article.approval[data-approval="call_browser"]', timeout=LIVE, message="the run's approval (live)")[0]
     assert "shell.run" in card.text and "systemctl restart nginx" in card.text and "Careful helper" in card.text
     card.find_element(By.CSS_SELECTOR, 'button[data-action="approve"]').click()
     decided = wait_for(browser, "#decision-text")[0]
@@ -450,10 +452,11 @@ def test_deny_on_the_api_updates_the_browser(browser, gateway):
     status, body = gateway.api("POST", "/api/v1/approvals", {"agent_id": "echo", "tool": "email.send", "call_id": "call_api_deny",
                                                               "arguments": {"to": "everyone@example.com"}, "wait": False})
     assert status == 201, body
-    wait_for(browser, 'article.approval[data-approval="call_api_deny"]', message="the new approval (live)")
+    wait_for(browser, 'article.approval[data-approval="call_api_deny"]', timeout=LIVE, message="the new approval (live)")
     status, body = gateway.api("POST", "/api/v1/approvals/call_api_deny/deny", {})
     assert status == 200 and body["approved"] is False
-    wait_for(browser, '#decided li[data-approval="call_api_deny"][data-state="denied"]', message="the denial (live)")
+    wait_for(browser, '#decided li[data-approval="call_api_deny"][data-state="denied"]', timeout=LIVE, message="the denial (live)")
+    assert not browser.execute_script("return document.body.classList.contains('offline')"), "the event stream is open"
     assert not browser.find_elements(By.CSS_SELECTOR, 'article.approval[data-approval="call_api_deny"]')
 
 

@@ -88,7 +88,17 @@ export function on(kind, handler) {
   return () => handlers.get(kind).delete(handler);
 }
 
+/** While the stream is down (a proxy that cuts it, a gateway restarting), every page re-reads now and then. */
+const pollEvery = 20000;
+let pollTimer = null;
+
 export function startEvents() {
+  if (!pollTimer) {
+    pollTimer = setInterval(() => {
+      if (source && source.readyState === EventSource.OPEN) return;
+      for (const set of handlers.values()) for (const handler of set) handler({});
+    }, pollEvery);
+  }
   if (source || retryTimer || typeof EventSource === "undefined") return;
   source = new EventSource("/api/v1/console/events");
   for (const kind of ["delivery", "approval", "agents", "device"]) {
@@ -134,6 +144,8 @@ export function stopEvents() {
   source = null;
   clearTimeout(retryTimer);
   retryTimer = null;
+  clearInterval(pollTimer);
+  pollTimer = null;
 }
 
 /** Coalesces bursts of events (a burst of deliveries) into one re-read. */
