@@ -96,6 +96,12 @@ api.onSessionChange((session) => {
 api.on("approval", api.debounce(refreshPendingCount));
 window.addEventListener("hashchange", route);
 
+// The skip link moves focus, not the route (its #main would read as a page name).
+document.querySelector(".skip").addEventListener("click", (event) => {
+  event.preventDefault();
+  document.getElementById("main").focus();
+});
+
 document.getElementById("sign-out").addEventListener("click", async () => {
   try { await api.signOut(); } catch (error) { announce(error.message); }
   location.hash = "#/inbox";

@@ -20,7 +20,7 @@ export function render(main) {
     }
   }
 
-  const code = h("input", { id: "signin-code", name: "code", inputmode: "numeric", autocomplete: "one-time-code", pattern: "[0-9]{6}",
+  const code = h("input", { id: "signin-code", name: "code", inputmode: "numeric", pattern: "[0-9]{6}",
     maxlength: "6", required: true, "aria-describedby": "code-help" });
   const codeButton = h("button", { type: "submit", class: "primary" }, "Sign in with code");
   const codeForm = h("form", { class: "card", "aria-labelledby": "code-title", onsubmit: (e) => submit(e, () => ({ code: code.value.trim() }), codeButton) },
@@ -30,7 +30,7 @@ export function render(main) {
     h("p", { id: "code-help", class: "help" }, "Run ", h("code", {}, "soulacy console-code"), " on the gateway's machine. A code works once, for ten minutes."),
     codeButton);
 
-  const key = h("input", { id: "signin-key", name: "api_key", type: "password", autocomplete: "off", spellcheck: "false", required: true,
+  const key = h("input", { id: "signin-key", name: "api_key", type: "password", autocomplete: "current-password", spellcheck: "false", required: true,
     "aria-describedby": "key-help" });
   const keyButton = h("button", { type: "submit" }, "Sign in with key");
   const keyForm = h("form", { class: "card", "aria-labelledby": "key-title", onsubmit: (e) => submit(e, () => ({ api_key: key.value.trim() }), keyButton) },
