@@ -4,6 +4,7 @@ import Gateway
 import Glibc
 import Crypto
 import Identity
+import Lifecycle
 import QRCode
 import Sidecar
 import SQLite
@@ -159,6 +160,7 @@ struct SoulacyCommand {
         let gateway: Gateway
         do {
             var gatewayOptions = GatewayOptions(configPath: config, dataDirectory: data, host: host, port: port)
+            gatewayOptions.environment = SystemdCredentials.apply(to: gatewayOptions.environment)
             gatewayOptions.gatewayConfigPath = opts["gateway-config"]
             // SOULACY_LAN_LISTEN and the other settings are read by the gateway (GatewaySettings); the flag wins.
             if let lan = opts["lan"] {
@@ -189,9 +191,22 @@ struct SoulacyCommand {
             print("soulacy is listening on http://\(listen) (Ctrl-C stops it)")
         }
         fflush(nil)
+        // Under systemd (Type=notify): ready once listening, keep-alives while the database answers.
+        let systemd = SystemdNotifier()
+        systemd.ready(status: "listening on \(listen)")
+        let watchdog = Task { await systemd.runWatchdog { gateway.isHealthy() } }
+        // The drain begins at the signal: systemd hears of it then, not when the process is nearly gone.
+        let draining = [SIGTERM, SIGINT].map { number in
+            let source = DispatchSource.makeSignalSource(signal: number)
+            source.setEventHandler { systemd.stopping() }
+            source.resume()
+            return source
+        }
 
         // SIGTERM or SIGINT: the service group drains the API, lets runs finish and their wake-ups go, then returns.
         await gateway.waitUntilStopped()
+        watchdog.cancel()
+        draining.forEach { $0.cancel() }
     }
 
     /// The code, the Soulacy app's link (the QR encodes it), and this gateway's three-path link.
