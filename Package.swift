@@ -62,7 +62,7 @@ let package = Package(
         .target(name: "Outbox", dependencies: ["ChannelAPI"], path: "Sources/Outbox"),
         // The durable hand-off for every channel but the phones' inbox: sends written with the run's end, attempted by
         // the shared outbox loop.
-        .target(name: "ChannelDelivery", dependencies: ["ChannelAPI", "Crypto", "JSON", "Outbox", "SQLite"], path: "Sources/ChannelDelivery"),
+        .target(name: "ChannelDelivery", dependencies: ["Metrics", "ChannelAPI", "Crypto", "JSON", "Outbox", "SQLite"], path: "Sources/ChannelDelivery"),
         .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "JSON", "SQLite", "Crypto", "Outbox"], path: "Sources/Channels/Mobile"),
         // The mobile channel's routes (devices, inbox, commands, nodes) over the API kit; the core above knows no HTTP.
         .target(name: "MobileHTTP", dependencies: ["Mobile", "ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
@@ -87,7 +87,7 @@ let package = Package(
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
         // Agents: their files (config, hot reload), cron and the scheduler, runs and their runners (command, LLM, phone tools).
-        .target(name: "Agents", dependencies: ["ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "SQLite", "YAML", "Subprocess"],
+        .target(name: "Agents", dependencies: ["Metrics", "ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "SQLite", "YAML", "Subprocess"],
                 path: "Sources/Host/Agents"),
         // The phone builtins (mobile.list_nodes, mobile.invoke, mobile.command_status): the mobile channel's tools
         // for agents, so neither knows the other.
@@ -105,7 +105,7 @@ let package = Package(
         .target(name: "QRCode", dependencies: ["CQRencode"], path: "Sources/QRCode"),
         .target(name: "GatewayHTTP", dependencies: ["QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
-        .target(name: "Gateway", dependencies: ["ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+        .target(name: "Gateway", dependencies: ["Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),

@@ -248,6 +248,9 @@ public struct Histogram: Sendable {
         BoundHistogram(series: series, buckets: buckets).observe(value)
     }
 
+    /// Makes the series exist (all buckets zero) before the first observation, so Prometheus sees it start at zero.
+    public func touch(_ labels: [String]) { _ = registry.series(name, labels) }
+
     /// One series, looked up once: for hot paths, where finding the series on every observation would cost more.
     public func bound(_ labels: String...) -> BoundHistogram? {
         registry.series(name, labels).map { BoundHistogram(series: $0, buckets: buckets) }

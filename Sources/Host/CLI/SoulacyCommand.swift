@@ -14,11 +14,12 @@ import SQLite
 struct SoulacyCommand {
     static let usage = """
         usage:
-          soulacy serve --config FILE --data DIR [--listen ADDR:PORT] [--lan ADDR:PORT] [--gateway-config FILE]
+          soulacy serve --config FILE --data DIR [--listen ADDR:PORT] [--lan ADDR:PORT] [--gateway-config FILE] [--metrics ADDR:PORT]
                                                                         run the gateway (default listen 127.0.0.1:8080); --lan adds the
                                                                         same-Wi-Fi HTTPS listener whose certificate pairing links pin;
                                                                         --gateway-config: the Soulacy config with channels: and llm:
-                                                                        (default $SOULACY_GATEWAY_CONFIG, else ~/.soulacy/config.yaml)
+                                                                        (default $SOULACY_GATEWAY_CONFIG, else ~/.soulacy/config.yaml);
+                                                                        --metrics: a keyless GET /metrics listener for a local scraper
           soulacy check PATH [--strict] [--gateway-config FILE]         validate a SOUL.yaml or an agents directory; problems as
                                                                         file:line:col: message, and each schedule's next fires
           soulacy pair [--data DIR] [--name NAME --role operator|viewer] [--url URL] [--lan ADDR:PORT]
@@ -149,7 +150,7 @@ struct SoulacyCommand {
     }
 
     static func serve(_ arguments: [String]) async {
-        let opts = options(arguments, allowed: ["config", "data", "listen", "lan", "gateway-config"])
+        let opts = options(arguments, allowed: ["config", "data", "listen", "lan", "gateway-config", "metrics"])
         guard let config = opts["config"], let data = opts["data"] else { fail("serve needs --config PATH (a SOUL.yaml or an agents directory) and --data DIR\n\(usage)", code: 64) }
         let listen = opts["listen"] ?? "127.0.0.1:8080"
         guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else {
@@ -167,6 +168,11 @@ struct SoulacyCommand {
                 guard let address = GatewaySettings.listenAddress(lan) else { fail("--lan must be ADDR:PORT", code: 64) }
                 gatewayOptions.lanHost = address.host
                 gatewayOptions.lanPort = address.port
+            }
+            if let metrics = opts["metrics"] {
+                guard let address = GatewaySettings.listenAddress(metrics) else { fail("--metrics must be ADDR:PORT, for example 127.0.0.1:9464", code: 64) }
+                gatewayOptions.metricsHost = address.host
+                gatewayOptions.metricsPort = address.port
             }
             gateway = try Gateway(options: gatewayOptions)
             let token = try gateway.bootstrapAdminKey()

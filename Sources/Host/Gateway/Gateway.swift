@@ -8,6 +8,7 @@ import Lifecycle
 import Glibc
 import APIKit
 import Identity
+import Metrics
 import LLM
 import Mobile
 import MobileHTTP
@@ -54,6 +55,11 @@ public struct GatewayOptions: Sendable {
     /// The main port serves TLS (the gateway's pinned certificate) and plain HTTP together, as the original's
     /// auto-TLS does; false (or `SOULACY_TLS=off`) serves plain HTTP only (behind a proxy that terminates TLS, say).
     public var autoTLS = true
+    /// Where the gateway's metrics are kept (a fresh registry each gateway; an embedder may pass its own).
+    public var metrics = MetricsRegistry()
+    /// A second listener serving only `GET /metrics`, without a key, for a local scraper (`SOULACY_METRICS_LISTEN`).
+    public var metricsHost: String?
+    public var metricsPort: UInt16 = 0
 
     public init(configPath: String, dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8080,
                 clock: any WallClock = SystemWallClock(), log: Log = Log(), maximumBodyBytes: Int = 1 << 20,
@@ -136,6 +142,8 @@ public final class Gateway: Sendable {
     let providers: LLMProviders
     let server: HTTPServer
     let lanServer: HTTPServer?
+    /// The keyless metrics listener (`SOULACY_METRICS_LISTEN`), when set.
+    let metricsServer: HTTPServer?
     /// The pin of the gateway's one certificate (`fp` in pairing links), when TLS is served at all.
     public let tlsPin: String?
     public let idempotency: IdempotencyLog
@@ -167,6 +175,11 @@ public final class Gateway: Sendable {
             options.lanHost = lan.host
             options.lanPort = lan.port
         }
+        if options.metricsHost == nil, let listen = settings.metricsListen {
+            options.metricsHost = listen.host
+            options.metricsPort = listen.port
+        }
+        let metrics = GatewayMetrics(options.metrics)
         self.options = options
         signal(SIGPIPE, SIG_IGN)
         let log = options.log
@@ -206,7 +219,8 @@ public final class Gateway: Sendable {
         }
         DataDirectoryPermissions.tighten(options.dataDirectory, log: log)
         do {
-            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes)
+            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes,
+                                        metrics: metrics.database)
             // The schema is brought up to date once, here, before any store exists.
             try GatewaySchema.migrator().migrate(database)
             mobileStore = try MobileStore(database: database, clock: options.clock)
@@ -222,7 +236,8 @@ public final class Gateway: Sendable {
         }
         let transports = try Self.wakeTransports(options: options, log: log)
         channelOutbox = SQLiteChannelOutbox(database: database)
-        channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log),
+        channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log,
+                                                                  metrics: metrics.channels),
                                               clock: options.clock, log: log)
         dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log)
         let liveActivities: LiveActivityPublisher
@@ -270,7 +285,7 @@ public final class Gateway: Sendable {
         runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, progress: liveActivities,
                          alerts: deviceAlerts, outbound: outbound, channelOutbox: channelOutbox,
                          defaultOutputs: built.defaults,
-                         sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }) { agent in
+                         sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }, metrics: metrics.agents) { agent in
             switch agent.runner {
             case .command(let command):
                 // Agents call back into the gateway (mobile.invoke, approvals) at this address.
@@ -304,6 +319,9 @@ public final class Gateway: Sendable {
             ? try GatewayTLSIdentity.loadOrCreate(dataDirectory: options.dataDirectory, hosts: [options.host] + (options.lanHost.map { [$0] } ?? []))
             : nil
         tlsPin = identity?.pin
+        metrics.registerState(mobile: mobileStore, channelOutbox: channelOutbox, outbound: outbound, tlsCertificatePEM: identity?.certificatePEM, clock: options.clock)
+        let registry = options.metrics
+        router.add(Route(.GET, "/metrics", role: .admin, summary: "Metrics in the Prometheus text format") { _, _ in GatewayMetrics.response(registry) })
         let pinnedLink = self.pinnedLink
         let linkHost = LocalAddresses.linkHost(for: options.host)
         self.linkHost = linkHost
@@ -375,6 +393,14 @@ public final class Gateway: Sendable {
             lanServer = door.server(doorConfiguration)
         } else {
             lanServer = nil
+        }
+        if let metricsHost = options.metricsHost {
+            // Only the metrics, without a key: meant for a scraper on this host or a private network.
+            var metricsRouter = Router()
+            metricsRouter.add(.GET, "/metrics", access: .open, summary: "Metrics in the Prometheus text format") { _ in GatewayMetrics.response(registry) }
+            metricsServer = Responder(router: metricsRouter).server(HTTPServerConfiguration(host: metricsHost, port: options.metricsPort, maximumBodyBytes: 1024))
+        } else {
+            metricsServer = nil
         }
     }
 
@@ -466,6 +492,8 @@ public final class Gateway: Sendable {
 
     /// The LAN listener's port, when it is on.
     public var lanPort: UInt16? { lanServer?.port }
+    /// The keyless metrics listener's port, when there is one.
+    public var metricsPort: UInt16? { metricsServer?.port }
 
     /// The port the API listens on (the chosen one for port 0).
     public var port: UInt16 { server.port }
@@ -502,6 +530,7 @@ public final class Gateway: Sendable {
             } else if options.autoTLS, options.publicURL == nil, let tlsPin {
                 pinnedLink.set((address: "\(linkHost):\(server.port)", pin: tlsPin))
             }
+            try metricsServer?.start()
         } catch { throw .listen(error.description) }
         boundPort.value.store(server.port, ordering: .relaxed)
         let providers = self.providers
@@ -565,6 +594,7 @@ public final class Gateway: Sendable {
         // A bound listener serves until shutdown reaches it, then stops taking connections and drains.
         let server = self.server
         if let lanServer { list.append(("same-Wi-Fi listener", OnShutdown { await lanServer.stop() })) }
+        if let metricsServer { list.append(("metrics listener", OnShutdown { await metricsServer.stop() })) }
         list.append(("API listener", OnShutdown { await server.stop() }))
         return list
     }

@@ -1,0 +1,148 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Gateway
+import GatewayTestSupport
+import Testing
+
+/// `GET /metrics` as a real Prometheus scrapes it (Debian's prometheus, started here), and as promtool lints it.
+@Suite("Metrics scraped by Prometheus", .serialized)
+struct MetricsScrapeTests {
+    static let agents = """
+        agents:
+          - id: echo
+            name: Echo
+            runner:
+              command: ["/bin/cat"]
+              timeout: 10s
+          - id: broken
+            name: Broken
+            runner:
+              command: ["/bin/sh", "-c", "exit 3"]
+              timeout: 10s
+        """
+
+    /// A Prometheus server scraping `target` every second, its data in a temporary directory.
+    final class PrometheusServer: @unchecked Sendable {
+        let process = Process()
+        let port = freePort()
+        let directory = TestGateway.makeTemporaryDirectory()
+
+        init(target: String) throws {
+            let config = """
+                global:
+                  scrape_interval: 1s
+                  scrape_timeout: 900ms
+                scrape_configs:
+                  - job_name: soulacy
+                    static_configs:
+                      - targets: ['\(target)']
+                """
+            try config.write(toFile: directory + "/prometheus.yml", atomically: true, encoding: .utf8)
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/prometheus")
+            process.arguments = ["--config.file=\(directory)/prometheus.yml", "--storage.tsdb.path=\(directory)/data",
+                                 "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn"]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+        }
+
+        /// An instant query's result vector as (labels, value).
+        func query(_ expression: String) async throws -> [([String: String], Double)] {
+            var components = URLComponents(string: "http://127.0.0.1:\(port)/api/v1/query")!
+            components.queryItems = [URLQueryItem(name: "query", value: expression)]
+            // A literal + in a query string reads as a space (`le="+Inf"`).
+            components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+            let (data, _) = try await URLSession.shared.data(from: components.url!)
+            guard let json = try JSONSerialization.jsonObject(with: data) as? [String: Any], json["status"] as? String == "success",
+                  let result = (json["data"] as? [String: Any])?["result"] as? [[String: Any]] else { return [] }
+            return result.compactMap { row in
+                guard let labels = row["metric"] as? [String: String], let value = row["value"] as? [Any], let text = value.last as? String,
+                      let number = Double(text) else { return nil }
+                return (labels, number)
+            }
+        }
+
+        /// Polls until `expression` has a sample for which `accept` holds (Prometheus scrapes every second).
+        func waitFor(_ expression: String, seconds: Double = 20, _ accept: (([String: String], Double)) -> Bool = { _ in true }) async throws -> Bool {
+            let deadline = Date().addingTimeInterval(seconds)
+            while Date() < deadline {
+                if (try? await query(expression))?.contains(where: accept) == true { return true }
+                try await Task.sleep(for: .milliseconds(250))
+            }
+            return false
+        }
+
+        func stop() {
+            process.terminate()
+            process.waitUntilExit()
+        }
+    }
+
+    @Test("Prometheus scrapes the keyless listener: run counters move, histogram buckets fill, a rate is computed, and promtool finds nothing to lint")
+    func scrapedByPrometheus() async throws {
+        let metricsPort = freePort()
+        try await withTestGateway(config: Self.agents, environment: ["SOULACY_METRICS_LISTEN": "127.0.0.1:\(metricsPort)"]) { gw in
+            #expect(gw.gateway.metricsPort == metricsPort)
+            let prometheus = try PrometheusServer(target: "127.0.0.1:\(metricsPort)")
+            defer { prometheus.stop() }
+            #expect(try await prometheus.waitFor("up{job=\"soulacy\"}") { $0.1 == 1 }, "Prometheus never scraped the gateway")
+
+            for _ in 0..<3 {
+                let run = try await gw.request("POST", "/api/v1/agents/echo/run", json: ["input": "hello"])
+                if let id = run.json["run_id"]?.stringValue { _ = try await gw.request("GET", "/api/v1/runs/\(id)?wait=true") }
+            }
+            let failed = try await gw.request("POST", "/api/v1/agents/broken/run", json: [:])
+            if let id = failed.json["run_id"]?.stringValue { _ = try await gw.request("GET", "/api/v1/runs/\(id)?wait=true") }
+
+            #expect(try await prometheus.waitFor("soulacy_runs_total{outcome=\"succeeded\"}") { $0.1 >= 3 })
+            #expect(try await prometheus.waitFor("soulacy_runs_total{outcome=\"failed\"}") { $0.1 >= 1 })
+            #expect(try await prometheus.waitFor("soulacy_deliveries_stored_total{channel=\"mobile\"}") { $0.1 >= 3 })
+            // Histogram buckets are cumulative: everything is under +Inf, and a quick /bin/cat under 10 s.
+            #expect(try await prometheus.waitFor("soulacy_run_duration_seconds_bucket{outcome=\"succeeded\",le=\"+Inf\"}") { $0.1 >= 3 })
+            #expect(try await prometheus.waitFor("soulacy_run_duration_seconds_bucket{outcome=\"succeeded\",le=\"10\"}") { $0.1 >= 3 })
+            #expect(try await prometheus.waitFor("rate(soulacy_runs_total{outcome=\"succeeded\"}[30s])") { $0.1 > 0 }, "a rate over the scrapes")
+            #expect(try await prometheus.waitFor("soulacy_outbox_pending{lane=\"push\"}"))
+            #expect(try await prometheus.waitFor("soulacy_build_info") { $0.0["version"] == GatewayVersion.current })
+            #expect(try await prometheus.waitFor("process_resident_memory_bytes") { $0.1 > 1_000_000 })
+            #expect(try await prometheus.waitFor("soulacy_tls_certificate_expiry_timestamp_seconds") { $0.1 > Date().timeIntervalSince1970 })
+            #expect(try await prometheus.waitFor("soulacy_database_write_duration_seconds_count") { $0.1 > 0 })
+
+            // No label carries an id of a device, delivery, person or key.
+            let text = try await scrape(port: metricsPort)
+            let labelSets = text.split(separator: "\n").filter { !$0.hasPrefix("#") }.compactMap { line -> Substring? in
+                guard let open = line.firstIndex(of: "{"), let close = line.lastIndex(of: "}") else { return nil }
+                return line[open...close]
+            }
+            for id in ["dlv_", "run_", "sk_", "owner", "chs_"] {
+                #expect(!labelSets.contains { $0.contains(id) }, "a metric label carries \(id)")
+            }
+            let linted = try runProgramBlocking("/bin/sh", ["-c", "printf '%s' \"$0\" | /usr/bin/promtool check metrics", text])
+            #expect(linted.status == 0 && linted.output.isEmpty, "\(linted.output)")
+        }
+    }
+
+    @Test("on the gateway's own port /metrics needs an admin key; the keyless listener serves nothing else")
+    func access() async throws {
+        let metricsPort = freePort()
+        try await withTestGateway(environment: ["SOULACY_METRICS_LISTEN": "127.0.0.1:\(metricsPort)"]) { gw in
+            let admin = try await gw.request("GET", "/metrics")
+            #expect(admin.status == 200 && admin.headers["content-type"]?.hasPrefix("text/plain; version=0.0.4") == true)
+            #expect(admin.text.contains("# TYPE soulacy_runs_total counter"))
+            #expect(try await gw.request("GET", "/metrics", key: .none).status == 401)
+            let viewer = try await gw.mintKey(subject: "ana", role: "viewer")
+            #expect(try await gw.request("GET", "/metrics", key: .some(viewer)).status == 403)
+            let (_, other) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(metricsPort)/api/v1/agents")!)
+            #expect((other as? HTTPURLResponse)?.statusCode == 404)
+        }
+        await #expect(throws: (any Error).self) {
+            try await withTestGateway(environment: ["SOULACY_METRICS_LISTEN": "nonsense"]) { _ in }
+        }
+    }
+
+    func scrape(port: UInt16) async throws -> String {
+        let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/metrics")!)
+        return String(decoding: data, as: UTF8.self)
+    }
+}
