@@ -119,8 +119,8 @@ public final class WebPushTransport: WakeTransport {
         } else if body.count <= 4096 {
             reason = String(decoding: body, as: UTF8.self).split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
         }
-        if let path = URLComponents(string: endpoint)?.path, path.count > 1 { reason = reason.replacingOccurrences(of: path, with: "…") }
-        reason = reason.replacingOccurrences(of: endpoint, with: "…")
+        reason = reason.replacingOccurrences(of: endpoint, with: "(endpoint)")
+        if let path = URLComponents(string: endpoint)?.path, path.count > 1 { reason = reason.replacingOccurrences(of: path, with: "(endpoint)") }
         reason = String(reason.unicodeScalars.filter { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F }.map(Character.init)).trimmingCharacters(in: .whitespaces)
         if reason.count > 200 { reason = String(reason.prefix(200)) + "…" }
         return reason.isEmpty ? "Web Push \(status)" : "Web Push \(status) \(reason)"
