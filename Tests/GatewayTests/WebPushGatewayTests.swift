@@ -175,6 +175,14 @@ struct WebPushGatewayTests {
         #expect(stored.range(of: Data(authBytes)) == nil)
     }
 
+    @Test("the console's sw.js and webpush.js, run by node against stand-ins of the browser APIs they use",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/node"), "needs node (scripts/install-deps --test installs it)"))
+    func consoleAssets() async throws {
+        let (status, output) = try await runProgram("/usr/bin/node", [RepositoryPaths.root + "/Tests/ConsoleAssets/webpush-assets.test.mjs"])
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("behaved"), "\(output)")
+    }
+
     @Test("mobile.webpush-1-web-devices rebuilds mobile_devices: every column, row and the index kept, web allowed, other platforms still refused")
     func migration() throws {
         let directory = TestGateway.makeTemporaryDirectory()
