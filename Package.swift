@@ -69,6 +69,8 @@ let package = Package(
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
+        // Browsers as devices: RFC 8030 delivery, RFC 8291 message encryption, RFC 8292 VAPID, all through libcrypto.
+        .target(name: "WebPush", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/WebPush"),
         // Soulacy's External Channel Protocol v1: chat channels as supervised child processes speaking NDJSON.
         .target(name: "Sidecar", dependencies: ["ChannelAPI", "Subprocess", "JSON"], path: "Sources/Channels/Sidecar"),
         // What the HTTP chat channels share: message splitting and the meaning of an HTTP answer.
@@ -104,9 +106,9 @@ let package = Package(
         // QR codes from libqrencode, drawn for a terminal and as SVG for the console.
         .target(name: "QRCode", dependencies: ["CQRencode"], path: "Sources/QRCode"),
         .target(name: "GatewayHTTP", dependencies: ["QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
-                                                    "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
+                                                    "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite", "WebPush"], path: "Sources/Host/GatewayHTTP"),
         .target(name: "Gateway", dependencies: ["Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
-                                                "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
+                                                "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "WebPush", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).
@@ -138,8 +140,8 @@ let package = Package(
                     path: "Tests/MobileTests"),
         .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram", "Sidecar", "Subprocess", "Slack", "Discord", "WhatsApp", "Email"],
                     path: "Tests/ChannelTests"),
-        .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
+        .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "WebPush", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

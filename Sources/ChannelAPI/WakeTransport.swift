@@ -1,8 +1,9 @@
 import Foundation
 
-/// The phone a wake-up goes to, as its registration describes it.
+/// The phone (or browser) a wake-up goes to, as its registration describes it.
 public struct WakeTarget: Sendable, Equatable {
-    public enum Platform: String, Sendable, Codable { case ios, android }
+    /// `web` is a browser subscribed through Web Push; its push token is the sealed subscription.
+    public enum Platform: String, Sendable, Codable { case ios, android, web }
     public enum Environment: String, Sendable, Codable { case production, development }
 
     public var deviceID: String

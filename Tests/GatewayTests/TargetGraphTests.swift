@@ -33,7 +33,7 @@ struct TargetGraphTests {
         let serverSide: Set = ["HTTPServer", "APIKit", "CHTTPServerShims", "CMicroHTTPD", "SQLite", "CSQLite", "Gateway", "Mobile", "MobileHTTP"]
         let rules: [(target: String, forbidden: Set<String>)] = [
             ("ChannelAPI", serverSide.union(["HTTPClient", "Crypto", "JSON"])),
-            ("APNs", serverSide), ("FCM", serverSide), ("Relay", serverSide),
+            ("APNs", serverSide), ("FCM", serverSide), ("Relay", serverSide), ("WebPush", serverSide),
             ("LLM", serverSide),
             ("HTTPClient", serverSide),
             // The phone-side client builds without libmicrohttpd's headers.

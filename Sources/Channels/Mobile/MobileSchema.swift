@@ -165,5 +165,34 @@ public enum MobileSchema {
                        created_at, expires_at, completed_at FROM mobile_device_commands;
             DROP TABLE mobile_device_commands;
             """),
+        // Browsers as devices (Web Push): `web` joins the platforms. SQLite changes a CHECK only by rebuilding the
+        // table: every column and the index come back as they were, rows copied whole (nothing references the
+        // table, so no foreign key is touched). A browser's push_token is its subscription sealed under the key in
+        // the data directory (`WebPushKeys`), never the endpoint or the auth secret in the clear. The INSERT names
+        // every column mobile_devices has after mobile.9: a migration adding a column must come after this one.
+        Migration("mobile.webpush-1-web-devices", """
+            CREATE TABLE mobile_devices_rebuilt (
+                id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                name TEXT NOT NULL,
+                platform TEXT NOT NULL CHECK (platform IN ('ios', 'android', 'web')),
+                bundle_id TEXT NOT NULL,
+                push_token TEXT,
+                push_environment TEXT,
+                notifications_enabled INTEGER NOT NULL,
+                live_start_token TEXT,
+                created_at INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL,
+                registered_by_key TEXT,
+                capabilities TEXT NOT NULL DEFAULT '[]'
+            );
+            INSERT INTO mobile_devices_rebuilt (id, subject, name, platform, bundle_id, push_token, push_environment, notifications_enabled,
+                                                live_start_token, created_at, updated_at, registered_by_key, capabilities)
+                SELECT id, subject, name, platform, bundle_id, push_token, push_environment, notifications_enabled,
+                       live_start_token, created_at, updated_at, registered_by_key, capabilities FROM mobile_devices;
+            DROP TABLE mobile_devices;
+            ALTER TABLE mobile_devices_rebuilt RENAME TO mobile_devices;
+            CREATE INDEX mobile_devices_by_subject ON mobile_devices (subject);
+            """),
     ]
 }

@@ -1,6 +1,7 @@
 import APNs
 import FCM
 import Relay
+import WebPush
 import ChannelAPI
 import ChannelDelivery
 import Foundation
@@ -313,6 +314,7 @@ public final class Gateway: Sendable {
         let commandsAPI = DeviceCommandsAPI(store: mobileStore, nodes: nodes)
         router.add(commandsAPI.routes)
         router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
+        router.add(WebPushAPI(transport: transports.transports.lazy.compactMap { $0 as? WebPushTransport }.first, devices: mobileStore.devices).routes)
         let port = boundPort
         let publicURL = options.publicURL
         let identity = options.autoTLS || options.lanHost != nil
@@ -475,11 +477,19 @@ public final class Gateway: Sendable {
                 registry.register(try FCMTransport(configuration: fcm, clock: options.clock, log: log))
                 log.info("push: Android devices are woken through FCM (project \(fcm.projectID))")
             }
+            if let webPush = try WebPushConfiguration.fromEnvironment(options.environment) {
+                // The gateway's own VAPID key, made on first start; browsers subscribe from the console.
+                registry.register(WebPushTransport(configuration: webPush, keys: try WebPushKeys.loadOrCreate(dataDirectory: options.dataDirectory),
+                                                   clock: options.clock, log: log))
+                log.info("push: browsers subscribed from the console are woken through Web Push (VAPID contact \(webPush.contact))")
+            }
         } catch let error as APNsConfigurationError {
             throw .transport(error.description)
         } catch let error as RelayConfigurationError {
             throw .transport(error.description)
         } catch let error as FCMConfigurationError {
+            throw .transport(error.description)
+        } catch let error as WebPushConfigurationError {
             throw .transport(error.description)
         } catch {
             throw .transport("\(error)")
