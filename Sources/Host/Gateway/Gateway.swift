@@ -387,6 +387,7 @@ public final class Gateway: Sendable {
             carriage = nil
         }
         carriageBox.set(carriage)
+        if let carriage { metrics.registerRelay(carriage, started: options.clock.now(), clock: options.clock) }
         if let lanHost = options.lanHost, let identity {
             let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [LANDoorMiddleware(router: routerCopy), idempotent])
             var doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,

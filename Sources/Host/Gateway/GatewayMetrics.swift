@@ -6,6 +6,7 @@ import Foundation
 import HTTPServer
 import Metrics
 import Mobile
+import RelayCarriage
 import Sidecar
 import SQLite
 
@@ -56,6 +57,13 @@ struct GatewayMetrics: Sendable {
             registry.gauge("soulacy_tls_certificate_expiry_timestamp_seconds", "When the gateway's TLS certificate expires, as a Unix timestamp.") {
                 [([], expiry.timeIntervalSince1970)]
             }
+        }
+    }
+
+    /// The relay carriage's lag: how long since a round with the mailbox last went through (it polls twice a second).
+    func registerRelay(_ carriage: RelayCarriage, started: Date, clock: any WallClock) {
+        registry.gauge("soulacy_relay_carriage_lag_seconds", "Seconds since the relay carriage last completed a round with the mailbox (since start when it never has).") {
+            [([], max(0, clock.now().timeIntervalSince(carriage.lastSuccessfulRound ?? started)))]
         }
     }
 
