@@ -141,6 +141,24 @@ struct MetricsScrapeTests {
         }
     }
 
+    @Test("the README's alert rules are valid Prometheus rules and name metrics the gateway exports")
+    func readmeRules() async throws {
+        let readme = try String(contentsOfFile: RepositoryPaths.root + "/README.md", encoding: .utf8)
+        let start = try #require(readme.range(of: "# rules.yml\n"))
+        let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
+        let rules = String(readme[start.upperBound..<end.lowerBound])
+        let file = TestGateway.makeTemporaryDirectory() + "/rules.yml"
+        try rules.write(toFile: file, atomically: true, encoding: .utf8)
+        let checked = try runProgramBlocking("/usr/bin/promtool", ["check", "rules", file])
+        #expect(checked.status == 0 && checked.output.contains("3 rules found"), "\(checked.output)")
+        try await withTestGateway { gw in
+            let exported = try await gw.request("GET", "/metrics").text
+            for name in ["soulacy_outbox_oldest_pending_age_seconds", "soulacy_channel_sends_total", "soulacy_tls_certificate_expiry_timestamp_seconds"] {
+                #expect(rules.contains(name) && exported.contains("# TYPE \(name) "), "\(name)")
+            }
+        }
+    }
+
     func scrape(port: UInt16) async throws -> String {
         let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/metrics")!)
         return String(decoding: data, as: UTF8.self)
