@@ -6,6 +6,11 @@ import Mobile
 /// `GET /console/events`: the console's live updates as server-sent events, about the caller's own data only.
 extension ConsoleInboxAPI {
     @Sendable func events(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        // A stream never ends by itself: a path that carries whole answers (the relay carriage, which names itself
+        // instead of an address) would wait on it for ever.
+        guard request.remoteAddress.contains(".") || request.remoteAddress.contains(":") else {
+            throw APIError(status: 400, code: "not_streamable", message: "the console's event stream needs a direct connection to the gateway")
+        }
         let subscription = store.consoleEvents.subscribe(subject: caller.subject, isAdmin: caller.role == .admin)
         let stream = ResponseStream()
         // A first line at once, so the browser knows the stream is open; a reconnect waits 2 s.

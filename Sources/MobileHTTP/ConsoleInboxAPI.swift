@@ -105,7 +105,7 @@ public struct ConsoleInboxAPI: Sendable {
             let batchSize = filtered ? 100 : query.limit + 1
             let batch = try store.consoleLines(subject: caller.subject, agentID: query.agentID, idPrefix: query.idPrefix, before: cursor, limit: batchSize)
             var unread = false
-            for line in try store.consoleTimelines(batch, devices: Set(devices.keys)) {
+            for line in try store.consoleTimelines(batch, devices: devices.mapValues(\.createdAt)) {
                 if page.count == query.limit {
                     unread = true
                     break
@@ -141,7 +141,7 @@ public struct ConsoleInboxAPI: Sendable {
             throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
         }
         let devices = Dictionary(try store.devices.list(subject: caller.subject).map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        guard let timeline = try store.consoleTimelines([line], devices: Set(devices.keys)).first else {
+        guard let timeline = try store.consoleTimelines([line], devices: devices.mapValues(\.createdAt)).first else {
             throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
         }
         return .json(LineDetail(delivery: LineView(timeline, devices: devices, body: true),

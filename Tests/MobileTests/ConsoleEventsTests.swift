@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import GatewayTestSupport
 import APIKit
+import Identity
 import Mobile
 import Synchronization
 import Testing
@@ -158,6 +159,10 @@ struct ConsoleEventsTests {
             gw.gateway.mobileStore.consoleEvents.publish(.device("priya-phone"), to: .subjectAndAdmins("priya"))
             #expect(await ownerStream.read { $0.contains("priya-phone") })
             #expect(!ownerStream.received.contains(callID) && !ownerStream.received.contains(hers))
+            // A run's end is news for everyone's agents page.
+            _ = try await gw.runAgent("echo", input: "hello", to: "user:owner")
+            #expect(await priyaStream.read { $0.contains("event: agents") })
+            #expect(priyaStream.events.contains { $0.event == "agents" && $0.data == "{}" })
         }
     }
 
@@ -202,6 +207,17 @@ struct ConsoleEventsTests {
             #expect(try await gw.request("GET", "/api/v1/console/devices").status == 200)
             hub.publish(.device("after-the-stall"), to: .subjectAndAdmins("owner"))
             #expect(await reading.read { $0.contains("after-the-stall") })
+        }
+    }
+
+    @Test("a path that carries whole answers (the relay carriage) is refused the never-ending stream")
+    func notThroughTheRelay() async throws {
+        try await withTestGateway { (gw) async throws in
+            let owner = Principal(keyID: "relay-phone", subject: "owner", role: .admin)
+            let carried = await gw.gateway.router.handle(HTTPRequest(method: "GET", path: "/api/v1/console/events", remoteAddress: "relay"),
+                                                         authenticated: owner)
+            #expect(carried.status == 400 && carried.stream == nil)
+            #expect(gw.gateway.mobileStore.consoleEvents.subscriberCount == 0)
         }
     }
 

@@ -1,4 +1,5 @@
 import ChannelAPI
+import ChannelTesting
 import Foundation
 import GatewayTestSupport
 import APIKit
@@ -37,6 +38,11 @@ struct DeliveryTimelineTests {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return value?.stringValue.flatMap(formatter.date(from:))
+    }
+
+    /// Waits until every wake-up of the line is settled (the dispatcher's own loop may hold one mid-attempt).
+    static func settled(_ gw: TestGateway, _ id: String) async throws -> Bool {
+        try await eventually { try gw.gateway.mobileStore.outbox.entries(deliveryID: id).allSatisfy { $0.state != .pending } }
     }
 
     static func outboxState(_ gw: TestGateway, _ id: String) throws -> OutboxEntry.State? {
@@ -82,6 +88,27 @@ struct DeliveryTimelineTests {
             #expect(try await gw.request("GET", "/api/v1/console/deliveries?state=read").json["deliveries"]?.arrayValue?.count == 1)
             #expect(try await gw.request("GET", "/api/v1/console/deliveries?state=sent").json["deliveries"]?.arrayValue?.isEmpty == true)
         }
+    }
+
+    @Test("storing a line writes no timeline row for a phone it wakes; the pending wake-up reads as queued; its first settle records it")
+    func storeWritesNothingExtra() async throws {
+        let recorder = RecordingTransport(name: "recording")
+        let f = try PushDispatcherTests.fixture(transport: recorder)
+        try PushDispatcherTests.register(f.store, "on")
+        try PushDispatcherTests.register(f.store, "tokenless", token: nil)
+        let receipt = try await f.channel.deliver(PushDispatcherTests.output(), to: "all")
+        let rows = try f.store.database.read { db in try db.query("SELECT kind, device_id, reason FROM mobile_delivery_events") }
+        #expect(rows.map { [$0.string("kind"), $0.string("device_id"), $0.string("reason")] } == [["skipped", "tokenless", "no push token"]])
+        let line = try #require(try f.store.delivery(id: receipt.deliveryID, subject: "owner", deviceID: nil))
+        let devices = Dictionary(uniqueKeysWithValues: try f.store.devices.list(subject: "owner").map { ($0.id, $0.createdAt) })
+        let before = try #require(try f.store.consoleTimelines([line], devices: devices).first)
+        #expect(before.devices.map(\.deviceID) == ["on", "tokenless"])
+        #expect(before.devices[0].steps.map(\.kind) == [.stored, .queued] && before.devices[0].state == .queued)
+        #expect(before.devices[1].steps.map(\.kind) == [.stored, .skipped] && before.state == .skipped)
+        await f.dispatcher.drain()
+        let after = try #require(try f.store.consoleTimelines([line], devices: devices).first)
+        #expect(after.devices[0].steps.map(\.kind) == [.stored, .queued, .attempt, .sent])
+        #expect(after.devices[0].steps[1].transport == "recording" && after.devices[0].steps[1].at == before.devices[0].steps[1].at)
     }
 
     @Test("a 410 Unregistered is an attempt and token_rejected; the device shows its token cleared and why")
@@ -181,6 +208,16 @@ struct DeliveryTimelineTests {
             #expect(foreign.status == 404 && foreign.errorCode == "not_found")
             let sam = try await gw.mintKey(subject: "sam", role: "viewer")
             #expect(try await gw.request("POST", "/api/v1/console/devices/phone/test-push", key: .some(sam)).status == 403)
+            // A device id used again by someone else does not bring them the earlier registration's steps.
+            try await gw.registerDevice(id: "old-phone", key: nil, token: String(repeating: "2f", count: 32))
+            let before = try await Self.sendLine(gw, to: "all")
+            #expect(try await Self.settled(gw, before))
+            #expect(Self.kinds(try await Self.timeline(gw, before, device: "old-phone")) == ["stored", "queued", "skipped"])
+            #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/old-phone").status == 204)
+            try await Task.sleep(for: .milliseconds(5))
+            try await gw.registerDevice(id: "old-phone", key: priya, token: String(repeating: "3a", count: 32))
+            let reused = try await Self.detail(gw, before, key: priya).json["devices"]?.arrayValue?.compactMap { $0["device_id"]?.stringValue }
+            #expect(reused == ["priya-phone"])
             // Bad filters are refused naming the field.
             for (query, field) in [("state=lost", "state"), ("limit=0", "limit"), ("limit=101", "limit"), ("before=-3", "before"), ("agent=a%01b", "agent")] {
                 let refused = try await gw.request("GET", "/api/v1/console/deliveries?\(query)")
@@ -206,7 +243,7 @@ struct DeliveryTimelineTests {
             #expect(try await gw.request("GET", "/api/v1/console/deliveries?agent=mobile-test").json["deliveries"]?.arrayValue?.count == 5)
             #expect(try await gw.request("GET", "/api/v1/console/deliveries?agent=echo").json["deliveries"]?.arrayValue?.isEmpty == true)
             // No push service here: every wake-up is skipped, and the line says so.
-            await gw.gateway.dispatcher.drain()
+            for id in ids { #expect(try await Self.settled(gw, id)) }
             #expect(try await gw.request("GET", "/api/v1/console/deliveries?state=skipped&limit=100").json["deliveries"]?.arrayValue?.count == 5)
             #expect(try await gw.request("GET", "/api/v1/console/deliveries?q=\(ids[2])").json["deliveries"]?.arrayValue?
                 .compactMap { $0["id"]?.stringValue } == [ids[2]])

@@ -42,21 +42,23 @@ extension MobileStore {
         }
     }
 
-    /// These lines with the timelines of the caller's phones (`devices`): each phone the line was written for, or
-    /// that fetched or read it since.
-    public func consoleTimelines(_ lines: [Delivery], devices: Set<String>) throws -> [ConsoleLine] {
+    /// These lines with the timelines of the caller's phones (`devices`, each with when it was registered): each phone
+    /// the line was written for, or that fetched or read it since. A phone registered after a line was written was
+    /// not its recipient, whatever an earlier registration of its id was.
+    public func consoleTimelines(_ lines: [Delivery], devices: [String: Date]) throws -> [ConsoleLine] {
         let ids = lines.map(\.id)
         let events = try self.events.events(deliveryIDs: ids)
         let recipients = try self.events.recipients(deliveryIDs: ids)
         let receipts = try self.events.receipts(deliveryIDs: ids)
+        let waiting = try self.events.waitingWakeUps(deliveryIDs: ids)
         return lines.map { line in
-            let lineEvents = events[line.id] ?? []
+            let lineEvents = (waiting[line.id] ?? []) + (events[line.id] ?? [])
             let lineReceipts = receipts[line.id] ?? [:]
-            var involved = Set(recipients[line.id] ?? [])
-            involved.formUnion(lineEvents.compactMap(\.deviceID))
+            var involved = Set((recipients[line.id] ?? []).filter { devices[$0].map { line.createdAt >= $0 } ?? false })
+            involved.formUnion(lineEvents.compactMap { event in event.deviceID.flatMap { id in devices[id].map { event.at >= $0 } == true ? id : nil } })
             involved.formUnion(lineReceipts.keys)
-            let timelines = involved.intersection(devices).sorted().map {
-                DeviceTimeline(deviceID: $0, line: line, events: lineEvents, readAt: lineReceipts[$0])
+            let timelines = involved.filter { devices[$0] != nil }.sorted().map {
+                DeviceTimeline(deviceID: $0, line: line, events: lineEvents, readAt: lineReceipts[$0], registeredAt: devices[$0] ?? .distantPast)
             }
             return ConsoleLine(delivery: line, devices: timelines)
         }

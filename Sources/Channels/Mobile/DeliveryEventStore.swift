@@ -7,7 +7,7 @@ import SQLite
 /// transaction that made it true (the line's insert, the outbox row's settle), so the timeline never says more
 /// or less than the rows it describes.
 public struct DeliveryEvent: Sendable, Equatable {
-    /// The steps a timeline shows. `read` is never stored here: read receipts are their own table.
+    /// The steps a timeline shows. `stored` (the line's own row) and `read` (its receipt) are read from their tables.
     public enum Kind: String, Sendable, CaseIterable {
         case stored, queued, attempt
         case retryScheduled = "retry_scheduled"
@@ -19,7 +19,7 @@ public struct DeliveryEvent: Sendable, Equatable {
     public var at: Date
     /// nil for a wake-up that belongs to no line (an approval, a command, a test push).
     public var deliveryID: String?
-    /// nil for the line's own step (`stored`), which every recipient's timeline starts with.
+    /// nil only for the line's own step (`stored`), which every recipient's timeline starts with.
     public var deviceID: String?
     /// The outbox row's wake id (its APNs `apns-id` when the transport sends one).
     public var wakeID: String?
@@ -81,29 +81,41 @@ public struct DeliveryEventStore: Sendable {
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         """
 
-    /// Appends `events` inside the caller's transaction (`read` is refused: receipts hold it).
+    /// Appends `events` inside the caller's transaction (`stored` and `read` are left to the line and its receipts).
     static func append(_ events: [DeliveryEvent], in db: Connection) throws {
-        for event in events where event.kind != .read {
+        for event in events where event.kind != .read && event.kind != .stored {
             try db.run(insertSQL, event.deliveryID, event.deviceID, event.wakeID, event.kind.rawValue, event.at.sqliteMillis, event.transport,
                        event.outcome, event.status.map(Int64.init), event.reason, event.serviceID, event.latencyMilliseconds,
                        event.nextAttemptAt?.sqliteMillis)
         }
     }
 
-    /// A new line's own steps, inside its transaction: `stored` once for the line, `queued` for each wake-up row
-    /// just written for it (read back from the outbox, so both carry the same wake ids), and `skipped` for each
-    /// recipient that gets no wake-up, with why.
-    static func appendStored(deliveryID: String, skipped: [(deviceID: String, reason: String)], now: Date, in db: Connection) throws {
-        let at = now.sqliteMillis
-        try db.run("INSERT INTO mobile_delivery_events (delivery_id, kind, at) VALUES (?, 'stored', ?)", deliveryID, at)
-        try db.run("""
-            INSERT INTO mobile_delivery_events (delivery_id, device_id, wake_id, kind, at)
-            SELECT delivery_id, device_id, wake_id, 'queued', created_at FROM mobile_push_outbox WHERE delivery_id = ? ORDER BY id
-            """, deliveryID)
+    /// The recipients of a new line that get no wake-up, with why, inside the line's transaction. The line's own
+    /// `stored` step is the line itself (its row, its time), and each wake-up's `queued` step is its outbox row until
+    /// its first settle writes it here: a line costs no more rows than before unless a phone cannot be woken.
+    static func appendSkipped(deliveryID: String, skipped: [(deviceID: String, reason: String)], now: Date, in db: Connection) throws {
         for device in skipped {
             try db.run("INSERT INTO mobile_delivery_events (delivery_id, device_id, kind, at, reason) VALUES (?, ?, 'skipped', ?, ?)",
-                       deliveryID, device.deviceID, at, device.reason)
+                       deliveryID, device.deviceID, now.sqliteMillis, device.reason)
         }
+    }
+
+    /// `queued` steps of wake-ups not yet tried, read from their outbox rows (the first settle records them).
+    public func waitingWakeUps(deliveryIDs: [String]) throws -> [String: [DeliveryEvent]] {
+        guard !deliveryIDs.isEmpty else { return [:] }
+        let rows = try database.read { db in
+            try db.query("""
+                SELECT delivery_id, device_id, wake_id, created_at FROM mobile_push_outbox
+                WHERE delivery_id IN (SELECT value FROM json_each(?)) AND state = 'pending' AND attempts = 0 ORDER BY id
+                """, JSONValue.array(deliveryIDs.map(JSONValue.string)).serialized())
+        }
+        var result: [String: [DeliveryEvent]] = [:]
+        for row in rows {
+            guard let line = row.string("delivery_id"), let at = row.date("created_at") else { continue }
+            result[line, default: []].append(DeliveryEvent(kind: .queued, at: at, deliveryID: line, deviceID: row.string("device_id"),
+                                                           wakeID: row.string("wake_id")))
+        }
+        return result
     }
 
     static func event(_ row: Row) -> DeliveryEvent? {

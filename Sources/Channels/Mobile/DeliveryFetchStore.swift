@@ -51,13 +51,15 @@ public final class DeliveryFetchStore: Sendable {
     /// `deviceID` (of `subject`) has just been given these lines. The first note of a pair schedules a flush.
     public func note(deviceID: String, subject: String, deliveryIDs: [String]) {
         guard !deliveryIDs.isEmpty else { return }
-        let now = clock.now()
+        let clock = self.clock
         let schedule = state.withLock { s -> Bool in
+            var now: Date?
             for id in deliveryIDs {
                 let pair = Pair(deliveryID: id, deviceID: deviceID)
                 // A flood of new pairs faster than flushes drain them is dropped, never kept without bound.
                 guard s.pending.count < Self.maximumPending, s.recorded.insert(pair).inserted else { continue }
-                s.pending[pair] = (now, subject)
+                if now == nil { now = clock.now() }
+                s.pending[pair] = (now!, subject)
             }
             if s.recorded.count > Self.rememberedPairs { s.recorded = Set(s.pending.keys) }
             guard !s.pending.isEmpty, !s.flushScheduled else { return false }

@@ -47,9 +47,11 @@ public struct DeviceTimeline: Sendable, Equatable {
 
     /// Builds the timeline of `deviceID` from every stored step of the line (`events`, in written order) and the
     /// phone's read receipt. A line stored before timelines were recorded still starts with `stored`, from the line.
-    public init(deviceID: String, line: Delivery, events: [DeliveryEvent], readAt: Date?) {
+    /// Steps from before `registeredAt` belong to an earlier registration of the same id (someone else's, maybe),
+    /// and are left out.
+    public init(deviceID: String, line: Delivery, events: [DeliveryEvent], readAt: Date?, registeredAt: Date = .distantPast) {
         self.deviceID = deviceID
-        var steps = events.filter { $0.deviceID == deviceID || ($0.deviceID == nil && $0.kind == .stored) }
+        var steps = events.filter { ($0.deviceID == deviceID && $0.at >= registeredAt) || ($0.deviceID == nil && $0.kind == .stored) }
         if !steps.contains(where: { $0.kind == .stored }) {
             steps.insert(DeliveryEvent(kind: .stored, at: line.createdAt, deliveryID: line.id, deviceID: nil), at: 0)
         }
@@ -58,8 +60,9 @@ public struct DeviceTimeline: Sendable, Equatable {
             steps[index].transport = steps[index...].first { $0.wakeID == steps[index].wakeID && $0.transport != nil }?.transport
         }
         if let readAt { steps.append(DeliveryEvent(kind: .read, at: readAt, deliveryID: line.id, deviceID: deviceID)) }
-        // Written order is causal order; a read stamped earlier than a fetched (clocks) still reads last.
-        self.steps = steps
+        // In time order (a `queued` step is written with the first settle, after a fetch that may have come first);
+        // steps of the same moment keep the order they were written in.
+        self.steps = steps.enumerated().sorted { ($0.element.at, $0.offset) < ($1.element.at, $1.offset) }.map(\.element)
     }
 
     /// The phone's state: read or fetched once it got there (the phone may fetch before the service answers),

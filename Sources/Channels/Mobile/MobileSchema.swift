@@ -165,11 +165,12 @@ public enum MobileSchema {
                        created_at, expires_at, completed_at FROM mobile_device_commands;
             DROP TABLE mobile_device_commands;
             """),
-        // Each line's path to each phone, append-only: stored, wake-up queued, every attempt (the service's status,
-        // reason, id and latency), retry scheduled, token rejected, sent, failed, skipped, fetched. Written in the
-        // transactions that store the line and settle its outbox rows; `read` is mobile_receipts. A row without a
-        // delivery is a wake-up for no line (an approval, a command, a test push); one without a device is the
-        // line's own (stored). A device fetches a line once: the unique index makes a second record a no-op.
+        // Each line's path to each phone, append-only: wake-up queued (with its transport), every attempt (the
+        // service's status, reason, id and latency), retry scheduled, token rejected, sent, failed, skipped, fetched.
+        // Written in the transactions that settle outbox rows (a wake-up's first settle also writes its `queued`, so
+        // storing a line writes no more rows than before, but a `skipped` for a phone it cannot wake); `stored` is the
+        // line's own row and `read` is mobile_receipts. A row without a delivery is a wake-up for no line (an
+        // approval, a command, a test push). A device fetches a line once: the unique index makes a second record a no-op.
         Migration("mobile.10-delivery-events", """
             CREATE TABLE mobile_delivery_events (
                 id INTEGER PRIMARY KEY AUTOINCREMENT,

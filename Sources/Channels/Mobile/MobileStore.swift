@@ -222,10 +222,10 @@ public final class MobileStore: Inbox {
         // Devices with notifications off or no token still get the line; they just get no wake-up.
         let wakeable = row.wakes ? recipients.filter { $0.wakeable }.map(\.id) : []
         try SQLitePushOutbox.enqueue(.delivery(id: row.id, agentID: output.agentID), encoded: row.signal, deliveryID: row.id, deviceIDs: wakeable, now: row.now, in: db)
-        // Its timeline starts here, in the same transaction (the System agent's lines are never shown: no timeline).
+        // Why a phone gets no wake-up goes on its timeline, in the same transaction (the System agent's lines are never shown).
         if row.wakes {
             let skipped = recipients.filter { !$0.wakeable }.map { (deviceID: $0.id, reason: $0.notificationsOn ? "no push token" : "notifications turned off") }
-            try DeliveryEventStore.appendStored(deliveryID: row.id, skipped: skipped, now: row.now, in: db)
+            if !skipped.isEmpty { try DeliveryEventStore.appendSkipped(deliveryID: row.id, skipped: skipped, now: row.now, in: db) }
         }
         let audience: ConsoleAudience = switch row.destination {
         case .all: .everyone

@@ -73,11 +73,16 @@ public final class PushLane: OutboxLane {
     public func attempt(_ entry: OutboxEntry, owner: String) async {
         let outbox = store.outbox
         let now = clock.now()
+        // The row's first settle also records when it was queued, and through which transport: that costs the line's
+        // own transaction nothing, and until then the timeline reads the pending row itself.
+        func path(_ events: [DeliveryEvent], transport: String?) -> [DeliveryEvent] {
+            entry.attempts == 0 ? [.step(.queued, of: entry, transport: transport, at: entry.createdAt)] + events : events
+        }
         // Each settle writes the row's timeline steps in its own transaction; the console hears of them after it.
         func skip(_ reason: String, state: OutboxEntry.State = .skipped, subject: String?) async throws {
             let kind: DeliveryEvent.Kind = state == .failed ? .failed : .skipped
             try await outbox.settle(entry.id, owner: owner, state: state, transport: nil, outcome: reason, at: now,
-                                    events: [.step(kind, of: entry, transport: nil, reason: reason, at: now)])
+                                    events: path([.step(kind, of: entry, transport: nil, reason: reason, at: now)], transport: nil))
             announce(entry, subject: subject)
         }
         do {
@@ -108,26 +113,26 @@ public final class PushLane: OutboxLane {
             switch attempt.outcome {
             case .delivered:
                 try await outbox.settle(entry.id, owner: owner, state: .sent, transport: transport.name, outcome: "delivered", at: after,
-                                        events: [tried, .step(.sent, of: entry, transport: transport.name, at: after)])
+                                        events: path([tried, .step(.sent, of: entry, transport: transport.name, at: after)], transport: transport.name))
             case let .retry(retryAfter, reason):
                 let delay = policy.delay(afterAttempts: entry.attempts + 1, retryAfter: retryAfter)
                 let next = after.addingTimeInterval(delay)
                 if next >= entry.expiresAt {
                     let gaveUp = "gave up: \(reason)"
                     try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: gaveUp, at: after,
-                                            events: [tried, .step(.failed, of: entry, transport: transport.name, reason: gaveUp, at: after)])
+                                            events: path([tried, .step(.failed, of: entry, transport: transport.name, reason: gaveUp, at: after)], transport: transport.name))
                 } else {
                     try await outbox.reschedule(entry.id, owner: owner, at: next, transport: transport.name, outcome: reason,
-                                                events: [tried, .step(.retryScheduled, of: entry, transport: transport.name, reason: reason,
-                                                                      nextAttemptAt: next, at: after)])
+                                                events: path([tried, .step(.retryScheduled, of: entry, transport: transport.name, reason: reason,
+                                                                           nextAttemptAt: next, at: after)], transport: transport.name))
                 }
             case .tokenRejected(let reason):
                 try await outbox.rejectToken(entry.id, owner: owner, deviceID: device.id, token: target.pushToken, transport: transport.name, outcome: reason, at: after,
-                                             events: [tried, .step(.tokenRejected, of: entry, transport: transport.name, reason: reason, at: after)])
+                                             events: path([tried, .step(.tokenRejected, of: entry, transport: transport.name, reason: reason, at: after)], transport: transport.name))
                 log.info("push: \(transport.name) rejected the token of device \(device.id) (\(reason)); cleared until the app registers again")
             case .failed(let reason):
                 try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: reason, at: after,
-                                        events: [tried, .step(.failed, of: entry, transport: transport.name, reason: reason, at: after)])
+                                        events: path([tried, .step(.failed, of: entry, transport: transport.name, reason: reason, at: after)], transport: transport.name))
                 log.warning("push: wake-up \(entry.wakeID.uuidString.lowercased()) for device \(device.id) failed: \(reason)")
             }
             announce(entry, subject: device.subject)

@@ -22,6 +22,8 @@ public struct OutboxEntry: Sendable, Equatable {
     public var expiresAt: Date
     public var transport: String?
     public var outcome: String?
+    /// When it was queued (with its line, or by an approval or a command).
+    public var createdAt = Date(timeIntervalSince1970: 0)
 }
 
 /// What the dispatcher needs of the push outbox: due rows claimed with a lease (one owner at a time, so several
@@ -116,10 +118,12 @@ public struct SQLitePushOutbox: PushOutbox {
         guard let json = row.string("signal"), var signal = try? JSONCoding.decode(WakeSignal.self, from: Data(json.utf8)),
               let wake = row.string("wake_id").flatMap(UUID.init(uuidString:)) else { return nil }
         signal.wakeID = wake
-        return OutboxEntry(id: row.int("id") ?? 0, wakeID: wake, deliveryID: row.string("delivery_id"), deviceID: row.string("device_id") ?? "",
+        var entry = OutboxEntry(id: row.int("id") ?? 0, wakeID: wake, deliveryID: row.string("delivery_id"), deviceID: row.string("device_id") ?? "",
                            signal: signal, state: OutboxEntry.State(rawValue: row.string("state") ?? "") ?? .pending,
                            attempts: Int(row.int("attempts") ?? 0), nextAttemptAt: date(row.int("next_attempt_at")),
                            expiresAt: date(row.int("expires_at")), transport: row.string("transport"), outcome: row.string("outcome"))
+        entry.createdAt = date(row.int("created_at"))
+        return entry
     }
 
     /// Leases up to `limit` due rows to `owner`. Another process sharing the file cannot claim them until the lease ends.
