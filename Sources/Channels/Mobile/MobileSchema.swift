@@ -194,5 +194,34 @@ public enum MobileSchema {
             ALTER TABLE mobile_devices_rebuilt RENAME TO mobile_devices;
             CREATE INDEX mobile_devices_by_subject ON mobile_devices (subject);
             """),
+        // Each line's path to each phone, append-only: wake-up queued (with its transport), every attempt (the
+        // service's status, reason, id and latency), retry scheduled, token rejected, sent, failed, skipped, fetched.
+        // Written in the transactions that settle outbox rows (a wake-up's first settle also writes its `queued`, so
+        // storing a line writes no more rows than before, but a `skipped` for a phone it cannot wake); `stored` is the
+        // line's own row and `read` is mobile_receipts. A row without a delivery is a wake-up for no line (an
+        // approval, a command, a test push). A device fetches a line once: the unique index makes a second record a no-op.
+        Migration("mobile.10-delivery-events", """
+            CREATE TABLE mobile_delivery_events (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                delivery_id TEXT,
+                device_id TEXT,
+                wake_id TEXT,
+                kind TEXT NOT NULL CHECK (kind IN ('stored', 'queued', 'attempt', 'retry_scheduled', 'token_rejected', 'sent',
+                                                   'failed', 'skipped', 'fetched')),
+                at INTEGER NOT NULL,
+                transport TEXT,
+                outcome TEXT,
+                status INTEGER,
+                reason TEXT,
+                service_id TEXT,
+                latency_ms INTEGER,
+                next_attempt_at INTEGER
+            );
+            CREATE INDEX mobile_delivery_events_by_delivery ON mobile_delivery_events (delivery_id, id);
+            CREATE INDEX mobile_delivery_events_wakes_by_device ON mobile_delivery_events (device_id, id)
+                WHERE kind IN ('attempt', 'token_rejected');
+            CREATE UNIQUE INDEX mobile_delivery_events_fetched_once ON mobile_delivery_events (delivery_id, device_id)
+                WHERE kind = 'fetched';
+            """),
     ]
 }

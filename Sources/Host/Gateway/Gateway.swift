@@ -258,6 +258,7 @@ public final class Gateway: Sendable {
         } catch {
             throw .storage("cannot open the approvals table: \(error)")
         }
+        approvals.observe { [events = mobileStore.consoleEvents] in events.publish(.approval($0.callID, state: $0.state.rawValue), to: .subject($0.subject)) }
         // The mobile channel is the durable sink every gateway has; an embedder's own channel may not replace it.
         channels = ChannelRegistry([mobile] + options.extraChannels.filter { $0.name != "mobile" })
         let boundPort = self.boundPort
@@ -283,7 +284,8 @@ public final class Gateway: Sendable {
         let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(nodes: nodes, clock: options.clock),
                                                  approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox,
                                                  runStore: runStore, clock: options.clock, log: log)
-        runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, progress: liveActivities,
+        runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log,
+                         progress: ConsoleRunProgress(liveActivities, events: mobileStore.consoleEvents),
                          alerts: deviceAlerts, outbound: outbound, channelOutbox: channelOutbox,
                          defaultOutputs: built.defaults,
                          sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }, metrics: metrics.agents) { agent in
@@ -311,6 +313,7 @@ public final class Gateway: Sendable {
         router.add(gatewayAPI.routes)
         router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
+        router.add(ConsoleInboxAPI(store: mobileStore, transports: transports, clock: options.clock).routes)
         let commandsAPI = DeviceCommandsAPI(store: mobileStore, nodes: nodes)
         router.add(commandsAPI.routes)
         router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
@@ -572,6 +575,9 @@ public final class Gateway: Sendable {
     var services: [ServiceGroup.Entry] {
         let (scheduler, catalog, runs, dispatcher, housekeeping) = (self.scheduler, self.catalog, self.runs, self.dispatcher, self.housekeeping)
         var list: [ServiceGroup.Entry] = []
+        // Lines phones fetched during the drain are written last, before the database closes.
+        let (fetches, consoleEvents) = (mobileStore.fetches, mobileStore.consoleEvents)
+        list.append(("inbox fetch log", OnShutdown { await fetches.flush() }))
         if let carriage { list.append(("relay carriage", CancelledOnShutdown { await carriage.run() })) }
         list.append(("push dispatcher", CancelledOnShutdown { await dispatcher.run() }))
         let channelDispatcher = self.channelDispatcher
@@ -607,6 +613,11 @@ public final class Gateway: Sendable {
         if let lanServer { list.append(("same-Wi-Fi listener", OnShutdown { await lanServer.stop() })) }
         if let metricsServer { list.append(("metrics listener", OnShutdown { await metricsServer.stop() })) }
         list.append(("API listener", OnShutdown { await server.stop() }))
+        // Open console event streams end first, so the listener's drain does not wait for them; reloads reach them as `agents`.
+        list.append(("console event streams", CancelledOnShutdown {
+            for await _ in catalog.updates().dropFirst() { consoleEvents.publish(.agents, to: .everyone) }
+        }))
+        list.append(("console event streams closed", OnShutdown { consoleEvents.close() }))
         return list
     }
 
