@@ -2,6 +2,9 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import ChannelAPI
+import ChannelTesting
+import Mobile
 import Gateway
 import GatewayTestSupport
 import Testing
@@ -156,6 +159,44 @@ struct MetricsScrapeTests {
             for name in ["soulacy_outbox_oldest_pending_age_seconds", "soulacy_channel_sends_total", "soulacy_tls_certificate_expiry_timestamp_seconds"] {
                 #expect(rules.contains(name) && exported.contains("# TYPE \(name) "), "\(name)")
             }
+        }
+    }
+
+    @Test("wake-ups and channel sends count by transport or channel and outcome, with the service's status and durations; fetches measure stored → fetched")
+    func pushAndChannelCounters() async throws {
+        let transport = ScriptedTransport(name: "scripted", script: [.retry(after: nil, reason: "service unavailable")], fallback: .delivered)
+        let chat = ScriptedChannel(name: "chat", script: [.rejected(reason: "no such chat")])
+        let agents = """
+            agents:
+              - id: echo
+                name: Echo
+                runner: {command: ["/bin/cat"], timeout: 10s}
+                schedule: {output: {channel: chat, to: room}}
+            """
+        try await withTestGateway(config: agents, transports: [transport], retryPolicy: RetryPolicy(initialDelay: 0.05, maximumDelay: 0.1), outbound: [chat]) { gw in
+            #expect(try await gw.registerDevice(id: "phone", key: nil, token: String(repeating: "a", count: 64)).status == 201)
+            let sent = try await gw.request("POST", "/api/v1/channels/mobile/test", json: [:])
+            #expect(sent.status == 201)
+            let run = try await gw.request("POST", "/api/v1/agents/echo/run", json: ["input": "hi"])
+            if let id = run.json["run_id"]?.stringValue { _ = try await gw.request("GET", "/api/v1/runs/\(id)?wait=true") }
+            _ = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=phone")
+            try await Task.sleep(for: .milliseconds(600))
+            var text = ""
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline {
+                text = try await gw.request("GET", "/metrics").text
+                if text.contains("soulacy_channel_sends_total{channel=\"chat\",outcome=\"rejected\"} 1"), text.contains("soulacy_delivery_fetch_delay_seconds_count 1"),
+                   text.contains("soulacy_push_attempts_total{transport=\"scripted\",outcome=\"sent\"} 1") { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(text.contains("soulacy_wakeups_queued_total{transport=\"scripted\"} 1\n"), "\(text)")
+            #expect(text.contains("soulacy_push_attempts_total{transport=\"scripted\",outcome=\"retry\"} 1\n"))
+            #expect(text.contains("soulacy_push_attempts_total{transport=\"scripted\",outcome=\"sent\"} 1\n"))
+            #expect(text.contains("soulacy_push_responses_total{transport=\"scripted\",status=\"none\"} 2\n"))
+            #expect(text.contains("soulacy_push_send_duration_seconds_count{transport=\"scripted\"} 2\n"))
+            #expect(text.contains("soulacy_channel_sends_total{channel=\"chat\",outcome=\"rejected\"} 1\n"))
+            #expect(text.contains("soulacy_deliveries_stored_total{channel=\"chat\"} 1\n"))
+            #expect(text.contains("soulacy_delivery_fetch_delay_seconds_count 1\n"))
         }
     }
 

@@ -1,6 +1,7 @@
 import ChannelAPI
 import Foundation
 import JSON
+import Metrics
 import SQLite
 import Synchronization
 
@@ -32,10 +33,13 @@ public final class DeliveryFetchStore: Sendable {
     let events: ConsoleEventHub
     let interval: Duration
     let log: Log
+    /// Stored → first fetched by a phone, per pair written.
+    let fetchDelay: Histogram?
     private let state = Mutex(State())
 
     public init(database: DatabasePool, clock: any WallClock, events: ConsoleEventHub, interval: Duration = DeliveryFetchStore.defaultInterval,
-                log: Log = Log()) {
+                log: Log = Log(), fetchDelay: Histogram? = nil) {
+        self.fetchDelay = fetchDelay
         self.database = database
         self.clock = clock
         self.events = events
@@ -88,16 +92,23 @@ public final class DeliveryFetchStore: Sendable {
         let rows = batch.map { (pair: $0.key, at: $0.value.at, subject: $0.value.subject) }
         do {
             // Off the cooperative pool, on the database's own threads; a pair already stored is ignored by the unique index.
-            let written: [Pair] = try await database.asyncTransaction { db in
+            let measure = fetchDelay != nil
+            let (written, delays): ([Pair], [Double]) = try await database.asyncTransaction { db in
                 var written: [Pair] = []
+                var delays: [Double] = []
                 for row in rows {
                     let inserted = try db.run("""
                         INSERT OR IGNORE INTO mobile_delivery_events (delivery_id, device_id, kind, at) VALUES (?, ?, 'fetched', ?)
                         """, row.pair.deliveryID, row.pair.deviceID, row.at.sqliteMillis)
-                    if inserted > 0 { written.append(row.pair) }
+                    guard inserted > 0 else { continue }
+                    written.append(row.pair)
+                    if measure, let stored = try db.query("SELECT created_at FROM mobile_deliveries WHERE id = ?", row.pair.deliveryID).first?.int("created_at") {
+                        delays.append(max(0, row.at.timeIntervalSince(Date(sqliteMillis: stored))))
+                    }
                 }
-                return written
+                return (written, delays)
             }
+            if let fetchDelay { for delay in delays { fetchDelay.observe(delay, labels: []) } }
             state.withLock { $0.flushes += 1 }
             let subjects = Dictionary(rows.map { ($0.pair, $0.subject) }, uniquingKeysWith: { first, _ in first })
             for pair in written { events.publish(.delivery(pair.deliveryID), to: .subject(subjects[pair] ?? "")) }

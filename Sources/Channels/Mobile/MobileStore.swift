@@ -110,7 +110,7 @@ public final class MobileStore: Inbox {
     public let fetches: DeliveryFetchStore
     let clock: any WallClock
 
-    public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
+    public init(database: DatabasePool, clock: any WallClock = SystemWallClock(), metrics: MobileMetrics? = nil) throws {
         self.database = database
         self.clock = clock
         outbox = SQLitePushOutbox(database: database)
@@ -118,7 +118,7 @@ public final class MobileStore: Inbox {
         events = DeliveryEventStore(database: database)
         let hub = ConsoleEventHub()
         consoleEvents = hub
-        fetches = DeliveryFetchStore(database: database, clock: clock, events: hub)
+        fetches = DeliveryFetchStore(database: database, clock: clock, events: hub, fetchDelay: metrics?.fetchDelay)
     }
 
     static func millis(_ date: Date) -> Int64 { date.sqliteMillis }

@@ -17,10 +17,10 @@ public final class PushDispatcher: Sendable {
     let engine: OutboxDispatcher<PushLane>
 
     public init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock = SystemWallClock(), policy: RetryPolicy = RetryPolicy(),
-                log: Log = Log(), lease: TimeInterval = 60, batchSize: Int = 256, pollInterval: Duration = .seconds(1)) {
+                log: Log = Log(), lease: TimeInterval = 60, batchSize: Int = 256, pollInterval: Duration = .seconds(1), metrics: MobileMetrics? = nil) {
         self.store = store
         self.transports = transports
-        engine = OutboxDispatcher(lane: PushLane(store: store, transports: transports, clock: clock, policy: policy, log: log),
+        engine = OutboxDispatcher(lane: PushLane(store: store, transports: transports, clock: clock, policy: policy, log: log, metrics: metrics),
                                   clock: clock, log: log, lease: lease, batchSize: batchSize, pollInterval: pollInterval)
     }
 
@@ -47,8 +47,10 @@ public final class PushLane: OutboxLane {
     let policy: RetryPolicy
     let log: Log
     private let warnedPlatforms = Mutex<Set<WakeTarget.Platform>>([])
+    let metrics: MobileMetrics?
 
-    init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock, policy: RetryPolicy, log: Log) {
+    init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock, policy: RetryPolicy, log: Log, metrics: MobileMetrics?) {
+        self.metrics = metrics
         self.store = store
         self.transports = transports
         self.clock = clock
@@ -108,6 +110,7 @@ public final class PushLane: OutboxLane {
                 return
             }
             let attempt = await transport.attempt(entry.signal, to: target)
+            metrics?.attempted(attempt, transport: transport.name, first: entry.attempts == 0)
             let after = clock.now()
             let tried = DeliveryEvent.attempt(attempt, of: entry, transport: transport.name, at: after)
             switch attempt.outcome {

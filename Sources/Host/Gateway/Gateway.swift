@@ -224,7 +224,7 @@ public final class Gateway: Sendable {
                                         metrics: metrics.database)
             // The schema is brought up to date once, here, before any store exists.
             try GatewaySchema.migrator().migrate(database)
-            mobileStore = try MobileStore(database: database, clock: options.clock)
+            mobileStore = try MobileStore(database: database, clock: options.clock, metrics: metrics.mobile)
             let sqliteKeys = try SQLiteAPIKeyStore(database: database)
             keys = sqliteKeys
             runStore = try SQLiteRunStore(database: database)
@@ -240,7 +240,8 @@ public final class Gateway: Sendable {
         channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log,
                                                                   metrics: metrics.channels),
                                               clock: options.clock, log: log)
-        dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log)
+        dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log,
+                                    metrics: metrics.mobile)
         let liveActivities: LiveActivityPublisher
         do {
             liveActivities = try LiveActivityPublisher(store: mobileStore, transports: transports, clock: options.clock, log: log,

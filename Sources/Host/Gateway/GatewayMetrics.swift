@@ -17,12 +17,14 @@ struct GatewayMetrics: Sendable {
     let agents: AgentMetrics
     let channels: ChannelMetrics
     let database: DatabaseMetrics
+    let mobile: MobileMetrics
 
     init(_ registry: MetricsRegistry) {
         self.registry = registry
         agents = AgentMetrics(registry)
         channels = ChannelMetrics(registry)
         database = DatabaseMetrics(registry)
+        mobile = MobileMetrics(registry)
         registry.gauge("soulacy_build_info", "The running build: always 1, its version as a label.", labels: ["version"]) {
             [([GatewayVersion.current], 1)]
         }
