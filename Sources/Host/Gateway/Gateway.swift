@@ -145,6 +145,9 @@ public final class Gateway: Sendable {
     /// The host links name for the listen address (a wildcard resolved to this machine's LAN address, once).
     let linkHost: String
     public let router: Router
+    /// What the main listener serves: the router behind its middleware (authentication, idempotency, …). Tests
+    /// answer requests through it in process.
+    public let api: Responder
     /// The running service group and the task that ends when it has stopped (and the database is closed).
     private let running = Mutex<(group: ServiceGroup, task: Task<Void, Never>)?>(nil)
     private let boundPort = BoundPort()
@@ -285,7 +288,9 @@ public final class Gateway: Sendable {
 
         let keys = self.keys
         let credentials = runs.credentials
-        var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
+        // A run's own credential (its command calls back) or an API key; the console's session cookie on the main port.
+        let bearer = BearerAuthentication { token in credentials.principal(for: token) ?? keys.authenticate(token) }
+        var router = Router(log: log)
         router.errorResponder = StorageFailureResponder(log: log).respond
         let carriageBox = CarriageBox()
         router.add(GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
@@ -333,14 +338,16 @@ public final class Gateway: Sendable {
         housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)
         // What each listener serves: the routes behind their middleware. Quick reads (the inbox) are answered on the
         // server thread; mutating calls always take the idempotent path.
-        let idempotent = IdempotencyMiddleware(log: idempotency, router: routerCopy)
+        let idempotent = IdempotencyMiddleware(log: idempotency)
         // Request lines only when the log is at debug: the inbox's hot path pays nothing otherwise.
-        let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware { line in log.debug(line) }] : []
+        let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware()] : []
         // One allowance per client address across both listeners; in-process answers (the relay carriage) are not counted.
         let rateLimit: [any Middleware] = settings.rateLimitPerMinute > 0
             ? [RateLimitMiddleware(limiter: RequestRateLimiter(perMinute: settings.rateLimitPerMinute, clock: options.clock), trustedProxies: settings.trustedProxies)]
             : []
-        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [idempotent])
+        // Authentication before idempotency: the log is scoped by the caller.
+        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, idempotent])
+        self.api = api
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
@@ -365,7 +372,7 @@ public final class Gateway: Sendable {
         }
         carriageBox.set(carriage)
         if let lanHost = options.lanHost, let identity {
-            let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [LANDoorMiddleware(router: routerCopy), idempotent])
+            let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, LANDoorMiddleware(), idempotent])
             var doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                             tls: (identity.keyPEM, identity.certificatePEM))
             doorConfiguration.handlerExecutor = database.executor

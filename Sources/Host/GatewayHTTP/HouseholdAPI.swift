@@ -52,10 +52,12 @@ public struct HouseholdAPI: Sendable {
         for prefix in ["/api/v1", ""] {
             // The watch and Shortcuts call the short paths; the app calls /api/v1.
             routes.append(Route(.POST, "\(prefix)/pairing/tokens", role: .viewer, summary: "Create a pairing code (for yourself, or as admin for someone)", handler: createCode))
-            routes.append(Route(.POST, "\(prefix)/pairing/redeem", access: .open, summary: "Redeem a pairing code for a managed key", handler: redeem))
+            routes.append(Route(.POST, "\(prefix)/pairing/redeem", access: .open, summary: "Redeem a pairing code for a managed key", handler: redeem)
+                .flagged(.keylessOnSameWiFi))
         }
         routes.append(Route(.GET, "/api/v1/pairing/members", access: .role(.admin), summary: "Everyone with a paired phone", handler: members))
-        routes.append(Route(.GET, "/mobile", access: .open, summary: "The page a pairing QR opens in a browser: open it in the Soulacy app", handler: mobilePage))
+        routes.append(Route(.GET, "/mobile", access: .open, summary: "The page a pairing QR opens in a browser: open it in the Soulacy app", handler: mobilePage)
+                .flagged(.keylessOnSameWiFi))
         return routes
     }
 
