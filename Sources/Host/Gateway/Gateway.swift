@@ -493,9 +493,7 @@ public final class Gateway: Sendable {
                              mintedBy: Principal.ownerSubject).token
     }
 
-    /// Binds the listeners (so a taken port fails here, with its reason), then runs the gateway's services as one
-    /// group. With `signals`, SIGTERM/SIGINT shut it down gracefully and SIGHUP reloads the agent files.
-    public func start(signals: [Int32] = []) throws(GatewayStartError) {
+    private func bindListeners() throws(GatewayStartError) {
         do {
             try server.start()
             // Pairing links pin the same-Wi-Fi listener when there is one, else the main port's TLS; a public URL
@@ -507,6 +505,13 @@ public final class Gateway: Sendable {
                 pinnedLink.set((address: "\(linkHost):\(server.port)", pin: tlsPin))
             }
         } catch { throw .listen(error.description) }
+    }
+
+    /// Binds the listeners (so a taken port fails here, with its reason), then runs the gateway's services as one
+    /// group. With `signals`, SIGTERM/SIGINT shut it down gracefully and SIGHUP reloads the agent files. Without
+    /// `listening`, no socket is bound and requests are answered in process through `api` (the test kit's router mode).
+    public func start(signals: [Int32] = [], listening: Bool = true) throws(GatewayStartError) {
+        if listening { try bindListeners() }
         boundPort.value.store(server.port, ordering: .relaxed)
         let providers = self.providers
         let catalogForProbe = self.catalog
