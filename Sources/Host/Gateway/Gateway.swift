@@ -115,6 +115,8 @@ public final class Gateway: Sendable {
     public let runStore: any RunStore
     public let runs: AgentRuns
     public let household: HouseholdStore
+    /// The web console's sessions and one-time sign-in codes.
+    public let consoleSessions: ConsoleSessionStore
     public let approvals: ApprovalsBroker
     public let memory: MemoryFactStore
     /// The agents, reloaded when their files change.
@@ -295,7 +297,21 @@ public final class Gateway: Sendable {
         let carriageBox = CarriageBox()
         router.add(GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
                               transportNames: transports.transports.map(\.name)).routes)
-        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
+        // The web console's sign-in; its codes are kept under a key beside the database, never in it.
+        let consoleSessions: ConsoleSessionStore
+        do {
+            let codeKey = try SecretFile.key(at: ConsoleSessionStore.codeKeyPath(dataDirectory: options.dataDirectory), variable: "console code key")
+            let clock = options.clock
+            consoleSessions = ConsoleSessionStore(database: database, codeKey: codeKey, now: { clock.now() })
+        } catch { throw .storage("cannot open the console code key: \(error)") }
+        self.consoleSessions = consoleSessions
+        let consoleSession = ConsoleSessionAPI(sessions: consoleSessions, keys: keys)
+        router.add(consoleSession.routes)
+        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in
+            // A revoked key's console sessions end with it (its sessions are refused from the next request anyway).
+            _ = try? consoleSessions.revoke(signedInWithKey: keyID)
+            await carriageBox.value?.revoke(keyID: keyID)
+        }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         let commandsAPI = DeviceCommandsAPI(store: mobileStore, nodes: nodes)
         router.add(commandsAPI.routes)
@@ -346,7 +362,7 @@ public final class Gateway: Sendable {
             ? [RateLimitMiddleware(limiter: RequestRateLimiter(perMinute: settings.rateLimitPerMinute, clock: options.clock), trustedProxies: settings.trustedProxies)]
             : []
         // Authentication before idempotency: the log is scoped by the caller.
-        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, idempotent])
+        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, consoleSession.authentication, idempotent])
         self.api = api
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
