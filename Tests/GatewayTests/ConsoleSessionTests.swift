@@ -234,7 +234,10 @@ struct ConsoleSessionTests {
                 elapsed += 11 * 3600
                 #expect(try await alive(busy), "at \(elapsed / 3600) h")
             }
-            clock.advance(by: .seconds(7 * 86_400 - elapsed))
+            // Stored to the millisecond: a second either side of the seventh day.
+            clock.advance(by: .seconds(7 * 86_400 - elapsed - 1))
+            #expect(try await alive(busy), "a second before 7 days")
+            clock.advance(by: .seconds(2))
             #expect(try await !alive(busy), "7 days")
         }
     }
@@ -267,6 +270,28 @@ struct ConsoleSessionTests {
             // What is stored is the SHA-256 of the session's bytes.
             let stored = try gw.gateway.database.read { db in try db.query("SELECT token_sha256 FROM console_sessions").compactMap { $0.blob("token_sha256") } }
             #expect(Set(stored) == Set(secretBytes.map { SHA256.hash($0) }))
+        }
+    }
+
+    @Test("a console session never opens the same-Wi-Fi door (phones' keys only); the door's keyless routes are flagged routes")
+    func notOnTheDoor() async throws {
+        try await withTestGateway(lan: true) { (gw) async throws in
+            let browser = try #require(try await signIn(gw, ["api_key": .string(gw.adminKey)]).1)
+            let client = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedPublicKeySHA256: Hex.decode(try #require(gw.gateway.tlsPin))))
+            let door = "https://127.0.0.1:\(try #require(gw.gateway.lanPort))"
+            let cookie = ("Cookie", "soulacy_session=\(browser.cookie)")
+            #expect(try await client.send(ClientRequest(method: "GET", url: door + "/api/v1/mobile/deliveries", headers: [cookie])).status == 401)
+            #expect(try await client.send(ClientRequest(method: "GET", url: door + "/api/v1/mobile/deliveries", headers: [("Authorization", "Bearer \(gw.adminKey)")])).status == 200)
+            // Flagged keyless: liveness, the pairing page, redemption (whose own answer for a wrong code is 401 paired: false).
+            #expect(try await client.send(ClientRequest(method: "GET", url: door + "/health")).status == 200)
+            #expect(try await client.send(ClientRequest(method: "GET", url: door + "/mobile")).status == 200)
+            let redeem = try await client.send(ClientRequest(method: "POST", url: door + "/api/v1/pairing/redeem", headers: [("Content-Type", "application/json")],
+                                                             body: Array(#"{"code":"AAAAAAAAAAAAAAAA"}"#.utf8)))
+            #expect(redeem.status == 401 && String(decoding: redeem.body, as: UTF8.self).contains("\"paired\":false"))
+            // Not flagged: the console's own sign-in is the main listener's.
+            let signIn = try await client.send(ClientRequest(method: "POST", url: door + "/api/v1/console/session", headers: [("Content-Type", "application/json")],
+                                                             body: Array(#"{"code":"123456"}"#.utf8)))
+            #expect(signIn.status == 401 && (try? JSONValue.parse(signIn.body))?["code"] == "unauthorized", "\(String(decoding: signIn.body, as: UTF8.self))")
         }
     }
 
