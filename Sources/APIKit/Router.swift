@@ -108,7 +108,7 @@ public struct Route: Sendable {
         return caller
     }
 
-    func matches(_ pathSegments: [Substring]) -> Bool {
+    func matches(_ pathSegments: UnsafeBufferPointer<Substring>) -> Bool {
         guard pathSegments.count == segments.count else { return false }
         for (segment, part) in zip(segments, pathSegments) {
             if case .literal(let text) = segment, text != part { return false }
@@ -116,7 +116,7 @@ public struct Route: Sendable {
         return true
     }
 
-    func match(_ pathSegments: [Substring]) -> [String: String]? {
+    func match(_ pathSegments: UnsafeBufferPointer<Substring>) -> [String: String]? {
         guard pathSegments.count == segments.count else { return nil }
         var parameters: [String: String] = [:]
         for (segment, part) in zip(segments, pathSegments) {
@@ -242,9 +242,41 @@ public struct Router: Sendable {
 
     /// The most specific route for the request's path and method. HEAD is answered by GET routes.
     func find(_ request: HTTPRequest) -> Found {
-        let parts = request.path.split(separator: "/", omittingEmptySubsequences: true)
+        let path = request.path
+        var count = 0
+        var inSegment = false
+        for byte in path.utf8 {
+            if byte == 0x2F { inSegment = false } else if !inSegment { inSegment = true; count += 1 }
+        }
+        guard count < buckets.count else { return .refused(Self.notFound(request)) }
+        // The segments on the stack: splitting into an array costs a few allocations on every request.
+        return withUnsafeTemporaryAllocation(of: Substring.self, capacity: max(count, 1)) { buffer in
+            var filled = 0
+            var start: String.Index?
+            var index = path.utf8.startIndex
+            while index != path.utf8.endIndex {
+                if path.utf8[index] == 0x2F {
+                    if let first = start {
+                        (buffer.baseAddress! + filled).initialize(to: path[first..<index])
+                        filled += 1
+                        start = nil
+                    }
+                } else if start == nil {
+                    start = index
+                }
+                index = path.utf8.index(after: index)
+            }
+            if let first = start {
+                (buffer.baseAddress! + filled).initialize(to: path[first...])
+                filled += 1
+            }
+            defer { buffer.baseAddress!.deinitialize(count: filled) }
+            return find(request, UnsafeBufferPointer(rebasing: buffer[..<filled]))
+        }
+    }
+
+    private func find(_ request: HTTPRequest, _ parts: UnsafeBufferPointer<Substring>) -> Found {
         let method = request.method == "HEAD" ? "GET" : request.method
-        guard parts.count < buckets.count else { return .refused(Self.notFound(request)) }
         var allowed: [String] = []
         var allowedMask: UInt64 = 0
         for index in buckets[parts.count] {

@@ -182,6 +182,12 @@ struct MiddlewareTests {
         #expect(wrong.0 == 405 && wrong.2 == "GET")
         #expect(await call("DELETE", "/facts/7").2 == "GET, PATCH")
         #expect(await call("GET", "/facts").0 == 404)
+        // Empty segments count for nothing, as before; a long path matches nothing and costs no more.
+        #expect(await call("GET", "//facts//status/") == (200, "status", nil))
+        #expect(await call("GET", "/facts/ü%20x") == (200, "param:ü%20x", nil))
+        #expect(await call("GET", "/" + Array(repeating: "a", count: 500).joined(separator: "/")).0 == 404)
+        #expect(await call("GET", "/").0 == 404)
+        #expect(await call("GET", "").0 == 404)
         // The order routes were added in does not matter.
         var reversed = Router()
         for route in router.routes.reversed() { reversed.add(route) }
