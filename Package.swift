@@ -49,13 +49,15 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"], path: "Sources/HTTPServer"),
         // The API kit over the server, in Hummingbird 2's shape: routes and groups, middleware, the authenticated
         // caller, the error shape, request decoding, and answers that commit with their effects.
-        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "SQLite"], path: "Sources/APIKit"),
+        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "Logging", "SQLite"], path: "Sources/APIKit"),
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
         // Services and the group that runs them, handles SIGTERM/SIGINT and stops them in reverse order.
         .target(name: "Lifecycle", path: "Sources/Lifecycle"),
-        .target(name: "ChannelAPI", path: "Sources/ChannelAPI"),
+        // The logger value and its handler seam (swift-log's shape), below everything that logs.
+        .target(name: "Logging", path: "Sources/Logging"),
+        .target(name: "ChannelAPI", dependencies: ["Logging"], path: "Sources/ChannelAPI"),
         // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
         // The outbox loop every lane shares (wake-ups, channel sends): leases, the window, retry policy.

@@ -122,6 +122,8 @@ public final class Gateway: Sendable {
     public let runStore: any RunStore
     public let runs: AgentRuns
     public let household: HouseholdStore
+    /// The web console's sessions and one-time sign-in codes.
+    public let consoleSessions: ConsoleSessionStore
     public let approvals: ApprovalsBroker
     public let memory: MemoryFactStore
     /// The agents, reloaded when their files change.
@@ -154,6 +156,9 @@ public final class Gateway: Sendable {
     /// The host links name for the listen address (a wildcard resolved to this machine's LAN address, once).
     let linkHost: String
     public let router: Router
+    /// What the main listener serves: the router behind its middleware (authentication, idempotency, …). Tests
+    /// answer requests through it in process.
+    public let api: Responder
     /// The running service group and the task that ends when it has stopped (and the database is closed).
     private let running = Mutex<(group: ServiceGroup, task: Task<Void, Never>)?>(nil)
     private let boundPort = BoundPort()
@@ -305,14 +310,30 @@ public final class Gateway: Sendable {
 
         let keys = self.keys
         let credentials = runs.credentials
-        var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
+        // A run's own credential (its command calls back) or an API key; the console's session cookie on the main port.
+        let bearer = BearerAuthentication { token in credentials.principal(for: token) ?? keys.authenticate(token) }
+        var router = Router(log: log)
         router.errorResponder = StorageFailureResponder(log: log).respond
         let carriageBox = CarriageBox()
         var gatewayAPI = GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
                                     transportNames: transports.transports.map(\.name))
         gatewayAPI.relayStatus = { await carriageBox.value?.status() }
         router.add(gatewayAPI.routes)
-        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
+        // The web console's sign-in; its codes are kept under a key beside the database, never in it.
+        let consoleSessions: ConsoleSessionStore
+        do {
+            let codeKey = try SecretFile.key(at: ConsoleSessionStore.codeKeyPath(dataDirectory: options.dataDirectory), variable: "console code key")
+            let clock = options.clock
+            consoleSessions = ConsoleSessionStore(database: database, codeKey: codeKey, now: { clock.now() })
+        } catch { throw .storage("cannot open the console code key: \(error)") }
+        self.consoleSessions = consoleSessions
+        let consoleSession = ConsoleSessionAPI(sessions: consoleSessions, keys: keys)
+        router.add(consoleSession.routes)
+        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in
+            // A revoked key's console sessions end with it (its sessions are refused from the next request anyway).
+            _ = try? consoleSessions.revoke(signedInWithKey: keyID)
+            await carriageBox.value?.revoke(keyID: keyID)
+        }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         router.add(ConsoleInboxAPI(store: mobileStore, transports: transports, clock: options.clock).routes)
         let commandsAPI = DeviceCommandsAPI(store: mobileStore, nodes: nodes)
@@ -360,14 +381,16 @@ public final class Gateway: Sendable {
         housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)
         // What each listener serves: the routes behind their middleware. Quick reads (the inbox) are answered on the
         // server thread; mutating calls always take the idempotent path.
-        let idempotent = IdempotencyMiddleware(log: idempotency, router: routerCopy)
+        let idempotent = IdempotencyMiddleware(log: idempotency)
         // Request lines only when the log is at debug: the inbox's hot path pays nothing otherwise.
-        let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware { line in log.debug(line) }] : []
+        let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware()] : []
         // One allowance per client address across both listeners; in-process answers (the relay carriage) are not counted.
         let rateLimit: [any Middleware] = settings.rateLimitPerMinute > 0
             ? [RateLimitMiddleware(limiter: RequestRateLimiter(perMinute: settings.rateLimitPerMinute, clock: options.clock), trustedProxies: settings.trustedProxies)]
             : []
-        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [idempotent])
+        // Authentication before idempotency: the log is scoped by the caller.
+        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, consoleSession.authentication, idempotent])
+        self.api = api
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
@@ -393,7 +416,7 @@ public final class Gateway: Sendable {
         carriageBox.set(carriage)
         if let carriage { metrics.registerRelay(carriage, started: options.clock.now(), clock: options.clock) }
         if let lanHost = options.lanHost, let identity {
-            let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [LANDoorMiddleware(router: routerCopy), idempotent])
+            let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, LANDoorMiddleware(), idempotent])
             var doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                             tls: (identity.keyPEM, identity.certificatePEM))
             doorConfiguration.handlerExecutor = database.executor
@@ -532,9 +555,7 @@ public final class Gateway: Sendable {
                              mintedBy: Principal.ownerSubject).token
     }
 
-    /// Binds the listeners (so a taken port fails here, with its reason), then runs the gateway's services as one
-    /// group. With `signals`, SIGTERM/SIGINT shut it down gracefully and SIGHUP reloads the agent files.
-    public func start(signals: [Int32] = []) throws(GatewayStartError) {
+    private func bindListeners() throws(GatewayStartError) {
         do {
             try server.start()
             // Pairing links pin the same-Wi-Fi listener when there is one, else the main port's TLS; a public URL
@@ -547,6 +568,13 @@ public final class Gateway: Sendable {
             }
             try metricsServer?.start()
         } catch { throw .listen(error.description) }
+    }
+
+    /// Binds the listeners (so a taken port fails here, with its reason), then runs the gateway's services as one
+    /// group. With `signals`, SIGTERM/SIGINT shut it down gracefully and SIGHUP reloads the agent files. Without
+    /// `listening`, no socket is bound and requests are answered in process through `api` (the test kit's router mode).
+    public func start(signals: [Int32] = [], listening: Bool = true) throws(GatewayStartError) {
+        if listening { try bindListeners() }
         boundPort.value.store(server.port, ordering: .relaxed)
         let providers = self.providers
         let catalogForProbe = self.catalog
