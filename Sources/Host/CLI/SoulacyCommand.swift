@@ -31,6 +31,9 @@ struct SoulacyCommand {
           soulacy backup [--data DIR] DEST                              an online, consistent copy of the data directory (database,
                                                                         TLS identity, keys) into the new directory DEST, owner-only
           soulacy restore SRC --data DIR                                restore a backup into a new or empty data directory
+          soulacy doctor [--data DIR] [--config PATH] [--gateway-config FILE]
+                                                                        check permissions, the database, push services, channels
+                                                                        and the clock: OK/WARN/FAIL with fixes, exit 1 on a FAIL
           soulacy version
         """
 
@@ -48,6 +51,7 @@ struct SoulacyCommand {
         case "channel-check": await channelCheck(arguments)
         case "backup": backup(arguments)
         case "restore": restore(arguments)
+        case "doctor": await doctor(arguments)
         case "version", "--version": print("soulacy \(GatewayVersion.current)")
         case "help", "--help", "-h": print(usage)
         default: fail("unknown command '\(command)'\n\(usage)", code: 64)
