@@ -48,7 +48,7 @@ struct MetricsScrapeTests {
                                  "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn"]
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
-            try process.run()
+            try launch(process)
         }
 
         /// An instant query's result vector as (labels, value).
