@@ -1,6 +1,7 @@
 import APNs
 import Crypto
 import Foundation
+import Glibc
 import APIKit
 import Lifecycle
 import RelayMailbox
@@ -10,6 +11,8 @@ import RelayMailbox
 @main
 struct RelayCommand {
     static func main() async {
+        // Everything the relay writes (its database, its WAL) is owner-only.
+        umask(0o077)
         var options: [String: String] = [:]
         var args = Array(CommandLine.arguments.dropFirst())
         while args.count >= 2, args[0].hasPrefix("--") {
@@ -52,9 +55,15 @@ struct RelayCommand {
             try server.start()
             print("soulacy-relay is listening on \(tls == nil ? "http" : "https")://\(String(listen[..<colon])):\(server.port)")
             fflush(nil)
+            // Under systemd (Type=notify): ready once listening, keep-alives while the mailbox database answers.
+            let systemd = SystemdNotifier()
+            systemd.ready(status: "listening on \(listen)")
+            let database = store.database
+            let watchdog = Task { await systemd.runWatchdog { (try? database.checkReadable()) != nil } }
             // SIGTERM/SIGINT: stop taking connections, let requests in flight finish, close the database, exit 0.
             let report: @Sendable (String) -> Void = { FileHandle.standardError.write(Data("soulacy-relay: \($0)\n".utf8)) }
-            try await ServiceGroup(services: [("listener", OnShutdown { await server.stop() })], report: report).run()
+            try await ServiceGroup(services: [("listener", OnShutdown { systemd.stopping(); await server.stop() })], report: report).run()
+            watchdog.cancel()
             store.database.close()
             report("stopped")
         } catch {
