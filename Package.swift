@@ -49,7 +49,7 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"], path: "Sources/HTTPServer"),
         // The API kit over the server, in Hummingbird 2's shape: routes and groups, middleware, the authenticated
         // caller, the error shape, request decoding, and answers that commit with their effects.
-        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "Logging", "SQLite"], path: "Sources/APIKit"),
+        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "Logging", "Metrics", "SQLite"], path: "Sources/APIKit"),
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
