@@ -49,26 +49,30 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"], path: "Sources/HTTPServer"),
         // The API kit over the server, in Hummingbird 2's shape: routes and groups, middleware, the authenticated
         // caller, the error shape, request decoding, and answers that commit with their effects.
-        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "SQLite"], path: "Sources/APIKit"),
+        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "Logging", "SQLite"], path: "Sources/APIKit"),
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
         // Services and the group that runs them, handles SIGTERM/SIGINT and stops them in reverse order.
         .target(name: "Lifecycle", path: "Sources/Lifecycle"),
-        .target(name: "ChannelAPI", path: "Sources/ChannelAPI"),
+        // The logger value and its handler seam (swift-log's shape), below everything that logs.
+        .target(name: "Logging", path: "Sources/Logging"),
+        .target(name: "ChannelAPI", dependencies: ["Logging"], path: "Sources/ChannelAPI"),
         // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
         // The outbox loop every lane shares (wake-ups, channel sends): leases, the window, retry policy.
         .target(name: "Outbox", dependencies: ["ChannelAPI"], path: "Sources/Outbox"),
         // The durable hand-off for every channel but the phones' inbox: sends written with the run's end, attempted by
         // the shared outbox loop.
-        .target(name: "ChannelDelivery", dependencies: ["ChannelAPI", "Crypto", "JSON", "Outbox", "SQLite"], path: "Sources/ChannelDelivery"),
-        .target(name: "Mobile", dependencies: ["ChannelAPI", "Identity", "JSON", "SQLite", "Crypto", "Outbox"], path: "Sources/Channels/Mobile"),
+        .target(name: "ChannelDelivery", dependencies: ["Metrics", "ChannelAPI", "Crypto", "JSON", "Outbox", "SQLite"], path: "Sources/ChannelDelivery"),
+        .target(name: "Mobile", dependencies: ["Metrics", "ChannelAPI", "Identity", "JSON", "SQLite", "Crypto", "Outbox"], path: "Sources/Channels/Mobile"),
         // The mobile channel's routes (devices, inbox, commands, nodes) over the API kit; the core above knows no HTTP.
         .target(name: "MobileHTTP", dependencies: ["Mobile", "ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
+        // Browsers as devices: RFC 8030 delivery, RFC 8291 message encryption, RFC 8292 VAPID, all through libcrypto.
+        .target(name: "WebPush", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/WebPush"),
         // Soulacy's External Channel Protocol v1: chat channels as supervised child processes speaking NDJSON.
         .target(name: "Sidecar", dependencies: ["ChannelAPI", "Subprocess", "JSON"], path: "Sources/Channels/Sidecar"),
         // What the HTTP chat channels share: message splitting and the meaning of an HTTP answer.
@@ -87,7 +91,7 @@ let package = Package(
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
         // Agents: their files (config, hot reload), cron and the scheduler, runs and their runners (command, LLM, phone tools).
-        .target(name: "Agents", dependencies: ["ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "SQLite", "YAML", "Subprocess"],
+        .target(name: "Agents", dependencies: ["Metrics", "ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "SQLite", "YAML", "Subprocess"],
                 path: "Sources/Host/Agents"),
         // The phone builtins (mobile.list_nodes, mobile.invoke, mobile.command_status): the mobile channel's tools
         // for agents, so neither knows the other.
@@ -99,12 +103,14 @@ let package = Package(
                 path: "Sources/Host/RelayCarriage"),
         .target(name: "Memory", dependencies: ["ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Memory"),
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
+        // Prometheus metrics: the registry, the text exposition and the process figures; no dependencies.
+        .target(name: "Metrics", path: "Sources/Metrics"),
         // QR codes from libqrencode, drawn for a terminal and as SVG for the console.
         .target(name: "QRCode", dependencies: ["CQRencode"], path: "Sources/QRCode"),
         .target(name: "GatewayHTTP", dependencies: ["QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
-                                                    "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite"], path: "Sources/Host/GatewayHTTP"),
-        .target(name: "Gateway", dependencies: ["ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
-                                                "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
+                                                    "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite", "WebPush"], path: "Sources/Host/GatewayHTTP"),
+        .target(name: "Gateway", dependencies: ["Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+                                                "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "WebPush", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).
@@ -130,15 +136,15 @@ let package = Package(
 
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
-        .testTarget(name: "SupportLibraryTests", dependencies: ["Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
+        .testTarget(name: "SupportLibraryTests", dependencies: ["Metrics", "Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
         // Test targets follow the modules: agents, the mobile channel, the transports; GatewayTests holds what crosses them.
         .testTarget(name: "AgentsTests", dependencies: ["Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
         .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram", "Sidecar", "Subprocess", "Slack", "Discord", "WhatsApp", "Email"],
                     path: "Tests/ChannelTests"),
-        .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
+        .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "WebPush", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

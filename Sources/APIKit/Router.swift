@@ -1,13 +1,21 @@
 import Foundation
 import HTTPServer
 import Identity
+import Logging
 
 public typealias RouteHandler = @Sendable (HTTPRequest) async throws -> HTTPResponse
 /// A handler that answers at once: a short local read that never waits on a person, a timer or the network.
 public typealias ImmediateRouteHandler = @Sendable (HTTPRequest) throws -> HTTPResponse
-/// A handler of a route that needs a role: the router has authenticated its caller, who is given, never optional.
+/// A handler of a route that needs a role: the router has checked its caller, who is given, never optional.
 public typealias AuthenticatedRouteHandler = @Sendable (HTTPRequest, Principal) async throws -> HTTPResponse
 public typealias AuthenticatedImmediateRouteHandler = @Sendable (HTTPRequest, Principal) throws -> HTTPResponse
+
+/// Marks on a route that middleware reads from `context.route` (the same-Wi-Fi door's "no key needed here"), in
+/// place of lists of paths kept beside the table. The kit defines none; a module declares its own bits.
+public struct RouteFlags: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+}
 
 /// One entry of the route table: method, pattern (`/api/v1/mobile/devices/:id`), who may call it.
 public struct Route: Sendable {
@@ -15,12 +23,17 @@ public struct Route: Sendable {
     public let pattern: String
     public let access: Access
     public let summary: String
+    public private(set) var flags: RouteFlags = []
+    /// Middleware around this route alone (its group's), inside the listener's and before the access check,
+    /// outermost first.
+    public private(set) var middleware: [any Middleware] = []
     let segments: [Segment]
     let work: Work
-    /// How specific the pattern is: `/facts/status` (all literal) says more than `/facts/:id`.
-    let literalCount: Int
+    /// Which segments are literal, the first segment in the highest bit: of two patterns that match one path, the
+    /// larger value has a literal where the other has its first parameter, so it is the more specific.
+    let literalMask: UInt64
 
-    /// The handler, given the caller the router authenticated (nil on an open route).
+    /// The handler, given the caller the router checked (nil on an open route).
     enum Work: Sendable {
         case async(@Sendable (HTTPRequest, Principal?) async throws -> HTTPResponse)
         /// Run on the server's own thread, without suspending the connection or hopping to a task.
@@ -63,16 +76,47 @@ public struct Route: Sendable {
         segments = pattern.split(separator: "/").map { part in
             part.hasPrefix(":") ? .parameter(String(part.dropFirst())) : .literal(String(part))
         }
-        literalCount = segments.filter { if case .literal = $0 { return true } else { return false } }.count
+        var mask: UInt64 = 0
+        for (index, segment) in segments.prefix(64).enumerated() {
+            if case .literal = segment { mask |= 1 << (63 - UInt64(index)) }
+        }
+        literalMask = mask
     }
 
-    /// The caller of a route with `Access.role`, which the router always authenticates before the handler runs.
+    /// The same route with these flags too.
+    public func flagged(_ more: RouteFlags) -> Route {
+        var copy = self
+        copy.flags.formUnion(more)
+        return copy
+    }
+
+    /// The same route inside `outer` (outermost first): a group wraps its routes' own middleware.
+    public func wrapped(in outer: [any Middleware]) -> Route {
+        var copy = self
+        copy.middleware = outer + middleware
+        return copy
+    }
+
+    /// Whether the handler is answered on the server thread.
+    public var isAnsweredAtOnce: Bool {
+        if case .immediate = work { return true } else { return false }
+    }
+
+    /// The caller of a route with `Access.role`, which the router always checks before the handler runs.
     private static func required(_ caller: Principal?) throws(APIError) -> Principal {
-        guard let caller else { throw APIError.unauthorized("an API key is required (Authorization: Bearer <key>)") }
+        guard let caller else { throw APIError.credentialRequired }
         return caller
     }
 
-    func match(_ pathSegments: [Substring]) -> [String: String]? {
+    func matches(_ pathSegments: UnsafeBufferPointer<Substring>) -> Bool {
+        guard pathSegments.count == segments.count else { return false }
+        for (segment, part) in zip(segments, pathSegments) {
+            if case .literal(let text) = segment, text != part { return false }
+        }
+        return true
+    }
+
+    func match(_ pathSegments: UnsafeBufferPointer<Substring>) -> [String: String]? {
         guard pathSegments.count == segments.count else { return nil }
         var parameters: [String: String] = [:]
         for (segment, part) in zip(segments, pathSegments) {
@@ -88,20 +132,49 @@ public struct Route: Sendable {
 /// Resolves a bearer token to its principal; nil means unknown or revoked.
 public typealias Authenticator = @Sendable (String) -> Principal?
 
-/// Routes under one path prefix that share who may call them (a role, overridable per route), in Hummingbird's
-/// shape: `var facts = RouteGroup("/api/v1/memory/facts", role: .viewer); facts.get("/status", …) { request, caller in … }`.
+/// Routes under one path prefix that share who may call them (a role, overridable per route), flags and
+/// middleware, in Hummingbird's shape:
+/// `var facts = RouteGroup("/api/v1/memory/facts", role: .viewer); facts.get("/status", …) { request, caller in … }`.
+/// The group's middleware runs around each of its routes (whenever it was added), inside the listener's.
 public struct RouteGroup: Sendable {
     public let prefix: String
     public let role: Role
-    public private(set) var routes: [Route] = []
+    /// Run around every route of the group, outermost first, before the route's access check.
+    public var middleware: [any Middleware] = []
+    /// Set on every route of the group.
+    public var flags: RouteFlags = []
+    private var entries: [Route] = []
 
     public init(_ prefix: String, role: Role) {
         self.prefix = prefix
         self.role = role
     }
 
+    public init(_ prefix: String, role: Role, middleware: [any Middleware], flags: RouteFlags = []) {
+        self.prefix = prefix
+        self.role = role
+        self.middleware = middleware
+        self.flags = flags
+    }
+
+    /// The group's routes, each with the group's flags and inside its middleware.
+    public var routes: [Route] {
+        entries.map { $0.flagged(flags).wrapped(in: middleware) }
+    }
+
+    /// Adds middleware inside the group's present middleware.
+    public mutating func add(middleware step: any Middleware) {
+        middleware.append(step)
+    }
+
+    /// Adds a route built some other way (an open one, one answered at once) under the group's prefix rules:
+    /// its pattern is taken as given.
+    public mutating func add(_ route: Route) {
+        entries.append(route)
+    }
+
     public mutating func on(_ method: HTTPMethod, _ path: String = "", role: Role? = nil, summary: String, handler: @escaping AuthenticatedRouteHandler) {
-        routes.append(Route(method, prefix + path, role: role ?? self.role, summary: summary, handler: handler))
+        entries.append(Route(method, prefix + path, role: role ?? self.role, summary: summary, handler: handler))
     }
 
     public mutating func get(_ path: String = "", role: Role? = nil, summary: String, handler: @escaping AuthenticatedRouteHandler) {
@@ -121,116 +194,194 @@ public struct RouteGroup: Sendable {
     }
 }
 
-/// Matches requests to routes, enforces each route's `Access` (the caller is authenticated here and handed to the
-/// route's handler), and turns every failure into the JSON error shape.
+/// Matches requests to routes and answers them: a route's own middleware, its access rule (the caller comes from
+/// the context, where authentication middleware put it) and its handler; every failure in the JSON error shape.
+///
+/// Of the routes that match a path and method, the one with a literal where the others have a parameter wins
+/// (`/facts/status` over `/facts/:id`), whatever order they were added in; the first added wins a true tie.
 public struct Router: Sendable {
     public private(set) var routes: [Route] = []
-    public var authenticator: Authenticator
-    /// Maps errors that are not `APIError` (storage failures and the like) to a response; logs are the caller's.
-    public var errorResponder: @Sendable (any Error, HTTPRequest) -> HTTPResponse
+    /// Indices into `routes` by segment count, most specific first, so the first match is the best.
+    private var buckets: [[Int]] = []
+    /// Maps errors that are not `APIError` (storage failures and the like) to a response; logs are the caller's
+    /// (`context.logger` names the request).
+    public var errorResponder: @Sendable (any Error, HTTPRequest, RequestContext) -> HTTPResponse
+    /// The logger of requests answered through `handle(_:authenticated:)` (a `Responder` has its own).
+    public var log: Log
 
-    public init(authenticator: @escaping Authenticator = { _ in nil }) {
-        self.authenticator = authenticator
-        self.errorResponder = { _, _ in APIError.internal("the gateway could not complete the request").response }
+    public init(log: Log = Log()) {
+        self.log = log
+        self.errorResponder = { _, _, _ in APIError.internal("the gateway could not complete the request").response }
     }
 
     public mutating func add(_ route: Route) {
+        let index = routes.count
         routes.append(route)
+        let count = route.segments.count
+        while buckets.count <= count { buckets.append([]) }
+        // After every route at least as specific: equal masks keep table order.
+        let position = buckets[count].firstIndex { routes[$0].literalMask < route.literalMask } ?? buckets[count].count
+        buckets[count].insert(index, at: position)
     }
 
     public mutating func add(_ routes: [Route]) {
-        self.routes.append(contentsOf: routes)
+        for route in routes { add(route) }
     }
 
     public mutating func add(_ method: HTTPMethod, _ pattern: String, access: Access, summary: String = "", handler: @escaping RouteHandler) {
         add(Route(method, pattern, access: access, summary: summary, handler: handler))
     }
 
-    /// Answers a request. `authenticated` is for requests that arrived by another authenticated way (a sealed
-    /// command from a phone through the relay): the route's role is still enforced.
-    public func handle(_ incoming: HTTPRequest, authenticated: Principal? = nil) async -> HTTPResponse {
-        switch resolve(incoming, authenticated: authenticated) {
-        case .answered(let response):
-            return response
-        case .needsTask:
-            preconditionFailure("only handleImmediately defers")
-        case .ready(let route, let request, let caller):
-            switch route.work {
-            case .immediate(let handler): return run(incoming, request) { try handler(request, caller) }
-            case .async(let handler):
-                do {
-                    return finish(incoming, try await handler(request, caller))
-                } catch {
-                    return respond(to: error, request)
+    /// What routing found for a request.
+    enum Found {
+        /// The route's index and the path's parameters.
+        case route(Int, [String: String])
+        /// 404, or 405 with the methods the most specific matching patterns take.
+        case refused(APIError)
+    }
+
+    /// The most specific route for the request's path and method. HEAD is answered by GET routes.
+    func find(_ request: HTTPRequest) -> Found {
+        let path = request.path
+        var count = 0
+        var inSegment = false
+        for byte in path.utf8 {
+            if byte == 0x2F { inSegment = false } else if !inSegment { inSegment = true; count += 1 }
+        }
+        guard count < buckets.count else { return .refused(Self.notFound(request)) }
+        // The segments on the stack: splitting into an array costs a few allocations on every request.
+        return withUnsafeTemporaryAllocation(of: Substring.self, capacity: max(count, 1)) { buffer in
+            var filled = 0
+            var start: String.Index?
+            var index = path.utf8.startIndex
+            while index != path.utf8.endIndex {
+                if path.utf8[index] == 0x2F {
+                    if let first = start {
+                        (buffer.baseAddress! + filled).initialize(to: path[first..<index])
+                        filled += 1
+                        start = nil
+                    }
+                } else if start == nil {
+                    start = index
                 }
+                index = path.utf8.index(after: index)
             }
+            if let first = start {
+                (buffer.baseAddress! + filled).initialize(to: path[first...])
+                filled += 1
+            }
+            defer { buffer.baseAddress!.deinitialize(count: filled) }
+            return find(request, UnsafeBufferPointer(rebasing: buffer[..<filled]))
         }
     }
 
-    /// The answer when the request can be answered on the calling thread (an immediate route, or no route);
-    /// nil when its route needs `handle`, which then checks the caller (once).
-    public func handleImmediately(_ incoming: HTTPRequest) -> HTTPResponse? {
-        switch resolve(incoming, authenticated: nil, deferringTasks: true) {
-        case .answered(let response): return response
-        case .needsTask: return nil
-        case .ready(let route, let request, let caller):
-            guard case .immediate(let handler) = route.work else { return nil }
-            return run(incoming, request) { try handler(request, caller) }
-        }
-    }
-
-    private enum Resolution {
-        case answered(HTTPResponse)
-        /// The route runs in a task; nothing about the caller was checked yet.
-        case needsTask
-        /// The route, the request with its path parameters, and the caller (always set for a route with a role).
-        case ready(Route, HTTPRequest, caller: Principal?)
-    }
-
-    /// Finds the route and checks the caller; every refusal is answered here. With `deferringTasks`, a route
-    /// that runs in a task is reported before the caller is checked, so `handle` does not authenticate again.
-    private func resolve(_ incoming: HTTPRequest, authenticated: Principal?, deferringTasks: Bool = false) -> Resolution {
-        var request = incoming
-        let parts = request.path.split(separator: "/", omittingEmptySubsequences: true)
+    private func find(_ request: HTTPRequest, _ parts: UnsafeBufferPointer<Substring>) -> Found {
         let method = request.method == "HEAD" ? "GET" : request.method
-        var allowed: [(method: String, literals: Int)] = []
-        for index in routes.indices {
+        var allowed: [String] = []
+        var allowedMask: UInt64 = 0
+        for index in buckets[parts.count] {
             // By index: copying every Route out of the table costs more than matching it.
-            guard let parameters = routes[index].match(parts) else { continue }
-            let route = routes[index]
-            guard route.method.rawValue == method else {
-                allowed.append((route.method.rawValue, route.literalCount))
-                continue
-            }
-            if deferringTasks, case .async = route.work { return .needsTask }
-            request.pathParameters = parameters
-            guard case .role(let required) = route.access else { return .ready(route, request, caller: authenticated) }
-            do throws(APIError) {
-                let caller = if let authenticated { authenticated } else { try authenticate(request) }
-                guard caller.role.allows(required) else {
-                    throw APIError.insufficientRole(has: caller.role.rawValue, needs: required.rawValue)
-                }
-                return .ready(route, request, caller: caller)
-            } catch {
-                return .answered(error.response)
+            if routes[index].method.rawValue == method {
+                if let parameters = routes[index].match(parts) { return .route(index, parameters) }
+            } else if routes[index].matches(parts) {
+                // Only the most specific patterns speak for the path: `/facts/status` is GET only, whatever
+                // `/facts/:id` takes. The bucket's order puts them first.
+                let mask = routes[index].literalMask
+                if allowed.isEmpty { allowedMask = mask }
+                if mask == allowedMask { allowed.append(routes[index].method.rawValue) }
             }
         }
-        if let most = allowed.map(\.literals).max() {
-            // Only the most specific patterns speak for the path: `/facts/status` is GET only, whatever `/facts/:id` takes.
-            let methods = allowed.filter { $0.literals == most }.map(\.method)
-            var error = APIError(status: 405, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.path); use \(methods.joined(separator: ", "))")
-            error.extraHeaders["Allow"] = methods.joined(separator: ", ")
-            return .answered(error.response)
-        }
-        return .answered(APIError.notFound("no route for \(request.method) \(request.path)").response)
+        guard !allowed.isEmpty else { return .refused(Self.notFound(request)) }
+        let methods = allowed.joined(separator: ", ")
+        var error = APIError(status: 405, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.path); use \(methods)")
+        error.extraHeaders["Allow"] = methods
+        return .refused(error)
     }
 
-    private func run(_ incoming: HTTPRequest, _ request: HTTPRequest, _ body: () throws -> HTTPResponse) -> HTTPResponse {
-        do {
-            return finish(incoming, try body())
-        } catch {
-            return respond(to: error, request)
+    private static func notFound(_ request: HTTPRequest) -> APIError {
+        APIError.notFound("no route for \(request.method) \(request.path)")
+    }
+
+    /// Puts what routing found on the request (its path parameters) and on the context (the route).
+    func apply(_ found: Found, to request: inout HTTPRequest, _ context: inout RequestContext) {
+        guard case .route(let index, let parameters) = found else { return }
+        request.pathParameters = parameters
+        context.parameters = parameters
+        context.route = routes[index]
+    }
+
+    /// Answers a request with no listener middleware around it: `authenticated` is the caller when it arrived by
+    /// another authenticated way (a sealed command from a phone through the relay); the route's role is still
+    /// enforced, and its own middleware still runs.
+    public func handle(_ incoming: HTTPRequest, authenticated: Principal? = nil) async -> HTTPResponse {
+        var request = incoming
+        var context = RequestContext(requestID: RequestID.of(incoming), log: log, principal: authenticated)
+        let found = find(incoming)
+        apply(found, to: &request, &context)
+        var response = await dispatch(found, incoming, request, context)
+        response.stamp(context.requestID)
+        return response
+    }
+
+    /// Answers a request whose context the listener's middleware prepared (`Responder`).
+    func dispatch(_ found: Found, _ incoming: HTTPRequest, _ request: HTTPRequest, _ context: RequestContext) async -> HTTPResponse {
+        switch found {
+        case .refused(let error):
+            return error.response
+        case .route(let index, _):
+            let route = routes[index]
+            return await Responder.run(route.middleware[...], request, context, self) { request, context in
+                await self.invoke(route, incoming, request, context)
+            }
         }
+    }
+
+    private func invoke(_ route: Route, _ incoming: HTTPRequest, _ request: HTTPRequest, _ context: RequestContext) async -> HTTPResponse {
+        do {
+            let caller = try authorize(route, context)
+            switch route.work {
+            case .immediate(let handler):
+                return finish(incoming, try handler(request, caller))
+            case .async(let handler):
+                let response = try await RequestContext.$current.withValue(context) { try await handler(request, caller) }
+                return finish(incoming, response)
+            }
+        } catch {
+            return respond(to: error, request, context)
+        }
+    }
+
+    /// The answer on the calling thread (the server's) when the route's own middleware lets it pass there and the
+    /// route is answered at once; nil when it needs a task.
+    func answerAtOnce(_ found: Found, _ incoming: HTTPRequest, _ request: HTTPRequest, _ context: inout RequestContext) -> HTTPResponse? {
+        switch found {
+        case .refused(let error):
+            return error.response
+        case .route(let index, _):
+            guard case .immediate(let handler) = routes[index].work else { return nil }
+            for step in routes[index].middleware {
+                switch step.screen(request, context: &context) {
+                case .pass: continue
+                case .refuse(let response): return response
+                case .needsTask: return nil
+                }
+            }
+            do {
+                let caller = try authorize(routes[index], context)
+                return finish(incoming, try handler(request, caller))
+            } catch {
+                return respond(to: error, request, context)
+            }
+        }
+    }
+
+    /// The caller a route may be called by: nil on an open route; on a route with a role, the context's
+    /// principal, who must hold the role. Without one, the reason authentication gave (or that none was sent).
+    private func authorize(_ route: Route, _ context: RequestContext) throws(APIError) -> Principal? {
+        guard case .role(let required) = route.access else { return context.principal }
+        guard let caller = context.principal else { throw context.authenticationRefusal ?? APIError.credentialRequired }
+        guard caller.role.allows(required) else { throw APIError.insufficientRole(has: caller.role.rawValue, needs: required.rawValue) }
+        return caller
     }
 
     /// HEAD gets the GET's status and headers without the body.
@@ -240,27 +391,16 @@ public struct Router: Sendable {
         return response
     }
 
-    private func respond(to error: any Error, _ request: HTTPRequest) -> HTTPResponse {
-        APIError(answering: error)?.response ?? errorResponder(error, request)
+    func respond(to error: any Error, _ request: HTTPRequest, _ context: RequestContext) -> HTTPResponse {
+        APIError(answering: error)?.response ?? errorResponder(error, request, context)
     }
+}
 
-    /// The caller a bearer token names, if any (for logic that runs before routing, such as idempotency).
-    public func principal(of request: HTTPRequest) -> Principal? { try? authenticate(request) }
-
-    private func authenticate(_ request: HTTPRequest) throws(APIError) -> Principal {
-        guard request.header("authorization") != nil else {
-            var error = APIError.unauthorized("an API key is required (Authorization: Bearer <key>)")
-            error.extraHeaders["WWW-Authenticate"] = "Bearer"
-            throw error
-        }
-        guard let token = request.bearerToken else {
-            throw APIError.unauthorized("the Authorization header must be 'Bearer <key>'")
-        }
-        guard let principal = authenticator(token) else {
-            var error = APIError.unauthorized("the API key is unknown or has been revoked")
-            error.extraHeaders["WWW-Authenticate"] = "Bearer error=\"invalid_token\""
-            throw error
-        }
-        return principal
+extension APIError {
+    /// A route that needs a role was called with no credential at all.
+    public static var credentialRequired: APIError {
+        var error = APIError.unauthorized("an API key is required (Authorization: Bearer <key>)")
+        error.extraHeaders["WWW-Authenticate"] = "Bearer"
+        return error
     }
 }

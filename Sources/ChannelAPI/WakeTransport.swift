@@ -1,8 +1,9 @@
 import Foundation
 
-/// The phone a wake-up goes to, as its registration describes it.
+/// The phone (or browser) a wake-up goes to, as its registration describes it.
 public struct WakeTarget: Sendable, Equatable {
-    public enum Platform: String, Sendable, Codable { case ios, android }
+    /// `web` is a browser subscribed through Web Push; its push token is the sealed subscription.
+    public enum Platform: String, Sendable, Codable { case ios, android, web }
     public enum Environment: String, Sendable, Codable { case production, development }
 
     public var deviceID: String
@@ -112,6 +113,54 @@ public enum WakeOutcome: Sendable, Equatable {
     case failed(reason: String)
 }
 
+extension WakeOutcome {
+    /// The outcome's name as the console shows it: `delivered`, `retry`, `token_rejected` or `failed`.
+    public var label: String {
+        switch self {
+        case .delivered: "delivered"
+        case .retry: "retry"
+        case .tokenRejected: "token_rejected"
+        case .failed: "failed"
+        }
+    }
+
+    /// Why it did not go through (nil when it did).
+    public var reason: String? {
+        switch self {
+        case .delivered: nil
+        case .retry(_, let reason), .tokenRejected(let reason), .failed(let reason): reason
+        }
+    }
+}
+
+/// One try of a wake-up as the push service answered it: the outcome the dispatcher acts on, and what a person
+/// tracing a notification wants to see of the answer (the console's delivery timeline, its test push).
+public struct WakeAttempt: Sendable, Equatable {
+    public var outcome: WakeOutcome
+    /// The service's HTTP status; nil when no answer came (unreachable, or refused before anything was sent).
+    public var status: Int?
+    /// The service's own reason (APNs `reason`, FCM's error code, the relay's `reason`); nil when it gave none.
+    public var reason: String?
+    /// The service's id of this message (APNs `apns-id`, FCM's message `name`), when it gave one.
+    public var serviceID: String?
+    /// From the start of the send to the answer.
+    public var latency: Duration
+
+    public init(outcome: WakeOutcome, status: Int? = nil, reason: String? = nil, serviceID: String? = nil, latency: Duration = .zero) {
+        self.outcome = outcome
+        self.status = status
+        self.reason = reason
+        self.serviceID = serviceID
+        self.latency = latency
+    }
+
+    /// Whole milliseconds, as stored and shown.
+    public var latencyMilliseconds: Int64 {
+        let (seconds, attoseconds) = latency.components
+        return max(0, seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+    }
+}
+
 /// A push service plugin (APNs, FCM, a relay, …) that wakes phones.
 public protocol WakeTransport: Sendable {
     /// Shown in logs and stored with each outcome.
@@ -119,6 +168,17 @@ public protocol WakeTransport: Sendable {
     /// Whether this transport can reach the target at all (platform, token kind).
     func canWake(_ target: WakeTarget) -> Bool
     func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome
+    /// The same send, with the service's answer in detail (status, reason, message id, latency). The dispatcher
+    /// calls this one; a transport that implements only `send` reports its outcome and the time it took.
+    func attempt(_ signal: WakeSignal, to target: WakeTarget) async -> WakeAttempt
+}
+
+extension WakeTransport {
+    public func attempt(_ signal: WakeSignal, to target: WakeTarget) async -> WakeAttempt {
+        let start = ContinuousClock.now
+        let outcome = await send(signal, to: target)
+        return WakeAttempt(outcome: outcome, reason: outcome.reason, latency: ContinuousClock.now - start)
+    }
 }
 
 /// Transports in order of preference; the first that can wake a target is its transport.

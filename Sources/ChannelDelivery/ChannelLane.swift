@@ -28,10 +28,12 @@ public final class ChannelLane: OutboxLane {
     let log: Log
     /// Handed to every attempt: the endpoints channels disabled, kept in the outbox's database.
     public let endpoints: any EndpointStateStore
+    let metrics: ChannelMetrics?
 
     /// `endpoints`: by default the outbox's own database, so the gateway gets durable endpoint state with no wiring.
     public init(outbox: SQLiteChannelOutbox, channels: OutboundChannelRegistry, clock: any WallClock, policy: RetryPolicy, log: Log,
-                endpoints: (any EndpointStateStore)? = nil) {
+                endpoints: (any EndpointStateStore)? = nil, metrics: ChannelMetrics? = nil) {
+        self.metrics = metrics
         self.outbox = outbox
         self.channels = channels
         self.clock = clock
@@ -63,8 +65,19 @@ public final class ChannelLane: OutboxLane {
             }
             let send = ChannelSend(id: entry.id, channel: entry.channel, destination: entry.destination, output: entry.output,
                                    attempt: entry.attempts + 1, createdAt: entry.createdAt)
+            let started = ContinuousClock.now
             let outcome = await channel.attempt(send, endpoints: endpoints)
             let after = clock.now()
+            if let metrics {
+                metrics.duration.observe(ContinuousClock.now - started, entry.channel)
+                let word = switch outcome {
+                case .delivered: "delivered"
+                case .retry: "retry"
+                case .rejected: "rejected"
+                case .failed: "failed"
+                }
+                metrics.sends.increment(entry.channel, word)
+            }
             switch outcome {
             case .delivered(let remoteID):
                 try await outbox.settle(entry.id, owner: owner, state: .delivered, reason: nil, remoteID: remoteID, at: after)

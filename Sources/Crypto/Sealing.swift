@@ -140,6 +140,16 @@ public enum SelfSignedCertificate {
         }
     }
 
+    /// When a PEM certificate stops being valid (its notAfter), for the metric operators alert on.
+    public static func expiry(pem: String) throws(SealError) -> Date {
+        try withCertificate(pem: pem) { x509 throws(SealError) in
+            guard let notAfter = X509_get0_notAfter(x509) else { throw .crypto("the certificate has no notAfter") }
+            var moment = tm()
+            guard ASN1_TIME_to_tm(notAfter, &moment) == 1 else { throw .crypto("the certificate's notAfter cannot be read") }
+            return Date(timeIntervalSince1970: TimeInterval(timegm(&moment)))
+        }
+    }
+
     /// Parses a PEM certificate for the length of `body` only.
     private static func withCertificate<T>(pem: String, _ body: (OpaquePointer) throws(SealError) -> T) throws(SealError) -> T {
         let bytes = Array(pem.utf8)

@@ -24,6 +24,10 @@ public final class ResponseStream: Sendable {
     /// Whether nobody reads any more: the producer can stop.
     public var isClosed: Bool { state.withLock { $0.closed } }
 
+    /// Bytes written and not yet taken by the connection: a producer that must not outrun a slow client waits
+    /// while this is high (the stream itself never refuses a write).
+    public var bufferedByteCount: Int { state.withLock { $0.buffer.count } }
+
     public func write(_ bytes: [UInt8]) {
         guard !bytes.isEmpty else { return }
         change { $0.buffer.append(contentsOf: bytes) }

@@ -26,6 +26,19 @@ public final class InboxPageCache: Sendable {
         public let body: [UInt8]
         /// A strong validator of the body, for If-None-Match.
         public let etag: String
+        /// The lines on the page, for the "fetched" step of their timelines.
+        public let deliveryIDs: [String]
+        let fetchNote: FetchNote
+
+        /// True the first time only: the page's lines are noted as fetched once per rendering, and every later
+        /// answer from the cache pays one atomic exchange for it.
+        public func claimFetchNote() -> Bool { fetchNote.claim() }
+    }
+
+    /// Whether a page's lines were noted as fetched yet.
+    final class FetchNote: Sendable {
+        private let noted = Atomic<Bool>(false)
+        func claim() -> Bool { !noted.exchange(true, ordering: .relaxed) }
     }
 
     private let state = Mutex<(pages: [Key: Page], bytes: Int)>(([:], 0))
@@ -51,8 +64,9 @@ public final class InboxPageCache: Sendable {
     /// Keeps `body` as the page for `key` at `generation` (unless it alone would take a quarter of the budget);
     /// returns the page with its validator either way.
     @discardableResult
-    public func store(_ body: [UInt8], for key: Key, generation: UInt64) -> Page {
-        let page = Page(generation: generation, body: body, etag: "\"" + Hex.encode(Array(SHA256.hash(body).prefix(16))) + "\"")
+    public func store(_ body: [UInt8], deliveryIDs: [String] = [], for key: Key, generation: UInt64) -> Page {
+        let page = Page(generation: generation, body: body, etag: "\"" + Hex.encode(Array(SHA256.hash(body).prefix(16))) + "\"",
+                        deliveryIDs: deliveryIDs, fetchNote: FetchNote())
         guard body.count <= budgetBytes / 4 else { return page }
         state.withLock { state in
             if let old = state.pages.removeValue(forKey: key) { state.bytes -= old.body.count }

@@ -80,14 +80,18 @@ public struct MobileAPI: Sendable {
         // A page rendered since the last write to this person's inbox is still the answer; the device check it passed holds too.
         let key = InboxPageCache.Key(subject: caller.subject, deviceID: deviceID, cursor: cursor, limit: limit)
         let generation = InboxPageCache.generation(of: caller.subject, in: store)
-        let page = try inboxPages.page(for: key, generation: generation)
-            ?? inboxPages.store(renderInboxPage(caller: caller, deviceID: key.deviceID, cursor: cursor, limit: limit), for: key, generation: generation)
+        let page = try inboxPages.page(for: key, generation: generation) ?? {
+            let rendered = try renderInboxPage(caller: caller, deviceID: key.deviceID, cursor: cursor, limit: limit)
+            return inboxPages.store(rendered.body, deliveryIDs: rendered.ids, for: key, generation: generation)
+        }()
+        // That phone now holds these lines: noted in memory once per rendered page, written later in the background.
+        if let deviceID, page.claimFetchNote() { store.fetches.note(deviceID: deviceID, subject: caller.subject, deliveryIDs: page.deliveryIDs) }
         let headers = [("ETag", page.etag), ("Cache-Control", "private, no-cache")]
         if request.alreadyHas(etag: page.etag) { return HTTPResponse(status: 304, headers: headers) }
         return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")] + headers, body: page.body)
     }
 
-    private func renderInboxPage(caller: Principal, deviceID: String?, cursor: Int64?, limit: Int) throws -> [UInt8] {
+    private func renderInboxPage(caller: Principal, deviceID: String?, cursor: Int64?, limit: Int) throws -> (body: [UInt8], ids: [String]) {
         let page = try store.deliveries(subject: caller.subject, deviceID: ownDevice(deviceID, caller: caller), before: cursor, limit: limit)
         // The inbox is the hottest route: written straight to bytes, keys sorted as everywhere else.
         var out = JSONWriter(capacity: 512 * max(1, page.items.count))
@@ -101,7 +105,7 @@ public struct MobileAPI: Sendable {
         out.key("unread_count")
         out.number(Int64(page.unreadCount))
         out.endObject()
-        return out.bytes
+        return (out.bytes, page.items.map(\.id))
     }
 
     @Sendable func getDelivery(_ request: HTTPRequest, caller: Principal) throws -> HTTPResponse {
@@ -111,6 +115,7 @@ public struct MobileAPI: Sendable {
         guard let delivery = try store.delivery(id: request.parameter("id"), subject: caller.subject, deviceID: deviceID) else {
             throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
         }
+        if let deviceID { store.fetches.note(deviceID: deviceID, subject: caller.subject, deliveryIDs: [delivery.id]) }
         // How each of the caller's phones was woken for this line (never other people's).
         let own = Set(try store.devices.list(subject: caller.subject).map(\.id))
         let wakeUps = try store.outbox.entries(deliveryID: delivery.id).filter { own.contains($0.deviceID) }.map(DeliveryView.WithWakeUps.WakeUp.init)

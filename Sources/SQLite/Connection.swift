@@ -219,6 +219,12 @@ public final class Connection {
     }
 
     /// Runs reads inside one deferred transaction: they all see the same committed state.
+    /// Writes a consistent copy of this database to a new file at `path` (`VACUUM INTO`: one read transaction, so
+    /// one commit's snapshot while other connections go on writing).
+    public func vacuum(into path: String) throws(SQLiteError) {
+        _ = try query("VACUUM INTO ?", path)
+    }
+
     public func readTransaction<T>(_ body: (Connection) throws -> T) throws -> T {
         try inTransaction(begin: "BEGIN", body)
     }

@@ -12,19 +12,23 @@ public final class DatabasePool: Sendable {
     private let storageExecutor = Mutex<StorageExecutor?>(nil)
     private let storageThreads: Int
     var groupCommit: GroupCommit { groupCommitBox.get(self) }
+    /// Told how long callers waited for a connection and how long the writer was held (nil: not measured).
+    let metrics: (any DatabaseMetricsSink)?
 
     /// `maximumBytes` caps the file (SQLite's max_page_count): past it writes fail as "disk full", cleanly.
-    public init(path: String, readerCount: Int = 4, durability: Durability = .full, maximumBytes: Int? = nil) throws(SQLiteError) {
+    public init(path: String, readerCount: Int = 4, durability: Durability = .full, maximumBytes: Int? = nil,
+                metrics: (any DatabaseMetricsSink)? = nil) throws(SQLiteError) {
         self.path = path
+        self.metrics = metrics
         let writerConnection = try Connection(path: path, durability: durability)
         if let maximumBytes {
             let pageSize = try writerConnection.query("PRAGMA page_size").first?.int("page_size") ?? 4096
             try writerConnection.query("PRAGMA max_page_count = \(max(1, Int64(maximumBytes) / pageSize))")
         }
-        writer = GuardedConnection(writerConnection)
+        writer = GuardedConnection(writerConnection, role: .writer, metrics: metrics)
         var readers: [GuardedConnection] = []
         for _ in 0..<max(1, readerCount) {
-            readers.append(GuardedConnection(try Connection(path: path, durability: durability)))
+            readers.append(GuardedConnection(try Connection(path: path, durability: durability), role: .reader, metrics: metrics))
         }
         self.readers = readers
         storageThreads = readers.count + 1
@@ -81,8 +85,12 @@ public final class DatabasePool: Sendable {
         if let open = HeldConnection.usable(HeldConnection.transaction, in: self) { return try body(open.connection) }
         return try writer.with { db in
             let before = db.totalChanges
+            let started = metrics == nil ? nil : ContinuousClock.now
             // After the body, so after its COMMIT: a reader that sees the new generation sees the new rows.
-            defer { if db.totalChanges != before { committedChanges.add(1, ordering: .releasing) } }
+            defer {
+                if db.totalChanges != before { committedChanges.add(1, ordering: .releasing) }
+                if let started, let metrics { metrics.heldWriter(ContinuousClock.now - started) }
+            }
             return try body(db)
         }
     }
@@ -217,10 +225,24 @@ final class HeldConnection: @unchecked Sendable {
 final class GuardedConnection: @unchecked Sendable {
     private let lock = NSLock()
     private let connection: Connection
-    init(_ connection: Connection) { self.connection = connection }
+    let role: DatabaseConnectionRole
+    let metrics: (any DatabaseMetricsSink)?
+
+    init(_ connection: Connection, role: DatabaseConnectionRole = .writer, metrics: (any DatabaseMetricsSink)? = nil) {
+        self.connection = connection
+        self.role = role
+        self.metrics = metrics
+    }
 
     func with<T>(_ body: (Connection) throws -> T) rethrows -> T {
-        lock.lock()
+        if let metrics, !lock.try() {
+            // Only a wait is timed: the free connection's path stays one lock.
+            let started = ContinuousClock.now
+            lock.lock()
+            metrics.waited(ContinuousClock.now - started, for: role)
+        } else if metrics == nil {
+            lock.lock()
+        }
         defer { lock.unlock() }
         return try body(connection)
     }
@@ -244,4 +266,16 @@ final class GroupCommitBox: Sendable {
             return created
         }
     }
+}
+
+/// Which connection of a pool a caller waited for.
+public enum DatabaseConnectionRole: String, Sendable {
+    case writer, reader
+}
+
+/// Where a pool reports its waits and how long the writer was held (the gateway's metrics); called on the
+/// storage threads, so it must be quick and never touch the pool.
+public protocol DatabaseMetricsSink: Sendable {
+    func waited(_ duration: Duration, for connection: DatabaseConnectionRole)
+    func heldWriter(_ duration: Duration)
 }

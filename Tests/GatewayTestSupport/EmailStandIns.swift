@@ -125,7 +125,7 @@ public final class PlaintextSMTPServer: @unchecked Sendable {
         _ = FileManager.default.createFile(atPath: log, contents: nil)
         process.standardOutput = FileHandle(forWritingAtPath: log)
         process.standardError = FileHandle(forWritingAtPath: log)
-        try process.run()
+        try launch(process)
         self.process = process
         for _ in 0..<200 {
             if let fd = RawHTTP.connect(port: port, timeout: 1) {

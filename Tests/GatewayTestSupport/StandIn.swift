@@ -79,6 +79,17 @@ public func runProgram(_ path: String, _ arguments: [String], environment: [Stri
     try await onOwnThread { try runProgramBlocking(path, arguments, environment: environment) }
 }
 
+/// Starts a Foundation `Process`, one at a time in this test process: swift-corelibs-foundation's `Process.run()`
+/// is not safe to call from several threads at once (a crash in its memcpy was seen here with suites running in
+/// parallel; swift-corelibs-foundation issues 4772, 4795, 4810). Every test start of a program goes through it.
+public func launch(_ process: Process) throws {
+    processLaunchLock.lock()
+    defer { processLaunchLock.unlock() }
+    try launch(process)
+}
+
+private let processLaunchLock = NSLock()
+
 /// `runProgram` for code already on a thread of its own.
 @discardableResult
 public func runProgramBlocking(_ path: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, output: String) {
@@ -89,7 +100,7 @@ public func runProgramBlocking(_ path: String, _ arguments: [String], environmen
     let pipe = Pipe()
     process.standardOutput = pipe
     process.standardError = pipe
-    try process.run()
+    try launch(process)
     let data = pipe.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     return (process.terminationStatus, String(decoding: data, as: UTF8.self))
@@ -151,7 +162,7 @@ public class StandInProcess: @unchecked Sendable {
         log.seekToEndOfFile()
         process.standardOutput = log
         process.standardError = log
-        try process.run()
+        try launch(process)
         lock.withLock { self.process = process }
         // Generous: dozens of Python stand-ins start at once when the channel suites begin, on two cores. One that
         // exits (its port taken, a bad argument) ends the wait at once.
@@ -368,7 +379,7 @@ public final class RelayServerProcess: @unchecked Sendable {
         let log = FileHandle(forWritingAtPath: directory + "/relay.log")
         process.standardOutput = log
         process.standardError = log
-        try process.run()
+        try launch(process)
         self.process = process
         let client = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: tls ? certificatePath : nil))
         for _ in 0..<100 {

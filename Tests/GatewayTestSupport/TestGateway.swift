@@ -10,7 +10,20 @@ import APIKit
 import Mobile
 import SQLite
 
-/// A real gateway for tests: real SQLite file in a temp directory, real libmicrohttpd on a loopback port.
+/// How a test reaches its gateway (Hummingbird's `.live` and `.router` test modes).
+public enum TestGatewayMode: Sendable {
+    /// Real libmicrohttpd on a loopback port (plain HTTP and TLS on one port), requests through URLSession, the
+    /// database fsync'd on every commit: for what the socket does (framing, limits, TLS, the same-Wi-Fi listener,
+    /// streams, the real binary's peers calling back).
+    case live
+    /// No socket and no TLS: each request goes in process to the main listener's responder (its middleware, the
+    /// real router, the real stores on a real SQLite file with synchronous=NORMAL), admitted and answered at once
+    /// or in a task as the server would. Services (dispatcher, scheduler, …) run as in `live`.
+    case router
+}
+
+/// A real gateway for tests: real SQLite file in a temp directory, real libmicrohttpd on a loopback port (or, in
+/// `.router` mode, the same gateway answered in process).
 public final class TestGateway: Sendable {
     public static let defaultConfig = """
         agents:
@@ -24,7 +37,12 @@ public final class TestGateway: Sendable {
     public let directory: String
     public let gateway: Gateway
     public let adminKey: String
+    /// Where a live gateway listens; in `.router` mode nothing listens there.
     public let baseURL: String
+    public let mode: TestGatewayMode
+    /// What a browser on this gateway's page sends as `Origin` (and the `Host` it names).
+    public var origin: String { mode == .live ? baseURL : "http://" + Self.routerHost }
+    static let routerHost = "127.0.0.1"
 
     /// Starts a gateway on a fresh (or the given) data directory; the config text is written to SOUL.yaml there.
     /// With `agents`, the gateway reads that file or directory instead (hot-reload tests edit it while it runs).
@@ -32,7 +50,11 @@ public final class TestGateway: Sendable {
                              maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:],
                              transports: [any WakeTransport] = [], channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(),
                              lan: Bool = false, log: Log = Log(minimum: .warning), outbound: [any OutboundChannel] = [],
-                             factories: [any ChannelFactory] = [], plugins: [any GatewayPlugin] = [], gatewayConfig: String? = nil) async throws -> TestGateway {
+                             factories: [any ChannelFactory] = [], plugins: [any GatewayPlugin] = [], gatewayConfig: String? = nil,
+                             mode: TestGatewayMode = .live) async throws -> TestGateway {
+        precondition(!(lan && mode == .router), "the same-Wi-Fi listener is a socket: use .live")
+        // SOULACY_TEST_GATEWAY_MODE=live runs router-mode suites over the socket too (to compare, or to debug).
+        let mode = ProcessInfo.processInfo.environment["SOULACY_TEST_GATEWAY_MODE"] == "live" ? .live : mode
         let dir = directory ?? makeTemporaryDirectory()
         // Tests send far more than the original's 600 requests a minute from loopback: no limit unless a test sets one.
         var environment = environment
@@ -43,6 +65,11 @@ public final class TestGateway: Sendable {
                                      clock: clock, log: log, maximumBodyBytes: maximumBodyBytes,
                                      environment: environment, extraTransports: transports, retryPolicy: retryPolicy)
         if lan { options.lanHost = "127.0.0.1" }
+        if mode == .router {
+            // Nothing a socket needs, and no fsync: what a route test does not test.
+            options.autoTLS = false
+            options.durability = .normal
+        }
         options.extraChannels = channels
         options.extraOutboundChannels = outbound
         options.extraChannelFactories = factories
@@ -53,7 +80,7 @@ public final class TestGateway: Sendable {
         options.gatewayConfigPath = gatewayConfigPath
         let gateway = try Gateway(options: options)
         let bootstrap = try gateway.bootstrapAdminKey()
-        try gateway.start()
+        try gateway.start(listening: mode == .live)
         let keyFile = dir + "/admin.key"
         let key: String
         if let bootstrap {
@@ -62,14 +89,15 @@ public final class TestGateway: Sendable {
         } else {
             key = try String(contentsOfFile: keyFile, encoding: .utf8)
         }
-        return TestGateway(directory: dir, gateway: gateway, adminKey: key, baseURL: "http://127.0.0.1:\(gateway.port)")
+        return TestGateway(directory: dir, gateway: gateway, adminKey: key, baseURL: "http://127.0.0.1:\(gateway.port)", mode: mode)
     }
 
-    init(directory: String, gateway: Gateway, adminKey: String, baseURL: String) {
+    init(directory: String, gateway: Gateway, adminKey: String, baseURL: String, mode: TestGatewayMode) {
         self.directory = directory
         self.gateway = gateway
         self.adminKey = adminKey
         self.baseURL = baseURL
+        self.mode = mode
     }
 
     /// A fresh directory under this test process's own root, which goes when the process exits.
@@ -86,6 +114,7 @@ public final class TestGateway: Sendable {
     /// Sends a request; `key` nil sends no Authorization header, the default sends the admin key.
     public func request(_ method: String, _ path: String, json: JSONValue? = nil, body: [UInt8]? = nil,
                         key: String?? = .some(nil), headers: [String: String] = [:]) async throws -> TestResponse {
+        if mode == .router { return await answerInProcess(method, path, json: json, body: body, key: key, headers: headers) }
         var request = URLRequest(url: URL(string: baseURL + path)!)
         request.httpMethod = method
         let token: String? = switch key {
@@ -106,6 +135,64 @@ public final class TestGateway: Sendable {
         var headerMap: [String: String] = [:]
         for (name, value) in http.allHeaderFields { headerMap[String(describing: name).lowercased()] = String(describing: value) }
         return TestResponse(status: http.statusCode, headers: headerMap, body: Array(data))
+    }
+
+    /// The request as libmicrohttpd would hand it over (path and query decoded, header names lower-cased), through
+    /// the main listener's admission, its server-thread answer and else its task, as `Responder.server` does.
+    func answerInProcess(_ method: String, _ target: String, json: JSONValue?, body: [UInt8]?, key: String??, headers: [String: String]) async -> TestResponse {
+        let (path, query) = Self.split(target)
+        var lowered: [String: String] = ["host": Self.routerHost, "user-agent": "soulacy-tests", "accept": "*/*"]
+        let token: String? = switch key {
+        case .none: nil
+        case .some(.none): adminKey
+        case .some(.some(let k)): k
+        }
+        if let token { lowered["authorization"] = "Bearer \(token)" }
+        var bytes: [UInt8] = []
+        if let json {
+            bytes = Array(json.serialized().utf8)
+            lowered["content-type"] = "application/json"
+        } else if let body {
+            bytes = body
+        }
+        if !bytes.isEmpty { lowered["content-length"] = String(bytes.count) }
+        for (name, value) in headers { lowered[name.lowercased()] = value }
+        let request = HTTPRequest(method: method, path: path, query: query, headers: lowered, body: bytes, remoteAddress: "127.0.0.1")
+        let responder = gateway.api
+        let answer: HTTPResponse
+        let limit = gateway.options.maximumBodyBytes
+        if bytes.count > limit {
+            // The server's own refusal, before any middleware.
+            answer = APIError(status: 413, code: "body_too_large", message: "the request body is larger than the limit of \(limit) bytes").response
+        } else if let atOnce = responder.admission(request) ?? responder.respondImmediately(request) {
+            answer = atOnce
+        } else {
+            answer = await responder.respond(request)
+        }
+        let whole = await answer.collected()
+        var headerMap: [String: String] = [:]
+        // As URLSession reports them: one value per name, repeated headers joined by ", ".
+        for (name, value) in whole.headers {
+            let lower = name.lowercased()
+            headerMap[lower] = headerMap[lower].map { $0 + ", " + value } ?? value
+        }
+        if headerMap["content-length"] == nil { headerMap["content-length"] = String(whole.body.count) }
+        return TestResponse(status: whole.status, headers: headerMap, body: method == "HEAD" ? [] : whole.body)
+    }
+
+    /// `/a%20b?x=1&y=two+words` → (`/a b`, [x: 1, y: two words]), decoded as libmicrohttpd decodes them.
+    static func split(_ target: String) -> (String, [String: String]) {
+        func decoded(_ text: Substring) -> String {
+            String(text).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String(text)
+        }
+        guard let mark = target.firstIndex(of: "?") else { return (String(target).removingPercentEncoding ?? target, [:]) }
+        var query: [String: String] = [:]
+        for pair in target[target.index(after: mark)...].split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let name = decoded(parts[0])
+            if query[name] == nil { query[name] = parts.count > 1 ? decoded(parts[1]) : "" }
+        }
+        return (String(target[..<mark]).removingPercentEncoding ?? String(target[..<mark]), query)
     }
 
     /// A key for `subject` and its token, as a household gets one: the owner's own through the admin API; anyone
@@ -192,10 +279,12 @@ public func withTestGateway<T>(config: String = TestGateway.defaultConfig, agent
                                maximumBodyBytes: Int = 1 << 20, environment: [String: String] = [:], transports: [any WakeTransport] = [],
                                channels: [any Channel] = [], retryPolicy: RetryPolicy = RetryPolicy(), lan: Bool = false,
                                log: Log = Log(minimum: .warning), outbound: [any OutboundChannel] = [], factories: [any ChannelFactory] = [],
-                               plugins: [any GatewayPlugin] = [], gatewayConfig: String? = nil, _ body: (TestGateway) async throws -> T) async throws -> T {
+                               plugins: [any GatewayPlugin] = [], gatewayConfig: String? = nil, mode: TestGatewayMode = .live,
+                               _ body: (TestGateway) async throws -> T) async throws -> T {
     let gateway = try await TestGateway.start(config: config, agents: agents, directory: directory, clock: clock, maximumBodyBytes: maximumBodyBytes,
                                               environment: environment, transports: transports, channels: channels, retryPolicy: retryPolicy, lan: lan,
-                                              log: log, outbound: outbound, factories: factories, plugins: plugins, gatewayConfig: gatewayConfig)
+                                              log: log, outbound: outbound, factories: factories, plugins: plugins, gatewayConfig: gatewayConfig,
+                                              mode: mode)
     do {
         let result = try await body(gateway)
         await gateway.stop()

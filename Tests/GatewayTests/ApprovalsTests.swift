@@ -11,7 +11,7 @@ struct ApprovalsTests {
     @Test("every phone of the same person gets a time-sensitive SOULACY_APPROVAL wake-up with names and ids only")
     func lockScreenWakeUps() async throws {
         let recorder = RecordingTransport()
-        try await withTestGateway(transports: [recorder]) { (gw) async throws in
+        try await withTestGateway(transports: [recorder], mode: .router) { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "operator")
             try await gw.registerDevice(id: "owner-phone", key: nil, token: String(repeating: "01", count: 32))
             try await gw.registerDevice(id: "owner-ipad", key: nil, token: String(repeating: "02", count: 32))
@@ -40,7 +40,7 @@ struct ApprovalsTests {
 
     @Test("a bad ask is refused naming its first wrong field, in the order the fields are documented")
     func askRefusalsInOrder() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let cases: [(JSONValue, String, String)] = [
                 (["agent_id": 5], "agent_id", "agent_id: must be a string, got a number"),
                 (["agent_id": "echo"], "tool", "tool is required"),
@@ -57,7 +57,7 @@ struct ApprovalsTests {
 
     @Test("concurrent approve and deny from several clients resolve to exactly one decision, reported to all")
     func races() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let phone = try await gw.mintKey(subject: "owner", role: "operator", name: "phone")
             let watch = try await gw.mintKey(subject: "owner", role: "operator", name: "watch")
             let clients = [gw.adminKey, phone, watch]
@@ -91,7 +91,7 @@ struct ApprovalsTests {
 
     @Test("an unanswered approval expires and the run sees a denial; a late answer is told so")
     func expiry() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let started = ContinuousClock.now
             let asked = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "call_id": "call_exp", "timeout_seconds": 1])
             #expect(asked.json["state"] == "expired" && asked.json["approved"] == false)
@@ -104,7 +104,7 @@ struct ApprovalsTests {
 
     @Test("waiting is a long poll: after SOULACY_LONG_POLL_SECONDS the answer is pending, and GET ?wait=true picks it up")
     func longPoll() async throws {
-        try await withTestGateway(environment: ["SOULACY_LONG_POLL_SECONDS": "1"]) { (gw) async throws in
+        try await withTestGateway(environment: ["SOULACY_LONG_POLL_SECONDS": "1"], mode: .router) { (gw) async throws in
             let started = ContinuousClock.now
             let first = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "call_id": "call_lp", "timeout_seconds": 3600])
             #expect(first.json["state"] == "pending" && first.json["approved"] == false)
@@ -119,7 +119,7 @@ struct ApprovalsTests {
 
     @Test("a long poll that ran out is not the ask's last word: a retry with the same Idempotency-Key waits for the decision")
     func longPollRetriedWithItsKey() async throws {
-        try await withTestGateway(environment: ["SOULACY_LONG_POLL_SECONDS": "1"]) { (gw) async throws in
+        try await withTestGateway(environment: ["SOULACY_LONG_POLL_SECONDS": "1"], mode: .router) { (gw) async throws in
             let ask: JSONValue = ["agent_id": "echo", "tool": "t", "call_id": "call_retry", "timeout_seconds": 3600]
             let key = ["Idempotency-Key": "ask-once"]
             let first = try await gw.request("POST", "/api/v1/approvals", json: ask, headers: key)

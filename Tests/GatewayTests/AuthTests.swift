@@ -11,7 +11,7 @@ import Testing
 struct AuthTests {
     @Test("every route but /health refuses a missing or unknown key with 401")
     func unauthenticated() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             for route in gw.gateway.router.routes where route.access != .open {
                 let path = route.pattern.replacingOccurrences(of: ":id", with: "x")
                 for key: String?? in [.none, .some("sk_not-a-real-key"), .some("garbage")] {
@@ -26,7 +26,7 @@ struct AuthTests {
 
     @Test("roles: viewer reads, operator runs, admin manages")
     func roles() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let viewer = try await gw.mintKey(subject: "vee", role: "viewer")
             let op = try await gw.mintKey(subject: "opal", role: "operator")
             #expect(try await gw.request("GET", "/api/v1/mobile/deliveries", key: .some(viewer)).status == 200)
@@ -48,7 +48,7 @@ struct AuthTests {
 
     @Test("keys are stored as hashes only and revocation takes effect on the next call")
     func hashedAndRevocable() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let created = try await gw.request("POST", "/admin/api-keys", json: ["name": "Laptop", "role": "operator", "subject": "owner"])
             #expect(created.status == 201)
             let token = try #require(created.json["key"]?.stringValue)
@@ -73,7 +73,7 @@ struct AuthTests {
 
     @Test("key creation validates role and subject")
     func keyValidation() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             #expect(try await gw.request("POST", "/admin/api-keys", json: ["name": "x", "role": "root"]).errorField == "role")
             #expect(try await gw.request("POST", "/admin/api-keys", json: ["name": "x", "subject": "Not Valid"]).errorField == "subject")
             #expect(try await gw.request("POST", "/admin/api-keys", json: ["role": "viewer"]).errorField == "name")
@@ -99,7 +99,7 @@ struct AuthTests {
 
     @Test("an admin mints keys only for their own subject: a key naming someone else is 403 naming subject, pointing to a pairing code")
     func adminMintsOnlyForThemselves() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let refused = try await gw.request("POST", "/admin/api-keys", json: ["name": "Priya's key", "role": "operator", "subject": "priya"])
             #expect(refused.status == 403)
             #expect(refused.errorField == "subject" && refused.errorCode == "foreign_subject")
@@ -119,7 +119,7 @@ struct AuthTests {
 
     @Test("every key shows who minted it and when; a pairing code's key shows the code's maker")
     func mintedByAndWhen() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let started = Date().addingTimeInterval(-5)
             let laptop = try await gw.request("POST", "/admin/api-keys", json: ["name": "Laptop", "role": "operator"])
             #expect(laptop.json["minted_by"] == "owner" && Self.date(laptop.json["created_at"]) != nil)
@@ -143,7 +143,7 @@ struct AuthTests {
 
     @Test("a person, a viewer too, lists and revokes the keys of their own subject, and cannot see or revoke anyone else's")
     func ownKeys() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let phone = try await pair(gw, body: ["name": "Priya", "role": "viewer"], phone: "Priya's iPhone")
             let watch = try await pair(gw, as: phone.token, phone: "Priya's Watch")
             let sam = try await pair(gw, body: ["name": "Sam", "role": "viewer"], phone: "Sam's iPhone")
@@ -192,7 +192,7 @@ struct AuthTests {
         }
         database.close()
         try ownerToken.write(toFile: directory + "/admin.key", atomically: true, encoding: .utf8)
-        try await withTestGateway(directory: directory) { (gw) async throws in
+        try await withTestGateway(directory: directory, mode: .router) { (gw) async throws in
             let keys = try #require(try await gw.request("GET", "/admin/api-keys").json["keys"]?.arrayValue)
             #expect(keys.count == 3)
             func mintedBy(_ id: String) -> JSONValue? { keys.first { $0["id"] == .string(id) }?["minted_by"] }

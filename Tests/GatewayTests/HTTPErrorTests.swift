@@ -8,7 +8,7 @@ import Testing
 struct HTTPErrorTests {
     @Test("malformed JSON, a non-object body and a wrong type name the problem")
     func malformed() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let broken = try await gw.request("POST", "/api/v1/mobile/devices", body: Array("{\"id\": ".utf8))
             #expect(broken.status == 400)
             #expect(broken.errorCode == "invalid_json")
@@ -24,7 +24,7 @@ struct HTTPErrorTests {
 
     @Test("unknown routes are 404 and wrong methods 405 with Allow, both as JSON")
     func routing() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let missing = try await gw.request("GET", "/api/v1/nothing-here")
             #expect(missing.status == 404)
             #expect(missing.errorCode == "not_found")

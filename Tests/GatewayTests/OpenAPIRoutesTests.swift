@@ -36,7 +36,7 @@ struct OpenAPIRoutesTests {
 
     @Test("every route in the router is in openapi.yaml and nothing else is, with the same access")
     func matchesRouter() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let served = Set(gw.gateway.router.routes.map { route -> Operation in
                 let access: String = switch route.access {
                 case .open: "open"
@@ -55,7 +55,7 @@ struct OpenAPIRoutesTests {
 
     @Test("chat with an empty text is the original's 400 'agent_id and text are required', naming text (POST and GET stream)")
     func chatEmptyText() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             for path in ["/api/v1/chat", "/chat", "/api/v1/chat/stream"] {
                 let refused = try await gw.request("POST", path, json: ["agent_id": "echo", "text": ""])
                 #expect(refused.status == 400 && refused.errorField == "text" && refused.errorMessage == "agent_id and text are required", "\(path): \(refused.text)")
@@ -68,7 +68,7 @@ struct OpenAPIRoutesTests {
 
     @Test("an approval asked with an empty agent_id is a 400 naming agent_id, not an unknown agent")
     func askEmptyAgent() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let refused = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "", "tool": "shell", "wait": false])
             #expect(refused.status == 400 && refused.errorField == "agent_id", "\(refused.text)")
         }
@@ -76,7 +76,7 @@ struct OpenAPIRoutesTests {
 
     @Test("the inbox with an empty device_id is the caller's feed, as the original reads an empty query value")
     func inboxEmptyDeviceID() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let feed = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=")
             #expect(feed.status == 200 && feed.json["deliveries"]?.arrayValue != nil, "\(feed.text)")
             #expect(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=%20").status == 200)
@@ -86,7 +86,7 @@ struct OpenAPIRoutesTests {
 
     @Test("a node command's expires_at is read as RFC 3339 with any offset up to 23:59, then checked against the 15-minute window")
     func nodeCommandExpiryOffsets() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let registered = try await gw.request("POST", "/api/v1/mobile/nodes/register", json: ["device_id": "phone", "capabilities": ["system.notify"]])
             #expect(registered.status == 201, "\(registered.text)")
             // 23:46 ahead of UTC, written in that zone: ten minutes from now, so inside the window.
@@ -106,7 +106,7 @@ struct OpenAPIRoutesTests {
 
     @Test("a phone's name is at most 200 bytes as the original counts them; a node's model and versions count characters as openapi.yaml does")
     func lengthUnits() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             // 100 two-byte letters: 100 characters, 200 bytes; one more is 202 bytes.
             #expect(try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "p1", "name": .string(String(repeating: "é", count: 100))]).status == 201)
             let long = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "p2", "name": .string(String(repeating: "é", count: 101))])

@@ -86,7 +86,7 @@ struct ServiceUnitTests {
         relay.environment = ["PATH": "/usr/bin:/bin", "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"].merging(sanitizerEnvironment()) { $1 }
         relay.standardOutput = FileHandle.nullDevice
         relay.standardError = FileHandle.nullDevice
-        try relay.run()
+        try launch(relay)
         defer { if relay.isRunning { relay.terminate(); relay.waitUntilExit() } }
         #expect(await notify.waitFor("READY=1"), "\(notify.messages)")
         #expect(await notify.waitFor("WATCHDOG=1", count: 2, seconds: 3), "\(notify.messages)")

@@ -42,7 +42,7 @@ struct TriggerTests {
 
     @Test("triggers are listed for the phone that may fire them, with max_regions")
     func listing() async throws {
-        try await withTestGateway(config: Self.config(device: "[phone-a]"), environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
+        try await withTestGateway(config: Self.config(device: "[phone-a]"), environment: ["HOOK_SECRET": Self.hookSecret], mode: .router) { (gw) async throws in
             try await gw.registerDevice(id: "phone-a", key: nil)
             try await gw.registerDevice(id: "phone-b", key: nil)
             let a = try await gw.request("GET", "/api/v1/mobile/triggers?device_id=phone-a")
@@ -60,7 +60,7 @@ struct TriggerTests {
 
     @Test("a fire starts the run and the reply reaches that phone, with the location in its metadata")
     func fires() async throws {
-        try await withTestGateway(config: Self.config(), environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
+        try await withTestGateway(config: Self.config(), environment: ["HOOK_SECRET": Self.hookSecret], mode: .router) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             try await gw.registerDevice(id: "other", key: nil)
             let fired = try await fire(gw, ["event": "enter", "device_id": "phone", "latitude": 52.5201, "longitude": 13.4049, "accuracy_m": 12, "region_name": "Home"])
@@ -78,7 +78,7 @@ struct TriggerTests {
 
     @Test("every refusal is a clear answer naming its reason")
     func refusals() async throws {
-        try await withTestGateway(config: Self.config(device: "[phone]"), environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
+        try await withTestGateway(config: Self.config(device: "[phone]"), environment: ["HOOK_SECRET": Self.hookSecret], mode: .router) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             try await gw.registerDevice(id: "tablet", key: nil)
             let viewer = try await gw.mintKey(subject: "owner", role: "viewer")
@@ -106,7 +106,7 @@ struct TriggerTests {
         let directory = TestGateway.makeTemporaryDirectory()
         // The cooldown runs on the gateway's clock: a manual one moves only when the test says so.
         let clock = ManualClock(Date(timeIntervalSince1970: 1_780_000_000))
-        try await withTestGateway(config: Self.config(cooldown: "2s"), directory: directory, clock: clock, environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
+        try await withTestGateway(config: Self.config(cooldown: "2s"), directory: directory, clock: clock, environment: ["HOOK_SECRET": Self.hookSecret], mode: .router) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             let answers = try await withThrowingTaskGroup(of: TestResponse.self) { group in
                 for _ in 0..<12 { group.addTask { try await fire(gw, ["event": "enter", "device_id": "phone"]) } }
@@ -118,7 +118,7 @@ struct TriggerTests {
             #expect(answers.allSatisfy { $0.json["run_id"] != nil || $0.json["reason"] == "cooldown" || $0.status == 409 })
             await gw.gateway.runs.waitForAll()
         }
-        try await withTestGateway(config: Self.config(cooldown: "2s"), directory: directory, clock: clock, environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
+        try await withTestGateway(config: Self.config(cooldown: "2s"), directory: directory, clock: clock, environment: ["HOOK_SECRET": Self.hookSecret], mode: .router) { (gw) async throws in
             let cooling = try await fire(gw, ["event": "enter", "device_id": "phone"])
             #expect(cooling.json["reason"] == "cooldown")
             // A Go duration string, as the original app reads it.
@@ -132,7 +132,7 @@ struct TriggerTests {
 
     @Test("a fire while the agent runs is 409")
     func alreadyRunning() async throws {
-        try await withTestGateway(config: Self.config(cooldown: "0s", command: "[\"/bin/sh\", \"-c\", \"sleep 1; echo hi\"]"), environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
+        try await withTestGateway(config: Self.config(cooldown: "0s", command: "[\"/bin/sh\", \"-c\", \"sleep 1; echo hi\"]"), environment: ["HOOK_SECRET": Self.hookSecret], mode: .router) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             #expect(try await fire(gw, ["event": "enter", "device_id": "phone"]).status == 202)
             let busy = try await fire(gw, ["event": "enter", "device_id": "phone"])
@@ -143,7 +143,7 @@ struct TriggerTests {
 
     @Test("a webhook runs its agent with the body as input; a wrong secret or unknown hook is the same 401")
     func webhook() async throws {
-        try await withTestGateway(config: Self.config(), environment: ["HOOK_SECRET": Self.hookSecret]) { (gw) async throws in
+        try await withTestGateway(config: Self.config(), environment: ["HOOK_SECRET": Self.hookSecret], mode: .router) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             let ok = try await gw.request("POST", "/hooks/hook", body: Array("build 42 passed".utf8), key: .none, headers: ["X-Soulacy-Secret": Self.hookSecret])
             #expect(ok.status == 202)

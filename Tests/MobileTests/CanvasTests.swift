@@ -88,7 +88,7 @@ struct CanvasTests {
 
     @Test("a form keeps the command open until submit; the result carries answers and every checklist's state")
     func submit() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "capabilities": ["canvas"]])
             async let invoked = gw.request("POST", "/api/v1/mobile/invoke", json: ["device_id": "phone", "command": "canvas.present", "params": Self.formCard, "expires_in_seconds": 60])
             let command = try await firstPending(gw)
@@ -111,7 +111,7 @@ struct CanvasTests {
 
     @Test("dismiss and expiry end a waiting card; bad answers are refused by name")
     func dismissAndExpiry() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "capabilities": ["canvas"]])
             async let dismissed = gw.request("POST", "/api/v1/mobile/invoke", json: ["device_id": "phone", "command": "canvas.present", "params": Self.formCard])
             let id = try #require(try await firstPending(gw)["id"]?.stringValue)
@@ -131,7 +131,7 @@ struct CanvasTests {
 
     @Test("refused: another person's device, a phone without the canvas capability, an unknown command")
     func refusals() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "operator")
             _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "priya-phone", "capabilities": ["canvas"]], key: .some(priya))
             _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "plain"])
@@ -156,7 +156,7 @@ struct CanvasTests {
 
     @Test("one protocol: the first routes are aliases of the node queue; a canvas device is a canvas node; what the old table held moves over on upgrade")
     func oneProtocol() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["notifications_enabled": true, "id": "phone", "capabilities": ["canvas"], "push_token": .string(String(repeating: "ab", count: 32))])
             let queued = try await gw.request("POST", "/api/v1/mobile/invoke", json: ["device_id": "phone", "command": "canvas.present", "params": Self.formCard, "wait": false])
             let id = try #require(queued.json["id"]?.stringValue)

@@ -12,7 +12,7 @@ struct DeviceNodesTests {
 
     @Test("register, list, enqueue (Idempotency-Key is the id), poll, claim once, answer once; the queue's rules")
     func lifecycle() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let registered = try await gw.request("POST", "/api/v1/mobile/nodes/register", json: Self.node)
             #expect(registered.status == 201 && registered.json == ["registered": true, "device_id": "phone", "poll_interval_seconds": 5, "foreground_only": true])
             let list = try await gw.request("GET", "/api/v1/mobile/nodes")

@@ -19,7 +19,7 @@ struct DeviceRegistrationTests {
 
     @Test("platform defaults to ios; a new device and an update are both 201 {registered, device_id}, as the original answers")
     func platformDefaultAndUpdate() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let first = try await register(gw, ["id": "inst-1", "name": "iPhone", "push_token": .string(Self.iosToken)])
             #expect(first.status == 201)
             #expect(first.json == .object(["registered": true, "device_id": "inst-1", "created": true]))
@@ -41,7 +41,7 @@ struct DeviceRegistrationTests {
 
     @Test("any platform other than ios or android is refused, naming platform")
     func unknownPlatform() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             for value: JSONValue in ["windows", "IOS", "", 3, true] {
                 let response = try await register(gw, ["id": "x", "platform": value])
                 #expect(response.status == 400)
@@ -52,7 +52,7 @@ struct DeviceRegistrationTests {
 
     @Test("Android: bundle_id omitted or exactly dev.soulacy.android")
     func androidBundle() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             #expect(try await register(gw, ["id": "a1", "platform": "android"]).status == 201)
             #expect(try await device(gw, "a1")?["bundle_id"] == "dev.soulacy.android")
             #expect(try await register(gw, ["id": "a2", "platform": "android", "bundle_id": "dev.soulacy.android"]).status == 201)
@@ -66,7 +66,7 @@ struct DeviceRegistrationTests {
 
     @Test("iOS: another bundle id is refused")
     func iosBundle() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let response = try await register(gw, ["id": "i1", "bundle_id": "dev.soulacy.android"])
             #expect(response.status == 400)
             #expect(response.errorField == "bundle_id")
@@ -75,7 +75,7 @@ struct DeviceRegistrationTests {
 
     @Test("Android push_token: up to 4096 characters, no whitespace, stored exactly")
     func androidToken() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let exact = String(repeating: "aZ:_-", count: 819) + "Q"  // 4096 characters, mixed case and punctuation
             #expect(exact.count == 4096)
             #expect(try await register(gw, ["id": "a1", "platform": "android", "push_token": .string(exact)]).status == 201)
@@ -100,7 +100,7 @@ struct DeviceRegistrationTests {
 
     @Test("Android: push_environment and live_start_token are ignored, whatever they hold")
     func androidIgnoredFields() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let response = try await register(gw, ["id": "a1", "platform": "android", "push_environment": "nonsense", "live_start_token": "zz not hex"])
             #expect(response.status == 201)
             let stored = try #require(try gw.gateway.mobileStore.devices.device(id: "a1"))
@@ -111,7 +111,7 @@ struct DeviceRegistrationTests {
 
     @Test("iOS, as the original normalises: tokens trimmed and lower-cased, empty is absent, any other environment is production, an absent start token keeps the stored one")
     func iosTokenAndEnvironment() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             for bad in ["abc", String(repeating: "g", count: 64), String(repeating: "ab", count: 33)] {
                 let response = try await register(gw, ["id": "i1", "push_token": .string(bad)])
                 #expect(response.status == 400)
@@ -146,7 +146,7 @@ struct DeviceRegistrationTests {
 
     @Test("id is required, at most 128 characters of a safe alphabet; name at most 200")
     func idAndName() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let missing = try await register(gw, ["name": "x"])
             #expect(missing.status == 400)
             #expect(missing.errorCode == "missing_field")
@@ -163,7 +163,7 @@ struct DeviceRegistrationTests {
 
     @Test("a device id registered to another person is refused with 403 and stays theirs")
     func ownedByAnother() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "viewer")
             #expect(try await register(gw, ["id": "shared", "name": "Owner's phone"]).status == 201)
             let stolen = try await register(gw, ["id": "shared", "name": "Priya's"], key: priya)
@@ -176,7 +176,7 @@ struct DeviceRegistrationTests {
 
     @Test("a refused registration changes nothing already stored")
     func refusalKeepsStoredDevice() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             #expect(try await register(gw, ["id": "keep", "push_token": .string(Self.iosToken)]).status == 201)
             #expect(try await register(gw, ["id": "keep", "platform": "android", "push_token": "bad token"]).status == 400)
             let stored = try #require(try gw.gateway.mobileStore.devices.device(id: "keep"))
@@ -187,7 +187,7 @@ struct DeviceRegistrationTests {
 
     @Test("DELETE removes the caller's device; someone else's is 204 too, and stays (the original says nothing of who has an id)")
     func deleteDevice() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "viewer")
             #expect(try await register(gw, ["id": "mine"]).status == 201)
             #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/mine", key: .some(priya)).status == 204)

@@ -16,7 +16,7 @@ struct InboxTests {
 
     @Test("each destination kind reaches exactly the right people and devices")
     func destinations() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "operator")
             try await gw.registerDevice(id: "owner-phone", key: nil)
             try await gw.registerDevice(id: "owner-ipad", key: nil)
@@ -54,7 +54,7 @@ struct InboxTests {
 
     @Test("a rendered inbox page is reused only until something changes; ETag and If-None-Match work")
     func pageReuse() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "operator")
             try await gw.registerDevice(id: "phone", key: nil)
             let first = try #require(try await gw.runAgent("echo", input: "first", to: "all")["delivery_id"]?.stringValue)
@@ -94,7 +94,7 @@ struct InboxTests {
 
     @Test("a device id reused by another person shows them neither the old owner's lines nor their read state")
     func reusedDeviceID() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "operator")
             try await gw.registerDevice(id: "tablet", key: priya)
             let forTablet = try #require(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["to": "device:tablet", "body": "priya's own"]).json["delivery_id"]?.stringValue)
@@ -151,7 +151,7 @@ struct InboxTests {
 
     @Test("pages and unread counts match a plain model over hundreds of lines, reads and a removed device")
     func modelCheck() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let store = gw.gateway.mobileStore
             var devices = ["owner-phone": "owner", "owner-ipad": "owner", "priya-phone": "priya"]
             for (id, subject) in devices {
@@ -351,7 +351,7 @@ struct InboxTests {
 
     @Test("read receipts are per device: reading on one does not mark another")
     func readReceipts() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             try await gw.registerDevice(id: "watch-ish", key: nil)
             let run = try await gw.runAgent("echo", input: "read me", to: "all")
@@ -383,7 +383,7 @@ struct InboxTests {
 
     @Test("the System agent's lines are stored but never returned")
     func systemAgentFiltered() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             let channel = try gw.gateway.channels.channel(named: "mobile")
             let hidden = try await channel.deliver(Output(agentID: "system", agentName: "System", sessionID: "s", parts: ["internal"]), to: "all")
@@ -400,7 +400,7 @@ struct InboxTests {
 
     @Test("pages go newest first and the cursor walks every line exactly once")
     func pagination() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let channel = try gw.gateway.channels.channel(named: "mobile")
             var sent: [String] = []
             for i in 0..<7 {
@@ -430,7 +430,7 @@ struct InboxTests {
 
     @Test("the channel test endpoint defaults to all and validates its destination")
     func channelTest() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "viewer")
             try await gw.registerDevice(id: "owner-phone", key: nil)
             try await gw.registerDevice(id: "priya-phone", key: priya)
@@ -450,7 +450,7 @@ struct InboxTests {
 
     @Test("a credential sees only its own subject's deliveries, whatever its role")
     func credentialScope() async throws {
-        try await withTestGateway { (gw) async throws in
+        try await withTestGateway(mode: .router) { (gw) async throws in
             let priya = try await gw.mintKey(subject: "priya", role: "viewer")
             let sam = try await gw.mintKey(subject: "sam", role: "operator")
             _ = try await gw.runAgent("echo", input: "priya only", to: "user:priya")

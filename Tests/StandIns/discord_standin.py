@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A local Discord REST API stand-in over HTTPS (HTTP/2 or 1.1): Create Message in a channel.
+"""A local Discord REST API stand-in over HTTPS (HTTP/2 or 1.1): Create Message in a channel, Get Current User.
 
 Start:  python3 discord_standin.py --tls-port P --control-port C --cert-dir DIR --token <bot token> [--channel ID]...
         [--bucket-limit 5 --bucket-window 5]   (without --channel: 1100000000000000001 and 1100000000000000002)
@@ -18,6 +18,8 @@ Rules enforced, from Discord's developer docs (https://discord.com/developers/do
     Limits") -> 50035 with the field's path. A body that is not JSON -> 400 {"message": "The request body contains
     invalid JSON.", "code": 50109}. Success 200 with the Message object (id, channel_id, author, content,
     timestamp, embeds, type 0, ...).
+  * "User resource: Get Current User" (GET /users/@me): the bot's User object (id, username, bot true); a missing or
+    wrong token -> the same 401 (soulacy doctor's dry call).
   * "Opcodes and Status Codes" (JSON error codes): unknown channel -> 404 {"message": "Unknown Channel",
     "code": 10003}; the bot without access -> 403 {"message": "Missing Access", "code": 50001}; without permission
     to send -> 403 {"message": "Missing Permissions", "code": 50013}.
@@ -102,6 +104,16 @@ class Discord(cc.ChannelStandIn):
             extra.append(("X-RateLimit-Global", "true"))
         return 429, {"message": "You are being rate limited.", "retry_after": round(retry_after, 3), "global": is_global}, extra
 
+    def current_user(self, scope, headers):
+        """Get Current User ("User resource"): the bot's own User object; a wrong token -> 401 as everywhere."""
+        if scope["method"] != "GET":
+            return 405, {"message": "405: Method Not Allowed", "code": 0}, []
+        authorization = headers.get("authorization", [""])[0]
+        if not authorization.startswith("Bot ") or authorization[4:].strip() not in self.tokens:
+            return 401, {"message": "401: Unauthorized", "code": 0}, []
+        return 200, {"id": "1100000000000000100", "username": "Soulacy", "discriminator": "0", "global_name": None, "avatar": None,
+                     "bot": True, "verified": True, "flags": 0, "mfa_enabled": False}, []
+
     async def service(self, scope, headers, body, send):
         user_agent = headers.get("user-agent", [""])[0]
         record = self.requests.append(cc.record_for(scope, headers, body, user_agent_ok=bool(re.fullmatch(r"DiscordBot \(\S+, \S+\).*", user_agent))))
@@ -111,6 +123,9 @@ class Discord(cc.ChannelStandIn):
         await cc.respond_json(send, status, payload, extra)
 
     async def handle(self, scope, headers, body, record):
+        me = re.fullmatch(r"/api/v(\d+)/users/@me", scope["path"])
+        if me and me.group(1) in ("9", "10"):
+            return self.current_user(scope, headers)
         match = re.fullmatch(r"/api/v(\d+)/channels/(\d+)/messages", scope["path"])
         if not match or match.group(1) not in ("9", "10"):
             return 404, {"message": "404: Not Found", "code": 0}, []

@@ -2,7 +2,8 @@
 """A local stand-in for Google's OAuth2 token endpoint and the FCM HTTP v1 API, over HTTPS (HTTP/2 or 1.1).
 
 TLS port:     POST /token                               (RS256 JWT-bearer assertion -> access token)
-              POST /v1/projects/<project>/messages:send (Bearer access token)
+              POST /v1/projects/<project>/messages:send (Bearer access token; {"validate_only": true} checks the
+                                                        request and delivers nothing, as FCM does)
 Control port: GET /control/requests, GET /control/tokens, POST /control/script, POST /control/unregister,
               POST /control/lifetime, POST /control/revoke, POST /control/reset, GET /control/health
 """
@@ -21,6 +22,9 @@ from cryptography.hazmat.primitives.asymmetric import padding
 import standin_common as common
 
 SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
+# What an app's registration token looks like (FCM gives ~150-character tokens of these characters); checked only
+# for validate_only requests, so the sends of other tests may use any token.
+REGISTRATION_TOKEN = re.compile(r"[A-Za-z0-9_:\-]{100,4096}")
 
 
 def fcm_error(status, state, message, code=None):
@@ -121,6 +125,16 @@ class FCM:
             record["status"] = 400
             return await common.respond(send, 400, fcm_error(400, "INVALID_ARGUMENT", problem, "INVALID_ARGUMENT"))
         device_token = document["message"]["token"]
+        if document.get("validate_only") is True:
+            # "validate_only: Flag for testing the request without actually delivering the message": the request is
+            # checked as a send is, nothing is delivered, and a token no device was given is refused as FCM refuses it.
+            record["validate_only"] = True
+            if not REGISTRATION_TOKEN.fullmatch(device_token):
+                record["status"] = 400
+                return await common.respond(send, 400, fcm_error(400, "INVALID_ARGUMENT",
+                                                                 "The registration token is not a valid FCM registration token", "INVALID_ARGUMENT"))
+            record["status"] = 200
+            return await common.respond(send, 200, {"name": f"projects/{project}/messages/fake_message_id"})
         if device_token in self.unregistered:
             record["status"] = 404
             return await common.respond(send, 404, fcm_error(404, "NOT_FOUND", "Requested entity was not found.", "UNREGISTERED"))

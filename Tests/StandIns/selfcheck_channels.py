@@ -262,6 +262,10 @@ def discord():
               and headers.get("X-RateLimit-Global") == "true" and headers.get("Retry-After") == "3", (headers, body))
         requests = s.control("GET", "/control/requests")["requests"]
         check("discord records user agent check", requests[0]["user_agent_ok"] is True)
+        status, _, body = s.call("GET", "/api/v10/users/@me", None, auth)
+        check("discord get current user", status == 200 and body["bot"] is True and body["id"] == "1100000000000000100", body)
+        status, _, body = s.call("GET", "/api/v10/users/@me", None, dict(auth, Authorization="Bot wrong"))
+        check("discord get current user bad token 401", status == 401 and body == {"message": "401: Unauthorized", "code": 0}, body)
 
 
 def whatsapp():

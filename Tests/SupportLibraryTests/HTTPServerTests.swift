@@ -100,10 +100,7 @@ struct HTTPServerTests {
     func immediateLane() async throws {
         let asyncCalls = InFlightGauge()
         let keyChecks = Atomic<Int>(0)
-        var router = Router(authenticator: { token in
-            keyChecks.add(1, ordering: .relaxed)
-            return token == "good" ? Principal(keyID: "k", subject: "owner", role: .viewer) : nil
-        })
+        var router = Router()
         router.add(Route.answeredAtOnce(.GET, "/quick/:name", role: .viewer, handler: { request, caller in
             .json(["name": .string(request.parameter("name")), "who": .string(caller.subject)])
         }))
@@ -115,11 +112,15 @@ struct HTTPServerTests {
         }
         router.add(Route(.GET, "/slow-read", role: .viewer) { _, caller in .json(["who": .string(caller.subject)]) })
         let frozen = router
+        let responder = Responder(router: router, middleware: [BearerAuthentication { token in
+            keyChecks.add(1, ordering: .relaxed)
+            return token == "good" ? Principal(keyID: "k", subject: "owner", role: .viewer) : nil
+        }])
         let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2),
-                                immediate: { frozen.handleImmediately($0) }) { request in
+                                immediate: { responder.respondImmediately($0) }) { request in
             asyncCalls.enter()
             defer { asyncCalls.leave() }
-            return await frozen.handle(request)
+            return await responder.respond(request)
         }
         try server.start()
         let port = server.port

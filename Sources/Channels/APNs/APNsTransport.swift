@@ -37,16 +37,27 @@ public final class APNsTransport: WakeTransport {
     }
 
     public func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
+        await attempt(signal, to: target).outcome
+    }
+
+    /// One send with Apple's answer: its status, its `reason`, the `apns-id` it answered with, and the time it took.
+    public func attempt(_ signal: WakeSignal, to target: WakeTarget) async -> WakeAttempt {
+        let started = ContinuousClock.now
+        // APNs answers every request with its apns-id (the one sent, or one it made up); no answer, no id.
+        func answer(_ outcome: WakeOutcome, _ response: ClientResponse? = nil, reason: String? = nil, id: String? = nil) -> WakeAttempt {
+            WakeAttempt(outcome: outcome, status: response?.status, reason: reason ?? (response == nil ? outcome.reason : nil),
+                        serviceID: response.flatMap { $0.headers["apns-id"] ?? id }, latency: ContinuousClock.now - started)
+        }
         let request: APNsRequest
         do {
             request = try APNsRequest(signal: signal, bundleID: target.bundleID, now: clock.now())
         } catch {
-            return .failed(reason: error.description)
+            return answer(.failed(reason: error.description))
         }
         // One renewal per send at most: a second rejection is reported, not looped on.
         for attempt in 0..<2 {
             let token: String
-            do { token = try await providerToken.token() } catch { return .failed(reason: "cannot sign the provider token: \(error)") }
+            do { token = try await providerToken.token() } catch { return answer(.failed(reason: "cannot sign the provider token: \(error)")) }
             let client = target.environment == .production ? production : sandbox
             let base = target.environment == .production ? configuration.productionURL : configuration.sandboxURL
             let response: ClientResponse
@@ -54,29 +65,31 @@ public final class APNsTransport: WakeTransport {
                 response = try await client.send(ClientRequest(method: "POST", url: "\(base)/3/device/\(target.pushToken)",
                                                                headers: request.headers(providerToken: token), body: request.body))
             } catch {
-                return .retry(after: nil, reason: "APNs unreachable: \(error.description)")
+                return answer(.retry(after: nil, reason: "APNs unreachable: \(error.description)"))
             }
-            if response.status == 200 { return .delivered }
-            let reason = APNsReason(rawValue: Self.reason(in: response.body) ?? "HTTP \(response.status)")
+            if response.status == 200 { return answer(.delivered, response, id: request.apnsID) }
+            let given = Self.reason(in: response.body)
+            let reason = APNsReason(rawValue: given ?? "HTTP \(response.status)")
+            func refused(_ outcome: WakeOutcome) -> WakeAttempt { answer(outcome, response, reason: given, id: request.apnsID) }
             switch reason.action(status: response.status) {
             case .retry:
-                return .retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: "APNs \(response.status) \(reason.rawValue)")
+                return refused(.retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: "APNs \(response.status) \(reason.rawValue)"))
             case .tokenRejected:
-                return .tokenRejected(reason: "APNs \(response.status) \(reason.rawValue)")
+                return refused(.tokenRejected(reason: "APNs \(response.status) \(reason.rawValue)"))
             case .permanentFailure:
-                return .failed(reason: "APNs \(response.status) \(reason.rawValue)")
+                return refused(.failed(reason: "APNs \(response.status) \(reason.rawValue)"))
             case .renewProviderToken:
                 do {
                     if let wait = try await providerToken.rejected(token) {
-                        return .retry(after: wait, reason: "APNs \(response.status) \(reason.rawValue); provider token renewed recently")
+                        return refused(.retry(after: wait, reason: "APNs \(response.status) \(reason.rawValue); provider token renewed recently"))
                     }
                 } catch {
-                    return .failed(reason: "cannot sign the provider token: \(error)")
+                    return refused(.failed(reason: "cannot sign the provider token: \(error)"))
                 }
-                if attempt == 1 { return .retry(after: nil, reason: "APNs \(response.status) \(reason.rawValue) after renewal") }
+                if attempt == 1 { return refused(.retry(after: nil, reason: "APNs \(response.status) \(reason.rawValue) after renewal")) }
             }
         }
-        return .retry(after: nil, reason: "APNs refused the provider token")
+        return answer(.retry(after: nil, reason: "APNs refused the provider token"))
     }
 
     /// Apple's error body: `{"reason": "BadDeviceToken", "timestamp"?}`.

@@ -42,15 +42,26 @@ public final class FCMTransport: WakeTransport {
 
 
     public func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
-        guard signal.kind != .liveActivity else { return .failed(reason: "Live Activities are never sent to Android") }
+        await attempt(signal, to: target).outcome
+    }
+
+    /// One send with Google's answer: its status, its error code, the message `name` it gave, and the time it took.
+    public func attempt(_ signal: WakeSignal, to target: WakeTarget) async -> WakeAttempt {
+        let started = ContinuousClock.now
+        func answer(_ outcome: WakeOutcome, _ response: ClientResponse? = nil, code: String? = nil) -> WakeAttempt {
+            let name = response.flatMap { $0.status == 200 ? Self.messageName(in: $0.body) : nil }
+            return WakeAttempt(outcome: outcome, status: response?.status, reason: code ?? (response == nil ? outcome.reason : nil),
+                               serviceID: name, latency: ContinuousClock.now - started)
+        }
+        guard signal.kind != .liveActivity else { return answer(.failed(reason: "Live Activities are never sent to Android")) }
         guard let body = try? WireJSON.encode(Self.message(signal, token: target.pushToken)) else {
-            return .failed(reason: "the FCM message could not be encoded")
+            return answer(.failed(reason: "the FCM message could not be encoded"))
         }
         let url = "\(configuration.baseURL)/v1/projects/\(configuration.projectID)/messages:send"
         for attempt in 0..<2 {
             let accessToken: String
             do { accessToken = try await accessTokens.token() } catch {
-                return .retry(after: nil, reason: "FCM OAuth2: \(error.description)")
+                return answer(.retry(after: nil, reason: "FCM OAuth2: \(error.description)"))
             }
             let response: ClientResponse
             do {
@@ -58,31 +69,38 @@ public final class FCMTransport: WakeTransport {
                     ("authorization", "Bearer \(accessToken)"), ("content-type", "application/json; charset=utf-8"),
                 ], body: body))
             } catch {
-                return .retry(after: nil, reason: "FCM unreachable: \(error.description)")
+                return answer(.retry(after: nil, reason: "FCM unreachable: \(error.description)"))
             }
             let error = FCMError(status: response.status, body: response.body)
             switch response.status {
             case 200:
-                return .delivered
+                return answer(.delivered, response)
             case 401:
                 // A token FCM no longer accepts: mint a new one, once.
                 await accessTokens.invalidate(accessToken)
                 if attempt == 0 { continue }
-                return .retry(after: nil, reason: "FCM 401 \(error.code) after a fresh access token")
+                return answer(.retry(after: nil, reason: "FCM 401 \(error.code) after a fresh access token"), response, code: error.code)
             case 404:
-                return .tokenRejected(reason: "FCM 404 \(error.code)")
+                return answer(.tokenRejected(reason: "FCM 404 \(error.code)"), response, code: error.code)
             case 429, 500, 502, 503, 504:
-                return .retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: "FCM \(response.status) \(error.code)")
+                return answer(.retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: "FCM \(response.status) \(error.code)"), response, code: error.code)
             default:
                 if error.code == "UNREGISTERED" || error.code == "SENDER_ID_MISMATCH" {
-                    return .tokenRejected(reason: "FCM \(response.status) \(error.code)")
+                    return answer(.tokenRejected(reason: "FCM \(response.status) \(error.code)"), response, code: error.code)
                 }
                 // The message is wrong, not the moment: do not retry. The token stays out of the log.
                 log.warning("push: FCM refused a message for device \(target.deviceID): \(response.status) \(error.code): \(error.message)")
-                return .failed(reason: "FCM \(response.status) \(error.code)")
+                return answer(.failed(reason: "FCM \(response.status) \(error.code)"), response, code: error.code)
             }
         }
-        return .retry(after: nil, reason: "FCM refused the access token")
+        return answer(.retry(after: nil, reason: "FCM refused the access token"))
+    }
+
+    /// The `name` of the message FCM accepted (`projects/<project>/messages/<id>`), as its answer to a send carries it.
+    static func messageName(in body: [UInt8]) -> String? {
+        struct Accepted: Decodable { let name: String? }
+        guard let name = (try? JSONCoding.decode(Accepted.self, from: Data(body)))?.name, !name.isEmpty else { return nil }
+        return String(name.prefix(256))
     }
 
 }

@@ -107,6 +107,9 @@ public struct DeviceRegistration: Sendable, Equatable {
             // Android has no APNs environment and no Live Activities: these fields are ignored, whatever they hold.
             pushEnvironment = nil
             liveStartToken = nil
+        case .web:
+            // Unreachable from this body (platform is ios or android above): browsers register through Web Push.
+            throw JSONFieldError.invalid("platform", "a browser subscribes through POST /api/v1/console/webpush/subscriptions")
         }
     }
 

@@ -165,5 +165,63 @@ public enum MobileSchema {
                        created_at, expires_at, completed_at FROM mobile_device_commands;
             DROP TABLE mobile_device_commands;
             """),
+        // Browsers as devices (Web Push): `web` joins the platforms. SQLite changes a CHECK only by rebuilding the
+        // table: every column and the index come back as they were, rows copied whole (nothing references the
+        // table, so no foreign key is touched). A browser's push_token is its subscription sealed under the key in
+        // the data directory (`WebPushKeys`), never the endpoint or the auth secret in the clear. The INSERT names
+        // every column mobile_devices has after mobile.9: a migration adding a column must come after this one.
+        Migration("mobile.webpush-1-web-devices", """
+            CREATE TABLE mobile_devices_rebuilt (
+                id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                name TEXT NOT NULL,
+                platform TEXT NOT NULL CHECK (platform IN ('ios', 'android', 'web')),
+                bundle_id TEXT NOT NULL,
+                push_token TEXT,
+                push_environment TEXT,
+                notifications_enabled INTEGER NOT NULL,
+                live_start_token TEXT,
+                created_at INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL,
+                registered_by_key TEXT,
+                capabilities TEXT NOT NULL DEFAULT '[]'
+            );
+            INSERT INTO mobile_devices_rebuilt (id, subject, name, platform, bundle_id, push_token, push_environment, notifications_enabled,
+                                                live_start_token, created_at, updated_at, registered_by_key, capabilities)
+                SELECT id, subject, name, platform, bundle_id, push_token, push_environment, notifications_enabled,
+                       live_start_token, created_at, updated_at, registered_by_key, capabilities FROM mobile_devices;
+            DROP TABLE mobile_devices;
+            ALTER TABLE mobile_devices_rebuilt RENAME TO mobile_devices;
+            CREATE INDEX mobile_devices_by_subject ON mobile_devices (subject);
+            """),
+        // Each line's path to each phone, append-only: wake-up queued (with its transport), every attempt (the
+        // service's status, reason, id and latency), retry scheduled, token rejected, sent, failed, skipped, fetched.
+        // Written in the transactions that settle outbox rows (a wake-up's first settle also writes its `queued`, so
+        // storing a line writes no more rows than before, but a `skipped` for a phone it cannot wake); `stored` is the
+        // line's own row and `read` is mobile_receipts. A row without a delivery is a wake-up for no line (an
+        // approval, a command, a test push). A device fetches a line once: the unique index makes a second record a no-op.
+        Migration("mobile.10-delivery-events", """
+            CREATE TABLE mobile_delivery_events (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                delivery_id TEXT,
+                device_id TEXT,
+                wake_id TEXT,
+                kind TEXT NOT NULL CHECK (kind IN ('stored', 'queued', 'attempt', 'retry_scheduled', 'token_rejected', 'sent',
+                                                   'failed', 'skipped', 'fetched')),
+                at INTEGER NOT NULL,
+                transport TEXT,
+                outcome TEXT,
+                status INTEGER,
+                reason TEXT,
+                service_id TEXT,
+                latency_ms INTEGER,
+                next_attempt_at INTEGER
+            );
+            CREATE INDEX mobile_delivery_events_by_delivery ON mobile_delivery_events (delivery_id, id);
+            CREATE INDEX mobile_delivery_events_wakes_by_device ON mobile_delivery_events (device_id, id)
+                WHERE kind IN ('attempt', 'token_rejected');
+            CREATE UNIQUE INDEX mobile_delivery_events_fetched_once ON mobile_delivery_events (delivery_id, device_id)
+                WHERE kind = 'fetched';
+            """),
     ]
 }

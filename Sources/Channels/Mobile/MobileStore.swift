@@ -71,6 +71,8 @@ public struct StoredDelivery: Sendable {
     public let id: String
     public let recipients: [String]
     public let wakeUps: Int
+    /// Whose line it is, for the console's live updates.
+    var audience: ConsoleAudience = .everyone
 }
 
 /// The inbox aggregate: lines, their recipients and per-device read receipts, each line written whole with the
@@ -104,15 +106,25 @@ public final class MobileStore: Inbox {
     /// Which people's inboxes changed: bumped after each commit that changes what someone's page shows, so a
     /// write for one person leaves everyone else's rendered pages current.
     public let inboxGenerations: InboxGenerations
+    /// Each line's path to each phone (`mobile_delivery_events`).
+    public let events: DeliveryEventStore
+    /// The console's live updates: lines stored, timelines moved, devices changed.
+    public let consoleEvents: ConsoleEventHub
+    /// Which phone read which line, written off the inbox's hot path.
+    public let fetches: DeliveryFetchStore
     let clock: any WallClock
 
-    public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
+    public init(database: DatabasePool, clock: any WallClock = SystemWallClock(), metrics: MobileMetrics? = nil) throws {
         self.database = database
         self.clock = clock
         outbox = SQLitePushOutbox(database: database)
         let generations = InboxGenerations()
         inboxGenerations = generations
         devices = DeviceStore(database: database, clock: clock, inboxGenerations: generations)
+        events = DeliveryEventStore(database: database)
+        let hub = ConsoleEventHub()
+        consoleEvents = hub
+        fetches = DeliveryFetchStore(database: database, clock: clock, events: hub, fetchDelay: metrics?.fetchDelay)
     }
 
     static func millis(_ date: Date) -> Int64 { date.sqliteMillis }
@@ -127,15 +139,15 @@ public final class MobileStore: Inbox {
     // MARK: Deliveries
 
     /// Devices a destination addresses now.
-    static func recipients(of destination: Destination, in db: Connection) throws -> [(id: String, wakeable: Bool)] {
-        let columns = "SELECT id, notifications_enabled = 1 AND push_token IS NOT NULL AS wakeable FROM mobile_devices"
+    static func recipients(of destination: Destination, in db: Connection) throws -> [(id: String, wakeable: Bool, notificationsOn: Bool)] {
+        let columns = "SELECT id, notifications_enabled = 1 AND push_token IS NOT NULL AS wakeable, notifications_enabled = 1 AS notifications_on FROM mobile_devices"
         let rows: [Row]
         switch destination {
         case .all: rows = try db.query("\(columns) ORDER BY id")
         case .user(let subject): rows = try db.query("\(columns) WHERE subject = ? ORDER BY id", subject)
         case .device(let id): rows = try db.query("\(columns) WHERE id = ?", id)
         }
-        return rows.compactMap { row in row.string("id").map { ($0, row.bool("wakeable") ?? false) } }
+        return rows.compactMap { row in row.string("id").map { ($0, row.bool("wakeable") ?? false, row.bool("notifications_on") ?? false) } }
     }
 
     static func newDeliveryID() -> String { "dlv_" + TimeOrderedID.hex() }
@@ -144,7 +156,9 @@ public final class MobileStore: Inbox {
     /// (committed with fsync). Returns its id, its recipients and how many wake-ups were queued.
     public func insertDelivery(_ output: Output, destination: Destination) throws -> StoredDelivery {
         let row = try PreparedDelivery(output, destination: destination, now: clock.now())
-        return try database.transaction { db in try writeDelivery(row, in: db) }
+        let stored = try database.transaction { db in try writeDelivery(row, in: db) }
+        announce(stored)
+        return stored
     }
 
     /// Many lines in one transaction and one fsync, each written as `insertDelivery` writes it (imports, and the
@@ -152,7 +166,9 @@ public final class MobileStore: Inbox {
     public func insertDeliveries(_ lines: [(output: Output, destination: Destination)]) throws -> [StoredDelivery] {
         let now = clock.now()
         let rows = try lines.map { try PreparedDelivery($0.output, destination: $0.destination, now: now) }
-        return try database.transaction { db in try rows.map { try writeDelivery($0, in: db) } }
+        let stored = try database.transaction { db in try rows.map { try writeDelivery($0, in: db) } }
+        stored.forEach(announce)
+        return stored
     }
 
     /// The same, sharing one transaction and one fsync with other deliveries written at the same moment.
@@ -160,11 +176,20 @@ public final class MobileStore: Inbox {
     public func insertDeliveryGrouped(_ output: Output, destination: Destination) async throws -> StoredDelivery {
         let row = try PreparedDelivery(output, destination: destination, now: clock.now())
         let database = database, generations = inboxGenerations
-        return try await database.groupTransaction { db in try Self.writeDelivery(row, in: db, database: database, generations: generations) }
+        let stored = try await database.groupTransaction { db in try Self.writeDelivery(row, in: db, database: database, generations: generations) }
+        announce(stored)
+        return stored
     }
 
     private func writeDelivery(_ row: PreparedDelivery, in db: Connection) throws -> StoredDelivery {
         try Self.writeDelivery(row, in: db, database: database, generations: inboxGenerations)
+    }
+
+    /// Tells the console a line is stored, once it is committed (inside a caller's transaction, after its COMMIT).
+    private func announce(_ stored: StoredDelivery) {
+        let hub = consoleEvents
+        guard hub.subscriberCount > 0 else { return }
+        database.afterCommit { hub.publish(.delivery(stored.id), to: stored.audience) }
     }
 
     /// A delivery's columns, encoded ahead of the transaction.
@@ -224,7 +249,17 @@ public final class MobileStore: Inbox {
         // Devices with notifications off or no token still get the line; they just get no wake-up.
         let wakeable = row.wakes ? recipients.filter { $0.wakeable }.map(\.id) : []
         try SQLitePushOutbox.enqueue(.delivery(id: row.id, agentID: output.agentID), encoded: row.signal, deliveryID: row.id, deviceIDs: wakeable, now: row.now, in: db)
-        return StoredDelivery(id: row.id, recipients: recipients.map(\.id), wakeUps: wakeable.count)
+        // Why a phone gets no wake-up goes on its timeline, in the same transaction (the System agent's lines are never shown).
+        if row.wakes {
+            let skipped = recipients.filter { !$0.wakeable }.map { (deviceID: $0.id, reason: $0.notificationsOn ? "no push token" : "notifications turned off") }
+            if !skipped.isEmpty { try DeliveryEventStore.appendSkipped(deliveryID: row.id, skipped: skipped, now: row.now, in: db) }
+        }
+        let audience: ConsoleAudience = switch row.destination {
+        case .all: .everyone
+        case .user(let subject): .subject(subject)
+        case .device: .subject(owner ?? "")
+        }
+        return StoredDelivery(id: row.id, recipients: recipients.map(\.id), wakeUps: wakeable.count, audience: audience)
     }
 
     /// A page of what `subject` may see, newest first. With `deviceID`, only that phone's lines and its read state.
@@ -294,9 +329,9 @@ public final class MobileStore: Inbox {
 
     // The one place that says who sees a line: one condition per kind of destination, each an index range
     // of mobile_deliveries_visible. The System agent is filtered here, at the boundary.
-    private typealias LineKind = (sql: String, args: [any SQLiteBindable])
+    typealias LineKind = (sql: String, args: [any SQLiteBindable])
 
-    private static func lineKinds(subject: String, deviceID: String?) -> [LineKind] {
+    static func lineKinds(subject: String, deviceID: String?) -> [LineKind] {
         let notSystem = "agent_id <> '\(systemAgentID)'"
         let device = deviceID == nil
             ? (sql: "destination_kind = 'device' AND destination_value IN (SELECT id FROM mobile_devices WHERE subject = ?) AND destination_subject = ? AND \(notSystem)",
@@ -318,7 +353,7 @@ public final class MobileStore: Inbox {
         return ("(SELECT MIN(read_at) FROM mobile_receipts r WHERE r.delivery_id = d.id AND r.device_id IN (SELECT id FROM mobile_devices WHERE subject = ?))", [subject])
     }
 
-    private static func delivery(_ row: Row) -> Delivery {
+    static func delivery(_ row: Row) -> Delivery {
         Delivery(seq: row.int("seq") ?? 0, id: row.string("id") ?? "",
                         destination: (try? Destination(parsing: row.string("destination") ?? "all")) ?? .all,
                         agentID: row.string("agent_id") ?? "", agentName: row.string("agent_name") ?? "",

@@ -17,10 +17,10 @@ public final class PushDispatcher: Sendable {
     let engine: OutboxDispatcher<PushLane>
 
     public init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock = SystemWallClock(), policy: RetryPolicy = RetryPolicy(),
-                log: Log = Log(), lease: TimeInterval = 60, batchSize: Int = 256, pollInterval: Duration = .seconds(1)) {
+                log: Log = Log(), lease: TimeInterval = 60, batchSize: Int = 256, pollInterval: Duration = .seconds(1), metrics: MobileMetrics? = nil) {
         self.store = store
         self.transports = transports
-        engine = OutboxDispatcher(lane: PushLane(store: store, transports: transports, clock: clock, policy: policy, log: log),
+        engine = OutboxDispatcher(lane: PushLane(store: store, transports: transports, clock: clock, policy: policy, log: log, metrics: metrics),
                                   clock: clock, log: log, lease: lease, batchSize: batchSize, pollInterval: pollInterval)
     }
 
@@ -47,8 +47,10 @@ public final class PushLane: OutboxLane {
     let policy: RetryPolicy
     let log: Log
     private let warnedPlatforms = Mutex<Set<WakeTarget.Platform>>([])
+    let metrics: MobileMetrics?
 
-    init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock, policy: RetryPolicy, log: Log) {
+    init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock, policy: RetryPolicy, log: Log, metrics: MobileMetrics?) {
+        self.metrics = metrics
         self.store = store
         self.transports = transports
         self.clock = clock
@@ -73,52 +75,82 @@ public final class PushLane: OutboxLane {
     public func attempt(_ entry: OutboxEntry, owner: String) async {
         let outbox = store.outbox
         let now = clock.now()
+        // The row's first settle also records when it was queued, and through which transport: that costs the line's
+        // own transaction nothing, and until then the timeline reads the pending row itself.
+        func path(_ events: [DeliveryEvent], transport: String?) -> [DeliveryEvent] {
+            entry.attempts == 0 ? [.step(.queued, of: entry, transport: transport, at: entry.createdAt)] + events : events
+        }
+        // Each settle writes the row's timeline steps in its own transaction; the console hears of them after it.
+        func skip(_ reason: String, state: OutboxEntry.State = .skipped, subject: String?) async throws {
+            let kind: DeliveryEvent.Kind = state == .failed ? .failed : .skipped
+            try await outbox.settle(entry.id, owner: owner, state: state, transport: nil, outcome: reason, at: now,
+                                    events: path([.step(kind, of: entry, transport: nil, reason: reason, at: now)], transport: nil))
+            announce(entry, subject: subject)
+        }
         do {
             guard let device = try store.devices.device(id: entry.deviceID) else {
-                try await outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "device removed", at: now)
+                try await skip("device removed", subject: nil)
                 return
             }
             guard device.notificationsEnabled else {
-                try await outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "notifications turned off", at: now)
+                try await skip("notifications turned off", subject: device.subject)
                 return
             }
             guard let target = device.wakeTarget else {
-                try await outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "no push token", at: now)
+                try await skip("no push token", subject: device.subject)
                 return
             }
             guard now < entry.expiresAt else {
-                try await outbox.settle(entry.id, owner: owner, state: .failed, transport: nil, outcome: "expired before it could be sent", at: now)
+                try await skip("expired before it could be sent", state: .failed, subject: device.subject)
                 return
             }
             guard let transport = transports.transport(for: target) else {
                 noteMissingTransport(target.platform)
-                try await outbox.settle(entry.id, owner: owner, state: .skipped, transport: nil, outcome: "no transport for \(target.platform.rawValue)", at: now)
+                try await skip("no transport for \(target.platform.rawValue)", subject: device.subject)
                 return
             }
-            let outcome = await transport.send(entry.signal, to: target)
+            let attempt = await transport.attempt(entry.signal, to: target)
+            metrics?.attempted(attempt, transport: transport.name, first: entry.attempts == 0)
             let after = clock.now()
-            switch outcome {
+            let tried = DeliveryEvent.attempt(attempt, of: entry, transport: transport.name, at: after)
+            switch attempt.outcome {
             case .delivered:
-                try await outbox.settle(entry.id, owner: owner, state: .sent, transport: transport.name, outcome: "delivered", at: after)
+                try await outbox.settle(entry.id, owner: owner, state: .sent, transport: transport.name, outcome: "delivered", at: after,
+                                        events: path([tried, .step(.sent, of: entry, transport: transport.name, at: after)], transport: transport.name))
             case let .retry(retryAfter, reason):
                 let delay = policy.delay(afterAttempts: entry.attempts + 1, retryAfter: retryAfter)
                 let next = after.addingTimeInterval(delay)
                 if next >= entry.expiresAt {
-                    try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: "gave up: \(reason)", at: after)
+                    let gaveUp = "gave up: \(reason)"
+                    try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: gaveUp, at: after,
+                                            events: path([tried, .step(.failed, of: entry, transport: transport.name, reason: gaveUp, at: after)], transport: transport.name))
                 } else {
-                    try await outbox.reschedule(entry.id, owner: owner, at: next, transport: transport.name, outcome: reason)
+                    try await outbox.reschedule(entry.id, owner: owner, at: next, transport: transport.name, outcome: reason,
+                                                events: path([tried, .step(.retryScheduled, of: entry, transport: transport.name, reason: reason,
+                                                                           nextAttemptAt: next, at: after)], transport: transport.name))
                 }
             case .tokenRejected(let reason):
-                try await outbox.rejectToken(entry.id, owner: owner, deviceID: device.id, token: target.pushToken, transport: transport.name, outcome: reason, at: after)
+                try await outbox.rejectToken(entry.id, owner: owner, deviceID: device.id, token: target.pushToken, transport: transport.name, outcome: reason, at: after,
+                                             events: path([tried, .step(.tokenRejected, of: entry, transport: transport.name, reason: reason, at: after)], transport: transport.name))
                 log.info("push: \(transport.name) rejected the token of device \(device.id) (\(reason)); cleared until the app registers again")
             case .failed(let reason):
-                try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: reason, at: after)
+                try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: reason, at: after,
+                                        events: path([tried, .step(.failed, of: entry, transport: transport.name, reason: reason, at: after)], transport: transport.name))
                 log.warning("push: wake-up \(entry.wakeID.uuidString.lowercased()) for device \(device.id) failed: \(reason)")
             }
+            announce(entry, subject: device.subject)
         } catch {
             // The row keeps its lease; it becomes claimable again when the lease ends.
             log.error("push: cannot record the outcome of wake-up \(entry.id): \(error)")
         }
+    }
+
+    /// The console's live updates after a settle: the line's timeline moved, and the device's last wake-up changed.
+    private func announce(_ entry: OutboxEntry, subject: String?) {
+        let hub = store.consoleEvents
+        guard let subject, hub.subscriberCount > 0 else { return }
+        if let line = entry.deliveryID { hub.publish(.delivery(line), to: .subject(subject)) }
+        hub.publish(.device(entry.deviceID), to: .subjectAndAdmins(subject))
     }
 }
 

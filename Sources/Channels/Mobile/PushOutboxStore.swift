@@ -22,6 +22,8 @@ public struct OutboxEntry: Sendable, Equatable {
     public var expiresAt: Date
     public var transport: String?
     public var outcome: String?
+    /// When it was queued (with its line, or by an approval or a command).
+    public var createdAt = Date(timeIntervalSince1970: 0)
 }
 
 /// What the dispatcher needs of the push outbox: due rows claimed with a lease (one owner at a time, so several
@@ -36,13 +38,16 @@ public protocol PushOutbox: Sendable {
     func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry]
     /// When the next row falls due (nil: none waits).
     func nextDue() throws -> Date?
-    /// Ends a claimed row; false when its lease was lost to another owner.
+    /// Ends a claimed row and appends its timeline `events` in the same transaction; false when its lease was lost
+    /// to another owner (then only the attempts among `events` are kept: they happened, the rest is the other owner's).
     @discardableResult
-    func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) async throws -> Bool
+    func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date,
+                events: [DeliveryEvent]) async throws -> Bool
     @discardableResult
-    func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) async throws -> Bool
-    /// The service refused the token: the row fails and the device forgets the token, in one step.
-    func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) async throws
+    func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String, events: [DeliveryEvent]) async throws -> Bool
+    /// The service refused the token: the row fails, the device forgets the token and the timeline says so, in one step.
+    func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date,
+                     events: [DeliveryEvent]) async throws
     func removeSettled(before cutoff: Date) throws -> Int
     /// Leases a previous run of this host left behind, released at start.
     func releaseAbandonedLeases(ownOwner: String) throws -> Int
@@ -52,6 +57,21 @@ public protocol PushOutbox: Sendable {
 
 extension PushOutbox {
     public func entries() throws -> [OutboxEntry] { try entries(deliveryID: nil) }
+
+    /// The same steps with nothing for the timeline.
+    @discardableResult
+    public func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) async throws -> Bool {
+        try await settle(id, owner: owner, state: state, transport: transport, outcome: outcome, at: now, events: [])
+    }
+
+    @discardableResult
+    public func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) async throws -> Bool {
+        try await reschedule(id, owner: owner, at: next, transport: transport, outcome: outcome, events: [])
+    }
+
+    public func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) async throws {
+        try await rejectToken(id, owner: owner, deviceID: deviceID, token: token, transport: transport, outcome: outcome, at: now, events: [])
+    }
 }
 
 /// The push outbox in SQLite: rows are written with the inbox line, claimed with a lease, settled once.
@@ -98,10 +118,12 @@ public struct SQLitePushOutbox: PushOutbox {
         guard let json = row.string("signal"), var signal = try? JSONCoding.decode(WakeSignal.self, from: Data(json.utf8)),
               let wake = row.string("wake_id").flatMap(UUID.init(uuidString:)) else { return nil }
         signal.wakeID = wake
-        return OutboxEntry(id: row.int("id") ?? 0, wakeID: wake, deliveryID: row.string("delivery_id"), deviceID: row.string("device_id") ?? "",
+        var entry = OutboxEntry(id: row.int("id") ?? 0, wakeID: wake, deliveryID: row.string("delivery_id"), deviceID: row.string("device_id") ?? "",
                            signal: signal, state: OutboxEntry.State(rawValue: row.string("state") ?? "") ?? .pending,
                            attempts: Int(row.int("attempts") ?? 0), nextAttemptAt: date(row.int("next_attempt_at")),
                            expiresAt: date(row.int("expires_at")), transport: row.string("transport"), outcome: row.string("outcome"))
+        entry.createdAt = date(row.int("created_at"))
+        return entry
     }
 
     /// Leases up to `limit` due rows to `owner`. Another process sharing the file cannot claim them until the lease ends.
@@ -127,39 +149,53 @@ public struct SQLitePushOutbox: PushOutbox {
     /// Settles a claimed row. Only the lease holder may; a row whose lease was taken over is left alone. Settles
     /// arriving together share one commit (group commit); the statement is safe to run again if a batch is retried.
     @discardableResult
-    public func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) async throws -> Bool {
+    public func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date,
+                       events: [DeliveryEvent]) async throws -> Bool {
         try await database.groupTransaction { db in
-            try db.run("""
+            let settled = try db.run("""
                 UPDATE mobile_push_outbox SET state = ?, transport = ?, outcome = ?, attempts = attempts + ?, finished_at = ?,
                                               lease_owner = NULL, lease_until = NULL
                 WHERE id = ? AND lease_owner = ? AND state = 'pending'
                 """, state.rawValue, transport, outcome, state == .skipped ? 0 : 1, Self.ms(now), id, owner) > 0
+            try Self.appendEvents(events, settled: settled, in: db)
+            return settled
         }
     }
 
     /// Puts a claimed row back for a later attempt.
     @discardableResult
-    public func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) async throws -> Bool {
+    public func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String, events: [DeliveryEvent]) async throws -> Bool {
         try await database.groupTransaction { db in
-            try db.run("""
+            let rescheduled = try db.run("""
                 UPDATE mobile_push_outbox SET next_attempt_at = ?, transport = ?, outcome = ?, attempts = attempts + 1,
                                               lease_owner = NULL, lease_until = NULL
                 WHERE id = ? AND lease_owner = ? AND state = 'pending'
                 """, Self.ms(next), transport, outcome, id, owner) > 0
+            try Self.appendEvents(events, settled: rescheduled, in: db)
+            return rescheduled
         }
     }
 
     /// The service said the token is dead: settle the row and clear the device's token, unless the app has
     /// registered a different one meanwhile.
-    public func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) async throws {
+    public func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date,
+                            events: [DeliveryEvent]) async throws {
         try await database.groupTransaction { db in
-            try db.run("""
+            let settled = try db.run("""
                 UPDATE mobile_push_outbox SET state = 'failed', transport = ?, outcome = ?, attempts = attempts + 1, finished_at = ?,
                                               lease_owner = NULL, lease_until = NULL
                 WHERE id = ? AND lease_owner = ?
-                """, transport, outcome, Self.ms(now), id, owner)
+                """, transport, outcome, Self.ms(now), id, owner) > 0
             try db.run("UPDATE mobile_devices SET push_token = NULL WHERE id = ? AND push_token = ?", deviceID, token)
+            try Self.appendEvents(events, settled: settled, in: db)
         }
+    }
+
+    /// A row's timeline steps, written with its settle. With the lease lost, only the attempts: they happened,
+    /// and the row's end is the new owner's to record.
+    private static func appendEvents(_ events: [DeliveryEvent], settled: Bool, in db: Connection) throws {
+        guard !events.isEmpty else { return }
+        try DeliveryEventStore.append(settled ? events : events.filter { $0.kind == .attempt }, in: db)
     }
 
     /// Forgets wake-ups settled (sent, failed, skipped) before `cutoff`; pending ones are never touched.

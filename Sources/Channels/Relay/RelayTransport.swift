@@ -76,10 +76,18 @@ public final class RelayTransport: WakeTransport {
 
 
     public func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
+        await attempt(signal, to: target).outcome
+    }
+
+    /// One send with the relay's answer: its status, its `reason`, the id it gave the push (an `apns-id` header, or
+    /// `apns_id`/`id` in its body) and the time it took.
+    public func attempt(_ signal: WakeSignal, to target: WakeTarget) async -> WakeAttempt {
+        let started = ContinuousClock.now
         let live = signal.kind == .liveActivity
         let encoded = live ? try? WireJSON.encode(Self.liveBody(signal, target: target)) : try? WireJSON.encode(Self.pushBody(signal, target: target))
         guard let body = encoded else {
-            return .failed(reason: "the relay request could not be encoded")
+            return WakeAttempt(outcome: .failed(reason: "the relay request could not be encoded"), reason: "the relay request could not be encoded",
+                               latency: ContinuousClock.now - started)
         }
         let response: ClientResponse
         do {
@@ -87,23 +95,44 @@ public final class RelayTransport: WakeTransport {
                 ("authorization", "Bearer \(configuration.token)"), ("content-type", "application/json"),
             ], body: body))
         } catch {
-            return .retry(after: nil, reason: "relay unreachable: \(error.description)")
+            let outcome = WakeOutcome.retry(after: nil, reason: "relay unreachable: \(error.description)")
+            return WakeAttempt(outcome: outcome, reason: outcome.reason, latency: ContinuousClock.now - started)
         }
-        struct ErrorBody: Decodable { let reason: String? }
-        let reason = (try? JSONCoding.decode(ErrorBody.self, from: Data(response.body)))?.reason
+        let answer = try? JSONCoding.decode(RelayAnswer.self, from: Data(response.body))
+        let reason = answer?.reason
         let label = "relay \(response.status)" + (reason.map { " \($0)" } ?? "")
+        let outcome: WakeOutcome
         switch response.status {
         case 200, 201, 202:
-            return .delivered
+            outcome = .delivered
         case 410:
-            return .tokenRejected(reason: label)
+            outcome = .tokenRejected(reason: label)
         case 400 where reason == "BadDeviceToken" || reason == "Unregistered" || reason == "DeviceTokenNotForTopic":
-            return .tokenRejected(reason: label)
+            outcome = .tokenRejected(reason: label)
         case 429, 500, 502, 503, 504:
-            return .retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: label)
+            outcome = .retry(after: RetryAfter.parse(response.headers["retry-after"]), reason: label)
         default:
             // 401/403: our relay token is wrong; 400: the request is. Neither gets better by retrying.
-            return .failed(reason: label)
+            outcome = .failed(reason: label)
+        }
+        let serviceID = (response.headers["apns-id"] ?? answer?.apnsID ?? answer?.id).map { String($0.prefix(256)) }
+        return WakeAttempt(outcome: outcome, status: response.status, reason: reason.map { String($0.prefix(256)) }, serviceID: serviceID,
+                           latency: ContinuousClock.now - started)
+    }
+
+    /// What a relay may say back: a refusal's `reason`, and the id it gave the push when it names one.
+    struct RelayAnswer: Decodable {
+        let reason: String?
+        let apnsID: String?
+        let id: String?
+        enum CodingKeys: String, CodingKey { case reason, id, apnsID = "apns_id" }
+
+        init(from decoder: any Decoder) throws {
+            // Any field of another type is as good as absent: a relay's answer is read, never trusted for shape.
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            reason = try? container.decodeIfPresent(String.self, forKey: .reason)
+            apnsID = try? container.decodeIfPresent(String.self, forKey: .apnsID)
+            id = try? container.decodeIfPresent(String.self, forKey: .id)
         }
     }
 

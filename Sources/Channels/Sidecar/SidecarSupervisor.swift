@@ -2,6 +2,7 @@ import ChannelAPI
 import Foundation
 import Glibc
 import Subprocess
+import Synchronization
 
 /// What the channel's status shows: the platform connection as the sidecar reports it, and the supervisor's word.
 public struct SidecarStatus: Sendable, Equatable {
@@ -13,6 +14,8 @@ public struct SidecarStatus: Sendable, Equatable {
     public var qr: String?
     /// Restarts since the sidecar last ran healthy for 10 minutes.
     public var restarts = 0
+    /// Every restart since the gateway started (a metric's counter: it never resets).
+    public var totalRestarts = 0
     /// The settled protocol version while a sidecar is up.
     public var protocolVersion: Int?
     /// The integration's name from its hello.
@@ -51,7 +54,12 @@ public actor SidecarSupervisor {
     /// Uniform in [0, 1): the jitter of each restart delay.
     private let random: @Sendable () -> Double
 
-    public private(set) var status = SidecarStatus()
+    public private(set) var status = SidecarStatus() {
+        didSet { snapshot.withLock { $0 = status } }
+    }
+    /// The status as of its last change, readable without awaiting the actor (a metrics scrape reads it).
+    private nonisolated let snapshot = Mutex(SidecarStatus())
+    public nonisolated var currentStatus: SidecarStatus { snapshot.withLock { $0 } }
     private var child: Child?
     private var generation = 0
     private var loop: Task<Void, Never>?
@@ -151,6 +159,7 @@ public actor SidecarSupervisor {
             }
             if clock.now().timeIntervalSince(startedAt) >= SidecarBackoff.seconds(timing.healthyReset) { status.restarts = 0 }
             status.restarts += 1
+            status.totalRestarts += 1
             let delay = SidecarBackoff.delay(restart: status.restarts, minimum: timing.minimumBackoff, maximum: timing.maximumBackoff, unit: random())
             let due = clock.now().addingTimeInterval(SidecarBackoff.seconds(delay))
             nextStart = due

@@ -2,6 +2,7 @@ import ChannelAPI
 import ChannelDelivery
 import Crypto
 import Foundation
+import Metrics
 import Identity
 import JSON
 import LLM
@@ -120,6 +121,7 @@ public actor AgentRuns {
     /// Where each run's reply goes (the agent's output, the channels' defaults, the original's fallback).
     public nonisolated let router: OutputRouter
     nonisolated let sendsRecorded: @Sendable () -> Void
+    public nonisolated let metrics: AgentMetrics?
     private var activityRuns: [String: ActivityRun] = [:]
     /// Chat streams listening for their run's approvals (`tool_confirm`), by run id.
     private var confirmListeners: [String: @Sendable (String, ToolCall) -> Void] = [:]
@@ -134,7 +136,8 @@ public actor AgentRuns {
                 credentials: RunCredentials = RunCredentials(), progress: (any RunProgressObserver)? = nil, alerts: (any DeviceAlerts)? = nil,
                 outbound: OutboundChannelRegistry = OutboundChannelRegistry(), channelOutbox: SQLiteChannelOutbox? = nil,
                 defaultOutputs: [String: DefaultOutput] = [:],
-                sendsRecorded: @escaping @Sendable () -> Void = {}, makeRunner: @escaping RunnerFactory) {
+                sendsRecorded: @escaping @Sendable () -> Void = {}, metrics: AgentMetrics? = nil, makeRunner: @escaping RunnerFactory) {
+        self.metrics = metrics
         router = OutputRouter(defaults: defaultOutputs, isRegistered: { [channels, outbound] name in channels.has(name) || outbound.has(name) })
         self.credentials = credentials
         self.alerts = alerts
@@ -301,9 +304,15 @@ public actor AgentRuns {
             try await store.finish(id: record.id, status: record.status, error: record.error, deliveryID: record.deliveryID, note: record.note,
                                    at: record.finishedAt!, answer: finishAnswer?(record), sends: sends)
             if !sends.isEmpty { sendsRecorded() }
+            if let metrics {
+                if record.deliveryID?.hasPrefix("dlv_") == true { metrics.outputsStored.increment("mobile") }
+                for send in sends { metrics.outputsStored.increment(send.channel) }
+            }
         } catch {
             log.error("run \(record.id): could not record its end: \(error)")
         }
+        metrics?.runs.increment(record.status.rawValue)
+        metrics?.runDuration.observe(record.finishedAt!.timeIntervalSince(record.startedAt), record.status.rawValue)
         return record
     }
 

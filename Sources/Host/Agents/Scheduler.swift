@@ -1,5 +1,6 @@
 import ChannelAPI
 import Foundation
+import Metrics
 
 /// Fires each scheduled agent at its cron times in its time zone, and each one-shot once.
 ///
@@ -13,6 +14,7 @@ public struct Scheduler: Sendable {
     let store: any RunStore
     let clock: any WallClock
     let log: Log
+    var metrics: AgentMetrics? { runs.metrics }
 
     public init(catalog: AgentCatalog, runs: AgentRuns, store: any RunStore, clock: any WallClock, log: Log) {
         self.catalog = catalog
@@ -98,10 +100,16 @@ public struct Scheduler: Sendable {
         let start = clock.now()
         let last = (try? store.lastFire(agentID: agent.id)) ?? nil
         if let last {
+            var replayed = false
             if startup, schedule.runMissedOnStartup,
                let missed = Self.latestMissedFire(of: cron, in: schedule.timeZone, window: schedule.missedStartupWindow, lastFire: last, start: start) {
                 log.info("agent \(agent.id): replaying the fire of \(missed.formatted(.iso8601)) missed while the gateway was down")
                 await fire(agent.id, at: start, trigger: .cronMissed)
+                replayed = true
+            }
+            if startup, let metrics {
+                let missed = Self.firesBetween(cron, in: schedule.timeZone, after: last, upTo: start)
+                metrics.fired(.missed, count: max(0, missed - (replayed ? 1 : 0)))
             }
         } else {
             // First start: this is the baseline from which missed fires are counted.
@@ -151,6 +159,18 @@ public struct Scheduler: Sendable {
         return latest
     }
 
+    /// How many fires fell after `after` and not after `upTo` (counted up to 10,000: a minutely agent off for a
+    /// month is "many", and a start must not spend its time counting).
+    static func firesBetween(_ cron: CronSchedule, in timeZone: TimeZone, after: Date, upTo: Date) -> Int {
+        var count = 0
+        var from = after
+        while count < 10_000, let next = cron.nextFire(after: from, in: timeZone), next <= upTo {
+            count += 1
+            from = next
+        }
+        return count
+    }
+
     /// Reads the agent again at fire time: output, template and prompt edits apply to the next fire.
     private func fire(_ agentID: String, at date: Date, trigger: RunTrigger) async {
         guard let agent = catalog.agent(id: agentID), agent.isOn else { return }
@@ -159,7 +179,9 @@ public struct Scheduler: Sendable {
         }
         do {
             try await runs.start(agentID: agentID, input: "", trigger: trigger, output: .scheduled, timeout: agent.schedule?.timeout)
+            metrics?.fired(trigger == .cronMissed ? .replayed : .ran)
         } catch {
+            if case .alreadyRunning = error { metrics?.fired(.skippedRunning) }
             log.warning("agent \(agentID): scheduled fire skipped: \(error)")
         }
     }

@@ -2,6 +2,7 @@ import ChannelAPI
 import Crypto
 import Foundation
 import SQLite
+import Synchronization
 
 /// A tool call waiting for a person's yes or no.
 public struct Approval: Sendable, Equatable {
@@ -48,6 +49,8 @@ public actor ApprovalsBroker {
     nonisolated let clock: any WallClock
     nonisolated let defaultTimeout: TimeInterval
     private var waiters = Waiters<Approval.State>()
+    /// Told of every approval asked, decided or expired, once committed (the console's live updates).
+    nonisolated let observers = ApprovalObservers()
 
     public init(database: DatabasePool, alerts: (any DeviceAlerts)?, clock: any WallClock, defaultTimeout: TimeInterval = 600) throws {
         store = ApprovalStore(database: database)
@@ -75,8 +78,17 @@ public actor ApprovalsBroker {
         let (approval, created) = try store.insertIfNew(Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName,
                                                                 sessionID: sessionID, tool: tool, arguments: arguments, state: .pending,
                                                                 createdAt: now, expiresAt: expires))
-        if created { try alerts?.alert(Self.signal(for: approval), subject: subject) }
+        if created {
+            try alerts?.alert(Self.signal(for: approval), subject: subject)
+            observers.tell(approval, after: store.database)
+        }
         return approval
+    }
+
+    /// Calls `observer` with each approval that is asked, decided or expires, after its change is committed. It
+    /// must return at once (it runs on the deciding caller's thread); the broker knows nothing of who listens.
+    public nonisolated func observe(_ observer: @escaping @Sendable (Approval) -> Void) {
+        observers.add(observer)
     }
 
     /// Waits for the decision; an approval nobody answers in time expires, which the run must treat as a denial.
@@ -121,7 +133,9 @@ public actor ApprovalsBroker {
 
     /// Marks a pending approval expired (if it still is) and returns its final state.
     nonisolated func expire(_ callID: String) throws -> Approval.State {
-        try store.expire(callID: callID, at: clock.now())
+        let state = try store.expire(callID: callID, at: clock.now())
+        if state == .expired, let approval = try? approval(callID: callID) { observers.tell(approval, after: store.database) }
+        return state
     }
 
     public nonisolated func approval(callID: String) throws -> Approval? {
@@ -146,7 +160,22 @@ public actor ApprovalsBroker {
         if result.state != .pending {
             let state = result.state
             store.database.afterCommit { Task { await self.wake(callID, state) } }
+            if decided { observers.tell(result, after: store.database) }
         }
         return (result, decided)
+    }
+}
+
+/// Who hears of approvals' changes (`ApprovalsBroker.observe`).
+final class ApprovalObservers: Sendable {
+    private let observers = Mutex<[@Sendable (Approval) -> Void]>([])
+
+    func add(_ observer: @escaping @Sendable (Approval) -> Void) { observers.withLock { $0.append(observer) } }
+
+    /// Tells every observer once what is being written is committed (at once outside a transaction).
+    func tell(_ approval: Approval, after database: DatabasePool) {
+        let current = observers.withLock { $0 }
+        guard !current.isEmpty else { return }
+        database.afterCommit { for observer in current { observer(approval) } }
     }
 }

@@ -14,20 +14,26 @@ import SQLite
 struct SoulacyCommand {
     static let usage = """
         usage:
-          soulacy serve --config FILE --data DIR [--listen ADDR:PORT] [--lan ADDR:PORT] [--gateway-config FILE]
+          soulacy serve --config FILE --data DIR [--listen ADDR:PORT] [--lan ADDR:PORT] [--gateway-config FILE] [--metrics ADDR:PORT]
                                                                         run the gateway (default listen 127.0.0.1:8080); --lan adds the
                                                                         same-Wi-Fi HTTPS listener whose certificate pairing links pin;
                                                                         --gateway-config: the Soulacy config with channels: and llm:
-                                                                        (default $SOULACY_GATEWAY_CONFIG, else ~/.soulacy/config.yaml)
+                                                                        (default $SOULACY_GATEWAY_CONFIG, else ~/.soulacy/config.yaml);
+                                                                        --metrics: a keyless GET /metrics listener for a local scraper
           soulacy check PATH [--strict] [--gateway-config FILE]         validate a SOUL.yaml or an agents directory; problems as
                                                                         file:line:col: message, and each schedule's next fires
           soulacy pair [--data DIR] [--name NAME --role operator|viewer] [--url URL] [--lan ADDR:PORT]
                                                                         print a pairing code, link and QR code (default data .soulacy)
+          soulacy console-code [--data DIR] [--subject S] [--role R]    print a one-time code that signs in to the web console
+                                                                        (10 minutes, one use; default the owner, as admin)
           soulacy channel-check -- COMMAND [ARGS…]                      run a sidecar (External Channel Protocol v1) through the
                                                                         protocol's checklist: each rule PASS or FAIL, exit 1 on a FAIL
           soulacy backup [--data DIR] DEST                              an online, consistent copy of the data directory (database,
                                                                         TLS identity, keys) into the new directory DEST, owner-only
           soulacy restore SRC --data DIR                                restore a backup into a new or empty data directory
+          soulacy doctor [--data DIR] [--config PATH] [--gateway-config FILE]
+                                                                        check permissions, the database, push services, channels
+                                                                        and the clock: OK/WARN/FAIL with fixes, exit 1 on a FAIL
           soulacy version
         """
 
@@ -41,9 +47,11 @@ struct SoulacyCommand {
         case "serve": await serve(arguments)
         case "check": check(arguments)
         case "pair": pair(arguments)
+        case "console-code": consoleCode(arguments)
         case "channel-check": await channelCheck(arguments)
         case "backup": backup(arguments)
         case "restore": restore(arguments)
+        case "doctor": await doctor(arguments)
         case "version", "--version": print("soulacy \(GatewayVersion.current)")
         case "help", "--help", "-h": print(usage)
         default: fail("unknown command '\(command)'\n\(usage)", code: 64)
@@ -149,7 +157,7 @@ struct SoulacyCommand {
     }
 
     static func serve(_ arguments: [String]) async {
-        let opts = options(arguments, allowed: ["config", "data", "listen", "lan", "gateway-config"])
+        let opts = options(arguments, allowed: ["config", "data", "listen", "lan", "gateway-config", "metrics"])
         guard let config = opts["config"], let data = opts["data"] else { fail("serve needs --config PATH (a SOUL.yaml or an agents directory) and --data DIR\n\(usage)", code: 64) }
         let listen = opts["listen"] ?? "127.0.0.1:8080"
         guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else {
@@ -167,6 +175,11 @@ struct SoulacyCommand {
                 guard let address = GatewaySettings.listenAddress(lan) else { fail("--lan must be ADDR:PORT", code: 64) }
                 gatewayOptions.lanHost = address.host
                 gatewayOptions.lanPort = address.port
+            }
+            if let metrics = opts["metrics"] {
+                guard let address = GatewaySettings.listenAddress(metrics) else { fail("--metrics must be ADDR:PORT, for example 127.0.0.1:9464", code: 64) }
+                gatewayOptions.metricsHost = address.host
+                gatewayOptions.metricsPort = address.port
             }
             gateway = try Gateway(options: gatewayOptions)
             let token = try gateway.bootstrapAdminKey()
@@ -220,6 +233,37 @@ struct SoulacyCommand {
             """)
         if qr, let code = QRCode(appLink) { print(code.terminalText()) }
         fflush(nil)
+    }
+
+    /// `soulacy console-code`: a six-digit code for the console's sign-in, kept hashed under the data directory's
+    /// console code key (the gateway reads the same key), so the database alone gives it back to no one.
+    static func consoleCode(_ arguments: [String]) {
+        let opts = options(arguments, allowed: ["data", "subject", "role"])
+        let data = opts["data"] ?? ".soulacy"
+        let subject = opts["subject"] ?? Principal.ownerSubject
+        guard (1...64).contains(subject.unicodeScalars.count),
+              subject.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" }) else {
+            fail("--subject must be 1-64 lower-case letters, digits, - or _", code: 64)
+        }
+        let roleText = opts["role"] ?? (subject == Principal.ownerSubject ? "admin" : "viewer")
+        guard let role = Role(rawValue: roleText) else { fail("--role must be admin, operator or viewer", code: 64) }
+        // As with keys and pairing codes: only the owner is ever an admin.
+        guard role != .admin || subject == Principal.ownerSubject else { fail("--role admin is the owner's alone; use operator or viewer for \(subject)", code: 64) }
+        do {
+            try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let database = try DatabasePool(path: data + "/soulacy.db", readerCount: 1)
+            try GatewaySchema.migrator().migrate(database)
+            let key = try SecretFile.key(at: ConsoleSessionStore.codeKeyPath(dataDirectory: data), variable: "console code key")
+            let code = try ConsoleSessionStore(database: database, codeKey: key).createCode(subject: subject, role: role)
+            database.close()
+            print("""
+                Console sign-in code for \(code.subject) (\(code.role.rawValue)), valid \(Int(ConsoleSessionStore.codeLifetime / 60)) minutes, one use:
+                  \(code.code)
+                """)
+            fflush(nil)
+        } catch {
+            fail("soulacy console-code: \(error)")
+        }
     }
 
     static func pair(_ arguments: [String]) {

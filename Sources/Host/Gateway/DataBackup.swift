@@ -54,10 +54,10 @@ public enum DataBackup {
             // The snapshot first: its read transaction pins one commit for the whole copy.
             let connection = try Connection(path: database, readOnly: true)
             let target = destination + "/" + databaseName
-            _ = try connection.query("VACUUM INTO ?", target)
+            try connection.vacuum(into: target)
             chmod(target, 0o600)
-            let check = try Connection(path: target, readOnly: true).query("PRAGMA integrity_check").first?.string("integrity_check")
-            guard check == "ok" else { throw DataBackupError("the copy of the database failed its integrity check: \(check ?? "no answer")") }
+            let check = try Connection(path: target, readOnly: true).integrityCheck()
+            guard check == "ok" else { throw DataBackupError("the copy of the database failed its integrity check: \(check)") }
             try syncFile(target)
             files.append(try entry(destination, databaseName))
         } catch let error as DataBackupError {
@@ -98,8 +98,8 @@ public enum DataBackup {
             try copy(backup + "/" + file.path, to: dataDirectory + "/" + file.path)
         }
         do {
-            let check = try Connection(path: dataDirectory + "/" + databaseName, readOnly: true).query("PRAGMA integrity_check").first?.string("integrity_check")
-            guard check == "ok" else { throw DataBackupError("the restored database failed its integrity check: \(check ?? "no answer")") }
+            let check = try Connection(path: dataDirectory + "/" + databaseName, readOnly: true).integrityCheck()
+            guard check == "ok" else { throw DataBackupError("the restored database failed its integrity check: \(check)") }
         } catch let error as DataBackupError {
             throw error
         } catch {

@@ -1,6 +1,7 @@
 import APNs
 import FCM
 import Relay
+import WebPush
 import ChannelAPI
 import ChannelDelivery
 import Foundation
@@ -8,6 +9,7 @@ import Lifecycle
 import Glibc
 import APIKit
 import Identity
+import Metrics
 import LLM
 import Mobile
 import MobileHTTP
@@ -54,6 +56,11 @@ public struct GatewayOptions: Sendable {
     /// The main port serves TLS (the gateway's pinned certificate) and plain HTTP together, as the original's
     /// auto-TLS does; false (or `SOULACY_TLS=off`) serves plain HTTP only (behind a proxy that terminates TLS, say).
     public var autoTLS = true
+    /// Where the gateway's metrics are kept (a fresh registry each gateway; an embedder may pass its own).
+    public var metrics = MetricsRegistry()
+    /// A second listener serving only `GET /metrics`, without a key, for a local scraper (`SOULACY_METRICS_LISTEN`).
+    public var metricsHost: String?
+    public var metricsPort: UInt16 = 0
 
     public init(configPath: String, dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8080,
                 clock: any WallClock = SystemWallClock(), log: Log = Log(), maximumBodyBytes: Int = 1 << 20,
@@ -115,6 +122,8 @@ public final class Gateway: Sendable {
     public let runStore: any RunStore
     public let runs: AgentRuns
     public let household: HouseholdStore
+    /// The web console's sessions and one-time sign-in codes.
+    public let consoleSessions: ConsoleSessionStore
     public let approvals: ApprovalsBroker
     public let memory: MemoryFactStore
     /// The agents, reloaded when their files change.
@@ -136,6 +145,8 @@ public final class Gateway: Sendable {
     let providers: LLMProviders
     let server: HTTPServer
     let lanServer: HTTPServer?
+    /// The keyless metrics listener (`SOULACY_METRICS_LISTEN`), when set.
+    let metricsServer: HTTPServer?
     /// The pin of the gateway's one certificate (`fp` in pairing links), when TLS is served at all.
     public let tlsPin: String?
     public let idempotency: IdempotencyLog
@@ -145,6 +156,9 @@ public final class Gateway: Sendable {
     /// The host links name for the listen address (a wildcard resolved to this machine's LAN address, once).
     let linkHost: String
     public let router: Router
+    /// What the main listener serves: the router behind its middleware (authentication, idempotency, …). Tests
+    /// answer requests through it in process.
+    public let api: Responder
     /// The running service group and the task that ends when it has stopped (and the database is closed).
     private let running = Mutex<(group: ServiceGroup, task: Task<Void, Never>)?>(nil)
     private let boundPort = BoundPort()
@@ -167,6 +181,11 @@ public final class Gateway: Sendable {
             options.lanHost = lan.host
             options.lanPort = lan.port
         }
+        if options.metricsHost == nil, let listen = settings.metricsListen {
+            options.metricsHost = listen.host
+            options.metricsPort = listen.port
+        }
+        let metrics = GatewayMetrics(options.metrics)
         self.options = options
         signal(SIGPIPE, SIG_IGN)
         let log = options.log
@@ -206,10 +225,11 @@ public final class Gateway: Sendable {
         }
         DataDirectoryPermissions.tighten(options.dataDirectory, log: log)
         do {
-            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes)
+            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes,
+                                        metrics: metrics.database)
             // The schema is brought up to date once, here, before any store exists.
             try GatewaySchema.migrator().migrate(database)
-            mobileStore = try MobileStore(database: database, clock: options.clock)
+            mobileStore = try MobileStore(database: database, clock: options.clock, metrics: metrics.mobile)
             let sqliteKeys = try SQLiteAPIKeyStore(database: database)
             keys = sqliteKeys
             runStore = try SQLiteRunStore(database: database)
@@ -222,9 +242,11 @@ public final class Gateway: Sendable {
         }
         let transports = try Self.wakeTransports(options: options, log: log)
         channelOutbox = SQLiteChannelOutbox(database: database)
-        channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log),
+        channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log,
+                                                                  metrics: metrics.channels),
                                               clock: options.clock, log: log)
-        dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log)
+        dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log,
+                                    metrics: metrics.mobile)
         let liveActivities: LiveActivityPublisher
         do {
             liveActivities = try LiveActivityPublisher(store: mobileStore, transports: transports, clock: options.clock, log: log,
@@ -242,6 +264,7 @@ public final class Gateway: Sendable {
         } catch {
             throw .storage("cannot open the approvals table: \(error)")
         }
+        approvals.observe { [events = mobileStore.consoleEvents] in events.publish(.approval($0.callID, state: $0.state.rawValue), to: .subject($0.subject)) }
         // The mobile channel is the durable sink every gateway has; an embedder's own channel may not replace it.
         channels = ChannelRegistry([mobile] + options.extraChannels.filter { $0.name != "mobile" })
         let boundPort = self.boundPort
@@ -267,10 +290,11 @@ public final class Gateway: Sendable {
         let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(nodes: nodes, clock: options.clock),
                                                  approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox,
                                                  runStore: runStore, clock: options.clock, log: log)
-        runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log, progress: liveActivities,
+        runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log,
+                         progress: ConsoleRunProgress(liveActivities, events: mobileStore.consoleEvents),
                          alerts: deviceAlerts, outbound: outbound, channelOutbox: channelOutbox,
                          defaultOutputs: built.defaults,
-                         sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }) { agent in
+                         sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }, metrics: metrics.agents) { agent in
             switch agent.runner {
             case .command(let command):
                 // Agents call back into the gateway (mobile.invoke, approvals) at this address.
@@ -286,24 +310,45 @@ public final class Gateway: Sendable {
 
         let keys = self.keys
         let credentials = runs.credentials
-        var router = Router(authenticator: { token in credentials.principal(for: token) ?? keys.authenticate(token) })
+        // A run's own credential (its command calls back) or an API key; the console's session cookie on the main port.
+        let bearer = BearerAuthentication { token in credentials.principal(for: token) ?? keys.authenticate(token) }
+        var router = Router(log: log)
         router.errorResponder = StorageFailureResponder(log: log).respond
         let carriageBox = CarriageBox()
         var gatewayAPI = GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
                                     transportNames: transports.transports.map(\.name))
         gatewayAPI.relayStatus = { await carriageBox.value?.status() }
         router.add(gatewayAPI.routes)
-        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in await carriageBox.value?.revoke(keyID: keyID) }).routes)
+        // The web console's sign-in; its codes are kept under a key beside the database, never in it.
+        let consoleSessions: ConsoleSessionStore
+        do {
+            let codeKey = try SecretFile.key(at: ConsoleSessionStore.codeKeyPath(dataDirectory: options.dataDirectory), variable: "console code key")
+            let clock = options.clock
+            consoleSessions = ConsoleSessionStore(database: database, codeKey: codeKey, now: { clock.now() })
+        } catch { throw .storage("cannot open the console code key: \(error)") }
+        self.consoleSessions = consoleSessions
+        let consoleSession = ConsoleSessionAPI(sessions: consoleSessions, keys: keys)
+        router.add(consoleSession.routes)
+        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in
+            // A revoked key's console sessions end with it (its sessions are refused from the next request anyway).
+            _ = try? consoleSessions.revoke(signedInWithKey: keyID)
+            await carriageBox.value?.revoke(keyID: keyID)
+        }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
+        router.add(ConsoleInboxAPI(store: mobileStore, transports: transports, clock: options.clock).routes)
         let commandsAPI = DeviceCommandsAPI(store: mobileStore, nodes: nodes)
         router.add(commandsAPI.routes)
         router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
+        router.add(WebPushAPI(transport: transports.transports.lazy.compactMap { $0 as? WebPushTransport }.first, devices: mobileStore.devices).routes)
         let port = boundPort
         let publicURL = options.publicURL
         let identity = options.autoTLS || options.lanHost != nil
             ? try GatewayTLSIdentity.loadOrCreate(dataDirectory: options.dataDirectory, hosts: [options.host] + (options.lanHost.map { [$0] } ?? []))
             : nil
         tlsPin = identity?.pin
+        metrics.registerState(mobile: mobileStore, channelOutbox: channelOutbox, outbound: outbound, tlsCertificatePEM: identity?.certificatePEM, clock: options.clock)
+        let registry = options.metrics
+        router.add(Route(.GET, "/metrics", role: .admin, summary: "Metrics in the Prometheus text format") { _, _ in GatewayMetrics.response(registry) })
         let pinnedLink = self.pinnedLink
         let linkHost = LocalAddresses.linkHost(for: options.host)
         self.linkHost = linkHost
@@ -336,14 +381,16 @@ public final class Gateway: Sendable {
         housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)
         // What each listener serves: the routes behind their middleware. Quick reads (the inbox) are answered on the
         // server thread; mutating calls always take the idempotent path.
-        let idempotent = IdempotencyMiddleware(log: idempotency, router: routerCopy)
+        let idempotent = IdempotencyMiddleware(log: idempotency)
         // Request lines only when the log is at debug: the inbox's hot path pays nothing otherwise.
-        let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware { line in log.debug(line) }] : []
+        let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware()] : []
         // One allowance per client address across both listeners; in-process answers (the relay carriage) are not counted.
         let rateLimit: [any Middleware] = settings.rateLimitPerMinute > 0
             ? [RateLimitMiddleware(limiter: RequestRateLimiter(perMinute: settings.rateLimitPerMinute, clock: options.clock), trustedProxies: settings.trustedProxies)]
             : []
-        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [idempotent])
+        // Authentication before idempotency: the log is scoped by the caller.
+        let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, consoleSession.authentication, idempotent])
+        self.api = api
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
@@ -367,14 +414,23 @@ public final class Gateway: Sendable {
             carriage = nil
         }
         carriageBox.set(carriage)
+        if let carriage { metrics.registerRelay(carriage, started: options.clock.now(), clock: options.clock) }
         if let lanHost = options.lanHost, let identity {
-            let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [LANDoorMiddleware(router: routerCopy), idempotent])
+            let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, LANDoorMiddleware(), idempotent])
             var doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                             tls: (identity.keyPEM, identity.certificatePEM))
             doorConfiguration.handlerExecutor = database.executor
             lanServer = door.server(doorConfiguration)
         } else {
             lanServer = nil
+        }
+        if let metricsHost = options.metricsHost {
+            // Only the metrics, without a key: meant for a scraper on this host or a private network.
+            var metricsRouter = Router()
+            metricsRouter.add(.GET, "/metrics", access: .open, summary: "Metrics in the Prometheus text format") { _ in GatewayMetrics.response(registry) }
+            metricsServer = Responder(router: metricsRouter).server(HTTPServerConfiguration(host: metricsHost, port: options.metricsPort, maximumBodyBytes: 1024))
+        } else {
+            metricsServer = nil
         }
     }
 
@@ -449,11 +505,19 @@ public final class Gateway: Sendable {
                 registry.register(try FCMTransport(configuration: fcm, clock: options.clock, log: log))
                 log.info("push: Android devices are woken through FCM (project \(fcm.projectID))")
             }
+            if let webPush = try WebPushConfiguration.fromEnvironment(options.environment) {
+                // The gateway's own VAPID key, made on first start; browsers subscribe from the console.
+                registry.register(WebPushTransport(configuration: webPush, keys: try WebPushKeys.loadOrCreate(dataDirectory: options.dataDirectory),
+                                                   clock: options.clock, log: log))
+                log.info("push: browsers subscribed from the console are woken through Web Push (VAPID contact \(webPush.contact))")
+            }
         } catch let error as APNsConfigurationError {
             throw .transport(error.description)
         } catch let error as RelayConfigurationError {
             throw .transport(error.description)
         } catch let error as FCMConfigurationError {
+            throw .transport(error.description)
+        } catch let error as WebPushConfigurationError {
             throw .transport(error.description)
         } catch {
             throw .transport("\(error)")
@@ -466,6 +530,8 @@ public final class Gateway: Sendable {
 
     /// The LAN listener's port, when it is on.
     public var lanPort: UInt16? { lanServer?.port }
+    /// The keyless metrics listener's port, when there is one.
+    public var metricsPort: UInt16? { metricsServer?.port }
 
     /// The port the API listens on (the chosen one for port 0).
     public var port: UInt16 { server.port }
@@ -489,9 +555,7 @@ public final class Gateway: Sendable {
                              mintedBy: Principal.ownerSubject).token
     }
 
-    /// Binds the listeners (so a taken port fails here, with its reason), then runs the gateway's services as one
-    /// group. With `signals`, SIGTERM/SIGINT shut it down gracefully and SIGHUP reloads the agent files.
-    public func start(signals: [Int32] = []) throws(GatewayStartError) {
+    private func bindListeners() throws(GatewayStartError) {
         do {
             try server.start()
             // Pairing links pin the same-Wi-Fi listener when there is one, else the main port's TLS; a public URL
@@ -502,7 +566,15 @@ public final class Gateway: Sendable {
             } else if options.autoTLS, options.publicURL == nil, let tlsPin {
                 pinnedLink.set((address: "\(linkHost):\(server.port)", pin: tlsPin))
             }
+            try metricsServer?.start()
         } catch { throw .listen(error.description) }
+    }
+
+    /// Binds the listeners (so a taken port fails here, with its reason), then runs the gateway's services as one
+    /// group. With `signals`, SIGTERM/SIGINT shut it down gracefully and SIGHUP reloads the agent files. Without
+    /// `listening`, no socket is bound and requests are answered in process through `api` (the test kit's router mode).
+    public func start(signals: [Int32] = [], listening: Bool = true) throws(GatewayStartError) {
+        if listening { try bindListeners() }
         boundPort.value.store(server.port, ordering: .relaxed)
         let providers = self.providers
         let catalogForProbe = self.catalog
@@ -532,6 +604,9 @@ public final class Gateway: Sendable {
     var services: [ServiceGroup.Entry] {
         let (scheduler, catalog, runs, dispatcher, housekeeping) = (self.scheduler, self.catalog, self.runs, self.dispatcher, self.housekeeping)
         var list: [ServiceGroup.Entry] = []
+        // Lines phones fetched during the drain are written last, before the database closes.
+        let (fetches, consoleEvents) = (mobileStore.fetches, mobileStore.consoleEvents)
+        list.append(("inbox fetch log", OnShutdown { await fetches.flush() }))
         if let carriage { list.append(("relay carriage", CancelledOnShutdown { await carriage.run() })) }
         list.append(("push dispatcher", CancelledOnShutdown { await dispatcher.run() }))
         let channelDispatcher = self.channelDispatcher
@@ -565,7 +640,13 @@ public final class Gateway: Sendable {
         // A bound listener serves until shutdown reaches it, then stops taking connections and drains.
         let server = self.server
         if let lanServer { list.append(("same-Wi-Fi listener", OnShutdown { await lanServer.stop() })) }
+        if let metricsServer { list.append(("metrics listener", OnShutdown { await metricsServer.stop() })) }
         list.append(("API listener", OnShutdown { await server.stop() }))
+        // Open console event streams end first, so the listener's drain does not wait for them; reloads reach them as `agents`.
+        list.append(("console event streams", CancelledOnShutdown {
+            for await _ in catalog.updates().dropFirst() { consoleEvents.publish(.agents, to: .everyone) }
+        }))
+        list.append(("console event streams closed", OnShutdown { consoleEvents.close() }))
         return list
     }
 

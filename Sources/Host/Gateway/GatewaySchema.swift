@@ -174,6 +174,31 @@ public enum GatewaySchema {
             CREATE TABLE run_events (run_id TEXT NOT NULL, at INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
             CREATE INDEX run_events_run ON run_events (run_id, at);
             """),
+        // The web console's sign-ins: a session is the SHA-256 of its cookie's 32 random bytes (never the bytes),
+        // the subject and role it acts as and the key that signed in (NULL for a one-time code); a code is an HMAC
+        // under a key kept beside the database, since six digits hash back in a million tries.
+        Migration("console.1-sessions", """
+            CREATE TABLE console_sessions (
+                id TEXT PRIMARY KEY,
+                token_sha256 BLOB NOT NULL UNIQUE,
+                subject TEXT NOT NULL,
+                role TEXT NOT NULL CHECK (role IN ('admin', 'operator', 'viewer')),
+                key_id TEXT,
+                created_at INTEGER NOT NULL,
+                last_seen_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                revoked_at INTEGER
+            );
+            CREATE INDEX console_sessions_by_key ON console_sessions (key_id);
+            CREATE TABLE console_codes (
+                code_hmac BLOB PRIMARY KEY,
+                subject TEXT NOT NULL,
+                role TEXT NOT NULL CHECK (role IN ('admin', 'operator', 'viewer')),
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL,
+                used_at INTEGER
+            );
+            """),
     ]
 
     /// The whole database of a gateway: the mobile channel's tables, then the gateway's. A duplicate id is an error

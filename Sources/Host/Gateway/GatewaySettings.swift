@@ -17,6 +17,8 @@ public struct GatewaySettings: Sendable, Equatable {
 
     /// `SOULACY_LAN_LISTEN` (`ADDR:PORT`): the pinned same-Wi-Fi door.
     public var lanListen: ListenAddress?
+    /// `SOULACY_METRICS_LISTEN` (`ADDR:PORT`): a keyless listener for `GET /metrics` only.
+    public var metricsListen: ListenAddress?
     /// `SOULACY_APPROVAL_TIMEOUT_SECONDS`: how long an approval waits before the run sees a denial.
     public var approvalTimeout: TimeInterval?
     /// `SOULACY_LONG_POLL_SECONDS`: the longest one request waits for an approval (default 25).
@@ -74,6 +76,12 @@ public struct GatewaySettings: Sendable, Equatable {
                 throw Invalid(variable: "SOULACY_LAN_LISTEN", message: "must be ADDR:PORT, for example 0.0.0.0:8443, got '\(text)'")
             }
             settings.lanListen = address
+        }
+        if let text = value("SOULACY_METRICS_LISTEN") {
+            guard let address = Self.listenAddress(text) else {
+                throw Invalid(variable: "SOULACY_METRICS_LISTEN", message: "must be ADDR:PORT, for example 127.0.0.1:9464, got '\(text)'")
+            }
+            settings.metricsListen = address
         }
         settings.approvalTimeout = try positive("SOULACY_APPROVAL_TIMEOUT_SECONDS", unit: "seconds").map(TimeInterval.init)
         settings.longPoll = .seconds(try positive("SOULACY_LONG_POLL_SECONDS", unit: "seconds") ?? 25)

@@ -34,9 +34,9 @@ public struct GatewayAPI: Sendable {
 
     public var routes: [Route] {
         [
-            Route(.GET, "/health", access: .open, summary: "Liveness and version", handler: health),
-            Route(.GET, "/ping", access: .open, summary: "Reachability, as the original's pin probe reads it", handler: ping),
-            Route(.GET, "/api/v1/health", access: .role(.viewer), summary: "Health with dependencies (the original's shape)", handler: apiHealth),
+            Route(.GET, "/health", access: .open, summary: "Liveness and version", handler: health).flagged(.keylessOnSameWiFi),
+            Route(.GET, "/ping", access: .open, summary: "Reachability, as the original's pin probe reads it", handler: ping).flagged(.keylessOnSameWiFi),
+            Route(.GET, "/api/v1/health", access: .role(.viewer), summary: "Health with dependencies (the original's shape)", handler: apiHealth).flagged(.keylessOnSameWiFi),
             Route(.GET, "/api/v1/mobile/status", role: .viewer, summary: "Is the phone set up: devices, wake-ups, agents that deliver", handler: mobileStatus),
             Route(.GET, "/api/v1/agents", access: .role(.viewer), summary: "Every loaded agent as the original lists them, disabled ones with enabled false (System hidden)", handler: listAgents),
             // The seed's shorthand the watch calls: the same list (the original has no root alias).
@@ -66,7 +66,7 @@ public struct GatewayAPI: Sendable {
         }
         return .json(APIHealth(status: database == "ok" ? "ok" : "degraded", version: GatewayVersion.current, timestamp: Timestamp(clock.now()),
                                deps: .init(database: database, agents: catalog.current.visibleAgents.filter(\.isOn).count),
-                               requestID: "req_" + Hex.encode(SecureBytes.random(count: 8))))
+                               requestID: RequestContext.current?.requestID ?? RequestID.fresh()))
     }
 
     /// The companion's readiness, in the original's shape: each check ok, warn or fail, with what to do next.

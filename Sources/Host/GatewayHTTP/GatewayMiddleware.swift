@@ -5,61 +5,61 @@ import Identity
 import SQLite
 import Synchronization
 
-/// Mutating calls with an `Idempotency-Key` are answered from the log when replayed (see `IdempotencyLog`).
+/// Mutating calls with an `Idempotency-Key` are answered from the log when replayed (see `IdempotencyLog`). The
+/// log is scoped by the caller authentication middleware (before this one) put on the context.
 public struct IdempotencyMiddleware: Middleware {
     let log: IdempotencyLog
-    let router: Router
 
-    public init(log: IdempotencyLog, router: Router) {
+    public init(log: IdempotencyLog) {
         self.log = log
-        self.router = router
     }
 
-    public func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
-        await log.answer(request, principal: router.principal(of: request), handle: next)
+    public func handle(_ request: HTTPRequest, context: RequestContext, next: NextResponder) async throws -> HTTPResponse {
+        await log.answer(request, principal: context.principal) { await next($0, context) }
     }
 
     /// Reads pass; a mutating call is never answered on the server thread.
-    public func screen(_ request: HTTPRequest) -> Screening {
+    public func screen(_ request: HTTPRequest, context: inout RequestContext) -> Screening {
         IdempotencyLog.isMutating(request.method) ? .needsTask : .pass
     }
 }
 
+extension RouteFlags {
+    /// The same-Wi-Fi door lets this route through without a key (redeeming a pairing code, the liveness checks,
+    /// the page a pairing QR opens): the route's own access rule still applies.
+    public static let keylessOnSameWiFi = RouteFlags(rawValue: 1 << 0)
+}
+
 /// The same-Wi-Fi door's rules, in the documented order: a browser (any Origin) is refused (403); a missing,
-/// unknown or revoked bearer is 401 (pairing and health need none); a path outside what a phone may call is 404;
-/// a mutating call without an Idempotency-Key is 422, so a retry over another path cannot apply it twice.
+/// unknown or revoked bearer is 401, except on routes flagged `keylessOnSameWiFi`; a path under `/admin` is 404;
+/// a mutating call without an Idempotency-Key is 422, so a retry over another path cannot apply it twice. Runs
+/// after bearer authentication (and no cookie authentication: a browser's session never opens this door).
 public struct LANDoorMiddleware: Middleware {
-    /// What the door lets through without a key: redeeming a pairing code and the liveness checks.
-    static let openPaths: Set<String> = ["/api/v1/pairing/redeem", "/pairing/redeem", "/health", "/api/v1/health", "/ping", "/mobile"]
+    public init() {}
 
-    let router: Router
-
-    public init(router: Router) {
-        self.router = router
+    public func handle(_ request: HTTPRequest, context: RequestContext, next: NextResponder) async throws -> HTTPResponse {
+        if let refusal = refusal(request, context) { throw refusal }
+        return await next(request, context)
     }
 
-    public func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
-        if let refusal = refusal(request) { return refusal.response }
-        return await next(request)
+    public func screen(_ request: HTTPRequest, context: inout RequestContext) -> Screening {
+        refusal(request, context).map { .refuse($0.response) } ?? .pass
     }
 
-    public func screen(_ request: HTTPRequest) -> Screening {
-        refusal(request).map { .refuse($0.response) } ?? .pass
-    }
-
-    func refusal(_ request: HTTPRequest) -> APIError? {
+    func refusal(_ request: HTTPRequest, _ context: RequestContext) -> APIError? {
         if request.header("origin") != nil { return APIError.forbidden("browsers may not call this listener") }
         let path = request.path
-        let open = Self.openPaths.contains(path)
-        if !open, router.principal(of: request) == nil {
+        let keyless = context.route?.flags.contains(.keylessOnSameWiFi) == true
+        if !keyless, context.principal == nil {
             var error = request.header("authorization") == nil
                 ? APIError.unauthorized("an API key is required (Authorization: Bearer <key>)")
                 : APIError.unauthorized("the API key is unknown or has been revoked")
             error.extraHeaders["WWW-Authenticate"] = "Bearer"
             return error
         }
+        // Administration is the main listener's alone, whatever is added under /admin later.
         guard !path.hasPrefix("/admin/"), path != "/admin" else { return APIError.notFound("no route for \(request.method) \(path) on this listener") }
-        if IdempotencyLog.isMutating(request.method), request.header(IdempotencyLog.header) == nil, !open {
+        if IdempotencyLog.isMutating(request.method), request.header(IdempotencyLog.header) == nil, !keyless {
             return APIError(status: 422, code: "idempotency_key_required", message: "Idempotency-Key: every \(request.method) on this listener needs one (one key per intent)", field: "Idempotency-Key")
         }
         return nil
@@ -74,8 +74,8 @@ public struct StorageFailureResponder: Sendable {
 
     public init(log: Log) { self.log = log }
 
-    public func respond(_ error: any Error, _ request: HTTPRequest) -> HTTPResponse {
-        log.error("\(request.method) \(request.path): \(error)")
+    public func respond(_ error: any Error, _ request: HTTPRequest, _ context: RequestContext) -> HTTPResponse {
+        log.with("request_id", context.requestID).error("\(request.method) \(request.path): \(error)")
         if let sqlite = error as? SQLiteError {
             if sqlite.isDiskFull { return APIError(status: 507, code: "storage_full", message: "the gateway's disk is full; nothing was stored").response }
             if sqlite.isReadOnly { return APIError.unavailable("the gateway's database is read-only; nothing was stored", code: "storage_read_only").response }
@@ -105,11 +105,11 @@ public struct RateLimitMiddleware: Middleware {
         return refusal.response
     }
 
-    public func handle(_ request: HTTPRequest, next: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
-        await next(request)
+    public func handle(_ request: HTTPRequest, context: RequestContext, next: NextResponder) async throws -> HTTPResponse {
+        await next(request, context)
     }
 
-    public func screen(_ request: HTTPRequest) -> Screening { .pass }
+    public func screen(_ request: HTTPRequest, context: inout RequestContext) -> Screening { .pass }
 
     /// The peer, or behind a trusted proxy the right-most `X-Forwarded-For` entry that is not itself a trusted proxy
     /// (entries further left are whatever the client chose to send).

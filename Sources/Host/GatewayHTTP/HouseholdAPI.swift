@@ -52,11 +52,13 @@ public struct HouseholdAPI: Sendable {
         for prefix in ["/api/v1", ""] {
             // The watch and Shortcuts call the short paths; the app calls /api/v1.
             routes.append(Route(.POST, "\(prefix)/pairing/tokens", role: .viewer, summary: "Create a pairing code (for yourself, or as admin for someone)", handler: createCode))
-            routes.append(Route(.POST, "\(prefix)/pairing/redeem", access: .open, summary: "Redeem a pairing code for a managed key", handler: redeem))
+            routes.append(Route(.POST, "\(prefix)/pairing/redeem", access: .open, summary: "Redeem a pairing code for a managed key", handler: redeem)
+                .flagged(.keylessOnSameWiFi))
         }
         routes.append(Route(.POST, "/api/v1/console/pairing", role: .viewer, summary: "A pairing code with its QR code as SVG (the console)", handler: consolePairing))
         routes.append(Route(.GET, "/api/v1/pairing/members", access: .role(.admin), summary: "Everyone with a paired phone", handler: members))
-        routes.append(Route(.GET, "/mobile", access: .open, summary: "The page a pairing QR opens in a browser: open it in the Soulacy app", handler: mobilePage))
+        routes.append(Route(.GET, "/mobile", access: .open, summary: "The page a pairing QR opens in a browser: open it in the Soulacy app", handler: mobilePage)
+                .flagged(.keylessOnSameWiFi))
         return routes
     }
 

@@ -16,8 +16,8 @@ public struct MemoryAPI: Sendable {
     }
 
     public var routes: [Route] {
-        // Every person reads their own facts; changing them needs an operator. The literal paths come before `/:id`,
-        // which would otherwise take them.
+        // Every person reads their own facts; changing them needs an operator. The router prefers the literal paths
+        // (`/status`, `/export`, `/sync`) over `/:id` wherever they stand.
         var facts = RouteGroup("/api/v1/memory/facts", role: .viewer)
         facts.get("/status", summary: "Memory status and counts", handler: status)
         facts.get("/export", summary: "Export your facts as a JSON file", handler: export)

@@ -1,6 +1,7 @@
 import ChannelAPI
 import Crypto
 import Foundation
+import Synchronization
 import HTTPClient
 import HTTPServer
 import JSON
@@ -149,6 +150,7 @@ public actor RelayCarriage {
             try await round()
             lastRound = Date()
             lastFailure = nil
+            lastRoundSnapshot.withLock { $0 = lastRound }
         } catch {
             lastFailure = (Date(), "\(error)")
             throw error
@@ -171,6 +173,9 @@ public actor RelayCarriage {
     }
 
     private var lastRound: Date?
+    private nonisolated let lastRoundSnapshot = Mutex<Date?>(nil)
+    /// When a round last went through, readable without awaiting the actor (the metrics scrape reads it).
+    public nonisolated var lastSuccessfulRound: Date? { lastRoundSnapshot.withLock { $0 } }
     private var lastFailure: (at: Date, reason: String)?
 
     private var roundRunning = false

@@ -1,0 +1,120 @@
+import HTTPServer
+import Identity
+
+/// `Authorization: Bearer <key>`: sets the context's caller when the key is known. A missing header leaves the
+/// request anonymous; a malformed header or an unknown key is remembered as the refusal a route with a role gives
+/// (open routes never see it). Runs first: a caller already set (a sealed relay command) is kept.
+public struct BearerAuthentication: ContextMiddleware {
+    let authenticate: Authenticator
+
+    public init(_ authenticate: @escaping Authenticator) {
+        self.authenticate = authenticate
+    }
+
+    public func prepare(_ request: HTTPRequest, context: inout RequestContext) {
+        guard context.principal == nil, request.headers["authorization"] != nil else { return }
+        guard let token = request.bearerToken else {
+            context.authenticationRefusal = APIError.unauthorized("the Authorization header must be 'Bearer <key>'")
+            return
+        }
+        guard let principal = authenticate(token) else {
+            var error = APIError.unauthorized("the API key is unknown or has been revoked")
+            error.extraHeaders["WWW-Authenticate"] = "Bearer error=\"invalid_token\""
+            context.authenticationRefusal = error
+            return
+        }
+        context.principal = principal
+        context.authenticationRefusal = nil
+    }
+}
+
+/// A browser's session cookie: the caller of the session it names, when the request is not a cross-site forgery.
+///
+/// Only asked when no `Authorization` header came (a key always wins, and the cookie is then not read). A request
+/// that is not GET or HEAD must carry `X-CSRF-Token` equal to the session's token and, when it sends `Origin`, an
+/// Origin equal to the gateway's own (`scheme://` + its `Host`); otherwise the request gets no caller and a route
+/// with a role answers 403 `csrf_failed`. An unknown or ended session is a 401 there.
+public struct SessionCookieAuthentication: ContextMiddleware {
+    /// What a session cookie resolves to.
+    public struct Session: Sendable {
+        public let principal: Principal
+        public let csrfToken: String
+
+        public init(principal: Principal, csrfToken: String) {
+            self.principal = principal
+            self.csrfToken = csrfToken
+        }
+    }
+
+    public static let csrfHeader = "X-CSRF-Token"
+
+    public let cookieName: String
+    let resolve: @Sendable (String) -> Session?
+
+    /// `resolve` looks the cookie's value up (and keeps the session alive); nil for unknown, expired or revoked.
+    public init(cookieName: String, resolve: @escaping @Sendable (String) -> Session?) {
+        self.cookieName = cookieName
+        self.resolve = resolve
+    }
+
+    public func prepare(_ request: HTTPRequest, context: inout RequestContext) {
+        guard context.principal == nil, request.headers["authorization"] == nil, let value = request.cookie(cookieName) else { return }
+        guard let session = resolve(value) else {
+            context.authenticationRefusal = APIError.unauthorized("the console session is unknown or has ended; sign in again")
+            return
+        }
+        if request.method != "GET", request.method != "HEAD" {
+            if let refusal = Self.forgeryRefusal(request, csrfToken: session.csrfToken) {
+                context.authenticationRefusal = refusal
+                return
+            }
+        }
+        context.principal = session.principal
+        context.authenticationRefusal = nil
+    }
+
+    /// Why a state-changing cookie request may have come from another site, or nil when it did not.
+    static func forgeryRefusal(_ request: HTTPRequest, csrfToken: String) -> APIError? {
+        guard let presented = request.headers["x-csrf-token"], !presented.isEmpty else {
+            return .csrfFailed("\(csrfHeader) is required on every \(request.method) signed in by the session cookie")
+        }
+        guard constantTimeEqual(presented, csrfToken) else { return .csrfFailed("\(csrfHeader) is not this session's token") }
+        if let origin = request.headers["origin"] {
+            guard let host = request.headers["host"], origin.lowercased() == ((request.isSecure ? "https://" : "http://") + host.lowercased()) else {
+                return .csrfFailed("Origin \(origin.prefix(200)) is not this gateway's own")
+            }
+        }
+        return nil
+    }
+
+    private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let (x, y) = (Array(a.utf8), Array(b.utf8))
+        guard x.count == y.count else { return false }
+        var difference: UInt8 = 0
+        for index in x.indices { difference |= x[index] ^ y[index] }
+        return difference == 0
+    }
+}
+
+extension APIError {
+    /// A cookie request that may be a cross-site forgery.
+    public static func csrfFailed(_ message: String) -> APIError {
+        APIError(status: 403, code: "csrf_failed", message: message)
+    }
+}
+
+extension HTTPRequest {
+    /// The value of the cookie called `name` in the `Cookie` header, nil when it was not sent.
+    public func cookie(_ name: String) -> String? {
+        guard let header = headers["cookie"] else { return nil }
+        for pair in header.split(separator: ";") {
+            let trimmed = pair.drop { $0 == " " || $0 == "\t" }
+            guard let equals = trimmed.firstIndex(of: "="), trimmed[..<equals] == name else { continue }
+            var value = trimmed[trimmed.index(after: equals)...]
+            while value.last == " " || value.last == "\t" { value = value.dropLast() }
+            if value.count >= 2, value.first == "\"", value.last == "\"" { value = value.dropFirst().dropLast() }
+            return String(value)
+        }
+        return nil
+    }
+}

@@ -1,0 +1,147 @@
+import APIKit
+import Foundation
+import Household
+import Identity
+
+/// `/api/v1/console/session`: the web console signs in with an API key or a one-time code and gets a server-side
+/// session named by an HttpOnly, SameSite=Strict cookie (Secure over TLS); the cookie never holds the key.
+/// `authentication` is the middleware that honours the cookie on every route, with the CSRF rules.
+public struct ConsoleSessionAPI: Sendable {
+    public static let cookieName = "soulacy_session"
+    public static let path = "/api/v1/console/session"
+
+    let sessions: ConsoleSessionStore
+    let keys: any APIKeyStore
+    /// Wrong keys and codes, counted as pairing redemption counts wrong pairing codes.
+    let limiter: PairingRateLimiter
+
+    public init(sessions: ConsoleSessionStore, keys: any APIKeyStore, limiter: PairingRateLimiter = PairingRateLimiter()) {
+        self.sessions = sessions
+        self.keys = keys
+        self.limiter = limiter
+    }
+
+    public var routes: [Route] {
+        // An answer here carries a CSRF token: never kept by a cache.
+        var session = RouteGroup(Self.path, role: .viewer, middleware: [NoStoreMiddleware()])
+        session.add(Route(.POST, Self.path, access: .open, summary: "Sign in to the console with an API key or a one-time code", handler: signIn))
+        session.get(summary: "The console's current session (the page asks on load)", handler: current)
+        session.delete(summary: "Sign out: end the console session", handler: signOut)
+        return session.routes
+    }
+
+    /// The cookie's authentication for the main listener (after bearer authentication).
+    public var authentication: SessionCookieAuthentication {
+        let sessions = self.sessions
+        return SessionCookieAuthentication(cookieName: Self.cookieName) { token in
+            sessions.session(token: token).map { SessionCookieAuthentication.Session(principal: $0.principal, csrfToken: $0.csrfToken) }
+        }
+    }
+
+    struct SignIn: Decodable {
+        var apiKey: String?
+        var code: String?
+
+        enum CodingKeys: String, CodingKey {
+            case apiKey = "api_key"
+            case code
+        }
+    }
+
+    @Sendable func signIn(_ request: HTTPRequest) async throws -> HTTPResponse {
+        // A page of another site must not sign this browser in as someone else (login CSRF).
+        if let origin = request.header("origin"), origin.lowercased() != Self.ownOrigin(request) {
+            throw APIError.csrfFailed("Origin \(origin.prefix(200)) is not this gateway's own")
+        }
+        let address = request.remoteAddress
+        if let wait = limiter.retryAfter(address: address) {
+            var error = APIError(status: 429, code: "too_many_attempts", message: "too many wrong keys or codes; try again in \(wait) s")
+            error.extraHeaders["Retry-After"] = String(wait)
+            throw error
+        }
+        let body = try request.decode(SignIn.self)
+        let issued: IssuedConsoleSession
+        switch (try body.apiKey.limited(to: 200, field: "api_key"), try body.code.limited(to: 64, field: "code")) {
+        case (nil, nil):
+            throw APIError(status: 400, code: "missing_field", message: "api_key or code is required", field: "api_key")
+        case (.some, .some):
+            throw APIError.invalidField("code", "send api_key or code, not both")
+        case (.some(let key), nil):
+            guard let principal = keys.authenticate(key.trimmingCharacters(in: .whitespaces)) else {
+                limiter.recordFailure(address: address)
+                throw APIError.unauthorized("the API key is unknown or has been revoked")
+            }
+            issued = try sessions.signIn(key: principal)
+        case (nil, .some(let code)):
+            do {
+                issued = try sessions.signIn(code: code)
+            } catch let error as ConsoleCodeError {
+                limiter.recordFailure(address: address)
+                throw APIError(status: 401, code: error.code, message: error.description)
+            }
+        }
+        var answer = HTTPResponse.json(SessionView(issued.session))
+        answer.headers.append(("Set-Cookie", Self.cookie(issued.token, request)))
+        return answer
+    }
+
+    @Sendable func current(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        .json(SessionView(try session(of: request)))
+    }
+
+    @Sendable func signOut(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        guard let token = request.cookie(Self.cookieName), try sessions.revoke(token: token) else { throw Self.noSession }
+        var answer = HTTPResponse.noContent
+        answer.headers.append(("Set-Cookie", Self.cookie("", request, clearing: true)))
+        return answer
+    }
+
+    /// The live session of the request's cookie: a caller signed in with a key alone has none.
+    func session(of request: HTTPRequest) throws(APIError) -> ConsoleSession {
+        guard let token = request.cookie(Self.cookieName), let session = sessions.session(token: token) else { throw Self.noSession }
+        return session
+    }
+
+    static let noSession = APIError.unauthorized("no console session: sign in with POST \(path)")
+
+    /// `soulacy_session=<id>; Path=/; HttpOnly; SameSite=Strict`, plus `Secure` when the request came over TLS.
+    static func cookie(_ value: String, _ request: HTTPRequest, clearing: Bool = false) -> String {
+        var cookie = "\(cookieName)=\(value); Path=/; HttpOnly; SameSite=Strict"
+        if clearing { cookie += "; Max-Age=0" }
+        if request.isSecure { cookie += "; Secure" }
+        return cookie
+    }
+
+    /// `scheme://host[:port]` of the request's own `Host`.
+    static func ownOrigin(_ request: HTTPRequest) -> String {
+        (request.isSecure ? "https://" : "http://") + (request.header("host") ?? "").lowercased()
+    }
+
+    struct SessionView: Encodable {
+        var subject, role, csrfToken: String
+        var expiresAt: Timestamp
+
+        init(_ session: ConsoleSession) {
+            subject = session.principal.subject
+            role = session.principal.role.rawValue
+            csrfToken = session.csrfToken
+            expiresAt = Timestamp(session.expiresAt)
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case subject, role
+            case csrfToken = "csrf_token", expiresAt = "expires_at"
+        }
+    }
+}
+
+/// `Cache-Control: no-store` on every answer of the routes it is attached to (answers that carry a secret).
+public struct NoStoreMiddleware: Middleware {
+    public init() {}
+
+    public func handle(_ request: HTTPRequest, context: RequestContext, next: NextResponder) async throws -> HTTPResponse {
+        var response = await next(request, context)
+        if response.header("cache-control") == nil { response.headers.append(("Cache-Control", "no-store")) }
+        return response
+    }
+}
