@@ -121,7 +121,8 @@ let package = Package(
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "Lifecycle", "SQLite", "Identity", "Crypto", "QRCode", "Sidecar"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
-        .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit"], path: "benchmarks/Sources/SoulacyBench"),
+        .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit",
+                                                      "Gateway", "ChannelDelivery", "HTTPClient", "Identity", "JSON"], path: "benchmarks/Sources/SoulacyBench"),
 
         // MARK: Example: a transport added from outside the core, with its own tests
         .target(name: "UnifiedPushTransport", dependencies: ["ChannelAPI", "HTTPClient"], path: "examples/UnifiedPushTransport/Sources"),

@@ -85,7 +85,7 @@ public func runProgram(_ path: String, _ arguments: [String], environment: [Stri
 public func launch(_ process: Process) throws {
     processLaunchLock.lock()
     defer { processLaunchLock.unlock() }
-    try launch(process)
+    try process.run()
 }
 
 private let processLaunchLock = NSLock()
