@@ -49,7 +49,7 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"], path: "Sources/HTTPServer"),
         // The API kit over the server, in Hummingbird 2's shape: routes and groups, middleware, the authenticated
         // caller, the error shape, request decoding, and answers that commit with their effects.
-        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "Logging", "SQLite"], path: "Sources/APIKit"),
+        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "Logging", "Metrics", "SQLite"], path: "Sources/APIKit"),
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
@@ -123,7 +123,8 @@ let package = Package(
         .executableTarget(name: "soulacy", dependencies: ["Gateway", "Lifecycle", "SQLite", "Identity", "Crypto", "QRCode", "Sidecar"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
-        .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit"], path: "benchmarks/Sources/SoulacyBench"),
+        .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit",
+                                                      "Gateway", "ChannelDelivery", "HTTPClient", "Identity", "JSON"], path: "benchmarks/Sources/SoulacyBench"),
 
         // MARK: Example: a transport added from outside the core, with its own tests
         .target(name: "UnifiedPushTransport", dependencies: ["ChannelAPI", "HTTPClient"], path: "examples/UnifiedPushTransport/Sources"),

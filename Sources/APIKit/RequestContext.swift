@@ -21,8 +21,11 @@ public struct RequestContext: Sendable {
     /// The values of the route pattern's `:name` segments (also on `HTTPRequest.pathParameters`).
     public internal(set) var parameters: [String: String] = [:]
     let log: Log
+    /// When the gateway began answering it (the access log's and the request histogram's clock).
+    public let startedAt: ContinuousClock.Instant
 
     public init(requestID: String, log: Log, principal: Principal? = nil) {
+        startedAt = .now
         self.requestID = requestID
         self.log = log
         self.principal = principal

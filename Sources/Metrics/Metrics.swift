@@ -23,6 +23,7 @@ public final class MetricsRegistry: Sendable {
         let kind: Kind
         let labelNames: [String]
         let buckets: [Double]
+        let maximumSeries: Int
         var series: [[String]: Series] = [:]
         /// Computed at scrape time (outbox depth, process figures): label values → value.
         var collect: (@Sendable () -> [([String], Double)])?
@@ -42,9 +43,9 @@ public final class MetricsRegistry: Sendable {
     // MARK: Registration
 
     /// A counter family; `name` must end in `_total`.
-    public func counter(_ name: String, _ help: String, labels: [String] = []) -> Counter {
+    public func counter(_ name: String, _ help: String, labels: [String] = [], maximumSeries: Int = MetricsRegistry.maximumSeries) -> Counter {
         precondition(name.hasSuffix("_total"), "a counter's name ends in _total: \(name)")
-        register(name, help, .counter, labels, [])
+        register(name, help, .counter, labels, [], maximumSeries: maximumSeries)
         return Counter(registry: self, name: name)
     }
 
@@ -66,14 +67,15 @@ public final class MetricsRegistry: Sendable {
         register(name, help, .counter, labels, [], collect: collect)
     }
 
-    public func histogram(_ name: String, _ help: String, labels: [String] = [], buckets: [Double] = MetricsRegistry.latencyBuckets) -> Histogram {
+    public func histogram(_ name: String, _ help: String, labels: [String] = [], buckets: [Double] = MetricsRegistry.latencyBuckets,
+                          maximumSeries: Int = MetricsRegistry.maximumSeries) -> Histogram {
         precondition(buckets == buckets.sorted() && !buckets.isEmpty, "buckets must be ascending")
-        register(name, help, .histogram, labels, buckets)
+        register(name, help, .histogram, labels, buckets, maximumSeries: maximumSeries)
         return Histogram(registry: self, name: name, buckets: buckets)
     }
 
     private func register(_ name: String, _ help: String, _ kind: Kind, _ labels: [String], _ buckets: [Double],
-                          collect: (@Sendable () -> [([String], Double)])? = nil) {
+                          maximumSeries: Int = MetricsRegistry.maximumSeries, collect: (@Sendable () -> [([String], Double)])? = nil) {
         precondition(Self.isValidName(name), "not a Prometheus metric name: \(name)")
         let added = families.withLock { families -> Bool in
             if let existing = families[name] {
@@ -81,7 +83,7 @@ public final class MetricsRegistry: Sendable {
                 if let collect { families[name]?.collect = collect }
                 return false
             }
-            families[name] = Family(name: name, help: help, kind: kind, labelNames: labels, buckets: buckets, collect: collect)
+            families[name] = Family(name: name, help: help, kind: kind, labelNames: labels, buckets: buckets, maximumSeries: maximumSeries, collect: collect)
             return true
         }
         if added { order.withLock { $0.append(name) } }
@@ -99,7 +101,7 @@ public final class MetricsRegistry: Sendable {
             precondition(values.count == family.labelNames.count, "\(name) takes labels \(family.labelNames), got \(values.count) values")
             if let series = family.series[values] { return series }
             var key = values
-            if family.series.count >= Self.maximumSeries {
+            if family.series.count >= family.maximumSeries {
                 key = values.map { _ in "overflow" }
                 if let series = family.series[key] { return series }
             }

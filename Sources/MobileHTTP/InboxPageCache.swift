@@ -2,10 +2,11 @@ import Mobile
 import Crypto
 import Synchronization
 
-/// Rendered inbox pages, kept until the database changes. Phones ask for their inbox on every wake-up and
+/// Rendered inbox pages, kept until their person's inbox changes. Phones ask for their inbox on every wake-up and
 /// every app start, far more often than it changes; a page is rendered once per change, then copied out.
-/// Correctness rests on `DatabasePool.changeGeneration`: a page is used only while no write has committed
-/// since the generation read before its queries ran.
+/// Correctness rests on `InboxGenerations` (the store's): a page is used only while no write that changes its
+/// person's inbox has committed since the generation read before its queries ran. A write for one person leaves
+/// everyone else's pages current; a line for `all` changes everyone's.
 public final class InboxPageCache: Sendable {
     public struct Key: Hashable, Sendable {
         let subject: String
@@ -48,6 +49,11 @@ public final class InboxPageCache: Sendable {
         self.budgetBytes = budgetBytes
     }
 
+    /// The generation a page for `subject` is rendered and looked up at: read it before the page's queries run.
+    public static func generation(of subject: String, in store: MobileStore) -> UInt64 {
+        store.inboxGenerations.generation(of: subject)
+    }
+
     public func page(for key: Key, generation: UInt64) -> Page? {
         state.withLock { state in
             guard let page = state.pages[key], page.generation == generation else { return nil }
@@ -65,8 +71,9 @@ public final class InboxPageCache: Sendable {
         state.withLock { state in
             if let old = state.pages.removeValue(forKey: key) { state.bytes -= old.body.count }
             if state.bytes + body.count > budgetBytes {
-                // Pages of older generations are dead weight; if the current ones fill the budget, start over.
-                state.pages = state.pages.filter { $0.value.generation == generation }
+                // This person's pages of older generations are dead weight (generations are per person: other
+                // people's are not comparable); if the rest fill the budget, start over.
+                state.pages = state.pages.filter { $0.key.subject != key.subject || $0.value.generation == generation }
                 state.bytes = state.pages.values.reduce(0) { $0 + $1.body.count }
                 if state.bytes + body.count > budgetBytes { state = ([:], 0) }
             }

@@ -77,9 +77,9 @@ public struct MobileAPI: Sendable {
         }
         // As the original reads it: an empty (or blank) device_id is no device_id, the caller's feed across phones.
         let deviceID = request.query["device_id"].map(SchemaWhitespace.trim).flatMap { $0.isEmpty ? nil : $0 }
-        // A page rendered since the last write is still the answer; the device check it passed holds too.
+        // A page rendered since the last write to this person's inbox is still the answer; the device check it passed holds too.
         let key = InboxPageCache.Key(subject: caller.subject, deviceID: deviceID, cursor: cursor, limit: limit)
-        let generation = store.database.changeGeneration
+        let generation = InboxPageCache.generation(of: caller.subject, in: store)
         let page = try inboxPages.page(for: key, generation: generation) ?? {
             let rendered = try renderInboxPage(caller: caller, deviceID: key.deviceID, cursor: cursor, limit: limit)
             return inboxPages.store(rendered.body, deliveryIDs: rendered.ids, for: key, generation: generation)

@@ -73,7 +73,7 @@ public final class GatewayProcess: @unchecked Sendable {
         process.environment = env
         process.standardOutput = log
         process.standardError = log
-        try launch(process)
+        try GatewayTestSupport.launch(process)
         self.process = process
         let deadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < deadline {

@@ -85,7 +85,7 @@ public func runProgram(_ path: String, _ arguments: [String], environment: [Stri
 public func launch(_ process: Process) throws {
     processLaunchLock.lock()
     defer { processLaunchLock.unlock() }
-    try launch(process)
+    try process.run()
 }
 
 private let processLaunchLock = NSLock()
@@ -379,7 +379,7 @@ public final class RelayServerProcess: @unchecked Sendable {
         let log = FileHandle(forWritingAtPath: directory + "/relay.log")
         process.standardOutput = log
         process.standardError = log
-        try launch(process)
+        try GatewayTestSupport.launch(process)
         self.process = process
         let client = HTTP2Client(configuration: HTTP2ClientConfiguration(caFile: tls ? certificatePath : nil))
         for _ in 0..<100 {

@@ -226,6 +226,104 @@ struct InboxTests {
         }
     }
 
+    @Test("a write for one person leaves another's cached page in use; a write for them is seen at once")
+    func pageCachePerPerson() async throws {
+        try await withTestGateway { (gw) async throws in
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            try await gw.registerDevice(id: "owner-phone", key: nil)
+            try await gw.registerDevice(id: "priya-phone", key: priya)
+            let first = try #require(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["to": "user:priya", "body": "first"]).json["delivery_id"]?.stringValue)
+            let path = "/api/v1/mobile/deliveries?device_id=priya-phone"
+            let cached = try await gw.request("GET", path, key: .some(priya))
+            #expect(ids(cached) == [first])
+
+            // A line written behind the store's back bumps no generation: while Priya's page comes from memory,
+            // she does not see it. That is how this test can tell a served page from a rendered one.
+            try gw.gateway.database.write { db in
+                try db.run("INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, destination_subject, agent_id, agent_name, session_id, title, body, parts, metadata, created_at) VALUES ('dlv_hidden', 'user:priya', 'user', 'priya', 'priya', 'echo', 'Echo', 's', 't', 'behind the store', '[]', '{}', 1)")
+            }
+            // The owner's lines, receipts and phones change the owner's pages only.
+            let owners = try #require(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["to": "user:owner", "body": "owner's"]).json["delivery_id"]?.stringValue)
+            let phones = try #require(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["to": "device:owner-phone", "body": "owner's phone"]).json["delivery_id"]?.stringValue)
+            #expect(try await gw.request("POST", "/api/v1/mobile/deliveries/\(owners)/read", json: ["device_id": "owner-phone"]).status == 200)
+            try await gw.registerDevice(id: "owner-tablet", key: nil)
+            #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/owner-tablet").status == 204)
+            let still = try await gw.request("GET", path, key: .some(priya))
+            #expect(still.body == cached.body && still.headers["etag"] == cached.headers["etag"], "Priya's page was rendered again for the owner's writes")
+            // ... and the owner sees each of them at once.
+            let owner = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=owner-phone")
+            #expect(ids(owner) == [phones, owners])
+            #expect(owner.json["unread_count"] == 1)
+
+            // A line for Priya is hers at once (the page is rendered again, so the hidden line shows too).
+            let second = try #require(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["to": "user:priya", "body": "second"]).json["delivery_id"]?.stringValue)
+            #expect(ids(try await gw.request("GET", path, key: .some(priya))) == [second, "dlv_hidden", first])
+            // So are her receipts and a line for everyone, which the owner sees at once as well.
+            #expect(try await gw.request("POST", "/api/v1/mobile/deliveries/\(second)/read", json: ["device_id": "priya-phone"], key: .some(priya)).status == 200)
+            #expect(try await gw.request("GET", path, key: .some(priya)).json["unread_count"] == 2)
+            let everyone = try #require(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["body": "everyone"]).json["delivery_id"]?.stringValue)
+            #expect(ids(try await gw.request("GET", path, key: .some(priya))).first == everyone)
+            #expect(ids(try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=owner-phone")).first == everyone)
+            // Her phone's removal is hers too: its page is not served from memory.
+            #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/priya-phone", key: .some(priya)).status == 204)
+            #expect(try await gw.request("GET", path, key: .some(priya)).status == 403)
+        }
+    }
+
+    @Test("each change bumps the generation of exactly the people whose inbox it changes, after it commits")
+    func inboxGenerations() async throws {
+        let store = try MobileStore(database: try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/db.sqlite"))
+        let people = ["owner", "priya", "sam"]
+        func generations() -> [String: UInt64] { Dictionary(uniqueKeysWithValues: people.map { ($0, store.inboxGenerations.generation(of: $0)) }) }
+        /// Who `change` bumped (and by how much nobody cares; only that exactly they moved).
+        func bumped(_ change: () throws -> Void) rethrows -> Set<String> {
+            let before = generations()
+            try change()
+            let after = generations()
+            return Set(people.filter { after[$0] != before[$0] })
+        }
+        let output = Output(agentID: "echo", agentName: "Echo", sessionID: "s", parts: ["line"])
+        #expect(try bumped { try store.devices.register(try DeviceRegistration(json: JSONObject(["id": "owner-phone"])), subject: "owner") } == ["owner"])
+        #expect(try bumped { try store.devices.register(try DeviceRegistration(json: JSONObject(["id": "priya-phone"])), subject: "priya", keyID: "key-p") } == ["priya"])
+        #expect(try bumped { _ = try store.insertDelivery(output, destination: .user("priya")) } == ["priya"])
+        #expect(try bumped { _ = try store.insertDelivery(output, destination: .device("owner-phone")) } == ["owner"])
+        #expect(try bumped { _ = try store.insertDelivery(output, destination: .device("nobody's")) } == [])
+        var line = ""
+        #expect(try bumped { line = try store.insertDelivery(output, destination: .all).id } == Set(people))
+        #expect(try bumped { _ = try store.insertDeliveries([(output, .user("sam")), (output, .user("owner"))]) } == ["sam", "owner"])
+        var accepted = false
+        #expect(try bumped { accepted = try store.markRead(deliveryID: line, deviceID: "priya-phone", subject: "priya") } == ["priya"])
+        #expect(accepted)
+        // Read again: no new receipt, nothing changed. A refused receipt changes nothing either.
+        #expect(try bumped { accepted = try store.markRead(deliveryID: line, deviceID: "priya-phone", subject: "priya") } == [])
+        #expect(try bumped { accepted = try store.markRead(deliveryID: line, deviceID: "priya-phone", subject: "owner") } == [])
+        #expect(!accepted)
+        // Someone else's device id is refused and bumps nobody; a rolled-back transaction bumps nobody.
+        var refused = false
+        #expect(bumped {
+            do { try store.devices.register(try DeviceRegistration(json: JSONObject(["id": "priya-phone"])), subject: "sam") } catch { refused = error is DeviceOwnershipError }
+        } == [])
+        #expect(refused)
+        struct Abandon: Error {}
+        #expect(bumped { _ = try? store.database.transaction { (_: Connection) throws -> Void in _ = try store.insertDelivery(output, destination: .user("sam")); throw Abandon() } } == [])
+        // Inside an open transaction the bump waits for its commit.
+        let inside = try store.database.transaction { _ in
+            _ = try store.insertDelivery(output, destination: .user("sam"))
+            return store.inboxGenerations.generation(of: "sam")
+        }
+        #expect(store.inboxGenerations.generation(of: "sam") > inside)
+        // A grouped write (it commits on the group-commit thread) bumps before its caller resumes.
+        let before = generations()
+        _ = try await store.insertDeliveryGrouped(output, destination: .user("owner"))
+        #expect(people.filter { generations()[$0] != before[$0] } == ["owner"])
+        var removed = false
+        #expect(try bumped { removed = try store.devices.deleteDevice(id: "owner-phone", subject: "owner") } == ["owner"])
+        #expect(removed)
+        var count = 0
+        #expect(try bumped { count = try store.devices.removeDevices(registeredByKey: "key-p") } == ["priya"])
+        #expect(count == 1)
+    }
+
     @Test("the page cache keeps to its byte budget: stale generations go first, oversized pages are not kept")
     func pageCacheBudget() {
         let cache = InboxPageCache(budgetBytes: 2400)

@@ -9,21 +9,26 @@ import SQLite
 public struct DeviceStore: Sendable {
     public let database: DatabasePool
     let clock: any WallClock
+    /// Bumped for a device's owner when it is registered, changed or removed: the person's inbox pages name their devices.
+    let inboxGenerations: InboxGenerations
 
-    public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) {
+    public init(database: DatabasePool, clock: any WallClock = SystemWallClock(), inboxGenerations: InboxGenerations = InboxGenerations()) {
         self.database = database
         self.clock = clock
+        self.inboxGenerations = inboxGenerations
     }
 
     /// Stores a registration; returns true when the device is new. A device id owned by someone else is refused.
     @discardableResult
     public func register(_ registration: DeviceRegistration, subject: String, keyID: String? = nil) throws -> Bool {
         let now = clock.now().sqliteMillis
+        let generations = inboxGenerations
         return try database.transaction { db in
             let existing = try db.query("SELECT subject FROM mobile_devices WHERE id = ?", registration.id)
             if let owner = existing.first?.string("subject"), owner != subject {
                 throw DeviceOwnershipError.ownedByAnotherSubject
             }
+            database.afterCommit { generations.changed(subject: subject) }
             try db.run("""
                 INSERT INTO mobile_devices (id, subject, name, platform, bundle_id, push_token, push_environment,
                                             notifications_enabled, live_start_token, created_at, updated_at, registered_by_key, capabilities)
@@ -88,10 +93,12 @@ public struct DeviceStore: Sendable {
 
     /// Removes a device; false when it does not exist or is someone else's.
     public func deleteDevice(id: String, subject: String) throws -> Bool {
-        try database.transaction { db in
+        let generations = inboxGenerations
+        return try database.transaction { db in
             let removed = try db.run("DELETE FROM mobile_devices WHERE id = ? AND subject = ?", id, subject) > 0
             if removed {
                 try Self.forgetReceipts(ofRemovedDevices: db)
+                database.afterCommit { generations.changed(subject: subject) }
             }
             // Its node goes too, and what was waiting for it expires (the node tables exist once DeviceNodes opened them).
             if try !db.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mobile_node_commands'").isEmpty {
@@ -108,9 +115,14 @@ public struct DeviceStore: Sendable {
     /// Unpairs the phones a revoked key registered: they get no more wake-ups and drop out of `all`.
     @discardableResult
     public func removeDevices(registeredByKey keyID: String) throws -> Int {
-        try database.transaction { db in
+        let generations = inboxGenerations
+        return try database.transaction { db in
+            let owners = try db.query("SELECT DISTINCT subject FROM mobile_devices WHERE registered_by_key = ?", keyID).compactMap { $0.string("subject") }
             let removed = try db.run("DELETE FROM mobile_devices WHERE registered_by_key = ?", keyID)
-            if removed > 0 { try Self.forgetReceipts(ofRemovedDevices: db) }
+            if removed > 0 {
+                try Self.forgetReceipts(ofRemovedDevices: db)
+                database.afterCommit { for owner in owners { generations.changed(subject: owner) } }
+            }
             return removed
         }
     }

@@ -3,6 +3,7 @@ import ChannelAPI
 import Crypto
 import Foundation
 import SQLite
+import Synchronization
 
 /// A stored inbox line.
 public struct Delivery: Sendable, Equatable {
@@ -102,6 +103,9 @@ public final class MobileStore: Inbox {
     public let outbox: any PushOutbox
     /// The phones the inbox addresses: their own aggregate (`DeviceStore`), on the same database.
     public let devices: DeviceStore
+    /// Which people's inboxes changed: bumped after each commit that changes what someone's page shows, so a
+    /// write for one person leaves everyone else's rendered pages current.
+    public let inboxGenerations: InboxGenerations
     /// Each line's path to each phone (`mobile_delivery_events`).
     public let events: DeliveryEventStore
     /// The console's live updates: lines stored, timelines moved, devices changed.
@@ -114,7 +118,9 @@ public final class MobileStore: Inbox {
         self.database = database
         self.clock = clock
         outbox = SQLitePushOutbox(database: database)
-        devices = DeviceStore(database: database, clock: clock)
+        let generations = InboxGenerations()
+        inboxGenerations = generations
+        devices = DeviceStore(database: database, clock: clock, inboxGenerations: generations)
         events = DeliveryEventStore(database: database)
         let hub = ConsoleEventHub()
         consoleEvents = hub
@@ -150,8 +156,18 @@ public final class MobileStore: Inbox {
     /// (committed with fsync). Returns its id, its recipients and how many wake-ups were queued.
     public func insertDelivery(_ output: Output, destination: Destination) throws -> StoredDelivery {
         let row = try PreparedDelivery(output, destination: destination, now: clock.now())
-        let stored = try database.transaction { db in try Self.writeDelivery(row, in: db) }
+        let stored = try database.transaction { db in try writeDelivery(row, in: db) }
         announce(stored)
+        return stored
+    }
+
+    /// Many lines in one transaction and one fsync, each written as `insertDelivery` writes it (imports, and the
+    /// benchmark's generator of large inboxes).
+    public func insertDeliveries(_ lines: [(output: Output, destination: Destination)]) throws -> [StoredDelivery] {
+        let now = clock.now()
+        let rows = try lines.map { try PreparedDelivery($0.output, destination: $0.destination, now: now) }
+        let stored = try database.transaction { db in try rows.map { try writeDelivery($0, in: db) } }
+        stored.forEach(announce)
         return stored
     }
 
@@ -159,9 +175,14 @@ public final class MobileStore: Inbox {
     /// The encoding happens here, in parallel; only the inserts run in the shared transaction.
     public func insertDeliveryGrouped(_ output: Output, destination: Destination) async throws -> StoredDelivery {
         let row = try PreparedDelivery(output, destination: destination, now: clock.now())
-        let stored = try await database.groupTransaction { db in try Self.writeDelivery(row, in: db) }
+        let database = database, generations = inboxGenerations
+        let stored = try await database.groupTransaction { db in try Self.writeDelivery(row, in: db, database: database, generations: generations) }
         announce(stored)
         return stored
+    }
+
+    private func writeDelivery(_ row: PreparedDelivery, in db: Connection) throws -> StoredDelivery {
+        try Self.writeDelivery(row, in: db, database: database, generations: inboxGenerations)
     }
 
     /// Tells the console a line is stored, once it is committed (inside a caller's transaction, after its COMMIT).
@@ -201,13 +222,19 @@ public final class MobileStore: Inbox {
         }
     }
 
-    static func writeDelivery(_ row: PreparedDelivery, in db: Connection) throws -> StoredDelivery {
+    static func writeDelivery(_ row: PreparedDelivery, in db: Connection, database: DatabasePool, generations: InboxGenerations) throws -> StoredDelivery {
         let output = row.output
         // Whose line it is: the person for `user:`, the device's owner now for `device:` (nobody's if no such device).
         let owner: String? = switch row.destination {
         case .all: nil
         case .user(let subject): subject
         case .device(let id): try DeviceStore.owner(ofDevice: id, in: db)
+        }
+        // Whose pages it changes, once committed: everyone's for `all`, else its owner's (a line for a device
+        // nobody has is shown to no one).
+        switch row.destination {
+        case .all: database.afterCommit { generations.changedForEveryone() }
+        default: if let owner { database.afterCommit { generations.changed(subject: owner) } }
         }
         try db.run("""
             INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, destination_subject, agent_id, agent_name,
@@ -338,11 +365,14 @@ public final class MobileStore: Inbox {
     /// Records that `deviceID` read the line (the first read time is kept). False if the line is not visible to it.
     public func markRead(deliveryID: String, deviceID: String, subject: String) throws -> Bool {
         let now = Self.millis(clock.now())
+        let generations = inboxGenerations
         // Checked in the writing transaction: a receipt is never left for a device removed in between.
         return try database.transaction { db in
             guard try DeviceStore.owner(ofDevice: deviceID, in: db) == subject,
                   try Self.delivery(id: deliveryID, subject: subject, deviceID: deviceID, in: db) != nil else { return false }
-            try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", deliveryID, deviceID, now)
+            if try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", deliveryID, deviceID, now) > 0 {
+                database.afterCommit { generations.changed(subject: subject) }
+            }
             return true
         }
     }
@@ -370,6 +400,32 @@ extension MobileStore {
             try SQLitePushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: [deviceID], now: clock.now(), in: db)
             return true
         }
+    }
+}
+
+/// How often each person's inbox has changed in this process: what a cached page of it is checked against. A page
+/// rendered at `generation(of:)` is current while that value stays the same. Each write bumps the people whose
+/// pages it changes (a line for `all` bumps everyone) after its commit, so a reader that sees the new value also
+/// sees the new rows; a page rendered from a read that began before the bump is stored under the old value and
+/// never served. Like `DatabasePool.changeGeneration`, it assumes this process is the only writer of the file.
+public final class InboxGenerations: Sendable {
+    private let state = Mutex<(everyone: UInt64, subjects: [String: UInt64])>((0, [:]))
+
+    public init() {}
+
+    /// Grows whenever what `subject`'s inbox shows may have changed (a sum of two counters that only grow).
+    public func generation(of subject: String) -> UInt64 {
+        state.withLock { $0.everyone &+ ($0.subjects[subject] ?? 0) }
+    }
+
+    /// A committed change to one person's inbox: their lines, read receipts or devices.
+    public func changed(subject: String) {
+        state.withLock { $0.subjects[subject, default: 0] &+= 1 }
+    }
+
+    /// A committed change everyone's inbox shows (a line for `all`).
+    public func changedForEveryone() {
+        state.withLock { $0.everyone &+= 1 }
     }
 }
 

@@ -169,6 +169,12 @@ struct SoulacyCommand {
         do {
             var gatewayOptions = GatewayOptions(configPath: config, dataDirectory: data, host: host, port: port)
             gatewayOptions.environment = SystemdCredentials.apply(to: gatewayOptions.environment)
+            // The drain begins at the signal: systemd hears of it then, not when the process is nearly gone. (A second
+            // signal source here would race the gateway's own, which sets the signal's disposition.)
+            gatewayOptions.shutdownBegins = { SystemdNotifier().stopping() }
+            // SOULACY_LOG_LEVEL and SOULACY_LOG_FORMAT (json: one object per line on stderr); the first start's admin
+            // key banner below stays human text on stdout.
+            do { gatewayOptions.log = try Log.configured(from: gatewayOptions.environment) } catch { fail("soulacy: \(error)", code: 64) }
             gatewayOptions.gatewayConfigPath = opts["gateway-config"]
             // SOULACY_LAN_LISTEN and the other settings are read by the gateway (GatewaySettings); the flag wins.
             if let lan = opts["lan"] {
@@ -208,18 +214,10 @@ struct SoulacyCommand {
         let systemd = SystemdNotifier()
         systemd.ready(status: "listening on \(listen)")
         let watchdog = Task { await systemd.runWatchdog { gateway.isHealthy() } }
-        // The drain begins at the signal: systemd hears of it then, not when the process is nearly gone.
-        let draining = [SIGTERM, SIGINT].map { number in
-            let source = DispatchSource.makeSignalSource(signal: number)
-            source.setEventHandler { systemd.stopping() }
-            source.resume()
-            return source
-        }
 
         // SIGTERM or SIGINT: the service group drains the API, lets runs finish and their wake-ups go, then returns.
         await gateway.waitUntilStopped()
         watchdog.cancel()
-        draining.forEach { $0.cancel() }
     }
 
     /// The code, the Soulacy app's link (the QR encodes it), and this gateway's three-path link.

@@ -57,6 +57,8 @@ public struct GatewayOptions: Sendable {
     /// The main port serves TLS (the gateway's pinned certificate) and plain HTTP together, as the original's
     /// auto-TLS does; false (or `SOULACY_TLS=off`) serves plain HTTP only (behind a proxy that terminates TLS, say).
     public var autoTLS = true
+    /// Called once when graceful shutdown begins (a signal, `stop()`), before anything drains: `STOPPING=1` to systemd.
+    public var shutdownBegins: (@Sendable () -> Void)?
     /// Where the gateway's metrics are kept (a fresh registry each gateway; an embedder may pass its own).
     public var metrics = MetricsRegistry()
     /// A second listener serving only `GET /metrics`, without a key, for a local scraper (`SOULACY_METRICS_LISTEN`).
@@ -243,10 +245,10 @@ public final class Gateway: Sendable {
         }
         let transports = try Self.wakeTransports(options: options, log: log)
         channelOutbox = SQLiteChannelOutbox(database: database)
-        channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log,
+        channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log.component("channels"),
                                                                   metrics: metrics.channels),
                                               clock: options.clock, log: log)
-        dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log,
+        dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log.component("push"),
                                     metrics: metrics.mobile)
         let liveActivities: LiveActivityPublisher
         do {
@@ -306,7 +308,7 @@ public final class Gateway: Sendable {
             }
         }
         runsBox.set(runs)
-        scheduler = Scheduler(catalog: catalog, runs: runs, store: runStore, clock: options.clock, log: log)
+        scheduler = Scheduler(catalog: catalog, runs: runs, store: runStore, clock: options.clock, log: log.component("scheduler"))
         inbound = ChannelInbound(pollers: built.pollers, store: ChannelInboundStore(database: database), runs: runs, clock: options.clock, log: log)
 
         let keys = self.keys
@@ -385,7 +387,8 @@ public final class Gateway: Sendable {
         // server thread; mutating calls always take the idempotent path.
         let idempotent = IdempotencyMiddleware(log: idempotency)
         // Request lines only when the log is at debug: the inbox's hot path pays nothing otherwise.
-        let requestLog: [any Middleware] = log.minimum <= .debug ? [RequestLogMiddleware()] : []
+        // One access-log line per request at info (SOULACY_ACCESS_LOG=off stops the lines, never the HTTP metrics).
+        let requestLog: [any Middleware] = [AccessLogMiddleware(log: settings.accessLog ? log : nil, metrics: options.metrics)]
         // One allowance per client address across both listeners; in-process answers (the relay carriage) are not counted.
         let rateLimit: [any Middleware] = settings.rateLimitPerMinute > 0
             ? [RateLimitMiddleware(limiter: RequestRateLimiter(perMinute: settings.rateLimitPerMinute, clock: options.clock), trustedProxies: settings.trustedProxies)]
@@ -649,6 +652,8 @@ public final class Gateway: Sendable {
             for await _ in catalog.updates().dropFirst() { consoleEvents.publish(.agents, to: .everyone) }
         }))
         list.append(("console event streams closed", OnShutdown { consoleEvents.close() }))
+        // Last in the list, so first to hear of shutdown.
+        if let begins = options.shutdownBegins { list.append(("shutdown notice", OnShutdown { begins() })) }
         return list
     }
 

@@ -17,6 +17,8 @@ public struct GatewaySettings: Sendable, Equatable {
 
     /// `SOULACY_LAN_LISTEN` (`ADDR:PORT`): the pinned same-Wi-Fi door.
     public var lanListen: ListenAddress?
+    /// `SOULACY_ACCESS_LOG` (on by default): one info line per request; `off` stops them.
+    public var accessLog = true
     /// `SOULACY_METRICS_LISTEN` (`ADDR:PORT`): a keyless listener for `GET /metrics` only.
     public var metricsListen: ListenAddress?
     /// `SOULACY_APPROVAL_TIMEOUT_SECONDS`: how long an approval waits before the run sees a denial.
@@ -77,6 +79,7 @@ public struct GatewaySettings: Sendable, Equatable {
             }
             settings.lanListen = address
         }
+        settings.accessLog = try switchValue("SOULACY_ACCESS_LOG", default: true)
         if let text = value("SOULACY_METRICS_LISTEN") {
             guard let address = Self.listenAddress(text) else {
                 throw Invalid(variable: "SOULACY_METRICS_LISTEN", message: "must be ADDR:PORT, for example 127.0.0.1:9464, got '\(text)'")

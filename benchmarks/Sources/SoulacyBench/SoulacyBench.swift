@@ -17,16 +17,20 @@ struct SoulacyBench {
         case "plain-sqlite": try plainSQLite(count: Int(args[safe: 1] ?? "") ?? 20000)
         case "apns": try await apns(env: ProcessInfo.processInfo.environment, count: Int(args[safe: 1] ?? "") ?? 20000, concurrency: Int(args[safe: 2] ?? "") ?? 256)
         case "latency": try await latency(env: ProcessInfo.processInfo.environment, rate: Int(args[safe: 1] ?? "") ?? 1000, seconds: Int(args[safe: 2] ?? "") ?? 5)
+        case "dispatch": try await dispatch(env: ProcessInfo.processInfo.environment, count: Int(args[safe: 1] ?? "") ?? 50000, connections: Int(args[safe: 2] ?? "") ?? 1)
+        case "fanout": try await fanout(env: ProcessInfo.processInfo.environment, devices: Int(args[safe: 1] ?? "") ?? 10000)
+        case "serve": try await GatewayHarness.run(arguments: Array(args.dropFirst()))
         default:
-            FileHandle.standardError.write(Data("usage: soulacy-bench inbox N C | plain-sqlite N | apns N C | latency RATE SECONDS\n".utf8))
+            FileHandle.standardError.write(Data("usage: soulacy-bench inbox N C | plain-sqlite N | apns N C | latency RATE SECONDS | dispatch N CONNECTIONS | fanout DEVICES | serve AGENTS GATEWAY-CONFIG\n".utf8))
             exit(64)
         }
     }
 
     static func emit(_ fields: [String: Any]) {
         let data = try! JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys])
-        print(String(decoding: data, as: UTF8.self))
-        fflush(nil)
+        // Straight to the descriptor, unbuffered: fflush(NULL) would wait on stdin's lock while the harness's reader
+        // thread is blocked reading it.
+        FileHandle.standardOutput.write(data + Data("\n".utf8))
     }
 
     static func temporaryDatabase() -> String {
@@ -157,6 +161,107 @@ struct SoulacyBench {
         func pct(_ p: Double) -> Double { samples.isEmpty ? 0 : samples[min(samples.count - 1, Int(Double(samples.count) * p))] * 1000 }
         emit(["bench": "latency", "rate": rate, "deliveries": total, "woken": samples.count, "p50_ms": pct(0.5), "p99_ms": pct(0.99)])
     }
+}
+
+extension SoulacyBench {
+    /// A store with `devices` phones that take pushes (the stand-in's token), registered in one transaction.
+    static func pushStore(devices: Int) throws -> MobileStore {
+        let database = try DatabasePool(path: temporaryDatabase())
+        try database.migrate(MobileSchema.migrations)
+        let store = try MobileStore(database: database)
+        try database.transaction { _ in
+            for i in 0..<devices {
+                try store.devices.register(try DeviceRegistration(json: JSONObject(["id": .string("phone-\(i)"), "notifications_enabled": true,
+                                                                                    "push_token": .string(Household.pushToken)])), subject: "owner")
+            }
+        }
+        return store
+    }
+
+    static let standInTarget = WakeTarget(deviceID: "d", platform: .ios, pushToken: Household.pushToken, environment: .production, bundleID: "dev.soulacy.ios")
+
+    /// The dispatcher's rate: `count` wake-ups already in the outbox, claimed, sent over `connections` HTTP/2
+    /// connections (one APNs transport each, taken in turn) and settled. The product opens one connection per
+    /// environment; more are several transports side by side. The window is 256 attempts, or 100 per connection
+    /// (the stand-in's streams) when that is more.
+    static func dispatch(env: [String: String], count: Int, connections: Int) async throws {
+        let store = try pushStore(devices: 1)
+        var n = 0
+        while n < count {
+            let batch = min(InboxGenerator.batch, count - n)
+            _ = try store.insertDeliveries((0..<batch).map { (output: InboxGenerator.output(n + $0), destination: Destination.device("phone-0")) })
+            n += batch
+        }
+        let transports = try (0..<connections).map { _ in try apnsTransport(env) }
+        // The TLS handshakes and provider tokens are not part of the rate.
+        for transport in transports { _ = await transport.send(.delivery(id: "warm", agentID: "a"), to: standInTarget) }
+        let counting = CountingTransport(RoundRobinTransport(transports))
+        let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([counting]), log: Log(minimum: .error),
+                                        batchSize: max(256, 100 * connections))
+        let start = ContinuousClock.now
+        let worker = Task { await dispatcher.run() }
+        let deadline = start + .seconds(300)
+        // The transport's count is free to read; the outbox is counted only once it should be empty.
+        while counting.acknowledged < count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
+        while try Backlog.pending(store.database) > 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
+        let elapsed = seconds(ContinuousClock.now - start)
+        worker.cancel()
+        await worker.value
+        emit(["bench": "dispatch", "count": count, "connections": connections, "delivered": counting.delivered, "per_second": Double(count) / elapsed,
+              "opened": transports.reduce(0) { $0 + $1.connectionsOpened }])
+    }
+
+    /// One delivery to `devices` phones: from the call until the stand-in acknowledged the last wake-up.
+    static func fanout(env: [String: String], devices: Int) async throws {
+        let store = try pushStore(devices: devices)
+        let transport = try apnsTransport(env)
+        _ = await transport.send(.delivery(id: "warm", agentID: "a"), to: standInTarget)
+        let counting = CountingTransport(transport)
+        let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([counting]), log: Log(minimum: .error))
+        let channel = MobileChannel(store: store, dispatcher: dispatcher)
+        let worker = Task { await dispatcher.run() }
+        try await Task.sleep(for: .milliseconds(200))
+        let start = ContinuousClock.now
+        let receipt = try await channel.deliver(Output(agentID: "bench", agentName: "Bench", sessionID: "s", parts: ["one line for everyone"]), to: "all")
+        let written = seconds(ContinuousClock.now - start)
+        let deadline = start + .seconds(300)
+        while counting.acknowledged < devices, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
+        let elapsed = seconds(ContinuousClock.now - start)
+        worker.cancel()
+        await worker.value
+        emit(["bench": "fanout", "devices": devices, "recipients": receipt.recipientCount, "acknowledged": counting.acknowledged, "delivered": counting.delivered,
+              "written_s": written, "seconds": elapsed, "per_second": Double(devices) / elapsed])
+    }
+}
+
+/// Several transports taken in turn: one HTTP/2 connection each.
+final class RoundRobinTransport: WakeTransport, Sendable {
+    let transports: [any WakeTransport]
+    private let next = Atomic<Int>(0)
+    var name: String { transports[0].name }
+    init(_ transports: [any WakeTransport]) { self.transports = transports }
+    func canWake(_ target: WakeTarget) -> Bool { transports[0].canWake(target) }
+    func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
+        await transports[next.add(1, ordering: .relaxed).oldValue % transports.count].send(signal, to: target)
+    }
+}
+
+/// Counts what a transport was asked to send and what the service accepted.
+final class CountingTransport: WakeTransport, Sendable {
+    let inner: any WakeTransport
+    private let counts = Atomic<Int>(0)
+    private let accepted = Atomic<Int>(0)
+    var name: String { inner.name }
+    init(_ inner: any WakeTransport) { self.inner = inner }
+    func canWake(_ target: WakeTarget) -> Bool { inner.canWake(target) }
+    func send(_ signal: WakeSignal, to target: WakeTarget) async -> WakeOutcome {
+        let outcome = await inner.send(signal, to: target)
+        if outcome == .delivered { accepted.add(1, ordering: .relaxed) }
+        counts.add(1, ordering: .relaxed)
+        return outcome
+    }
+    var acknowledged: Int { counts.load(ordering: .relaxed) }
+    var delivered: Int { accepted.load(ordering: .relaxed) }
 }
 
 /// Wraps a transport and records, per delivery, the time from the durable write to the service's acknowledgement.
