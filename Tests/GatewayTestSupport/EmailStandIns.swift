@@ -10,9 +10,18 @@ public final class SMTPStandIn: StandInProcess, @unchecked Sendable {
     public let smtpsPort: UInt16
 
     public static func start() async throws -> SMTPStandIn {
-        let standIn = SMTPStandIn(directory: TestGateway.makeTemporaryDirectory(), smtpsPort: freePort())
-        try await standIn.start()
-        return standIn
+        // The implicit-TLS port is fixed per instance: a start that loses it to another process (a port picked free
+        // and taken before the bind) starts again on fresh ports, as the other ports' retries do.
+        var attempt = 0
+        while true {
+            let standIn = SMTPStandIn(directory: TestGateway.makeTemporaryDirectory(), smtpsPort: freePort())
+            do {
+                try await standIn.start()
+                return standIn
+            } catch where attempt < 4 && "\(error)".contains("address already in use") {
+                attempt += 1
+            }
+        }
     }
 
     init(directory: String, smtpsPort: UInt16) {
