@@ -519,7 +519,7 @@ def test_a_viewer_sees_only_their_own_data_and_cannot_act(browser, gateway):
     needs_session_routes(gateway)
     needs(gateway, "GET", "/api/v1/console/deliveries", "the inbox")
     register_phones(gateway)
-    status, owners = gateway.api("POST", "/api/v1/channels/mobile/test", {"title": "The owner's private line", "body": "owner only"})
+    status, owners = gateway.api("POST", "/api/v1/channels/mobile/test", {"to": "user:owner", "title": "The owner's private line", "body": "owner only"})
     assert status == 201
     status, offer = gateway.api("POST", "/api/v1/pairing/tokens", {"name": "Ben", "role": "viewer"})
     assert status in (200, 201), offer
@@ -683,4 +683,4 @@ def test_the_console_is_usable_with_the_keyboard_alone(browser, gateway):
     eventually(lambda: focused() == "page-title" and "Devices" in browser.switch_to.active_element.text, message="focus on the Devices heading")
     # The skip link is the page's first stop and leads to the main content.
     first = browser.execute_script("return document.querySelector('a[href], button, input, select, [tabindex]:not([tabindex=\"-1\"])')")
-    assert first.text == "Skip to content" and first.get_attribute("href").endswith("#main")
+    assert first.get_attribute("textContent") == "Skip to content" and first.get_attribute("href").endswith("#main")
