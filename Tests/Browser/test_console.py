@@ -304,8 +304,15 @@ def page_fetch(driver, method, path, body=None, csrf=True, headers=None):
 
 
 def timeline_kinds(driver, delivery, device):
-    return [step.get_attribute("data-kind") for step in
-            driver.find_elements(By.CSS_SELECTOR, f'li.line[data-id="{delivery}"] ol.timeline[data-device="{device}"] li.step')]
+    """The kinds of one device's steps, read in one go (the list is redrawn as the events arrive)."""
+    return driver.execute_script("""
+        return [...document.querySelectorAll(`li.line[data-id="${arguments[0]}"] ol.timeline[data-device="${arguments[1]}"] li.step`)]
+            .map((step) => step.dataset.kind);""", delivery, device)
+
+
+def text_of(driver, css):
+    """An element's text, read in one go; "" while it is not there."""
+    return driver.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", css)
 
 
 def register_phones(gateway):
@@ -413,9 +420,9 @@ def test_a_delivery_moves_queued_sent_fetched_read_and_a_410_shows_token_rejecte
     kinds = timeline_kinds(browser, delivery, "phone-1")
     order = [kinds.index(kind) for kind in ["queued", "attempt", "sent", "fetched", "read"]]
     assert order == sorted(order), kinds
-    attempt = browser.find_element(By.CSS_SELECTOR, f'li.line[data-id="{delivery}"] ol.timeline[data-device="phone-1"] li.step[data-kind="attempt"]').text
+    attempt = text_of(browser, f'li.line[data-id="{delivery}"] ol.timeline[data-device="phone-1"] li.step[data-kind="attempt"]')
     assert "200" in attempt and "ms" in attempt, attempt
-    rejected = browser.find_element(By.CSS_SELECTOR, f'li.line[data-id="{delivery}"] ol.timeline[data-device="phone-2"]').text
+    rejected = text_of(browser, f'li.line[data-id="{delivery}"] ol.timeline[data-device="phone-2"]')
     assert "410" in rejected, rejected
     # The state filter and the id search narrow the list.
     go(browser, gateway, f"inbox?q={delivery[:12]}")
@@ -425,8 +432,8 @@ def test_a_delivery_moves_queued_sent_fetched_read_and_a_410_shows_token_rejecte
     # Devices: phone-2's token is cleared, and why.
     needs(gateway, "GET", "/api/v1/console/devices", "devices")
     go(browser, gateway, "devices")
-    card = wait_for(browser, 'article.device[data-device="phone-2"]')[0]
-    assert "cleared" in card.text
+    wait_for(browser, 'article.device[data-device="phone-2"]')
+    assert "cleared" in text_of(browser, 'article.device[data-device="phone-2"]')
 
 
 def test_a_test_push_shows_the_services_answer(browser, gateway, apns):
@@ -437,9 +444,9 @@ def test_a_test_push_shows_the_services_answer(browser, gateway, apns):
     go(browser, gateway, "devices")
     button = wait_for(browser, 'button[data-action="test-push"][data-device="phone-1"]')[0]
     button.click()
-    result = browser.find_element(By.ID, "push-result-phone-1")
-    eventually(lambda: "delivered" in result.text, message="the test push's answer")
-    assert "apns" in result.text and "ms" in result.text, result.text
+    result = eventually(lambda: "delivered" in text_of(browser, "#push-result-phone-1") and text_of(browser, "#push-result-phone-1"),
+                        message="the test push's answer")
+    assert "apns" in result and "ms" in result, result
 
 
 # MARK: Approvals
@@ -456,9 +463,10 @@ def test_approve_in_the_browser_while_a_run_waits(browser, gateway):
 
     waiting = threading.Thread(target=run)
     waiting.start()
-    card = wait_for(browser, 'article.approval[data-approval="call_browser"]', timeout=LIVE, message="the run's approval (live)")[0]
-    assert "shell.run" in card.text and "systemctl restart nginx" in card.text and "Careful helper" in card.text
-    card.find_element(By.CSS_SELECTOR, 'button[data-action="approve"]').click()
+    wait_for(browser, 'article.approval[data-approval="call_browser"]', timeout=LIVE, message="the run's approval (live)")
+    text = text_of(browser, 'article.approval[data-approval="call_browser"]')
+    assert "shell.run" in text and "systemctl restart nginx" in text and "Careful helper" in text, text
+    browser.find_element(By.CSS_SELECTOR, 'article.approval[data-approval="call_browser"] button[data-action="approve"]').click()
     decided = wait_for(browser, "#decision-text")[0]
     assert decided.get_attribute("data-state") == "approved"
     waiting.join(WAIT)
