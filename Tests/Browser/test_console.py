@@ -623,18 +623,20 @@ def test_every_page_passes_axe_light_and_dark_at_desktop_and_phone_width(browser
             for width in [1280, 375]:
                 browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": width, "height": 800 if width > 500 else 740,
                                                                                "deviceScaleFactor": 1, "mobile": width < 500})
+                browser.execute_script("window.scrollTo(0, 0)")
                 time.sleep(0.3)
                 overflow = browser.execute_script("return document.documentElement.scrollWidth")
                 if overflow > width:
                     problems.append(f"{name} {scheme} {width}: the page is {overflow} px wide")
+                # Before axe, which scrolls each element it checks into view.
+                if out:
+                    browser.save_screenshot(os.path.join(out, f"{name}-{scheme}-{width}.png"))
                 axe = Axe(browser)
                 axe.inject()
                 result = axe.run()
                 for violation in result["violations"]:
                     if violation["impact"] in ("serious", "critical"):
                         problems.append(f"{name} {scheme} {width}: {violation['id']} ({violation['impact']}) at {[n['target'] for n in violation['nodes']][:3]}")
-                if out:
-                    browser.save_screenshot(os.path.join(out, f"{name}-{scheme}-{width}.png"))
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
