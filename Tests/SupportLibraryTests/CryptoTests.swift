@@ -1,4 +1,5 @@
 import Foundation
+import GatewayTestSupport
 import Crypto
 import Testing
 
@@ -96,7 +97,7 @@ struct SealingTests {
                 process.currentDirectoryURL = URL(fileURLWithPath: directory)
                 let pipe = Pipe()
                 process.standardOutput = pipe
-                try process.run()
+                try GatewayTestSupport.launch(process)
                 let data = pipe.fileHandleForReading.readDataToEndOfFile()
                 process.waitUntilExit()
                 return String(decoding: data, as: UTF8.self)
@@ -124,7 +125,7 @@ struct SigningKeyPEMTests {
             process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
             process.arguments = kind == "ec" ? ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", file]
                 : ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:\(kind)", "-out", file]
-            try process.run()
+            try GatewayTestSupport.launch(process)
             process.waitUntilExit()
         }
         let pem = try String(contentsOfFile: file, encoding: .utf8)

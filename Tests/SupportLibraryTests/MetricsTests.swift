@@ -1,4 +1,5 @@
 import Foundation
+import GatewayTestSupport
 import Metrics
 import Testing
 
@@ -13,7 +14,7 @@ struct MetricsTests {
         process.standardInput = input
         process.standardOutput = output
         process.standardError = output
-        try process.run()
+        try GatewayTestSupport.launch(process)
         input.fileHandleForWriting.write(Data(text.utf8))
         try input.fileHandleForWriting.close()
         let said = output.fileHandleForReading.readDataToEndOfFile()

@@ -108,8 +108,8 @@ public final class DeliveryFetchStore: Sendable {
                 }
                 return (written, delays)
             }
-            if let fetchDelay { for delay in delays { fetchDelay.observe(delay, labels: []) } }
             state.withLock { $0.flushes += 1 }
+            if let fetchDelay { for delay in delays { fetchDelay.observe(delay, labels: []) } }
             let subjects = Dictionary(rows.map { ($0.pair, $0.subject) }, uniquingKeysWith: { first, _ in first })
             for pair in written { events.publish(.delivery(pair.deliveryID), to: .subject(subjects[pair] ?? "")) }
         } catch {

@@ -1,0 +1,57 @@
+import Foundation
+import GatewayTestSupport
+import Testing
+
+/// SOULACY_LOG_FORMAT=json on the real binary: every stderr line one JSON object, the access log naming each
+/// request by its id and route pattern, nothing secret in any line.
+@Suite("Structured logs", .serialized)
+struct StructuredLogTests {
+    @Test("JSON lines parse with time, level, component and message; the access line carries the request's id and pattern; no key or output leaks")
+    func jsonLines() async throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        let gateway = try GatewayProcess(directory: directory, environment: ["SOULACY_LOG_FORMAT": "json", "SOULACY_LOG_LEVEL": "debug"])
+        let key = try #require(try await gateway.start())
+        let canary = "canary-output-\(UUID().uuidString)"
+        let sent = try await gateway.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["title": .string(canary), "body": .string(canary)],
+                                          headers: ["X-Request-Id": "proxy-id.42"])
+        #expect(sent.status == 201)
+        let deliveryID = try #require(sent.json["delivery_id"]?.stringValue)
+        _ = try await gateway.call("GET", "/api/v1/mobile/deliveries/\(deliveryID)", key: key, headers: ["X-Request-Id": "bad id with spaces"])
+        _ = try await gateway.call("GET", "/health", key: nil)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(gateway.terminate() == 0)
+
+        // stdout's human lines (the banner, the pairing offer, "listening") share the file; every other line is JSON.
+        let human = ["First start", "SOULACY_ADMIN_KEY=", "Pairing code", "soulacy is listening", "  "]
+        var records: [[String: Any]] = []
+        for line in gateway.output.split(separator: "\n") where !human.contains(where: { line.hasPrefix($0) }) {
+            let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            #expect(object != nil, "not a JSON line: \(line)")
+            if let object { records.append(object) }
+        }
+        #expect(!records.isEmpty)
+        for record in records {
+            #expect(record["time"] is String && record["level"] is String && record["component"] is String && record["message"] is String, "\(record)")
+            #expect(record.values.allSatisfy { $0 is String }, "metadata is flat: \(record)")
+        }
+        let access = records.filter { $0["component"] as? String == "http" }
+        let posted = try #require(access.first { $0["route"] as? String == "/api/v1/channels/mobile/test" }, "\(access)")
+        #expect(posted["request_id"] as? String == "proxy-id.42" && posted["status"] as? String == "201" && posted["method"] as? String == "POST")
+        #expect(Double(posted["duration_ms"] as? String ?? "") != nil && posted["bytes"] as? String != nil)
+        // A malformed id is replaced, never echoed; the path's own id stays out (the pattern stands for it).
+        let read = try #require(access.first { $0["route"] as? String == "/api/v1/mobile/deliveries/:id" })
+        #expect((read["request_id"] as? String).map { $0 != "bad id with spaces" && !$0.isEmpty } == true)
+        #expect(access.contains { $0["route"] as? String == "/health" })
+        let text = gateway.output.split(separator: "\n").filter { !$0.hasPrefix("SOULACY_ADMIN_KEY=") && !$0.hasPrefix("  ") }.joined(separator: "\n")
+        for secret in [key, canary, deliveryID] { #expect(!text.contains(secret), "a log line carries \(secret.prefix(12))…") }
+    }
+
+    @Test("a wrong SOULACY_LOG_LEVEL or SOULACY_LOG_FORMAT stops the start naming the variable")
+    func badSettings() async throws {
+        for (name, value) in [("SOULACY_LOG_LEVEL", "loud"), ("SOULACY_LOG_FORMAT", "xml")] {
+            let gateway = try GatewayProcess(directory: TestGateway.makeTemporaryDirectory(), environment: [name: value])
+            await #expect(throws: (any Error).self) { try await gateway.start() }
+            #expect(gateway.output.contains(name), "\(gateway.output)")
+        }
+    }
+}
