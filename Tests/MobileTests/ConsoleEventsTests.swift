@@ -166,6 +166,22 @@ struct ConsoleEventsTests {
         }
     }
 
+    @Test("a read receipt is news for the line's owner: an open timeline shows read without a reload")
+    func readReceipt() async throws {
+        try await withTestGateway { (gw) async throws in
+            let registered = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone", "push_token": .string(String(repeating: "ab", count: 32))])
+            #expect(registered.status == 201, "\(registered.text)")
+            let line = try await DeliveryTimelineTests.sendLine(gw, to: "user:owner")
+            let stream = try EventStreamReader(port: gw.gateway.port, key: gw.adminKey)
+            #expect(await stream.read { $0.contains(": soulacy console events") })
+            #expect(await eventually { gw.gateway.mobileStore.consoleEvents.subscriberCount == 1 })
+            let read = try await gw.request("POST", "/api/v1/mobile/deliveries/\(line)/read", json: ["device_id": "phone"])
+            #expect(read.status == 200, "\(read.text)")
+            #expect(await stream.read { $0.contains(line) })
+            #expect(stream.events.contains { $0.event == "delivery" && $0.data == "{\"id\":\"\(line)\"}" })
+        }
+    }
+
     @Test("a reader that stops reading never holds publishers, the gateway or other readers; its stream ends once it falls behind")
     func slowReader() async throws {
         try await withTestGateway { (gw) async throws in

@@ -372,6 +372,9 @@ public final class MobileStore: Inbox {
                   try Self.delivery(id: deliveryID, subject: subject, deviceID: deviceID, in: db) != nil else { return false }
             if try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", deliveryID, deviceID, now) > 0 {
                 database.afterCommit { generations.changed(subject: subject) }
+                // A receipt is the timeline's `read` step: the console's open line follows it, once it is committed.
+                let hub = consoleEvents
+                if hub.subscriberCount > 0 { database.afterCommit { hub.publish(.delivery(deliveryID), to: .subject(subject)) } }
             }
             return true
         }

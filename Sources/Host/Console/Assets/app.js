@@ -94,6 +94,10 @@ api.onSessionChange((session) => {
   route();
 });
 api.on("approval", api.debounce(refreshPendingCount));
+// A page left behind (navigation, the back-forward cache) lets go of its event stream at once: browsers allow
+// only six connections to one host, and a stream kept open by a page nobody sees would starve the next one.
+window.addEventListener("pagehide", () => api.stopEvents());
+window.addEventListener("pageshow", (event) => { if (event.persisted && api.currentSession()) api.startEvents(); });
 window.addEventListener("hashchange", route);
 
 // The skip link moves focus, not the route (its #main would read as a page name).

@@ -9,6 +9,8 @@ export async function render(main) {
   const list = h("div", { class: "cards", id: "device-list" });
   const webPush = h("section", { class: "card", id: "webpush", "aria-labelledby": "webpush-title", hidden: true });
   fill(main, heading("Devices"), list, webPush);
+  // A test push's answer outlives the redraw its own wake-up causes (event: device).
+  const answers = new Map();
 
   async function load() {
     try {
@@ -23,7 +25,7 @@ export async function render(main) {
   function card(device) {
     const session = api.currentSession();
     const own = session && device.subject === session.subject;
-    const result = h("output", { class: "push-result", id: `push-result-${device.id}`, "aria-live": "polite" });
+    const result = h("output", { class: "push-result", id: `push-result-${device.id}`, "aria-live": "polite" }, answers.get(device.id) || null);
     const actions = [];
     if (api.canAct() && own) {
       actions.push(h("button", { type: "button", dataset: { action: "test-push", device: device.id }, onclick: (event) => testPush(device, event.currentTarget, result) }, "Send a test push"));
@@ -53,9 +55,12 @@ export async function render(main) {
     fill(result, "Sending…");
     try {
       const answer = await api.post(`/api/v1/console/devices/${encodeURIComponent(device.id)}/test-push`);
-      fill(result, h("span", {}, "The push service answered: "), badge(answer.outcome), " ",
+      const shown = [h("span", {}, "The push service answered: "), badge(answer.outcome), " ",
         facts([["Transport", answer.transport], ["Status", answer.status !== undefined ? String(answer.status) : null], ["Reason", answer.reason],
-          ["Service id", answer.service_id ? h("code", {}, answer.service_id) : null], ["Latency", answer.latency_ms !== undefined ? `${answer.latency_ms} ms` : null]]));
+          ["Service id", answer.service_id ? h("code", {}, answer.service_id) : null], ["Latency", answer.latency_ms !== undefined ? `${answer.latency_ms} ms` : null]])];
+      answers.set(device.id, shown);
+      // The card may have been drawn anew meanwhile: the answer goes to the one on the page.
+      fill(document.getElementById(`push-result-${device.id}`) || result, ...shown);
     } catch (error) {
       fill(result, errorBox(error));
     } finally {
