@@ -35,17 +35,7 @@ public final class P256PrivateKey: @unchecked Sendable {
 
     /// A key written as PEM (PKCS#8 or SEC1); anything but a P-256 private key is refused.
     public init(pem: String) throws(P256Error) {
-        let bytes = Array(pem.utf8)
-        // The memory BIO reads the bytes in place, so it is used up inside the closure that lends them.
-        let parsed: OpaquePointer? = bytes.withUnsafeBytes { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
-            defer { BIO_free(bio) }
-            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
-        }
-        guard let pkey = parsed else {
-            ERR_clear_error()
-            throw .unreadablePEM
-        }
+        guard let pkey = PEMPrivateKey.read(pem) else { throw .unreadablePEM }
         guard EVP_PKEY_get_base_id(pkey) == EVP_PKEY_EC, EVP_PKEY_get_bits(pkey) == 256 else {
             EVP_PKEY_free(pkey)
             throw .unreadablePEM

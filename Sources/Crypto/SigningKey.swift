@@ -29,17 +29,7 @@ public final class SigningKey: @unchecked Sendable {
     public let algorithm: Algorithm
 
     public init(pem: String, algorithm: Algorithm) throws(SigningKeyError) {
-        // The memory BIO reads the bytes in place, so it must be used up inside the closure that lends them.
-        let bytes = Array(pem.utf8)
-        let parsed: OpaquePointer? = bytes.withUnsafeBytes { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
-            defer { BIO_free(bio) }
-            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
-        }
-        guard let pkey = parsed else {
-            ERR_clear_error()
-            throw .unreadablePEM
-        }
+        guard let pkey = PEMPrivateKey.read(pem) else { throw .unreadablePEM }
         let type = EVP_PKEY_get_base_id(pkey)
         switch algorithm {
         case .es256:
