@@ -70,19 +70,7 @@ end
 
 
 def wrk(url, headers=(), connections=64, paced=False, script=None):
-    script = PACED if paced else script
-    args = ["wrk", "-t2", f"-c{connections}", f"-d{scaled('6s', '1s')}", "--latency"] + (["-s", script] if script else [])
-    for h in headers:
-        args += ["-H", h]
-    out = subprocess.run(args + [url], capture_output=True, text=True, check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-
-    def pct(p):
-        m = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)", out, re.M)
-        value, unit = float(m.group(1)), m.group(2)
-        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": rps, "p50": pct(50), "p99": pct(99), "errors": int(non2xx.group(1)) if non2xx else 0}
+    return wrk_run(url, headers, connections, PACED if paced else script, "6s", socket_errors=False)
 
 
 def machine():
@@ -128,7 +116,8 @@ end
     return path
 
 
-def wrk_run(url, headers=(), connections=64, script=None, duration="4s"):
+def wrk_run(url, headers=(), connections=64, script=None, duration="4s", socket_errors=True):
+    """One wrk run: requests/s, p50 and p99 in ms, and the non-2xx answers (with socket errors unless told not to)."""
     args = ["wrk", "-t2", f"-c{connections}", f"-d{scaled(duration, '1s')}", "--latency"] + (["-s", script] if script else [])
     for h in headers:
         args += ["-H", h]
@@ -141,7 +130,8 @@ def wrk_run(url, headers=(), connections=64, script=None, duration="4s"):
         return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    return {"rps": rps, "p50": pct(50), "p99": pct(99), "errors": (int(non2xx.group(1)) if non2xx else 0) + (sum(map(int, errors.groups())) if errors else 0)}
+    failed = (int(non2xx.group(1)) if non2xx else 0) + (sum(map(int, errors.groups())) if errors and socket_errors else 0)
+    return {"rps": rps, "p50": pct(50), "p99": pct(99), "errors": failed}
 
 
 def start_nginx(name, docroot):
