@@ -137,7 +137,8 @@ struct AgentFilesTests {
         #expect(unchanged == ["one"], "with polling off, nothing changes until the signal")
         kill(process.pid, SIGHUP)
         #expect(try await eventually(timeout: .seconds(3)) { try await ids() == ["two"] })
-        #expect(process.output.contains("agents reloaded: added two; removed one"))
+        // The log line is written after the catalog swaps in, by a batched writer: wait for it rather than race it.
+        #expect(await eventually(timeout: .seconds(3)) { process.output.contains("agents reloaded: added two; removed one") })
     }
 
     @Test("a one-shot whose instant has passed fires once at start, and never again after a restart")

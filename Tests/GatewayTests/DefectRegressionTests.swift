@@ -219,7 +219,8 @@ struct DefectRegressionTests {
         let id = try #require(started.json["run_id"]?.stringValue)
         let run = try await process.call("GET", "/api/v1/runs/\(id)?wait=true", key: admin)
         #expect(run.json["status"] == "failed" && run.json["error"]?.stringValue?.contains(canary) == true)
-        #expect(process.output.contains("exited with status 3"))
+        // The log writer batches: wait for the line rather than race it.
+        #expect(await eventually(timeout: .seconds(3)) { process.output.contains("exited with status 3") })
         #expect(!process.output.contains(canary))
     }
 
