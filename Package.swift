@@ -37,7 +37,9 @@ let package = Package(
         .target(name: "CProcessShims", path: "Sources/CProcessShims"),
 
         // MARK: Thin Swift wrappers over the C libraries
-        .target(name: "SQLite", dependencies: ["CSQLite"], path: "Sources/SQLite"),
+        // The engine seam (transactions, the answer hook, StorageError): no engine in it.
+        .target(name: "Storage", path: "Sources/Storage"),
+        .target(name: "SQLite", dependencies: ["CSQLite", "Storage"], path: "Sources/SQLite"),
         .target(name: "YAML", dependencies: ["CYAML"], path: "Sources/YAML"),
         .target(name: "Crypto", dependencies: ["COpenSSL"], path: "Sources/Crypto"),
         .target(name: "HTTPClient", dependencies: ["CCurl", "CCurlShims"], path: "Sources/HTTPClient"),
@@ -49,7 +51,7 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"], path: "Sources/HTTPServer"),
         // The API kit over the server, in Hummingbird 2's shape: routes and groups, middleware, the authenticated
         // caller, the error shape, request decoding, and answers that commit with their effects.
-        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "Logging", "Metrics", "SQLite"], path: "Sources/APIKit"),
+        .target(name: "APIKit", dependencies: ["HTTPServer", "Identity", "JSON", "Logging", "Metrics", "Storage"], path: "Sources/APIKit"),
 
         // MARK: The product
         .target(name: "Identity", path: "Sources/Identity"),
@@ -65,9 +67,9 @@ let package = Package(
         // The durable hand-off for every channel but the phones' inbox: sends written with the run's end, attempted by
         // the shared outbox loop.
         .target(name: "ChannelDelivery", dependencies: ["Metrics", "ChannelAPI", "Crypto", "JSON", "Outbox", "SQLite"], path: "Sources/ChannelDelivery"),
-        .target(name: "Mobile", dependencies: ["Metrics", "ChannelAPI", "Identity", "JSON", "SQLite", "Crypto", "Outbox"], path: "Sources/Channels/Mobile"),
+        .target(name: "Mobile", dependencies: ["Storage", "Metrics", "ChannelAPI", "Identity", "JSON", "SQLite", "Crypto", "Outbox"], path: "Sources/Channels/Mobile"),
         // The mobile channel's routes (devices, inbox, commands, nodes) over the API kit; the core above knows no HTTP.
-        .target(name: "MobileHTTP", dependencies: ["Mobile", "ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
+        .target(name: "MobileHTTP", dependencies: ["Storage", "Mobile", "ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
@@ -91,7 +93,7 @@ let package = Package(
         .target(name: "LLM", dependencies: ["HTTPClient", "JSON"], path: "Sources/LLM"),
         // The host by job: approvals (one broker for every surface), the household and its keys, the relay carriage.
         // Agents: their files (config, hot reload), cron and the scheduler, runs and their runners (command, LLM, phone tools).
-        .target(name: "Agents", dependencies: ["Metrics", "ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "SQLite", "YAML", "Subprocess"],
+        .target(name: "Agents", dependencies: ["Storage", "Metrics", "ChannelAPI", "ChannelDelivery", "Crypto", "Identity", "JSON", "LLM", "SQLite", "YAML", "Subprocess"],
                 path: "Sources/Host/Agents"),
         // The phone builtins (mobile.list_nodes, mobile.invoke, mobile.command_status): the mobile channel's tools
         // for agents, so neither knows the other.
@@ -109,7 +111,7 @@ let package = Package(
         .target(name: "Metrics", path: "Sources/Metrics"),
         // QR codes from libqrencode, drawn for a terminal and as SVG for the console.
         .target(name: "QRCode", dependencies: ["CQRencode"], path: "Sources/QRCode"),
-        .target(name: "GatewayHTTP", dependencies: ["QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
+        .target(name: "GatewayHTTP", dependencies: ["Storage", "QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite", "WebPush"], path: "Sources/Host/GatewayHTTP"),
         .target(name: "Gateway", dependencies: ["Console", "Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "WebPush", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
@@ -137,16 +139,16 @@ let package = Package(
                     path: "examples/channels/NtfyChannel/Tests"),
 
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
-        .testTarget(name: "SupportLibraryTests", dependencies: ["GatewayTestSupport", "Metrics", "Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
+        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "GatewayHTTP", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
+        .testTarget(name: "SupportLibraryTests", dependencies: ["Storage", "GatewayTestSupport", "Metrics", "Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
         // Test targets follow the modules: agents, the mobile channel, the transports; GatewayTests holds what crosses them.
-        .testTarget(name: "AgentsTests", dependencies: ["Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
+        .testTarget(name: "AgentsTests", dependencies: ["Storage", "Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],
                     path: "Tests/MobileTests"),
         .testTarget(name: "ChannelTests", dependencies: ["ChannelAPI", "ChannelSupport", "ChannelTesting", "GatewayTestSupport", "HTTPClient", "JSON", "Webhooks", "Crypto", "Telegram", "Sidecar", "Subprocess", "Slack", "Discord", "WhatsApp", "Email"],
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "WebPush", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

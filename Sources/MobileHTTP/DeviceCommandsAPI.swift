@@ -1,3 +1,4 @@
+import Storage
 import Mobile
 import APIKit
 import ChannelAPI

@@ -1,3 +1,4 @@
+import Storage
 import Foundation
 import Synchronization
 

@@ -1,3 +1,4 @@
+import Storage
 import Agents
 import Foundation
 import GatewayTestSupport

@@ -29,12 +29,12 @@ struct HousekeepingTests {
             func wakeIDs() throws -> [String] {
                 try gw.gateway.database.read { try $0.query("SELECT wake_id FROM mobile_push_outbox WHERE device_id = 'd' ORDER BY wake_id").compactMap { $0.string("wake_id") } }
             }
-            try gw.gateway.housekeeping.sweep()
+            try await gw.gateway.housekeeping.sweep()
             #expect(try wakeIDs() == ["w-pending-old", "w-sent-new"])
             #expect(try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "likes tea"], headers: ["Idempotency-Key": key]).headers["idempotent-replayed"] == "true")
 
             clock.advance(by: .seconds(31 * 86_400))
-            try gw.gateway.housekeeping.sweep()
+            try await gw.gateway.housekeeping.sweep()
             #expect(try wakeIDs() == ["w-pending-old"])
             // A month later the key is forgotten: the same intent is applied again.
             let late = try await gw.request("POST", "/api/v1/memory/facts", json: ["text": "likes tea"], headers: ["Idempotency-Key": key])

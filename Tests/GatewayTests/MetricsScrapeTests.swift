@@ -200,6 +200,46 @@ struct MetricsScrapeTests {
         }
     }
 
+    @Test("credential times: the APNs provider token's signing time and the FCM access token's expiry, once each is made, labelled by credential only")
+    func credentialTimes() async throws {
+        let apns = try await APNsStandIn.start()
+        defer { apns.stop() }
+        let fcm = try await FCMStandIn.start()
+        defer { fcm.stop() }
+        try await withTestGateway(environment: apns.environment.merging(fcm.environment) { $1 }) { gw in
+            let before = try await gw.request("GET", "/metrics").text
+            // Nothing is made before the first push: the families are there, with no sample to mislead an alert.
+            #expect(before.contains("# TYPE soulacy_credential_issued_timestamp_seconds gauge"), "\(before)")
+            #expect(!before.contains("soulacy_credential_issued_timestamp_seconds{"), "\(before)")
+            let started = Date().timeIntervalSince1970
+            #expect(try await gw.registerDevice(id: "iphone", key: nil, token: String(repeating: "ab", count: 32)).status == 201)
+            #expect(try await gw.registerDevice(id: "pixel", key: nil, platform: "android", token: "fcm-registration-token-1").status == 201)
+            #expect(try await gw.request("POST", "/api/v1/channels/mobile/test", json: [:]).status == 201)
+            func sample(_ line: String, in text: String) -> Double? {
+                text.split(separator: "\n").first { $0.hasPrefix(line + " ") }.flatMap { Double($0.split(separator: " ").last ?? "") }
+            }
+            var text = ""
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline {
+                text = try await gw.request("GET", "/metrics").text
+                if sample("soulacy_credential_issued_timestamp_seconds{credential=\"apns_provider_token\"}", in: text) != nil,
+                   sample("soulacy_credential_expiry_timestamp_seconds{credential=\"fcm_access_token\"}", in: text) != nil { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            let issued = try #require(sample("soulacy_credential_issued_timestamp_seconds{credential=\"apns_provider_token\"}", in: text), "\(text)")
+            #expect(issued >= started.rounded(.down) - 1 && issued <= Date().timeIntervalSince1970 + 1, "signed during this test: \(issued)")
+            let expires = try #require(sample("soulacy_credential_expiry_timestamp_seconds{credential=\"fcm_access_token\"}", in: text), "\(text)")
+            // Google's token endpoint (and the stand-in written from its docs) gives an hour.
+            #expect(expires > Date().timeIntervalSince1970 + 50 * 60 && expires < Date().timeIntervalSince1970 + 3700, "\(expires)")
+            // Only the credential's fixed name labels it: no key id, team, project or token.
+            let credentialLines = text.split(separator: "\n").filter { $0.hasPrefix("soulacy_credential_") }
+            #expect(credentialLines.count == 2, "\(credentialLines)")
+            for secret in [APNsStandIn.keyID, APNsStandIn.teamID, FCMStandIn.clientEmail, "fcm-registration-token-1"] {
+                #expect(!text.contains(secret), "the metrics carry \(secret)")
+            }
+        }
+    }
+
     func scrape(port: UInt16) async throws -> String {
         let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/metrics")!)
         return String(decoding: data, as: UTF8.self)

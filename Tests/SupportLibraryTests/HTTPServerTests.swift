@@ -1,3 +1,4 @@
+import Storage
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -1,3 +1,4 @@
+import Storage
 import APIKit
 import Foundation
 import SQLite
@@ -63,7 +64,7 @@ struct SQLiteTests {
         let answer = { (value: Int) in CommitHook.Answer(status: value, contentType: "application/json", body: Array("{}".utf8)) }
         // No hook bound: the effect commits, nothing else is written.
         _ = try db.transaction(answering: answer) { db in try db.run("INSERT INTO effects VALUES ('a')"); return 201 }
-        let hook = CommitHook({ _, _ in }, recordAnswer: { answer, db in try db.run("INSERT INTO answers VALUES (?, ?)", answer.status, answer.body) })
+        let hook = CommitHook({ _, _ in }, recordAnswer: { answer, session in try session.sqliteConnection().run("INSERT INTO answers VALUES (?, ?)", answer.status, answer.body) })
         try await CommitHook.$current.withValue(hook) {
             _ = try db.transaction(answering: answer) { db in try db.run("INSERT INTO effects VALUES ('b')"); return 202 }
         }
@@ -87,12 +88,12 @@ struct SQLiteTests {
     func answerOnStorageThreads() async throws {
         let db = try pool()
         try db.write { try $0.execute("CREATE TABLE effects (v TEXT); CREATE TABLE answers (status INTEGER)") }
-        let hook = CommitHook({ _, _ in }, recordAnswer: { answer, db in try db.run("INSERT INTO answers VALUES (?)", answer.status) })
+        let hook = CommitHook({ _, _ in }, recordAnswer: { answer, session in try session.sqliteConnection().run("INSERT INTO answers VALUES (?)", answer.status) })
         let ranOnStorage = Mutex(false)
         let response = try await CommitHook.$current.withValue(hook) {
-            try await db.answer { connection in
+            try await db.answer { session in
                 ranOnStorage.withLock { $0 = db.executor.isCurrent }
-                try connection.run("INSERT INTO effects VALUES ('a')")
+                try session.sqliteConnection().run("INSERT INTO effects VALUES ('a')")
                 return HTTPResponse.json(["ok": true], status: 201)
             }
         }
@@ -101,6 +102,49 @@ struct SQLiteTests {
         #expect(!db.executor.isCurrent)
         #expect(try db.read { try $0.query("SELECT status FROM answers").compactMap { $0.int("status") } } == [201])
         db.close()
+    }
+
+    @Test("through the engine seam: SQLite's codes name the StorageError the HTTP layer answers; a full file is .full; another engine's session is refused")
+    func storageSeam() async throws {
+        // A real full file (max_page_count), as a gateway's disk would be.
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("seam-\(UUID().uuidString).sqlite").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let db = try DatabasePool(path: path, maximumBytes: 64 * 1024)
+        try db.write { try $0.execute("CREATE TABLE t (id TEXT PRIMARY KEY, v BLOB, n INTEGER CHECK (n > 0))") }
+        let storage: any TransactionalStorage = db
+        let full = await #expect(throws: (any Error).self) {
+            try await storage.withTransaction { session in
+                for i in 0..<1000 { try session.sqliteConnection().run("INSERT INTO t VALUES (?, ?, 1)", "row\(i)", [UInt8](repeating: 7, count: 4096)) }
+            }
+        }
+        guard case .full? = full?.asStorageError else { Issue.record("a full file is \(String(describing: full))"); return }
+        #expect(try db.read { try $0.query("SELECT COUNT(*) AS n FROM t").first?.int("n") } == 0, "nothing of the refused transaction is kept")
+        // A unique key taken is a conflict; a CHECK failure is the statement's own bug, no StorageError.
+        try await storage.withTransaction { try $0.sqliteConnection().run("INSERT INTO t VALUES ('a', NULL, 1)") }
+        let taken = await #expect(throws: (any Error).self) {
+            try await storage.withTransaction { try $0.sqliteConnection().run("INSERT INTO t VALUES ('a', NULL, 1)") }
+        }
+        guard case .conflict? = taken?.asStorageError else { Issue.record("a taken key is \(String(describing: taken))"); return }
+        let check = await #expect(throws: (any Error).self) {
+            try await storage.withTransaction { try $0.sqliteConnection().run("INSERT INTO t VALUES ('b', NULL, 0)") }
+        }
+        #expect(check?.asStorageError == nil, "\(String(describing: check))")
+        // Work deferred to the commit runs after it, and not at all after a rollback.
+        let ran = Mutex<[String]>([])
+        struct Refused: Error {}
+        try? await storage.withTransaction { session -> Void in
+            storage.afterCommit { ran.withLock { $0.append("rolled back") } }
+            try session.sqliteConnection().run("INSERT INTO t VALUES ('c', NULL, 1)")
+            throw Refused()
+        }
+        try await storage.withTransaction { session -> Void in
+            storage.afterCommit { ran.withLock { $0.append("committed") } }
+            try session.sqliteConnection().run("INSERT INTO t VALUES ('d', NULL, 1)")
+        }
+        #expect(ran.withLock { $0 } == ["committed"])
+        // A session that is not SQLite's is refused with the engine named, never used.
+        final class OtherEngineSession: StorageSession { var changeCount: Int64 { 0 } }
+        #expect(throws: StorageError.self) { try OtherEngineSession().sqliteConnection() }
     }
 
     @Test("a transaction that throws leaves nothing behind")

@@ -1,6 +1,7 @@
 import ChannelAPI
 import Crypto
 import Foundation
+import Synchronization
 
 /// The ES256 provider token APNs authenticates us by, shared by every push.
 ///
@@ -17,6 +18,8 @@ public actor APNsProviderToken {
     private var current: (token: String, issuedAt: Date)?
     private var lastForcedRenewal: Date?
     public private(set) var issuedCount = 0
+    /// When the token in use was signed, readable without the actor (the metrics read it at scrape time).
+    private let issuedAt = Mutex<Date?>(nil)
 
     public init(teamID: String, keyID: String, key: SigningKey, clock: any WallClock) {
         self.teamID = teamID
@@ -29,6 +32,9 @@ public actor APNsProviderToken {
         let iss: String
         let iat: Int
     }
+
+    /// When the token in use was signed (nil until the first push signs one).
+    public nonisolated var lastIssuedAt: Date? { issuedAt.withLock { $0 } }
 
     /// The token to send now, signed anew only when the current one is old.
     public func token() throws -> String {
@@ -53,6 +59,7 @@ public actor APNsProviderToken {
     private func issue(at now: Date) throws -> String {
         let token = try JSONWebToken.sign(claims: Claims(iss: teamID, iat: Int(now.timeIntervalSince1970)), key: key, keyID: keyID)
         current = (token, now)
+        issuedAt.withLock { $0 = now }
         issuedCount += 1
         return token
     }

@@ -6,7 +6,7 @@ import JSON
 
 /// Wakes iOS devices directly through APNs: ES256 provider token, HTTP/2 through libcurl,
 /// one multiplexed connection per environment (sandbox and production).
-public final class APNsTransport: WakeTransport {
+public final class APNsTransport: WakeTransport, ReportsCredentialTimes {
     public let name = "apns"
     public let configuration: APNsConfiguration
     public let providerToken: APNsProviderToken
@@ -27,6 +27,11 @@ public final class APNsTransport: WakeTransport {
         let http = HTTP2ClientConfiguration(caFile: configuration.caFile)
         production = HTTP2Client(configuration: http)
         sandbox = HTTP2Client(configuration: http)
+    }
+
+    /// When the provider token in use was signed: APNs refuses one older than an hour.
+    public var credentialTimes: [CredentialTime] {
+        providerToken.lastIssuedAt.map { [CredentialTime(credential: "apns_provider_token", event: .issued, at: $0)] } ?? []
     }
 
     /// Connections opened so far, for both environments together.

@@ -1,6 +1,7 @@
 import ChannelAPI
 import Crypto
 import Foundation
+import Synchronization
 import HTTPClient
 import JSON
 
@@ -31,6 +32,11 @@ public actor FCMAccessTokenCache {
     private var current: (token: String, expiresAt: Date)?
     private var refreshing: Task<Result<(String, Date), FCMTokenError>, Never>?
     public private(set) var exchanges = 0
+    /// When the token in use expires, readable without the actor (the metrics read it at scrape time).
+    private let expiry = Mutex<Date?>(nil)
+
+    /// When the access token in use expires (nil until the first exchange).
+    public nonisolated var currentExpiry: Date? { expiry.withLock { $0 } }
 
     public init(configuration: FCMConfiguration, key: SigningKey, client: HTTP2Client, clock: any WallClock) {
         self.configuration = configuration
@@ -68,6 +74,7 @@ public actor FCMAccessTokenCache {
         switch result {
         case .success(let (token, expiry)):
             current = (token, expiry)
+            self.expiry.withLock { $0 = expiry }
             return token
         case .failure(let error):
             throw error

@@ -6,10 +6,15 @@ import JSON
 
 /// Wakes Android devices through the FCM HTTP v1 API: data-only, high priority, no notification block,
 /// a data map of strings only. The app renders the generic text and fetches the content from the gateway.
-public final class FCMTransport: WakeTransport {
+public final class FCMTransport: WakeTransport, ReportsCredentialTimes {
     public let name = "fcm"
     public let configuration: FCMConfiguration
     public let accessTokens: FCMAccessTokenCache
+
+    /// When the OAuth2 access token in use expires: a gateway that cannot renew it stops waking Android phones then.
+    public var credentialTimes: [CredentialTime] {
+        accessTokens.currentExpiry.map { [CredentialTime(credential: "fcm_access_token", event: .expires, at: $0)] } ?? []
+    }
     private let client: HTTP2Client
     private let log: Log
 

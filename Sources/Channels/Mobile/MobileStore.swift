@@ -390,7 +390,7 @@ extension MobileStore {
         try database.transaction { db in
             let devices = try db.query("SELECT id FROM mobile_devices WHERE subject = ? AND notifications_enabled = 1 AND push_token IS NOT NULL ORDER BY id", subject)
                 .compactMap { $0.string("id") }
-            try SQLitePushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: devices, now: clock.now(), in: db)
+            try outbox.enqueue(signal, deliveryID: nil, deviceIDs: devices, now: clock.now(), in: db)
             return devices.count
         }
     }
@@ -400,7 +400,7 @@ extension MobileStore {
     public func queueWakeUp(_ signal: WakeSignal, deviceID: String) throws -> Bool {
         try database.transaction { db in
             guard try !db.query("SELECT 1 FROM mobile_devices WHERE id = ? AND notifications_enabled = 1 AND push_token IS NOT NULL", deviceID).isEmpty else { return false }
-            try SQLitePushOutbox.enqueue(signal, deliveryID: nil, deviceIDs: [deviceID], now: clock.now(), in: db)
+            try outbox.enqueue(signal, deliveryID: nil, deviceIDs: [deviceID], now: clock.now(), in: db)
             return true
         }
     }

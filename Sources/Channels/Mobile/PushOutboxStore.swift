@@ -5,6 +5,7 @@ import Foundation
 import Glibc
 import Outbox
 import SQLite
+import Storage
 
 /// One wake-up waiting in (or done with) the durable push outbox.
 public struct OutboxEntry: Sendable, Equatable {
@@ -35,6 +36,9 @@ public struct OutboxEntry: Sendable, Equatable {
 /// concurrent wake-ups share one commit), so a hundred answers arriving at once never hold the threads that serve
 /// requests while they wait for the write lock or the disk.
 public protocol PushOutbox: Sendable {
+    /// Queues one wake-up per device inside the caller's transaction (the one that writes the line, the approval or
+    /// the command it wakes for), so the row commits with what it announces, or not at all.
+    func enqueue(_ signal: WakeSignal, deliveryID: String?, deviceIDs: [String], now: Date, in session: any StorageSession) throws
     func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry]
     /// When the next row falls due (nil: none waits).
     func nextDue() throws -> Date?
@@ -112,6 +116,10 @@ public struct SQLitePushOutbox: PushOutbox {
                 VALUES (?, ?, ?, ?, ?, ?, ?)
                 """, TimeOrderedID.uuidText(now: now), deliveryID, device, json, ms(now), ms(expires), ms(now))
         }
+    }
+
+    public func enqueue(_ signal: WakeSignal, deliveryID: String?, deviceIDs: [String], now: Date, in session: any StorageSession) throws {
+        try Self.enqueue(signal, deliveryID: deliveryID, deviceIDs: deviceIDs, now: now, in: session.sqliteConnection())
     }
 
     private static func entry(_ row: Row) -> OutboxEntry? {

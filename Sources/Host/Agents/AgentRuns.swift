@@ -1,3 +1,4 @@
+import Storage
 import ChannelAPI
 import ChannelDelivery
 import Crypto

@@ -1,3 +1,4 @@
+import Storage
 import ChannelDelivery
 import Foundation
 import SQLite
@@ -51,7 +52,7 @@ extension RunRecord {
 public protocol RunStore: Sendable {
     func begin(_ run: RunRecord) throws
     /// Records the run's end; `answer`, when given, is the waiting caller's answer, recorded in the same transaction
-    /// (see `DatabasePool.transaction(answering:_:)`), so a retry after a crash gets it and never a second run.
+    /// (see `TransactionalStorage.withTransaction(answering:_:)`), so a retry after a crash gets it and never a second run.
     /// Async: a run's end (and a waiting caller's answer with it) commits off the cooperative pool.
     /// `sends` are the run's outputs to channels, recorded in that same transaction (the durable hand-off).
     func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date, answer: CommitHook.Answer?,

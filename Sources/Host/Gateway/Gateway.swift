@@ -349,7 +349,7 @@ public final class Gateway: Sendable {
             ? try GatewayTLSIdentity.loadOrCreate(dataDirectory: options.dataDirectory, hosts: [options.host] + (options.lanHost.map { [$0] } ?? []))
             : nil
         tlsPin = identity?.pin
-        metrics.registerState(mobile: mobileStore, channelOutbox: channelOutbox, outbound: outbound, tlsCertificatePEM: identity?.certificatePEM, clock: options.clock)
+        metrics.registerState(mobile: mobileStore, channelOutbox: channelOutbox, outbound: outbound, transports: transports, tlsCertificatePEM: identity?.certificatePEM, clock: options.clock)
         let registry = options.metrics
         router.add(Route(.GET, "/metrics", role: .admin, summary: "Metrics in the Prometheus text format") { _, _ in GatewayMetrics.response(registry) })
         let pinnedLink = self.pinnedLink
@@ -375,12 +375,9 @@ public final class Gateway: Sendable {
         pluginServices = options.plugins.flatMap { $0.services(pluginContext) }
         self.router = router
         let routerCopy = router
-        let idempotency: IdempotencyLog
-        do {
-            // Calls that wait after their effect (for a run, a person, a phone) rebuild their answer on a retry after a crash.
-            idempotency = try IdempotencyLog(database: database, clock: options.clock, killAfterEffect: settings.killAfterEffect,
-                                             resumers: [AgentRuns.interruptedRunResumer(store: runStore), approvalsAPI.resumer, commandsAPI.resumer])
-        } catch { throw .storage("cannot open the idempotency log: \(error)") }
+        // Calls that wait after their effect (for a run, a person, a phone) rebuild their answer on a retry after a crash.
+        let idempotency = IdempotencyLog(store: SQLiteIdempotencyStore(database: database), clock: options.clock, killAfterEffect: settings.killAfterEffect,
+                                         resumers: [AgentRuns.interruptedRunResumer(store: runStore), approvalsAPI.resumer, commandsAPI.resumer])
         self.idempotency = idempotency
         housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)
         // What each listener serves: the routes behind their middleware. Quick reads (the inbox) are answered on the

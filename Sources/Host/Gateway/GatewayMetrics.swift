@@ -32,7 +32,8 @@ struct GatewayMetrics: Sendable {
     }
 
     /// The gauges that read the gateway's state at scrape time: outbox depth and age, sidecars, credentials.
-    func registerState(mobile: MobileStore, channelOutbox: SQLiteChannelOutbox, outbound: OutboundChannelRegistry, tlsCertificatePEM: String?, clock: any WallClock) {
+    func registerState(mobile: MobileStore, channelOutbox: SQLiteChannelOutbox, outbound: OutboundChannelRegistry, transports: WakeTransportRegistry,
+                       tlsCertificatePEM: String?, clock: any WallClock) {
         let pushHealth = { @Sendable in try? mobile.pushOutboxHealth(transports: []) }
         let channelHealth = { @Sendable in try? channelOutbox.health(channels: []) }
         registry.gauge("soulacy_outbox_pending", "Rows waiting in a durable outbox, by lane (push: wake-ups; channels: channel sends).", labels: ["lane"]) {
@@ -55,6 +56,15 @@ struct GatewayMetrics: Sendable {
                 sidecars.map { ([$0.name], Double($0.supervisor.currentStatus.totalRestarts)) }
             }
         }
+        // The transports' own credentials (an APNs provider token's signing time, an FCM access token's expiry).
+        let credentialed = transports.transports.compactMap { $0 as? any ReportsCredentialTimes }
+        @Sendable func times(_ event: CredentialTime.Event) -> [([String], Double)] {
+            credentialed.flatMap(\.credentialTimes).filter { $0.event == event }.map { ([$0.credential], $0.at.timeIntervalSince1970) }
+        }
+        registry.gauge("soulacy_credential_issued_timestamp_seconds", "When a push credential in use was made, as a Unix timestamp (APNs wants its provider token under an hour old).",
+                       labels: ["credential"]) { times(.issued) }
+        registry.gauge("soulacy_credential_expiry_timestamp_seconds", "When a push credential in use expires, as a Unix timestamp.",
+                       labels: ["credential"]) { times(.expires) }
         if let pem = tlsCertificatePEM, let expiry = try? SelfSignedCertificate.expiry(pem: pem) {
             registry.gauge("soulacy_tls_certificate_expiry_timestamp_seconds", "When the gateway's TLS certificate expires, as a Unix timestamp.") {
                 [([], expiry.timeIntervalSince1970)]

@@ -18,10 +18,10 @@ public struct Housekeeping: Sendable {
 
     /// One sweep; returns what it removed.
     @discardableResult
-    public func sweep() throws -> (wakeUps: Int, idempotencyAnswers: Int) {
+    public func sweep() async throws -> (wakeUps: Int, idempotencyAnswers: Int) {
         let now = clock.now()
         let wakeUps = try outbox.removeSettled(before: now.addingTimeInterval(-Self.settledWakeUpLifetime))
-        let answers = try idempotency.forget(before: now.addingTimeInterval(-Self.idempotencyLifetime))
+        let answers = try await idempotency.forget(before: now.addingTimeInterval(-Self.idempotencyLifetime))
         if wakeUps + answers > 0 {
             log.info("housekeeping: removed \(wakeUps) settled wake-up(s) and \(answers) old idempotency answer(s)")
         }
@@ -32,7 +32,7 @@ public struct Housekeeping: Sendable {
     /// how often it sweeps does not matter, and a test's manual clock then only has the sleepers it expects.
     func run() async {
         while !Task.isCancelled {
-            do { try sweep() } catch { log.error("housekeeping: \(error)") }
+            do { try await sweep() } catch { log.error("housekeeping: \(error)") }
             try? await Task.sleep(for: .seconds(Self.interval))
         }
     }

@@ -1,3 +1,4 @@
+import Storage
 import Approvals
 import Agents
 import APIKit
@@ -106,7 +107,7 @@ public struct ApprovalsAPI: Sendable {
             CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, id: id))
             asked = try open(id)
         } else {
-            let (opened, answer) = try broker.database.transaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
+            let (opened, answer) = try await broker.database.withTransaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
                 let opened = try open(callID)
                 return (opened, .json(ApprovalView(opened), status: 201))
             }
@@ -182,12 +183,12 @@ public struct ApprovalsAPI: Sendable {
         }
     }
 
-    @Sendable func approve(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse { try decide(request, caller: caller, approve: true) }
-    @Sendable func deny(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse { try decide(request, caller: caller, approve: false) }
+    @Sendable func approve(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse { try await decide(request, caller: caller, approve: true) }
+    @Sendable func deny(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse { try await decide(request, caller: caller, approve: false) }
 
-    func decide(_ request: HTTPRequest, caller: Principal, approve: Bool) throws -> HTTPResponse {
+    func decide(_ request: HTTPRequest, caller: Principal, approve: Bool) async throws -> HTTPResponse {
         do {
-            return try broker.database.answer { _ in
+            return try await broker.database.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
                 var body = ApprovalView(approval, withArguments: false)
                 body.alreadyDecided = !decidedNow

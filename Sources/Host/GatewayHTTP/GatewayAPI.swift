@@ -1,3 +1,4 @@
+import Storage
 import Agents
 import APIKit
 import ChannelAPI

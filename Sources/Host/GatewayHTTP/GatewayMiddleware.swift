@@ -76,10 +76,12 @@ public struct StorageFailureResponder: Sendable {
 
     public func respond(_ error: any Error, _ request: HTTPRequest, _ context: RequestContext) -> HTTPResponse {
         log.with("request_id", context.requestID).error("\(request.method) \(request.path): \(error)")
-        if let sqlite = error as? SQLiteError {
-            if sqlite.isDiskFull { return APIError(status: 507, code: "storage_full", message: "the gateway's disk is full; nothing was stored").response }
-            if sqlite.isReadOnly { return APIError.unavailable("the gateway's database is read-only; nothing was stored", code: "storage_read_only").response }
-            if sqlite.isBusy { return APIError.unavailable("the database is busy; try again", code: "storage_busy").response }
+        switch error.asStorageError {
+        case .full: return APIError(status: 507, code: "storage_full", message: "the gateway's disk is full; nothing was stored").response
+        case .readOnly: return APIError.unavailable("the gateway's database is read-only; nothing was stored", code: "storage_read_only").response
+        case .unavailable: return APIError.unavailable("the database is busy; try again", code: "storage_busy").response
+        case .conflict: return APIError(status: 409, code: "storage_conflict", message: "another change got there first; try again").response
+        case nil: break
         }
         return APIError.internal("the gateway could not complete the request").response
     }

@@ -1,3 +1,4 @@
+import Storage
 import APIKit
 import ChannelAPI
 import Crypto
@@ -13,7 +14,7 @@ import Synchronization
 ///
 /// Exactly once: the line "this intent was applied" is written by a `CommitHook` inside the very transaction that
 /// makes the effect, so a crash right after the effect still leaves the line, and a retry is answered, never
-/// applied again. Routes whose effect is one transaction build their answer inside it (`DatabasePool.answer`), so
+/// applied again. Routes whose effect is one transaction build their answer inside it (`TransactionalStorage.answer`), so
 /// the answer commits with the effect and a retry after any crash gets it. A run's reply is recorded with the run's
 /// end. Routes whose answer comes from someone else later (a person's decision, a phone's result) name what they
 /// wait for before their effect (`AnswerResumer`); a retry that finds the line without an answer (the process died
@@ -36,8 +37,9 @@ public final class IdempotencyLog: Sendable {
     /// Rebuilders of answers the process died before recording, by reference kind.
     let resumers: [String: AnswerResumer]
 
-    public init(database: DatabasePool, clock: any WallClock = SystemWallClock(), killAfterEffect: Bool = false, resumers: [AnswerResumer] = []) throws {
-        store = SQLiteIdempotencyStore(database: database)
+    /// `store` is the engine's log (the composition root picks it: `SQLiteIdempotencyStore` for the data directory).
+    public init(store: any IdempotencyStore, clock: any WallClock = SystemWallClock(), killAfterEffect: Bool = false, resumers: [AnswerResumer] = []) {
+        self.store = store
         self.clock = clock
         self.killAfterEffect = killAfterEffect
         self.resumers = Dictionary(resumers.map { ($0.kind, $0) }, uniquingKeysWith: { first, _ in first })
@@ -45,8 +47,8 @@ public final class IdempotencyLog: Sendable {
 
     /// Forgets answers recorded before `cutoff`: a retry after that is applied again.
     @discardableResult
-    public func forget(before cutoff: Date) throws -> Int {
-        try store.forget(before: cutoff)
+    public func forget(before cutoff: Date) async throws -> Int {
+        try await store.forget(before: cutoff)
     }
 
     static func isMutating(_ method: String) -> Bool { ["POST", "PUT", "PATCH", "DELETE"].contains(method) }
@@ -72,7 +74,7 @@ public final class IdempotencyLog: Sendable {
         // the relay (the phone derives the same from its key).
         let secret = request.bearerToken.map(IdempotencyCredential.secret(bearer:)) ?? sealingSecret
         let sealingKey = Self.sealingKey(secret: secret, scope: scope, key: key)
-        if let stored = try? store.line(scope: scope, key: key) {
+        if let stored = try? await store.line(scope: scope, key: key) {
             // Lines written before the shared credential were sealed under the bearer itself.
             let legacyKey = request.bearerToken.flatMap { Self.sealingKey(secret: Array($0.utf8), scope: scope, key: key) }
             return await replay(stored, of: request, caller: principal, sealingKeys: [sealingKey, legacyKey].compactMap { $0 })

@@ -1,3 +1,4 @@
+import Storage
 import Foundation
 import SQLite
 
@@ -12,28 +13,42 @@ public struct IdempotencyLine: Sendable, Equatable {
     public var sealed: Bool
     /// For a line applied without an answer: what the call waited for (`AnswerResumer`'s reference).
     public var resume: String? = nil
+
+    public init(method: String, path: String, status: Int, contentType: String?, body: [UInt8], sealed: Bool, resume: String? = nil) {
+        self.method = method
+        self.path = path
+        self.status = status
+        self.contentType = contentType
+        self.body = body
+        self.sealed = sealed
+        self.resume = resume
+    }
 }
 
 /// The idempotency log's rows. A protocol because a second engine (PostgreSQL, for several gateways) will keep
 /// them too; the engine's own part is `appliedHook`, which writes "applied" (and the answer, when the handler
 /// built it there) inside the transaction that makes the effect.
 public protocol IdempotencyStore: Sendable {
-    func line(scope: String, key: String) throws -> IdempotencyLine?
+    func line(scope: String, key: String) async throws -> IdempotencyLine?
     /// The answer, over the applied line if there is one, in a transaction of its own (off the cooperative pool).
     func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) async throws
     /// The hook a call's effects run before their commit: the applied line (with what the call waits for, if
     /// it said) and, when the handler built its answer in the effect's transaction, that answer.
     func appliedHook(scope: String, key: String, method: String, path: String, at now: Date,
                      line: @escaping @Sendable (CommitHook.Answer) -> IdempotencyLine) -> CommitHook
-    func forget(before cutoff: Date) throws -> Int
+    func forget(before cutoff: Date) async throws -> Int
 }
 
 /// The idempotency log in the gateway's SQLite file.
-struct SQLiteIdempotencyStore: IdempotencyStore {
+public struct SQLiteIdempotencyStore: IdempotencyStore {
     let database: DatabasePool
 
-    func line(scope: String, key: String) throws -> IdempotencyLine? {
-        try database.read { db in
+    public init(database: DatabasePool) {
+        self.database = database
+    }
+
+    public func line(scope: String, key: String) async throws -> IdempotencyLine? {
+        try await database.asyncRead { db in
             try db.query("SELECT method, path, status, content_type, body, sealed, resume FROM idempotency_log WHERE scope = ? AND idempotency_key = ?", scope, key)
                 .first.map { row in
                     IdempotencyLine(method: row.string("method") ?? "", path: row.string("path") ?? "", status: Int(row.int("status") ?? 200),
@@ -55,17 +70,17 @@ struct SQLiteIdempotencyStore: IdempotencyStore {
     }
 
     /// The answer, over the applied line if there is one.
-    func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) async throws {
+    public func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) async throws {
         try await database.asyncTransaction { db in try Self.record(line, scope: scope, key: key, at: now, in: db) }
     }
 
-    func appliedHook(scope: String, key: String, method: String, path: String, at now: Date,
+    public func appliedHook(scope: String, key: String, method: String, path: String, at now: Date,
                      line: @escaping @Sendable (CommitHook.Answer) -> IdempotencyLine) -> CommitHook {
-        CommitHook({ db, resume in
-            try Self.markApplied(scope: scope, key: key, method: method, path: path, resume: resume, at: now, in: db)
-        }, recordAnswer: { answer, db in
+        CommitHook({ session, resume in
+            try Self.markApplied(scope: scope, key: key, method: method, path: path, resume: resume, at: now, in: session.sqliteConnection())
+        }, recordAnswer: { answer, session in
             // The handler built its answer inside its effect's transaction: it commits with the effect.
-            try Self.record(line(answer), scope: scope, key: key, at: now, in: db)
+            try Self.record(line(answer), scope: scope, key: key, at: now, in: session.sqliteConnection())
         })
     }
 
@@ -77,7 +92,7 @@ struct SQLiteIdempotencyStore: IdempotencyStore {
             """, scope, key, answer.method, answer.path, answer.status, answer.contentType, answer.body, now.sqliteMillis, answer.sealed)
     }
 
-    func forget(before cutoff: Date) throws -> Int {
-        try database.deleteInBatches(from: "idempotency_log", where: "created_at < ?", arguments: [cutoff.sqliteMillis])
+    public func forget(before cutoff: Date) async throws -> Int {
+        try await withTaskExecutorPreference(database.executor) { try database.deleteInBatches(from: "idempotency_log", where: "created_at < ?", arguments: [cutoff.sqliteMillis]) }
     }
 }

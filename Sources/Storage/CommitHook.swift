@@ -7,7 +7,7 @@ import Synchronization
 public final class CommitHook: Sendable {
     @TaskLocal public static var current: CommitHook?
 
-    /// A call's answer, recorded by `DatabasePool.transaction(answering:_:)` in the transaction of its effect.
+    /// A call's answer, recorded by `TransactionalStorage.withTransaction(answering:_:)` in the transaction of its effect.
     public struct Answer: Sendable, Equatable {
         public var status: Int
         public var contentType: String?
@@ -19,8 +19,8 @@ public final class CommitHook: Sendable {
         }
     }
 
-    private let work: @Sendable (Connection, _ resume: String?) throws -> Void
-    private let answerWork: (@Sendable (Answer, Connection) throws -> Void)?
+    private let work: @Sendable (any StorageSession, _ resume: String?) throws -> Void
+    private let answerWork: (@Sendable (Answer, any StorageSession) throws -> Void)?
     private let ran = Atomic<Int>(0)
     private let answers = Atomic<Int>(0)
     private let closed = Atomic<Bool>(false)
@@ -30,8 +30,8 @@ public final class CommitHook: Sendable {
 
     /// `work` runs before each effect's COMMIT, with the resume reference if one was given (`resume(from:)`);
     /// `recordAnswer`, when given, stores an answer inside the effect's transaction.
-    public init(_ work: @escaping @Sendable (Connection, _ resume: String?) throws -> Void,
-                recordAnswer: (@Sendable (Answer, Connection) throws -> Void)? = nil) {
+    public init(_ work: @escaping @Sendable (any StorageSession, _ resume: String?) throws -> Void,
+                recordAnswer: (@Sendable (Answer, any StorageSession) throws -> Void)? = nil) {
         self.work = work
         self.answerWork = recordAnswer
     }
@@ -59,7 +59,7 @@ public final class CommitHook: Sendable {
 
     public var isProvisional: Bool { provisional.load(ordering: .acquiring) }
 
-    func record(_ answer: Answer, in db: Connection) throws {
+    public func record(_ answer: Answer, in db: any StorageSession) throws {
         guard let answerWork, !closed.load(ordering: .acquiring) else { return }
         try answerWork(answer, db)
         answers.add(1, ordering: .releasing)
@@ -73,12 +73,12 @@ public final class CommitHook: Sendable {
 
     /// Runs `body` in the caller's open transaction and then, if it changed rows, the task's hook (if any),
     /// still before the COMMIT.
-    static func withCurrent<T>(_ hook: CommitHook?, in db: Connection, _ body: (Connection) throws -> T) throws -> T {
+    public static func withCurrent<Session: StorageSession, T>(_ hook: CommitHook?, in db: Session, _ body: (Session) throws -> T) throws -> T {
         // Most transactions have no hook: they pay nothing here.
         guard let hook else { return try body(db) }
-        let before = db.totalChanges
+        let before = db.changeCount
         let value = try body(db)
-        if db.totalChanges != before, !hook.closed.load(ordering: .acquiring) {
+        if db.changeCount != before, !hook.closed.load(ordering: .acquiring) {
             try hook.work(db, hook.resumeReference.withLock { $0 })
             hook.ran.add(1, ordering: .releasing)
             if let answer = hook.preset.withLock({ preset in defer { preset = nil }; return preset }) { try hook.record(answer, in: db) }

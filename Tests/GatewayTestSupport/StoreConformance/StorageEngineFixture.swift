@@ -1,0 +1,27 @@
+import Foundation
+import Storage
+
+/// One engine as the store conformance suites see it: its transactions, and an effect any test can make in one of
+/// them (a row of a scratch table, written with the engine's own SQL), so a suite can check what commits with what
+/// without knowing the engine.
+public protocol StorageEngineFixture: Sendable {
+    /// `sqlite` or `postgresql`: shown in a failure.
+    var engine: String { get }
+    var storage: any TransactionalStorage { get }
+    /// Writes `value` into the scratch table inside `session`'s transaction.
+    func writeEffect(_ value: String, in session: any StorageSession) throws
+    /// The scratch table's values, sorted.
+    func effects() async throws -> [String]
+}
+
+/// A rule a store broke on one engine.
+public struct ConformanceFailure: Sendable, CustomStringConvertible {
+    public let rule: String
+    public let detail: String
+    public var description: String { "\(rule): \(detail)" }
+
+    public init(rule: String, detail: String) {
+        self.rule = rule
+        self.detail = detail
+    }
+}

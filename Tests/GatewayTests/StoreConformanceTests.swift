@@ -1,0 +1,53 @@
+import Foundation
+import GatewayHTTP
+import GatewayTestSupport
+import Storage
+import Testing
+
+/// Each store protocol's conformance suite (in the test kit), run against every engine the gateway can use.
+@Suite("Store conformance")
+struct StoreConformanceTests {
+    /// The engines under test; each case makes a fresh database.
+    enum Engine: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case sqlite
+        var testDescription: String { rawValue }
+
+        func fixture() async throws -> any StorageEngineFixture {
+            switch self {
+            case .sqlite: try SQLiteEngineFixture()
+            }
+        }
+
+        func idempotencyStore(_ fixture: any StorageEngineFixture) throws -> any IdempotencyStore {
+            switch self {
+            case .sqlite: SQLiteIdempotencyStore(database: try #require(fixture as? SQLiteEngineFixture).database)
+            }
+        }
+    }
+
+    @Test("the idempotency log", arguments: Engine.allCases)
+    func idempotency(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let failures = await IdempotencyStoreConformance(fixture: fixture, store: try engine.idempotencyStore(fixture)).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the conformance suite itself catches a store that forgets its lines")
+    func catchesABrokenStore() async throws {
+        /// Keeps nothing: every rule about reading back must fail.
+        struct ForgetfulStore: IdempotencyStore {
+            let real: any IdempotencyStore
+            func line(scope: String, key: String) async throws -> IdempotencyLine? { nil }
+            func record(_ line: IdempotencyLine, scope: String, key: String, at now: Date) async throws {}
+            func appliedHook(scope: String, key: String, method: String, path: String, at now: Date,
+                             line: @escaping @Sendable (CommitHook.Answer) -> IdempotencyLine) -> CommitHook {
+                real.appliedHook(scope: scope, key: key, method: method, path: path, at: now, line: line)
+            }
+            func forget(before cutoff: Date) async throws -> Int { 0 }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let failures = await IdempotencyStoreConformance(fixture: fixture, store: ForgetfulStore(real: try Engine.sqlite.idempotencyStore(fixture))).run()
+        let rules = Set(failures.map(\.rule))
+        #expect(rules.isSuperset(of: ["round-trip", "applied with effect", "answer with effect", "forget"]), "\(failures)")
+    }
+}
