@@ -69,7 +69,7 @@ let package = Package(
         .target(name: "ChannelDelivery", dependencies: ["Metrics", "ChannelAPI", "Crypto", "JSON", "Outbox", "SQLite"], path: "Sources/ChannelDelivery"),
         .target(name: "Mobile", dependencies: ["Storage", "Metrics", "ChannelAPI", "Identity", "JSON", "SQLite", "Crypto", "Outbox"], path: "Sources/Channels/Mobile"),
         // The mobile channel's routes (devices, inbox, commands, nodes) over the API kit; the core above knows no HTTP.
-        .target(name: "MobileHTTP", dependencies: ["Storage", "Mobile", "ChannelAPI", "Identity", "JSON", "SQLite", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
+        .target(name: "MobileHTTP", dependencies: ["Storage", "Mobile", "ChannelAPI", "Identity", "JSON", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),
         .target(name: "APNs", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/APNs"),
         .target(name: "FCM", dependencies: ["ChannelAPI", "HTTPClient", "Crypto", "JSON"], path: "Sources/Channels/FCM"),
         .target(name: "Relay", dependencies: ["ChannelAPI", "HTTPClient", "JSON"], path: "Sources/Channels/Relay"),
@@ -99,11 +99,11 @@ let package = Package(
         // for agents, so neither knows the other.
         .target(name: "PhoneTools", dependencies: ["Agents", "ChannelAPI", "JSON", "LLM", "Mobile"], path: "Sources/Host/PhoneTools"),
         // Approvals wake phones through ChannelAPI's DeviceAlerts; the broker never imports the mobile channel.
-        .target(name: "Approvals", dependencies: ["ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Approvals"),
-        .target(name: "Household", dependencies: ["Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
+        .target(name: "Approvals", dependencies: ["Storage", "ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Approvals"),
+        .target(name: "Household", dependencies: ["Storage", "Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
         .target(name: "RelayCarriage", dependencies: ["ChannelAPI", "Crypto", "HTTPClient", "HTTPServer", "Household", "Identity", "Mobile", "RelayProtocol", "SQLite", "JSON"],
                 path: "Sources/Host/RelayCarriage"),
-        .target(name: "Memory", dependencies: ["ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Memory"),
+        .target(name: "Memory", dependencies: ["Storage", "ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Memory"),
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
         // The web console: static HTML, CSS and JavaScript modules embedded in the binary, served at `/`.
         .target(name: "Console", dependencies: ["APIKit", "Crypto"], path: "Sources/Host/Console", resources: [.embedInCode("Assets")]),

@@ -35,10 +35,10 @@ public struct SystemdNotifier: Sendable {
 
     /// Sends keep-alives at half the watchdog's interval for as long as `healthy()` says so, until cancelled: a
     /// gateway whose database stopped answering (or whose tasks stopped running) misses them and is restarted.
-    public func runWatchdog(healthy: @escaping @Sendable () -> Bool) async {
+    public func runWatchdog(healthy: @escaping @Sendable () async -> Bool) async {
         guard let interval = watchdogInterval else { return }
         while !Task.isCancelled {
-            if healthy() { keepAlive() }
+            if await healthy() { keepAlive() }
             try? await Task.sleep(for: interval / 2)
         }
     }

@@ -4,7 +4,6 @@ import APIKit
 import ChannelAPI
 import Foundation
 import Identity
-import SQLite
 
 /// The first command routes (`/api/v1/mobile/invoke`, `/api/v1/mobile/commands`) as thin aliases of the node
 /// protocol: one queue, one set of rules. A device registered with the `canvas` capability is a node with
@@ -62,7 +61,7 @@ public struct DeviceCommandsAPI: Sendable {
         let expiresAt = nodes.clock.now().addingTimeInterval(TimeInterval(expiresIn))
         guard body.wait ?? true else {
             // Not waiting: the queued command is the answer, committed with it.
-            return try await store.database.answer { _ in
+            return try await store.transactions.answer { _ in
                 .json(CommandView(try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)), status: 202)
             }
         }
@@ -110,7 +109,7 @@ public struct DeviceCommandsAPI: Sendable {
     @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try request.decode(CardAnswer.self)
         let device = try store.devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id"), subject: caller.subject)
-        return try await store.database.answer { _ in
+        return try await store.transactions.answer { _ in
             let existing: DeviceNodes.Command
             do {
                 existing = try nodes.command(id: request.parameter("id"), deviceID: device.id, subject: caller.subject)

@@ -90,7 +90,7 @@ public struct DeviceNodesAPI: Sendable {
             deviceID: deviceID, subject: caller.subject, name: try Self.text(body.name, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
             model: try Self.text(body.model, "model", max: 200, inBytes: false), osVersion: try Self.text(body.osVersion, "os_version", max: 64, inBytes: false),
             appVersion: try Self.text(body.appVersion, "app_version", max: 64, inBytes: false), capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
-        return try await nodes.store.database.answer { _ in
+        return try await nodes.store.transactions.answer { _ in
             let registered = try nodes.register(node)
             return .json(Registered(deviceID: registered.deviceID, pollIntervalSeconds: DeviceNodes.pollIntervalSeconds), status: 201)
         }
@@ -129,7 +129,7 @@ public struct DeviceNodesAPI: Sendable {
             guard let date = Self.rfc3339(text) else { throw NodeError.invalid("expires_at must be an RFC 3339 time", field: "expires_at") }
             expiresAt = date
         }
-        return try await nodes.store.database.answer { _ in
+        return try await nodes.store.transactions.answer { _ in
             let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
             return .json(DeviceNodes.CommandView(queued), status: 201)
         }
@@ -156,7 +156,7 @@ public struct DeviceNodesAPI: Sendable {
     }
 
     @Sendable func claim(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return try await nodes.store.database.answer { _ in
+        return try await nodes.store.transactions.answer { _ in
             .json(DeviceNodes.CommandView(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
         }
     }
@@ -171,7 +171,7 @@ public struct DeviceNodesAPI: Sendable {
     @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let outcome = try request.decode(CommandOutcome.self)
         let (status, error, result) = (try outcome.status.limited(to: 16, field: "status"), outcome.error, outcome.result)
-        return try await nodes.store.database.answer { _ in
+        return try await nodes.store.transactions.answer { _ in
             .json(DeviceNodes.CommandView(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
                                                    status: DeviceNodes.CommandStatus(rawValue: status), result: result, error: error)))
         }

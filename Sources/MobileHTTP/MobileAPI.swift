@@ -36,7 +36,7 @@ public struct MobileAPI: Sendable {
 
     @Sendable func registerDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let registration = try DeviceRegistration(json: JSONObject(body: request.body))
-        return try await store.database.answer { _ in
+        return try await store.transactions.answer { _ in
             let created: Bool
             do {
                 created = try store.devices.register(registration, subject: caller.subject, keyID: caller.keyID)
@@ -54,7 +54,7 @@ public struct MobileAPI: Sendable {
 
     @Sendable func deleteDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         // 204 always, as the original: an unknown or foreign id deletes nothing and says nothing about who has it.
-        return try await store.database.answer { _ in
+        return try await store.transactions.answer { _ in
             _ = try store.devices.deleteDevice(id: request.parameter("id"), subject: caller.subject)
             return .noContent
         }
@@ -134,7 +134,7 @@ public struct MobileAPI: Sendable {
         guard let deviceID = try ownDevice(body.deviceID ?? request.query["device_id"], caller: caller) else {
             throw APIError.missingField("device_id")
         }
-        return try await store.database.answer { _ in
+        return try await store.transactions.answer { _ in
             guard try store.markRead(deliveryID: request.parameter("id"), deviceID: deviceID, subject: caller.subject) else {
                 throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
             }
@@ -164,9 +164,9 @@ public struct MobileAPI: Sendable {
                             metadata: ["trigger": "test"])
         // The line and its answer commit together, so a retry after a crash gets this answer, not a second line.
         let dispatcher = channel.dispatcher
-        return try await store.database.answer { _ in
+        return try await store.transactions.answer { _ in
             let stored = try store.insertDelivery(output, destination: destination)
-            if stored.wakeUps > 0, let dispatcher { store.database.afterCommit { dispatcher.poke() } }
+            if stored.wakeUps > 0, let dispatcher { store.transactions.afterCommit { dispatcher.poke() } }
             return .json(TestDelivered(deliveryID: stored.id, destination: to, recipients: stored.recipients.count), status: 201)
         }
     }
@@ -214,7 +214,7 @@ public struct MobileAPI: Sendable {
         // As the original: development is kept, anything else is production.
         let environment: WakeTarget.Environment = SchemaWhitespace.trim(try body.environment.limited(to: 64, field: "environment") ?? "") == "development" ? .development : .production
         guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
-        return try await store.database.answer { _ in
+        return try await store.transactions.answer { _ in
             try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
             return .json(ActivityRegistered(runKey: LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID), deviceID: device.id,
                                             sessionID: sessionID), status: 201)

@@ -59,7 +59,7 @@ struct RelayCommand {
             let systemd = SystemdNotifier()
             systemd.ready(status: "listening on \(listen)")
             let database = store.database
-            let watchdog = Task { await systemd.runWatchdog { (try? database.checkReadable()) != nil } }
+            let watchdog = Task { await systemd.runWatchdog { (try? await database.checkReadable()) != nil } }
             // SIGTERM/SIGINT: stop taking connections, let requests in flight finish, close the database, exit 0.
             let report: @Sendable (String) -> Void = { FileHandle.standardError.write(Data("soulacy-relay: \($0)\n".utf8)) }
             try await ServiceGroup(services: [("listener", OnShutdown { systemd.stopping(); await server.stop() })], report: report).run()

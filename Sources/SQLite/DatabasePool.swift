@@ -154,10 +154,6 @@ public final class DatabasePool: Sendable {
         return try readers[start % readers.count].with(holding)
     }
 
-    /// Throws when the database cannot answer a read (the health check's probe).
-    public func checkReadable() throws {
-        _ = try read { try $0.query("SELECT 1") }
-    }
 
     /// Several reads in one read transaction: they all see the same committed state (and take SQLite's
     /// shared lock once, not once per statement).

@@ -29,6 +29,10 @@ extension SQLiteError: StorageFailure {
 }
 
 extension DatabasePool: TransactionalStorage {
+    public func checkReadable() async throws {
+        try await asyncRead { _ = try $0.query("SELECT 1") }
+    }
+
     public func withTransaction<T: Sendable>(_ body: (any StorageSession) throws -> T) async throws -> T {
         try await withTaskExecutorPreference(executor) { try transaction { try body($0) } }
     }

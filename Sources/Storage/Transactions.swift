@@ -20,4 +20,6 @@ public protocol TransactionalStorage: Sendable {
     /// Runs `work` once what this task is writing is committed (at once outside a transaction; never after a
     /// rollback), so nobody is woken to read rows that are not there yet.
     func afterCommit(_ work: @escaping @Sendable () -> Void)
+    /// Throws when the database cannot answer a read (the health checks' probe).
+    func checkReadable() async throws
 }

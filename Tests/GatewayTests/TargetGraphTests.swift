@@ -82,6 +82,25 @@ struct TargetGraphTests {
         }
     }
 
+    @Test("the API kit and the phone routes use the engine seam only: no engine among their dependencies, no engine imported")
+    func routesKnowNoEngine() throws {
+        let graph = try Self.graph()
+        for target in ["APIKit", "MobileHTTP"] {
+            #expect(!(graph[target] ?? []).contains("SQLite"), "\(target) depends on SQLite")
+        }
+        let root = RepositoryPaths.root + "/Sources"
+        // SwiftPM lets a target import what its dependencies depend on: the imports are checked too.
+        for folder in ["APIKit", "MobileHTTP", "Storage"] {
+            let files = try FileManager.default.contentsOfDirectory(atPath: root + "/" + folder).filter { $0.hasSuffix(".swift") }
+            #expect(!files.isEmpty, "\(folder) was read")
+            for file in files {
+                let text = try String(contentsOfFile: root + "/" + folder + "/" + file, encoding: .utf8)
+                #expect(!text.contains("import SQLite") && !text.contains("import CSQLite") && !text.contains("import PostgreSQL"),
+                        "\(folder)/\(file) imports an engine")
+            }
+        }
+    }
+
     @Test("route files answer with Encodable types through the one encoder, never with JSON literals built by hand")
     func typedAnswers() throws {
         let root = RepositoryPaths.root + "/Sources"

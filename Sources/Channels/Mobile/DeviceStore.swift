@@ -1,3 +1,4 @@
+import Storage
 import ChannelAPI
 import Crypto
 import Foundation
@@ -8,6 +9,8 @@ import SQLite
 /// receipts and node commands go with it).
 public struct DeviceStore: Sendable {
     public let database: DatabasePool
+    /// The engine seam's view of the same database: what routes build their answers in.
+    public var transactions: any TransactionalStorage { database }
     let clock: any WallClock
     /// Bumped for a device's owner when it is registered, changed or removed: the person's inbox pages name their devices.
     let inboxGenerations: InboxGenerations

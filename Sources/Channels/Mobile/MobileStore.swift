@@ -1,3 +1,4 @@
+import Storage
 import JSON
 import ChannelAPI
 import Crypto
@@ -100,6 +101,8 @@ public final class MobileStore: Inbox {
 
 
     public let database: DatabasePool
+    /// The engine seam's view of the same database: what routes build their answers in.
+    public var transactions: any TransactionalStorage { database }
     public let outbox: any PushOutbox
     /// The phones the inbox addresses: their own aggregate (`DeviceStore`), on the same database.
     public let devices: DeviceStore

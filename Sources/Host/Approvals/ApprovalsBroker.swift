@@ -1,3 +1,4 @@
+import Storage
 import ChannelAPI
 import Crypto
 import Foundation
@@ -44,6 +45,8 @@ public actor ApprovalsBroker {
     nonisolated let store: ApprovalStore
     /// The database decisions are written to: a route that answers with a decision builds its answer in the same transaction.
     public nonisolated var database: DatabasePool { store.database }
+    /// The engine seam's view of it, for routes.
+    public nonisolated var transactions: any TransactionalStorage { store.database }
     /// How a new request reaches the person's phones (the mobile channel implements it; the broker never imports it).
     nonisolated let alerts: (any DeviceAlerts)?
     nonisolated let clock: any WallClock

@@ -213,7 +213,7 @@ struct SoulacyCommand {
         // Under systemd (Type=notify): ready once listening, keep-alives while the database answers.
         let systemd = SystemdNotifier()
         systemd.ready(status: "listening on \(listen)")
-        let watchdog = Task { await systemd.runWatchdog { gateway.isHealthy() } }
+        let watchdog = Task { await systemd.runWatchdog { await gateway.isHealthy() } }
 
         // SIGTERM or SIGINT: the service group drains the API, lets runs finish and their wake-ups go, then returns.
         await gateway.waitUntilStopped()

@@ -666,7 +666,7 @@ public final class Gateway: Sendable {
 
     /// Returns when the gateway has stopped (after a signal or `stop()`).
     /// Whether the gateway can still do its work: its database answers a read (the watchdog's question).
-    public func isHealthy() -> Bool { (try? database.checkReadable()) != nil }
+    public func isHealthy() async -> Bool { (try? await database.checkReadable()) != nil }
 
     public func waitUntilStopped() async {
         await running.withLock({ $0 })?.task.value

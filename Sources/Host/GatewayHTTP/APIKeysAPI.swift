@@ -1,9 +1,9 @@
+import Storage
 import Household
 import APIKit
 import Foundation
 import Identity
 import Mobile
-import SQLite
 
 /// `/admin/api-keys`: an admin mints keys for their own subject, lists and revokes anyone's (unpairing). Another
 /// person's credentials come only from a pairing code that person redeems. `/api/v1/api-keys`: anyone lists and
@@ -51,7 +51,7 @@ public struct APIKeysAPI: Sendable {
         }
         // A key for someone else would let an admin read and decide that person's approvals, inbox and memory.
         guard subject == caller.subject else { throw APIKeysError.foreignSubject(subject, caller: caller.subject) }
-        return try await mobile.database.answer { _ in
+        return try await mobile.transactions.answer { _ in
             let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual, mintedBy: caller.subject)
             var answer = KeyView(minted.key)
             // The secret, this once: it is never stored whole and never listed.
@@ -79,7 +79,7 @@ public struct APIKeysAPI: Sendable {
     }
 
     private func revoke(id: String, subject: String?) async throws -> HTTPResponse {
-        let answer = try await mobile.database.answer { _ in
+        let answer = try await mobile.transactions.answer { _ in
             let revoked = try subject.map { try keys.revoke(id: id, subject: $0) } ?? keys.revoke(id: id)
             guard revoked else { throw APIError.notFound("no active key \(id)") }
             // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.

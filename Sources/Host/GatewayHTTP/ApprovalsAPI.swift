@@ -8,7 +8,6 @@ import LLM
 import Synchronization
 import Identity
 import Mobile
-import SQLite
 import ChannelAPI
 
 /// Approvals over HTTP: runs ask, people answer from any surface; the broker keeps it to one decision.
@@ -107,7 +106,7 @@ public struct ApprovalsAPI: Sendable {
             CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, id: id))
             asked = try open(id)
         } else {
-            let (opened, answer) = try await broker.database.withTransaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
+            let (opened, answer) = try await broker.transactions.withTransaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
                 let opened = try open(callID)
                 return (opened, .json(ApprovalView(opened), status: 201))
             }
@@ -174,7 +173,7 @@ public struct ApprovalsAPI: Sendable {
         let body = try request.decode(ConfirmRequest.self)
         let (callID, approved) = (try body.callID.limited(to: 200, field: "call_id"), body.approved)
         do {
-            return try await broker.database.answer { _ in
+            return try await broker.transactions.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)
                 return .json(Confirmed(approved: approval.state == .approved, alreadyDecided: !decidedNow))
             }
@@ -188,7 +187,7 @@ public struct ApprovalsAPI: Sendable {
 
     func decide(_ request: HTTPRequest, caller: Principal, approve: Bool) async throws -> HTTPResponse {
         do {
-            return try await broker.database.answer { _ in
+            return try await broker.transactions.answer { _ in
                 let (approval, decidedNow) = try broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
                 var body = ApprovalView(approval, withArguments: false)
                 body.alreadyDecided = !decidedNow

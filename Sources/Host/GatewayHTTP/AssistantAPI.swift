@@ -1,3 +1,4 @@
+import Storage
 import Agents
 import APIKit
 import Crypto
@@ -6,7 +7,6 @@ import LLM
 import Synchronization
 import Identity
 import Mobile
-import SQLite
 import ChannelAPI
 
 /// Chat and the agent list: the Siri/Shortcuts and watch surface.

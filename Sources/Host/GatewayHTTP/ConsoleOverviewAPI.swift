@@ -162,7 +162,7 @@ extension GatewayAPI {
                                lastReason: channels?.lastOutcomes[name]?.reason, lastAt: channels?.lastOutcomes[name].map { Timestamp($0.at) })
         }
         var database = "ok"
-        do { try mobile.database.checkReadable() } catch { database = "failing: \(error)" }
+        do { try await mobile.transactions.checkReadable() } catch { database = "failing: \(error)" }
         let relay = await relayStatus().map { status in
             // A good round clears the failure, so a failure on record is the latest word.
             let state = status.lastFailure != nil ? "failing" : (status.lastRoundAt != nil ? "connected" : "starting")

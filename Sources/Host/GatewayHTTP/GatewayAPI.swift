@@ -7,7 +7,6 @@ import Foundation
 import Identity
 import Mobile
 import RelayCarriage
-import SQLite
 import Synchronization
 
 /// The host's own routes: health and readiness, agents and runs.
@@ -60,7 +59,7 @@ public struct GatewayAPI: Sendable {
     @Sendable func apiHealth(_ request: HTTPRequest) async throws -> HTTPResponse {
         let database: String
         do {
-            try mobile.database.checkReadable()
+            try await mobile.transactions.checkReadable()
             database = "ok"
         } catch {
             database = "failing: \(error)"

@@ -1,8 +1,8 @@
+import Storage
 import APIKit
 import ChannelAPI
 import Foundation
 import Identity
-import SQLite
 import Synchronization
 
 /// Mutating calls with an `Idempotency-Key` are answered from the log when replayed (see `IdempotencyLog`). The

@@ -1,3 +1,4 @@
+import Storage
 import Household
 import RelayCarriage
 import APIKit
@@ -7,7 +8,6 @@ import LLM
 import Synchronization
 import Identity
 import Mobile
-import SQLite
 import ChannelAPI
 
 /// Pairing phones and watches, the household's members, and what each role may do.
@@ -84,7 +84,7 @@ public struct HouseholdAPI: Sendable {
     func makeCode(_ request: HTTPRequest, caller: Principal, answer: @escaping @Sendable (CodeOffer) throws -> HTTPResponse) async throws -> HTTPResponse {
         // The whole body is read first, as the original decodes it: a wrong type anywhere is a 400 before any rule.
         let body = try request.decode(CodeRequest.self, allowEmpty: true)
-        return try await household.database.answer { _ in
+        return try await household.transactions.answer { _ in
             let offer: PairingOffer
             let displayName: String
             if let rawName = body.name {

@@ -6,7 +6,6 @@ import Foundation
 import Glibc
 import Identity
 import RelayProtocol
-import SQLite
 import Synchronization
 
 /// Answers a replayed mutating call from its log: one key per intent, whichever path (Wi-Fi, tailnet, relay)

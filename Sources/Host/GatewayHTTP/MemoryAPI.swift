@@ -119,7 +119,7 @@ public struct MemoryAPI: Sendable {
         let agentID = try agentScope(try body.agentID.limited(to: 128, field: "agent_id")) ?? ""
         let expires = try body.expiresAt.limited(to: 64, field: "expires_at").flatMap { $0.isEmpty ? nil : $0 }.map(Self.expiry)
         let source = try body.source.limited(to: 40, field: "source") ?? "manual"
-        return try await memory.database.answer { _ in
+        return try await memory.transactions.answer { _ in
             let fact = try memory.add(content, subject: caller.subject, source: source, category: category, agentID: agentID, expiresAt: expires)
             return .json(Added(fact: FactView(fact), id: fact.id, text: fact.content, createdAt: Timestamp(fact.createdAt)), status: 201)
         }
@@ -169,14 +169,14 @@ public struct MemoryAPI: Sendable {
         case "none": edit.expiresAt = .some(nil)
         case let text?: edit.expiresAt = .some(try Self.expiry(text))
         }
-        return try await memory.database.answer { _ in
+        return try await memory.transactions.answer { _ in
             guard let fact = try memory.update(id: request.parameter("id"), subject: caller.subject, edit) else { throw APIError.notFound("Fact not found") }
             return .json(["fact": FactView(fact)])
         }
     }
 
     @Sendable func delete(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return try await memory.database.answer { _ in
+        return try await memory.transactions.answer { _ in
             guard try memory.delete(id: request.parameter("id"), subject: caller.subject) else { throw APIError.notFound("Fact not found") }
             return .noContent
         }
@@ -195,7 +195,7 @@ public struct MemoryAPI: Sendable {
             throw APIError(status: 400, code: "confirm_required", message: "Purge requires confirm=true", field: "confirm")
         }
         let agentID = try agentScope(request.query["agent_id"])
-        return try await memory.database.answer { _ in
+        return try await memory.transactions.answer { _ in
             let removed = try memory.purge(subject: caller.subject, agentID: agentID)
             return .json(Purged(removed: removed))
         }

@@ -1,3 +1,4 @@
+import Storage
 import Household
 import APIKit
 import Crypto
@@ -6,7 +7,6 @@ import LLM
 import Synchronization
 import Identity
 import Mobile
-import SQLite
 import ChannelAPI
 
 /// The links a pairing QR code carries.

@@ -1,3 +1,4 @@
+import Storage
 import Agents
 import APIKit
 import ChannelAPI
@@ -5,7 +6,6 @@ import Crypto
 import Foundation
 import Identity
 import Mobile
-import SQLite
 
 /// Location triggers for phones and webhook triggers for anything that can POST.
 public struct TriggersAPI: Sendable {

@@ -46,7 +46,7 @@ public struct WebPushAPI: Sendable {
         let name = try Self.name(try body.optionalString("name"))
         let deviceID = transport.deviceID(for: subscription)
         let registration = DeviceRegistration(browserID: deviceID, name: name, sealedSubscription: try transport.seal(subscription, deviceID: deviceID))
-        return try await devices.database.answer { _ in
+        return try await devices.transactions.answer { _ in
             do {
                 try devices.register(registration, subject: caller.subject, keyID: caller.keyID)
             } catch DeviceOwnershipError.ownedByAnotherSubject {

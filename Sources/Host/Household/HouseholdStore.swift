@@ -1,3 +1,4 @@
+import Storage
 import Crypto
 import Foundation
 import Identity
@@ -34,6 +35,8 @@ public final class HouseholdStore: Sendable {
 
 
     public let database: DatabasePool
+    /// The engine seam's view of the same database: what routes build their answers in.
+    public var transactions: any TransactionalStorage { database }
     /// The SQLite key store itself: a redeemed code and its new key commit in one transaction.
     let keys: SQLiteAPIKeyStore
 

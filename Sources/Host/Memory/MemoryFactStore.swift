@@ -1,3 +1,4 @@
+import Storage
 import ChannelAPI
 import Crypto
 import Foundation
@@ -50,6 +51,8 @@ public final class MemoryFactStore: Sendable {
     }
 
     public let database: DatabasePool
+    /// The engine seam's view of the same database: what routes build their answers in.
+    public var transactions: any TransactionalStorage { database }
     let clock: any WallClock
 
     public init(database: DatabasePool, clock: any WallClock = SystemWallClock()) throws {
