@@ -29,6 +29,8 @@ extension SQLiteError: StorageFailure {
 }
 
 extension DatabasePool: TransactionalStorage {
+    public var engine: String { "sqlite" }
+
     public func checkReadable() async throws {
         try await asyncRead { _ = try $0.query("SELECT 1") }
     }

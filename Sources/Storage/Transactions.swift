@@ -11,6 +11,8 @@ public protocol StorageSession: AnyObject {
 /// savepoint and commits with it), the answer hook (an idempotent call's answer committed with its effect), and work
 /// deferred until the outermost commit.
 public protocol TransactionalStorage: Sendable {
+    /// The engine's name as health checks show it: `sqlite` or `postgresql`.
+    var engine: String { get }
     /// Runs `body` in one transaction: all of it commits, or none; a nested call joins the open one.
     func withTransaction<T: Sendable>(_ body: (any StorageSession) throws -> T) async throws -> T
     /// One transaction whose value is also the call's answer: while a `CommitHook` is bound to the task,

@@ -100,10 +100,10 @@ struct AgentFilesTests {
         try write(dir + "/tick.yaml", agent("0 8 * * *"))
         try await withTestGateway(agents: dir, clock: clock) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
-            #expect(gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == Self.date("2026-03-10T08:00:00Z"))
+            #expect(await gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == Self.date("2026-03-10T08:00:00Z"))
             try write(dir + "/tick.yaml", agent("30 9 * * *"))
             #expect(await eventually(timeout: .seconds(3)) {
-                gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == Self.date("2026-03-10T09:30:00Z")
+                await gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == Self.date("2026-03-10T09:30:00Z")
             })
             try await Task.sleep(for: .milliseconds(200))
             clock.advance(to: Self.date("2026-03-10T08:00:00Z"))
@@ -112,7 +112,7 @@ struct AgentFilesTests {
             clock.advance(to: Self.date("2026-03-10T09:30:00Z"))
             #expect(try await eventually { try await inbox(gw).count == 1 })
             try FileManager.default.removeItem(atPath: dir + "/tick.yaml")
-            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == nil })
+            #expect(await eventually(timeout: .seconds(3)) { await gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == nil })
             clock.advance(to: Self.date("2026-03-11T09:30:00Z"))
             try await Task.sleep(for: .milliseconds(300))
             #expect(try await inbox(gw).count == 1, "a deleted agent no longer fires")
@@ -161,7 +161,7 @@ struct AgentFilesTests {
         try await withTestGateway(config: file, directory: directory, clock: clock) { (gw) async throws in
             try await Task.sleep(for: .milliseconds(500))
             #expect(try await inbox(gw).count == 1, "the fire was recorded: a restart does not repeat it")
-            #expect(gw.gateway.scheduler.nextFires(after: clock.now())["once"] == nil)
+            #expect(await gw.gateway.scheduler.nextFires(after: clock.now())["once"] == nil)
         }
     }
 
@@ -171,7 +171,7 @@ struct AgentFilesTests {
         let clock = ManualClock(Self.date("2026-03-10T07:00:00Z"))
         try await withTestGateway(config: file, clock: clock) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
-            #expect(gw.gateway.scheduler.nextFires(after: clock.now())["later"] == Self.date("2026-03-10T09:00:00Z"))
+            #expect(await gw.gateway.scheduler.nextFires(after: clock.now())["later"] == Self.date("2026-03-10T09:00:00Z"))
             #expect(await eventually { clock.sleeperCount > 0 })
             #expect(try await inbox(gw).isEmpty)
             clock.advance(to: Self.date("2026-03-10T09:00:00Z"))
@@ -186,7 +186,7 @@ struct AgentFilesTests {
         try write(dir + "/bad.yaml", "id: bad\nenabled: true\ntrigger: cron\nrunner: {command: [/bin/cat]}\nschedule: {cron: '99 * * * *'}\n")
         try write(dir + "/tg.yaml", "id: tg\nenabled: true\nrunner: {command: [/bin/sh, -c, 'echo hi']}\nschedule: {cron: '0 7 * * *', output: {channel: telegram, to: 123456789}}\n")
         try await withTestGateway(agents: dir) { (gw) async throws in
-            #expect(gw.gateway.scheduler.nextFires(after: Date()).keys.sorted() == ["tg"])
+            #expect(await gw.gateway.scheduler.nextFires(after: Date()).keys.sorted() == ["tg"])
             for id in ["off", "bad"] {
                 let refused = try await gw.request("POST", "/api/v1/agents/\(id)/run", json: ["input": "x"])
                 #expect(refused.status == 409 && refused.errorCode == "agent_disabled", "\(id): \(refused.json)")

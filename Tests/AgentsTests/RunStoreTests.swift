@@ -25,6 +25,6 @@ struct RunStoreTests {
         }
         #expect(onStorageThread.withLock { $0 })
         #expect(recorded.withLock { $0 } == [200])
-        #expect(try store.run(id: "run_1")?.status == .succeeded)
+        #expect(try await store.run(id: "run_1")?.status == .succeeded)
     }
 }

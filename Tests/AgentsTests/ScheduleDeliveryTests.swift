@@ -80,7 +80,7 @@ struct ScheduleDeliveryTests {
         // First start on the 10th at 06:00 UTC records the baseline; the gateway is then down over 08:00 Berlin.
         try await withTestGateway(config: config, directory: directory, clock: ManualClock(Self.date("2026-03-10T06:00:00Z"))) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
-            #expect(await eventually { (try? gw.gateway.runStore.lastFire(agentID: "brief")) != nil })
+            #expect(await eventually { (try? await gw.gateway.runStore.lastFire(agentID: "brief")) != nil })
         }
         try await withTestGateway(config: config, directory: directory, clock: ManualClock(Self.date("2026-03-10T09:00:00Z"))) { (gw) async throws in
             #expect(try await eventually { try await inbox(gw).count == 1 })

@@ -50,6 +50,7 @@ extension RunRecord {
 /// The run history and schedule bookkeeping, so a restart knows what was running and when each schedule last
 /// fired. A protocol because a second engine (PostgreSQL, for several gateways) will keep them too.
 public protocol RunStore: Sendable {
+    /// Synchronous: a run's start is recorded inside `AgentRuns.start`, whose overlap check must not be split by a suspension.
     func begin(_ run: RunRecord) throws
     /// Records the run's end; `answer`, when given, is the waiting caller's answer, recorded in the same transaction
     /// (see `TransactionalStorage.withTransaction(answering:_:)`), so a retry after a crash gets it and never a second run.
@@ -58,17 +59,18 @@ public protocol RunStore: Sendable {
     func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date, answer: CommitHook.Answer?,
                 sends: [PendingChannelSend]) async throws
     /// Marks runs still "running" from before a restart as interrupted; returns how many.
+    /// Synchronous: the composition root calls it while it assembles the gateway, before anything runs.
     func markInterrupted(at date: Date) throws -> Int
-    func run(id: String) throws -> RunRecord?
+    func run(id: String) async throws -> RunRecord?
     /// The person whose run a session belongs to (nil: no run has this session).
-    func subject(ofSession sessionID: String) throws -> String?
+    func subject(ofSession sessionID: String) async throws -> String?
     /// Notes something that happened during a run (`retry`: a provider's call tried again) — never its prompt or output.
-    func recordEvent(runID: String, kind: String, detail: String, at date: Date) throws
-    func events(runID: String) throws -> [RunEvent]
+    func recordEvent(runID: String, kind: String, detail: String, at date: Date) async throws
+    func events(runID: String) async throws -> [RunEvent]
     /// A person's latest runs of one agent, newest first.
-    func recentRuns(agentID: String, subject: String, limit: Int) throws -> [RunRecord]
-    func lastFire(agentID: String) throws -> Date?
-    func recordFire(agentID: String, at date: Date) throws
+    func recentRuns(agentID: String, subject: String, limit: Int) async throws -> [RunRecord]
+    func lastFire(agentID: String) async throws -> Date?
+    func recordFire(agentID: String, at date: Date) async throws
 }
 
 extension RunStore {
@@ -107,14 +109,14 @@ public final class SQLiteRunStore: RunStore {
         if let answer { try await database.asyncTransaction(answering: { _ in answer }, update) } else { try await database.asyncTransaction(update) }
     }
 
-    public func recordEvent(runID: String, kind: String, detail: String, at date: Date) throws {
-        try database.transaction { db in
+    public func recordEvent(runID: String, kind: String, detail: String, at date: Date) async throws {
+        try await database.asyncTransaction { db in
             try db.run("INSERT INTO run_events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)", runID, Self.ms(date), kind, detail)
         }
     }
 
-    public func events(runID: String) throws -> [RunEvent] {
-        try database.read { db in
+    public func events(runID: String) async throws -> [RunEvent] {
+        try await database.asyncRead { db in
             try db.query("SELECT at, kind, detail FROM run_events WHERE run_id = ? ORDER BY at, rowid", runID).map {
                 RunEvent(at: Date(timeIntervalSince1970: Double($0.int("at") ?? 0) / 1000), kind: $0.string("kind") ?? "", detail: $0.string("detail") ?? "")
             }
@@ -128,20 +130,20 @@ public final class SQLiteRunStore: RunStore {
         }
     }
 
-    public func run(id: String) throws -> RunRecord? {
-        try database.read { db in try db.query("SELECT * FROM runs WHERE id = ?", id).first.map(Self.record) }
+    public func run(id: String) async throws -> RunRecord? {
+        try await database.asyncRead { db in try db.query("SELECT * FROM runs WHERE id = ?", id).first.map(Self.record) }
     }
 
-    public func recentRuns(agentID: String, subject: String, limit: Int) throws -> [RunRecord] {
+    public func recentRuns(agentID: String, subject: String, limit: Int) async throws -> [RunRecord] {
         // runs_by_agent (agent_id, started_at) walks one agent's runs newest first; the subject filter rides along.
-        try database.read { db in
+        try await database.asyncRead { db in
             try db.query("SELECT * FROM runs WHERE agent_id = ? AND subject = ? ORDER BY started_at DESC LIMIT ?", agentID, subject, Int64(limit)).map(Self.record)
         }
     }
 
     /// The person whose run a session belongs to (nil: no run has this session).
-    public func subject(ofSession sessionID: String) throws -> String? {
-        try database.read { db in try db.query("SELECT subject FROM runs WHERE session_id = ? LIMIT 1", sessionID).first?.string("subject") }
+    public func subject(ofSession sessionID: String) async throws -> String? {
+        try await database.asyncRead { db in try db.query("SELECT subject FROM runs WHERE session_id = ? LIMIT 1", sessionID).first?.string("subject") }
     }
 
     private static func record(_ row: Row) -> RunRecord {
@@ -154,12 +156,12 @@ public final class SQLiteRunStore: RunStore {
         return record
     }
 
-    public func lastFire(agentID: String) throws -> Date? {
-        try database.read { db in Self.date(try db.query("SELECT last_fire_at FROM schedule_state WHERE agent_id = ?", agentID).first?.int("last_fire_at")) }
+    public func lastFire(agentID: String) async throws -> Date? {
+        try await database.asyncRead { db in Self.date(try db.query("SELECT last_fire_at FROM schedule_state WHERE agent_id = ?", agentID).first?.int("last_fire_at")) }
     }
 
-    public func recordFire(agentID: String, at date: Date) throws {
-        try database.transaction { db in
+    public func recordFire(agentID: String, at date: Date) async throws {
+        try await database.asyncTransaction { db in
             try db.run("INSERT INTO schedule_state (agent_id, last_fire_at) VALUES (?, ?) ON CONFLICT (agent_id) DO UPDATE SET last_fire_at = excluded.last_fire_at",
                        agentID, Self.ms(date))
         }

@@ -62,13 +62,13 @@ public struct Scheduler: Sendable {
     }
 
     /// The next fire of each scheduled agent after `date`.
-    public func nextFires(after date: Date) -> [String: Date] {
+    public func nextFires(after date: Date) async -> [String: Date] {
         var result: [String: Date] = [:]
         for agent in catalog.current.agents where Self.isScheduled(agent) {
             guard let s = agent.schedule else { continue }
             if let cron = s.cron, let next = cron.nextFire(after: date, in: s.timeZone) {
                 result[agent.id] = next
-            } else if let at = s.at, (try? store.lastFire(agentID: Self.oneShotKey(agent.id))).flatMap({ $0 }).map({ $0 < at }) ?? true {
+            } else if let at = s.at, (try? await store.lastFire(agentID: Self.oneShotKey(agent.id))).flatMap({ $0 }).map({ $0 < at }) ?? true {
                 result[agent.id] = max(at, date)
             }
         }
@@ -76,9 +76,9 @@ public struct Scheduler: Sendable {
     }
 
     /// An agent's next `count` fires after `date`, in its zone (a one-shot: its instant, until it has fired).
-    public func nextFires(of agentID: String, count: Int, after date: Date) -> [Date] {
+    public func nextFires(of agentID: String, count: Int, after date: Date) async -> [Date] {
         guard let agent = catalog.agent(id: agentID), Self.isScheduled(agent), let schedule = agent.schedule else { return [] }
-        guard let cron = schedule.cron else { return nextFires(after: date)[agentID].map { [$0] } ?? [] }
+        guard let cron = schedule.cron else { return await nextFires(after: date)[agentID].map { [$0] } ?? [] }
         var fires: [Date] = []
         var from = date
         while fires.count < count, let next = cron.nextFire(after: from, in: schedule.timeZone) {
@@ -98,7 +98,7 @@ public struct Scheduler: Sendable {
         }
         guard let cron = schedule.cron else { return }
         let start = clock.now()
-        let last = (try? store.lastFire(agentID: agent.id)) ?? nil
+        let last = (try? await store.lastFire(agentID: agent.id)) ?? nil
         if let last {
             var replayed = false
             if startup, schedule.runMissedOnStartup,
@@ -113,7 +113,7 @@ public struct Scheduler: Sendable {
             }
         } else {
             // First start: this is the baseline from which missed fires are counted.
-            try? store.recordFire(agentID: agent.id, at: start)
+            try? await store.recordFire(agentID: agent.id, at: start)
         }
         var after = clock.now()
         while !Task.isCancelled {
@@ -132,14 +132,14 @@ public struct Scheduler: Sendable {
     private func oneShot(_ agent: AgentConfig, at: Date?) async {
         guard let at else { return }
         let key = Self.oneShotKey(agent.id)
-        if let fired = (try? store.lastFire(agentID: key)) ?? nil, fired >= at {
+        if let fired = (try? await store.lastFire(agentID: key)) ?? nil, fired >= at {
             return
         }
         if at > clock.now() {
             do { try await clock.sleep(until: at) } catch { return }
             if Task.isCancelled { return }
         }
-        do { try store.recordFire(agentID: key, at: at) } catch {
+        do { try await store.recordFire(agentID: key, at: at) } catch {
             log.error("agent \(agent.id): could not record the one-shot fire, so it is not run (it would repeat after a restart): \(error)")
             return
         }
@@ -175,7 +175,7 @@ public struct Scheduler: Sendable {
     private func fire(_ agentID: String, at date: Date, trigger: RunTrigger) async {
         guard let agent = catalog.agent(id: agentID), agent.isOn else { return }
         if trigger != .oneshot {
-            do { try store.recordFire(agentID: agentID, at: date) } catch { log.error("agent \(agentID): could not record the fire: \(error)") }
+            do { try await store.recordFire(agentID: agentID, at: date) } catch { log.error("agent \(agentID): could not record the fire: \(error)") }
         }
         do {
             try await runs.start(agentID: agentID, input: "", trigger: trigger, output: .scheduled, timeout: agent.schedule?.timeout)

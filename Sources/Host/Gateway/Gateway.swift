@@ -321,6 +321,7 @@ public final class Gateway: Sendable {
         var gatewayAPI = GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
                                     transportNames: transports.transports.map(\.name))
         gatewayAPI.relayStatus = { await carriageBox.value?.status() }
+        gatewayAPI.nodeID = settings.resolvedNodeID(dataDirectory: options.dataDirectory)
         router.add(gatewayAPI.routes)
         // The web console's sign-in; its codes are kept under a key beside the database, never in it.
         let consoleSessions: ConsoleSessionStore
@@ -467,7 +468,7 @@ public final class Gateway: Sendable {
         environment.providerRetried = { run, retry in
             let status = retry.status.map { "answered \($0)" } ?? retry.reason
             let detail = "\(retry.provider) \(status); attempt \(retry.attempt) failed, trying again in \(retry.wait)"
-            do { try runStore.recordEvent(runID: run.runID, kind: "retry", detail: detail, at: clock.now()) } catch {
+            do { try await runStore.recordEvent(runID: run.runID, kind: "retry", detail: detail, at: clock.now()) } catch {
                 log.error("run \(run.runID): could not record a retry: \(error)")
             }
             log.info("run \(run.runID): \(detail)")

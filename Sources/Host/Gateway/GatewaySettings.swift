@@ -38,6 +38,8 @@ public struct GatewaySettings: Sendable, Equatable {
     public var trustedProxies: [String] = []
     /// `SOULACY_FAULT_KILL_AFTER_EFFECT=1`, test builds' fault: die between an effect's commit and its answer's.
     public var killAfterEffect = false
+    /// `SOULACY_NODE_ID`: this process's name among the gateway's nodes (default: the host name and the data directory).
+    public var nodeID: String?
 
     public struct Invalid: Error, CustomStringConvertible, Equatable {
         public let variable: String
@@ -46,6 +48,12 @@ public struct GatewaySettings: Sendable, Equatable {
     }
 
     public init() {}
+
+    /// The node id to use: `SOULACY_NODE_ID`, or the host name and the data directory (stable across restarts, distinct
+    /// for two gateways on one host).
+    public func resolvedNodeID(dataDirectory: String) -> String {
+        nodeID ?? "\(ProcessInfo.processInfo.hostName):\(dataDirectory)"
+    }
 
     public static func fromEnvironment(_ environment: [String: String]) throws(Invalid) -> GatewaySettings {
         var settings = GatewaySettings()
@@ -93,6 +101,12 @@ public struct GatewaySettings: Sendable, Equatable {
         settings.relayMailboxCAFile = value("SOULACY_RELAY_MAILBOX_CA_FILE")
         settings.watchAgentFiles = try switchValue("SOULACY_AGENT_WATCH", default: true)
         settings.killAfterEffect = value("SOULACY_FAULT_KILL_AFTER_EFFECT") == "1"
+        if let node = value("SOULACY_NODE_ID") {
+            guard (1...128).contains(node.utf8.count), node.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
+                throw Invalid(variable: "SOULACY_NODE_ID", message: "must be 1 to 128 visible ASCII characters, got '\(node.prefix(40))'")
+            }
+            settings.nodeID = node
+        }
         if let text = value("SOULACY_RATE_LIMIT_PER_MINUTE") {
             guard let limit = Int(text), limit >= 0 else {
                 throw Invalid(variable: "SOULACY_RATE_LIMIT_PER_MINUTE", message: "must be a whole number of requests, 0 for no limit, got '\(text)'")

@@ -84,7 +84,8 @@ public struct ApprovalsAPI: Sendable {
             if !sessionID.isEmpty, sessionID != activity?.sessionID { throw APIError.notFound("no session \(sessionID) of yours") }
         } else if !sessionID.isEmpty {
             activity = await runs.activityRun(sessionID: sessionID)
-            let owner = try activity?.subject ?? runs.store.subject(ofSession: sessionID)
+            let owner: String?
+            if let subject = activity?.subject { owner = subject } else { owner = try await runs.store.subject(ofSession: sessionID) }
             if let owner, owner != caller.subject { throw APIError.notFound("no session \(sessionID) of yours") }
         } else {
             activity = nil

@@ -68,7 +68,7 @@ extension GatewayAPI {
         let now = clock.now()
         var agents: [ConsoleAgents.Agent] = []
         for agent in catalog.current.visibleAgents {
-            let runs = try runStore.recentRuns(agentID: agent.id, subject: caller.subject, limit: Self.consoleRunsShown).map { run in
+            let runs = try await runStore.recentRuns(agentID: agent.id, subject: caller.subject, limit: Self.consoleRunsShown).map { run in
                 ConsoleAgents.Run(id: run.id, status: run.status.rawValue, trigger: run.trigger.rawValue, startedAt: Timestamp(run.startedAt),
                                   finishedAt: run.finishedAt.map(Timestamp.init),
                                   durationMs: run.finishedAt.map { Int(($0.timeIntervalSince(run.startedAt) * 1000).rounded()) },
@@ -79,7 +79,7 @@ extension GatewayAPI {
                 id: agent.id, name: agent.name, enabled: agent.isOn, disabledReason: agent.disabledReason, running: await self.runs.isRunning(agent.id),
                 trigger: ConsoleAgents.Trigger(kind: agent.trigger.rawValue, schedule: schedule?.cron?.expression,
                                                timezone: schedule.map { $0.timeZone.identifier }, at: schedule?.at.map(Timestamp.init)),
-                nextFires: scheduler.nextFires(of: agent.id, count: Self.consoleFiresShown, after: now).map(Timestamp.init),
+                nextFires: await scheduler.nextFires(of: agent.id, count: Self.consoleFiresShown, after: now).map(Timestamp.init),
                 lastRuns: try runs))
         }
         // Paths relative to the agents' folder: where the file is, without telling a viewer the host's layout.

@@ -19,6 +19,8 @@ public struct GatewayAPI: Sendable {
     let clock: any WallClock
     /// The wake-up transports configured (apns, relay, fcm, …), for the readiness check.
     var transportNames: [String] = []
+    /// This process's name among the gateway's nodes, shown by the health check.
+    public var nodeID = ""
     /// The relay carriage's state for the console's health page (nil: no relay configured).
     public var relayStatus: @Sendable () async -> RelayCarriage.Status? = { nil }
 
@@ -66,7 +68,7 @@ public struct GatewayAPI: Sendable {
         }
         return .json(APIHealth(status: database == "ok" ? "ok" : "degraded", version: GatewayVersion.current, timestamp: Timestamp(clock.now()),
                                deps: .init(database: database, agents: catalog.current.visibleAgents.filter(\.isOn).count),
-                               requestID: RequestContext.current?.requestID ?? RequestID.fresh()))
+                               requestID: RequestContext.current?.requestID ?? RequestID.fresh(), node: nodeID, engine: mobile.transactions.engine))
     }
 
     /// The companion's readiness, in the original's shape: each check ok, warn or fail, with what to do next.
@@ -96,7 +98,7 @@ public struct GatewayAPI: Sendable {
     }
 
     @Sendable func listAgents(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let next = scheduler.nextFires(after: clock.now())
+        let next = await scheduler.nextFires(after: clock.now())
         let surface = request.query["surface"]?.trimmingCharacters(in: .whitespaces).lowercased()
         var agents: [AgentDefinition] = []
         var interfaces: [String: AgentList.Interface] = [:]
@@ -172,13 +174,13 @@ public struct GatewayAPI: Sendable {
         let wait = try request.queryFlag("wait")
         // A run is its person's, like their inbox: another key (even an admin's) learns nothing, not even that it exists.
         // A run just started may not be stored yet: then the run in flight says whose it is.
-        var owner = try runStore.run(id: id)?.subject
+        var owner = try await runStore.run(id: id)?.subject
         if owner == nil { owner = await runs.activityRun(runID: id)?.subject }
         guard owner == caller.subject else { throw APIError.notFound("no run \(id) of yours") }
         if wait { _ = await runs.wait(runID: id) }
-        guard let run = try runStore.run(id: id) else { throw APIError.notFound("no run \(id) of yours") }
+        guard let run = try await runStore.run(id: id) else { throw APIError.notFound("no run \(id) of yours") }
         var view = RunView(run)
-        view.events = try runStore.events(runID: run.id).map { EventView(at: Timestamp($0.at), kind: $0.kind, detail: $0.detail) }
+        view.events = try await runStore.events(runID: run.id).map { EventView(at: Timestamp($0.at), kind: $0.kind, detail: $0.detail) }
         view.outputs = try outputs(of: run)
         return .json(view)
     }
@@ -280,7 +282,7 @@ extension AgentRuns {
     public static func interruptedRunResumer(store: any RunStore) -> AnswerResumer {
         AnswerResumer(kind: runResumeKind) { id, caller in
             guard let (statusText, runID) = AnswerResumer.parts(of: id), let status = Int(statusText),
-                  let record = try store.run(id: runID), record.subject == caller.subject, record.status != .running, record.status != .succeeded
+                  let record = try await store.run(id: runID), record.subject == caller.subject, record.status != .running, record.status != .succeeded
             else { return nil }
             return failedRunAnswer(record, status: status)
         }
@@ -306,9 +308,12 @@ extension GatewayAPI {
         var timestamp: Timestamp
         var deps: Dependencies
         var requestID: String
+        /// Beyond the original's shape: which node answered, and on which engine.
+        var node: String
+        var engine: String
 
         enum CodingKeys: String, CodingKey {
-            case status, version, timestamp, deps
+            case status, version, timestamp, deps, node, engine
             case requestID = "request_id"
         }
     }

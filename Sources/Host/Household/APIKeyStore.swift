@@ -1,3 +1,4 @@
+import Storage
 import Crypto
 import Foundation
 import Identity
@@ -38,6 +39,8 @@ public struct MintedKey: Sendable {
 public protocol APIKeyStore: Sendable {
     /// `mintedBy`: the subject whose credential asks for it (the owner for the console's first-start key).
     func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, mintedBy: String?) throws -> MintedKey
+    /// The same inside the caller's transaction (pairing redeems its code and mints the code's key as one step).
+    func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, mintedBy: String?, in session: any StorageSession) throws -> MintedKey
     /// The caller a bearer token names; nil for an unknown or revoked one.
     func authenticate(_ token: String) -> Principal?
     func principal(keyID: String) -> Principal?
@@ -71,6 +74,10 @@ public final class SQLiteAPIKeyStore: APIKeyStore {
 
     public func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, mintedBy: String?) throws -> MintedKey {
         try database.transaction { db in try mint(name: name, subject: subject, role: role, kind: kind, mintedBy: mintedBy, in: db) }
+    }
+
+    public func mint(name: String, subject: String, role: Role, kind: APIKey.Kind, mintedBy: String?, in session: any StorageSession) throws -> MintedKey {
+        try mint(name: name, subject: subject, role: role, kind: kind, mintedBy: mintedBy, in: session.sqliteConnection())
     }
 
     /// Mints inside the caller's transaction (pairing redeems a code and mints its key as one step).

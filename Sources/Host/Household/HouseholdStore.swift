@@ -38,9 +38,9 @@ public final class HouseholdStore: Sendable {
     /// The engine seam's view of the same database: what routes build their answers in.
     public var transactions: any TransactionalStorage { database }
     /// The SQLite key store itself: a redeemed code and its new key commit in one transaction.
-    let keys: SQLiteAPIKeyStore
+    let keys: any APIKeyStore
 
-    public init(database: DatabasePool, keys: SQLiteAPIKeyStore) throws {
+    public init(database: DatabasePool, keys: any APIKeyStore) throws {
         self.database = database
         self.keys = keys
     }
