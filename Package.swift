@@ -112,8 +112,10 @@ let package = Package(
         // QR codes from libqrencode, drawn for a terminal and as SVG for the console.
         .target(name: "QRCode", dependencies: ["CQRencode"], path: "Sources/QRCode"),
         .target(name: "GatewayHTTP", dependencies: ["Storage", "QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
-                                                    "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "SQLite", "WebPush"], path: "Sources/Host/GatewayHTTP"),
-        .target(name: "Gateway", dependencies: ["Console", "Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
+                                                    "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "WebPush"], path: "Sources/Host/GatewayHTTP"),
+        // SQLite's implementations of the host's store protocols (the composition root picks them for a data directory).
+        .target(name: "SQLiteStores", dependencies: ["GatewayHTTP", "SQLite", "Storage"], path: "Sources/SQLiteStores"),
+        .target(name: "Gateway", dependencies: ["SQLiteStores", "Console", "Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "WebPush", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),
@@ -149,6 +151,6 @@ let package = Package(
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "WebPush", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["SQLiteStores", "Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
     ]
 )

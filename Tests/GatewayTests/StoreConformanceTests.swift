@@ -2,6 +2,7 @@ import Foundation
 import GatewayHTTP
 import GatewayTestSupport
 import Storage
+import SQLiteStores
 import Testing
 
 /// Each store protocol's conformance suite (in the test kit), run against every engine the gateway can use.

@@ -16,6 +16,7 @@ import Mobile
 import MobileHTTP
 import Crypto
 import SQLite
+import SQLiteStores
 import Synchronization
 
 public struct GatewayOptions: Sendable {
@@ -367,7 +368,7 @@ public final class Gateway: Sendable {
         router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
         router.add(AssistantAPI(runs: runs, catalog: catalog, sessions: ChatSessions()).routes)
         do {
-            router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStore, cooldowns: try TriggerCooldowns(database: database), clock: options.clock).routes)
+            router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStore, cooldowns: SQLiteTriggerCooldownStore(database: database), clock: options.clock).routes)
         } catch {
             throw .storage("cannot open the trigger table: \(error)")
         }

@@ -26,7 +26,7 @@ public final class IdempotencyLog: Sendable {
     public static let header = "idempotency-key"
 
     /// The status of a line whose effect committed but whose answer was not recorded (yet).
-    static let appliedWithoutAnswer = 0
+    public static let appliedWithoutAnswer = 0
 
     let store: any IdempotencyStore
     let clock: any WallClock

@@ -14,10 +14,10 @@ public struct TriggersAPI: Sendable {
     let catalog: AgentCatalog
     let runs: AgentRuns
     let mobile: MobileStore
-    let cooldowns: TriggerCooldowns
+    let cooldowns: any TriggerCooldownStore
     let clock: any WallClock
 
-    public init(catalog: AgentCatalog, runs: AgentRuns, mobile: MobileStore, cooldowns: TriggerCooldowns, clock: any WallClock) {
+    public init(catalog: AgentCatalog, runs: AgentRuns, mobile: MobileStore, cooldowns: any TriggerCooldownStore, clock: any WallClock) {
         self.catalog = catalog
         self.runs = runs
         self.mobile = mobile
@@ -109,7 +109,7 @@ public struct TriggersAPI: Sendable {
         if await runs.isRunning(agentID) {
             throw APIError.conflict("agent is already running", code: "already_running")
         }
-        if let wait = try cooldowns.claim(agentID: agentID, deviceID: device.id, cooldown: location.cooldown, now: clock.now()) {
+        if let wait = try await cooldowns.claim(agentID: agentID, deviceID: device.id, cooldown: location.cooldown, now: clock.now()) {
             return .json(Ignored(reason: "cooldown", retryAfter: Self.goDuration(seconds: Int(wait))), status: 202)
         }
         var input: [String: JSONValue] = ["event": .string(event.rawValue), "region_name": .string(region), "device_id": .string(device.id)]
@@ -126,7 +126,7 @@ public struct TriggersAPI: Sendable {
                                                answer: { GatewayAPI.startedAnswer($0).committedAnswer })
             return GatewayAPI.startedAnswer(started)
         } catch {
-            try? cooldowns.release(agentID: agentID, deviceID: device.id)
+            try? await cooldowns.release(agentID: agentID, deviceID: device.id)
             throw APIError.runRefused(error)
         }
     }
