@@ -66,7 +66,7 @@ let package = Package(
         .target(name: "Outbox", dependencies: ["ChannelAPI"], path: "Sources/Outbox"),
         // The durable hand-off for every channel but the phones' inbox: sends written with the run's end, attempted by
         // the shared outbox loop.
-        .target(name: "ChannelDelivery", dependencies: ["Metrics", "ChannelAPI", "Crypto", "JSON", "Outbox", "SQLite"], path: "Sources/ChannelDelivery"),
+        .target(name: "ChannelDelivery", dependencies: ["Storage", "Metrics", "ChannelAPI", "Crypto", "JSON", "Outbox", "SQLite"], path: "Sources/ChannelDelivery"),
         .target(name: "Mobile", dependencies: ["Storage", "Metrics", "ChannelAPI", "Identity", "JSON", "SQLite", "Crypto", "Outbox"], path: "Sources/Channels/Mobile"),
         // The mobile channel's routes (devices, inbox, commands, nodes) over the API kit; the core above knows no HTTP.
         .target(name: "MobileHTTP", dependencies: ["Storage", "Mobile", "ChannelAPI", "Identity", "JSON", "HTTPServer", "APIKit", "Crypto"], path: "Sources/MobileHTTP"),

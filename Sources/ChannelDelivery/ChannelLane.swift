@@ -21,7 +21,7 @@ public struct OutboundChannelRegistry: Sendable {
 /// One attempt at a channel send, and its outcome recorded on the row: the channel's lane of the outbox.
 public final class ChannelLane: OutboxLane {
     public let name = "channels"
-    public let outbox: SQLiteChannelOutbox
+    public let outbox: any ChannelOutbox
     public let channels: OutboundChannelRegistry
     let clock: any WallClock
     let policy: RetryPolicy
@@ -30,16 +30,16 @@ public final class ChannelLane: OutboxLane {
     public let endpoints: any EndpointStateStore
     let metrics: ChannelMetrics?
 
-    /// `endpoints`: by default the outbox's own database, so the gateway gets durable endpoint state with no wiring.
-    public init(outbox: SQLiteChannelOutbox, channels: OutboundChannelRegistry, clock: any WallClock, policy: RetryPolicy, log: Log,
-                endpoints: (any EndpointStateStore)? = nil, metrics: ChannelMetrics? = nil) {
+    /// `endpoints`: the disabled endpoints, kept by the same engine as the outbox (the composition root picks both).
+    public init(outbox: any ChannelOutbox, channels: OutboundChannelRegistry, clock: any WallClock, policy: RetryPolicy, log: Log,
+                endpoints: any EndpointStateStore, metrics: ChannelMetrics? = nil) {
         self.metrics = metrics
         self.outbox = outbox
         self.channels = channels
         self.clock = clock
         self.policy = policy
         self.log = log
-        self.endpoints = endpoints ?? SQLiteEndpointStateStore(database: outbox.database)
+        self.endpoints = endpoints
     }
 
     public func releaseAbandonedLeases(ownOwner owner: String) throws -> Int { try outbox.releaseAbandonedLeases(ownOwner: owner) }

@@ -4,6 +4,7 @@ import Foundation
 import JSON
 import Outbox
 import SQLite
+import Storage
 
 /// One output on its way to a channel, as the durable hand-off keeps it: written with the run's end, attempted
 /// by the dispatcher, finished once.
@@ -96,9 +97,32 @@ public enum ChannelOutboxSchema {
     ]
 }
 
+/// What the channel lane and the run bookkeeping need of the channel outbox, whatever engine keeps it: sends recorded
+/// in the caller's transaction (a run's end), due rows claimed with a lease (one holder at a time), settled once by
+/// their holder, and what the console and the metrics read.
+public protocol ChannelOutbox: Sendable {
+    /// Records sends inside the caller's transaction (the run's end, so the output and the run commit together).
+    func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date, in session: any StorageSession) throws
+    /// Records sends in a transaction of their own (a failure notice, a channel test).
+    func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date) throws
+    func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [ChannelOutboxEntry]
+    func nextDue() throws -> Date?
+    /// Ends a claimed row; false when its lease was lost to another holder (who settles it instead).
+    func settle(_ id: String, owner: String, state: ChannelOutboxEntry.State, reason: String?, remoteID: String?, at now: Date) async throws -> Bool
+    func reschedule(_ id: String, owner: String, at next: Date, reason: String) async throws -> Bool
+    /// Leases a previous run of this host left behind, released at start.
+    func releaseAbandonedLeases(ownOwner: String) throws -> Int
+    func entries(runID: String) throws -> [ChannelOutboxEntry]
+    func entries() throws -> [ChannelOutboxEntry]
+    func entry(id: String) throws -> ChannelOutboxEntry?
+    func removeFinished(before cutoff: Date) throws -> Int
+    /// What waits, since when, and each channel's latest finished send.
+    func health(channels: [String]) throws -> ChannelOutboxHealth
+}
+
 /// The channel outbox in SQLite: rows written with the run's end, claimed with a lease (one holder at a time, so
 /// two dispatchers never send one twice), settled once by their holder.
-public struct SQLiteChannelOutbox: Sendable {
+public struct SQLiteChannelOutbox: ChannelOutbox {
     /// How long a send stays worth attempting; after that it is recorded as failed with its last reason.
     public static let defaultLifetime: TimeInterval = 24 * 3600
 
@@ -118,6 +142,10 @@ public struct SQLiteChannelOutbox: Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, send.id, runID, send.subject, send.channel, send.destination, output, ms(now), ms(now.addingTimeInterval(defaultLifetime)), ms(now))
         }
+    }
+
+    public func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date, in session: any StorageSession) throws {
+        try Self.enqueue(sends, runID: runID, now: now, in: session.sqliteConnection())
     }
 
     /// Records sends in a transaction of their own (a failure notice, a channel test).

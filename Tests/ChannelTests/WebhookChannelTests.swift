@@ -300,7 +300,7 @@ struct WebhookChannelTests {
             let outbox = SQLiteChannelOutbox(database: database)
             let webhook = try channel(config, clock: clock)
             let lane = ChannelLane(outbox: outbox, channels: OutboundChannelRegistry([webhook]), clock: clock,
-                                   policy: RetryPolicy(), log: Log(minimum: .error))
+                                   policy: RetryPolicy(), log: Log(minimum: .error), endpoints: SQLiteEndpointStateStore(database: database))
             let pending = PendingChannelSend(channel: "webhook", destination: "alerts", output: Self.output, subject: "owner")
             try outbox.enqueue([pending], runID: nil, now: clock.now())
             for entry in try await outbox.claimDue(owner: "test", now: clock.now(), lease: 60, limit: 10) { await lane.attempt(entry, owner: "test") }

@@ -118,7 +118,7 @@ public actor AgentRuns {
     /// Channels reached through the durable hand-off (telegram, slack, webhook, …): an output to one is recorded with
     /// the run's end and sent by the channel dispatcher, which `sendsRecorded` wakes.
     public nonisolated let outbound: OutboundChannelRegistry
-    public nonisolated let channelOutbox: SQLiteChannelOutbox?
+    public nonisolated let channelOutbox: (any ChannelOutbox)?
     /// Where each run's reply goes (the agent's output, the channels' defaults, the original's fallback).
     public nonisolated let router: OutputRouter
     nonisolated let sendsRecorded: @Sendable () -> Void
@@ -135,7 +135,7 @@ public actor AgentRuns {
 
     public init(catalog: AgentCatalog, channels: ChannelRegistry, store: any RunStore, clock: any WallClock, log: Log,
                 credentials: RunCredentials = RunCredentials(), progress: (any RunProgressObserver)? = nil, alerts: (any DeviceAlerts)? = nil,
-                outbound: OutboundChannelRegistry = OutboundChannelRegistry(), channelOutbox: SQLiteChannelOutbox? = nil,
+                outbound: OutboundChannelRegistry = OutboundChannelRegistry(), channelOutbox: (any ChannelOutbox)? = nil,
                 defaultOutputs: [String: DefaultOutput] = [:],
                 sendsRecorded: @escaping @Sendable () -> Void = {}, metrics: AgentMetrics? = nil, makeRunner: @escaping RunnerFactory) {
         self.metrics = metrics

@@ -83,9 +83,12 @@ extension RunStore {
 public final class SQLiteRunStore: RunStore {
 
     let database: DatabasePool
+    /// Where a run's channel sends are recorded, in the transaction of its end (the same database).
+    let channelOutbox: any ChannelOutbox
 
-    public init(database: DatabasePool) throws {
+    public init(database: DatabasePool, channelOutbox: (any ChannelOutbox)? = nil) throws {
         self.database = database
+        self.channelOutbox = channelOutbox ?? SQLiteChannelOutbox(database: database)
     }
 
     private static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
@@ -100,10 +103,11 @@ public final class SQLiteRunStore: RunStore {
 
     public func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date,
                        answer: CommitHook.Answer?, sends: [PendingChannelSend]) async throws {
+        let channelOutbox = channelOutbox
         let update = { @Sendable (db: Connection) throws -> Void in
             try db.run("UPDATE runs SET status = ?, finished_at = ?, error = ?, delivery_id = ?, note = ? WHERE id = ?",
                        status.rawValue, Self.ms(date), error, deliveryID, note, id)
-            try SQLiteChannelOutbox.enqueue(sends, runID: id, now: date, in: db)
+            try channelOutbox.enqueue(sends, runID: id, now: date, in: db)
         }
         // The task's commit hook (a caller's idempotency line) travels with it to the database's threads.
         if let answer { try await database.asyncTransaction(answering: { _ in answer }, update) } else { try await database.asyncTransaction(update) }

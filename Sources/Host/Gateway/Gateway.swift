@@ -137,7 +137,7 @@ public final class Gateway: Sendable {
     public let channels: ChannelRegistry
     /// Channels reached through the durable hand-off, by configured id.
     public let outbound: OutboundChannelRegistry
-    public let channelOutbox: SQLiteChannelOutbox
+    public let channelOutbox: any ChannelOutbox
     public let channelDispatcher: ChannelDispatcher
     /// Messages people send to agents' bots, carried into runs.
     public let inbound: ChannelInbound
@@ -228,15 +228,18 @@ public final class Gateway: Sendable {
             throw .dataDirectory("cannot create the data directory \(options.dataDirectory): \(error.localizedDescription)")
         }
         DataDirectoryPermissions.tighten(options.dataDirectory, log: log)
+        // The channel hand-off's outbox: the run store records a run's sends in it, in the transaction of the run's end.
+        let sqliteChannelOutbox: SQLiteChannelOutbox
         do {
             database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes,
                                         metrics: metrics.database)
             // The schema is brought up to date once, here, before any store exists.
             try GatewaySchema.migrator().migrate(database)
             mobileStore = try MobileStore(database: database, clock: options.clock, metrics: metrics.mobile)
+            sqliteChannelOutbox = SQLiteChannelOutbox(database: database)
             let sqliteKeys = try SQLiteAPIKeyStore(database: database)
             keys = sqliteKeys
-            runStore = try SQLiteRunStore(database: database)
+            runStore = try SQLiteRunStore(database: database, channelOutbox: sqliteChannelOutbox)
             household = try HouseholdStore(database: database, keys: sqliteKeys)
             memory = try MemoryFactStore(database: database, clock: options.clock)
             let interrupted = try runStore.markInterrupted(at: options.clock.now())
@@ -245,9 +248,9 @@ public final class Gateway: Sendable {
             throw .storage("cannot open the database in \(options.dataDirectory): \(error)")
         }
         let transports = try Self.wakeTransports(options: options, log: log)
-        channelOutbox = SQLiteChannelOutbox(database: database)
+        channelOutbox = sqliteChannelOutbox
         channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log.component("channels"),
-                                                                  metrics: metrics.channels),
+                                                                  endpoints: SQLiteEndpointStateStore(database: database), metrics: metrics.channels),
                                               clock: options.clock, log: log)
         dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log.component("push"),
                                     metrics: metrics.mobile)

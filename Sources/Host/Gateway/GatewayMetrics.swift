@@ -32,7 +32,7 @@ struct GatewayMetrics: Sendable {
     }
 
     /// The gauges that read the gateway's state at scrape time: outbox depth and age, sidecars, credentials.
-    func registerState(mobile: MobileStore, channelOutbox: SQLiteChannelOutbox, outbound: OutboundChannelRegistry, transports: WakeTransportRegistry,
+    func registerState(mobile: MobileStore, channelOutbox: any ChannelOutbox, outbound: OutboundChannelRegistry, transports: WakeTransportRegistry,
                        tlsCertificatePEM: String?, clock: any WallClock) {
         let pushHealth = { @Sendable in try? mobile.pushOutboxHealth(transports: []) }
         let channelHealth = { @Sendable in try? channelOutbox.health(channels: []) }

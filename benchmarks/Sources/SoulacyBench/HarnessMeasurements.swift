@@ -95,7 +95,7 @@ enum ChannelBench {
 
     static func handOff(gateway: Gateway, channel: String, destination: String, count: Int) async throws -> [String: Any] {
         let sends = (0..<count).map { PendingChannelSend(channel: channel, destination: destination, output: output($0), subject: "owner") }
-        let database = gateway.channelOutbox.database
+        let database = gateway.database
         func left() throws -> Int {
             Int(try database.read { try $0.query("SELECT COUNT(*) AS n FROM channel_outbox WHERE state = 'pending'").first?.int("n") ?? 0 })
         }
