@@ -122,6 +122,13 @@ public final class PostgresConnection {
         return Int(String(cString: PQcmdTuples(result))) ?? 0
     }
 
+    /// Sends a notification (`pg_notify`, both values as parameters). Inside a transaction it is delivered when that
+    /// commits, and never if it rolls back: a write and its hint go together.
+    public func notify(channel: String, payload: String = "") throws(PostgresError) {
+        try PostgresListener.validate(channel: channel)
+        _ = try query("SELECT pg_notify($1, $2)", channel, payload)
+    }
+
     /// `name` quoted as an SQL identifier by libpq (for LISTEN, which takes no parameters).
     public func quoteIdentifier(_ name: String) throws(PostgresError) -> String {
         guard let handle else { throw Self.closedError(sql: nil) }
@@ -336,8 +343,30 @@ public final class PostgresConnection {
         }
         let bound = try bind(values, sql: sql)
         let key = sql + "\u{1}" + bound.types.map(String.init).joined(separator: ",")
-        let name = try preparedName(for: key, sql: sql, types: bound.types, values: values)
-        let result: OpaquePointer? = bound.storage.withUnsafeBufferPointer { storage in
+        var attempt = 0
+        while true {
+            attempt += 1
+            let name = try preparedName(for: key, sql: sql, types: bound.types, values: values)
+            let result = Self.execute(prepared: name, bound, count: values.count, on: handle)
+            do throws(PostgresError) {
+                try check(result, sql: sql, parameters: values)
+                return result!
+            } catch {
+                PQclear(result)
+                // 0A000 "cached plan must not change result type" (a migration changed a table under a `SELECT *`),
+                // 26000 the statement is gone (someone ran DEALLOCATE): prepared afresh. Outside a transaction
+                // nothing ran, so it is tried once more at once; inside one, the transaction is aborted either way.
+                guard error.sqlState == "0A000" || error.sqlState == "26000" else { throw error }
+                statements[key] = nil
+                guard PQtransactionStatus(handle) == PQTRANS_IDLE else { throw error }
+                if error.sqlState == "0A000" { PQclear(PQexec(handle, "DEALLOCATE \(name)")) }
+                guard attempt < 2 else { throw error }
+            }
+        }
+    }
+
+    private static func execute(prepared name: String, _ bound: BoundParameters, count: Int, on handle: OpaquePointer) -> OpaquePointer? {
+        bound.storage.withUnsafeBufferPointer { storage in
             let base = UnsafeRawPointer(storage.baseAddress!)
             let pointers: [UnsafePointer<CChar>?] = bound.offsets.map { offset in
                 offset.map { (base + $0).assumingMemoryBound(to: CChar.self) }
@@ -345,21 +374,11 @@ public final class PostgresConnection {
             return pointers.withUnsafeBufferPointer { pointers in
                 bound.lengths.withUnsafeBufferPointer { lengths in
                     bound.formats.withUnsafeBufferPointer { formats in
-                        PQexecPrepared(handle, name, Int32(values.count), pointers.baseAddress, lengths.baseAddress, formats.baseAddress, 0)
+                        PQexecPrepared(handle, name, Int32(count), pointers.baseAddress, lengths.baseAddress, formats.baseAddress, 0)
                     }
                 }
             }
         }
-        do throws(PostgresError) {
-            try check(result, sql: sql, parameters: values)
-        } catch {
-            PQclear(result)
-            // 0A000 "cached plan must not change result type" (a table changed under a `SELECT *`), 26000 the
-            // statement is gone (someone ran DEALLOCATE): prepare it afresh next time.
-            if error.sqlState == "0A000" || error.sqlState == "26000" { statements[key] = nil }
-            throw error
-        }
-        return result!
     }
 
     private func preparedName(for key: String, sql: String, types: [UInt32], values: [PostgresValue]) throws(PostgresError) -> String {

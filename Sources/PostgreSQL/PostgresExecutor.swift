@@ -10,12 +10,16 @@ public final class PostgresExecutor: TaskExecutor, @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [UnownedJob] = []
     private var stopping = false
+    private var threadIDs: [pthread_t] = []
 
     /// Starts `threads` threads named `name-0`…; they end when `stop()` is called and the queue is empty.
     public init(threads: Int, name: String) {
         for index in 0..<max(1, threads) {
-            let thread = Thread { [self] in run() }
-            thread.name = "\(name)-\(index)"
+            let thread = Thread { [self] in
+                // Named from inside: on Linux a name given before the start does not reach the thread itself.
+                Thread.current.name = "\(name)-\(index)"
+                run()
+            }
             thread.stackSize = 1 << 20
             thread.start()
         }
@@ -35,6 +39,14 @@ public final class PostgresExecutor: TaskExecutor, @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Whether the calling thread is one of this executor's.
+    public var isCurrent: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        let me = pthread_self()
+        return threadIDs.contains { pthread_equal($0, me) != 0 }
+    }
+
     /// Lets the threads finish the queued work and end.
     public func stop() {
         condition.lock()
@@ -44,10 +56,14 @@ public final class PostgresExecutor: TaskExecutor, @unchecked Sendable {
     }
 
     private func run() {
+        condition.lock()
+        threadIDs.append(pthread_self())
+        condition.unlock()
         while true {
             condition.lock()
             while jobs.isEmpty, !stopping { condition.wait() }
             if jobs.isEmpty {
+                threadIDs.removeAll { pthread_equal($0, pthread_self()) != 0 }
                 condition.unlock()
                 return
             }

@@ -113,6 +113,7 @@ final class ListenerLoop: @unchecked Sendable {
     func start() async throws {
         try await withCheckedThrowingContinuation { (started: CheckedContinuation<Void, any Error>) in
             let thread = Thread { [self] in
+                Thread.current.name = "postgres-listener"
                 do {
                     try connect()
                 } catch {
@@ -123,7 +124,6 @@ final class ListenerLoop: @unchecked Sendable {
                 started.resume()
                 run()
             }
-            thread.name = "postgres-listener"
             thread.stackSize = 1 << 20
             thread.start()
         }

@@ -37,7 +37,7 @@ public final class PostgresPool: Sendable {
         // there), never in the queue of threads busy with other holders' statements.
         let index = try await slots.acquire()
         defer { if slots.release(index) { connections[index].close() } }
-        return try await withTaskExecutorPreference(executor) { try connections[index].use(body) }
+        return try await onPoolThread { try connections[index].use(body) }
     }
 
     /// Runs `body` in one transaction on a connection of its own: all of it commits, or none. Transactions nested
@@ -47,12 +47,9 @@ public final class PostgresPool: Sendable {
     }
 
     /// Sends a notification to every connection listening on `channel` (`pg_notify`, both values as parameters).
-    /// Inside a transaction it is delivered at COMMIT; here it is its own statement.
+    /// Here it is its own statement; `PostgresConnection.notify` sends one with a transaction's writes.
     public func notify(channel: String, payload: String = "") async throws {
-        try PostgresListener.validate(channel: channel)
-        try await withConnection { connection in
-            _ = try connection.query("SELECT pg_notify($1, $2)", channel, payload)
-        }
+        try await withConnection { connection in try connection.notify(channel: channel, payload: payload) }
     }
 
     /// Opens every connection now (a startup check: a wrong URL or password fails here, not on the first request).
@@ -61,9 +58,14 @@ public final class PostgresPool: Sendable {
         var held: [Int] = []
         defer { for index in held where slots.release(index) { connections[index].close() } }
         for _ in 0..<size { held.append(try await slots.acquire()) }
-        try await withTaskExecutorPreference(executor) { [held] in
+        try await onPoolThread { [held] in
             for index in held { try connections[index].use { _ in () } }
         }
+    }
+
+    /// Runs `work` in the calling task (its task-locals included) on one of the pool's threads.
+    private func onPoolThread<T>(_ work: () throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(executor) { try work() }
     }
 
     /// Refuses new work and fails the tasks waiting for a connection; each connection closes now if free, else once

@@ -36,6 +36,28 @@ struct PostgresErrorTests {
         #expect(try await pool.withConnection { db in try db.query("SELECT 1 AS one").first?.int("one") } == 1)
     }
 
+    @Test("a read-only session's write is .readOnly; SQLSTATEs map to the kinds callers tell apart")
+    func kinds() async throws {
+        let (pool, _) = try await freshPool(size: 1)
+        defer { pool.close() }
+        let readOnly = try await #require(throws: PostgresError.self) {
+            try await pool.withConnection { db in
+                try db.execute("CREATE TABLE t (v integer)")
+                try db.execute("SET default_transaction_read_only = on")
+                defer { try? db.execute("SET default_transaction_read_only = off") }
+                try db.run("INSERT INTO t VALUES (1)")
+            }
+        }
+        #expect(readOnly.kind == .readOnly && readOnly.sqlState == "25006", "\(readOnly)")
+        let kinds: [String: PostgresError.Kind] = [
+            "23505": .uniqueViolation, "23503": .other, "40001": .serializationFailure, "40P01": .serializationFailure,
+            "53100": .diskFull, "25006": .readOnly, "08006": .connectionLost, "08001": .connectionLost, "57P01": .connectionLost,
+            "57P03": .connectionLost, "42601": .other,
+        ]
+        for (state, kind) in kinds { #expect(PostgresError.kind(forSQLState: state) == kind, "\(state)") }
+        #expect(PostgresError.kind(forSQLState: nil) == .other)
+    }
+
     @Test("a wrong password fails with the server's reason and never shows the password")
     func wrongPassword() async throws {
         let database = try await freshDatabase()

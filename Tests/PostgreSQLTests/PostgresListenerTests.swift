@@ -15,8 +15,15 @@ struct PostgresListenerTests {
         try await pool.notify(channel: "inbox_changed", payload: "person-1")
         try await pool.notify(channel: "Wake Up \"now\"", payload: "")
         try await pool.notify(channel: "not_listened", payload: "ignored")
-        // Inside a transaction: delivered at its COMMIT, not before.
-        try await pool.transaction { db in _ = try db.query("SELECT pg_notify($1, $2)", "inbox_changed", "person-2 'quoted' ü") }
+        // Inside a transaction: delivered at its COMMIT, and never after a rollback.
+        struct Refused: Error {}
+        await #expect(throws: Refused.self) {
+            try await pool.transaction { db in
+                try db.notify(channel: "inbox_changed", payload: "rolled back")
+                throw Refused()
+            }
+        }
+        try await pool.transaction { db in try db.notify(channel: "inbox_changed", payload: "person-2 'quoted' ü") }
         #expect(try await log.wait { events in events.count >= 3 })
         let received = log.notifications
         #expect(received.map(\.channel) == ["inbox_changed", "Wake Up \"now\"", "inbox_changed"])

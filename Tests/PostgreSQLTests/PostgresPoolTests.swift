@@ -18,6 +18,7 @@ struct PostgresPoolTests {
                 group.addTask {
                     let pid = try await pool.withConnection { db in
                         _ = try db.query("SELECT pg_sleep(0.1)")
+                        #expect(pool.executor.isCurrent, "the statement runs on a thread of the pool's")
                         return db.backendPID
                     }
                     finished.value.add(1, ordering: .relaxed)
@@ -43,6 +44,18 @@ struct PostgresPoolTests {
         #expect(Set(used).count <= 4, "at most the pool's 4 connections served: \(Set(used))")
         // 50 × 0.1 s over 4 connections: 13 rounds at least.
         #expect(elapsed >= .milliseconds(1200), "\(elapsed)")
+    }
+
+    @TaskLocal static var request: String?
+
+    @Test("the body runs in the calling task: task-locals bound around the call are seen inside it")
+    func taskLocals() async throws {
+        let (pool, _) = try await freshPool(size: 1)
+        defer { pool.close() }
+        let seen = try await Self.$request.withValue("req-7") {
+            try await pool.transaction { _ in Self.request }
+        }
+        #expect(seen == "req-7")
     }
 
     @Test("a connection the server killed while idle is replaced on its next use, and that use works")
