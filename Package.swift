@@ -29,6 +29,7 @@ let package = Package(
         .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CQRencode", path: "Sources/CQRencode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
+        .systemLibrary(name: "CPostgres", path: "Sources/CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         // Entry points Swift cannot call directly (variadic C functions, GNU extensions), one shim per library, so the
         // phone-side client never needs libmicrohttpd's headers.
         .target(name: "CHTTPServerShims", dependencies: ["CMicroHTTPD"], path: "Sources/CHTTPServerShims"),
@@ -47,6 +48,9 @@ let package = Package(
         // Child processes: spawned clean (given env, own process group, no inherited descriptors), pipes read and
         // written without blocking the cooperative pool, waited for and signalled. Agents' commands and sidecars.
         .target(name: "Subprocess", dependencies: ["CProcessShims"], path: "Sources/Subprocess"),
+        // libpq: connections from a postgres:// URL, a pool on threads of its own, migrations under an advisory
+        // lock, LISTEN/NOTIFY. The PostgreSQL engine's stores build on it; nothing else reaches libpq.
+        .target(name: "PostgreSQL", dependencies: ["CPostgres"], path: "Sources/PostgreSQL"),
         // Only the libmicrohttpd wrapper: requests in, responses out. Routing, callers and the error shape are the API kit's.
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"], path: "Sources/HTTPServer"),
         // The API kit over the server, in Hummingbird 2's shape: routes and groups, middleware, the authenticated
@@ -141,7 +145,7 @@ let package = Package(
                     path: "examples/channels/NtfyChannel/Tests"),
 
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "GatewayHTTP", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity"], path: "Tests/GatewayTestSupport"),
+        .target(name: "GatewayTestSupport", dependencies: ["Gateway", "GatewayHTTP", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity", "PostgreSQL"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["Storage", "GatewayTestSupport", "Metrics", "Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
         // Test targets follow the modules: agents, the mobile channel, the transports; GatewayTests holds what crosses them.
         .testTarget(name: "AgentsTests", dependencies: ["Storage", "Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
@@ -152,5 +156,7 @@ let package = Package(
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "WebPush", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
         .testTarget(name: "GatewayTests", dependencies: ["SQLiteStores", "Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
+        // The libpq wrapper against a throwaway PostgreSQL cluster (GatewayTestSupport's PostgresCluster).
+        .testTarget(name: "PostgreSQLTests", dependencies: ["PostgreSQL", "GatewayTestSupport"], path: "Tests/PostgreSQLTests"),
     ]
 )
