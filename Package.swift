@@ -50,7 +50,7 @@ let package = Package(
         .target(name: "Subprocess", dependencies: ["CProcessShims"], path: "Sources/Subprocess"),
         // libpq: connections from a postgres:// URL, a pool on threads of its own, migrations under an advisory
         // lock, LISTEN/NOTIFY. The PostgreSQL engine's stores build on it; nothing else reaches libpq.
-        .target(name: "PostgreSQL", dependencies: ["CPostgres"], path: "Sources/PostgreSQL"),
+        .target(name: "PostgreSQL", dependencies: ["CPostgres", "Storage"], path: "Sources/PostgreSQL"),
         // Only the libmicrohttpd wrapper: requests in, responses out. Routing, callers and the error shape are the API kit's.
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CHTTPServerShims", "CProcessShims"], path: "Sources/HTTPServer"),
         // The API kit over the server, in Hummingbird 2's shape: routes and groups, middleware, the authenticated
@@ -117,6 +117,8 @@ let package = Package(
         .target(name: "QRCode", dependencies: ["CQRencode"], path: "Sources/QRCode"),
         .target(name: "GatewayHTTP", dependencies: ["Storage", "QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "WebPush"], path: "Sources/Host/GatewayHTTP"),
+        // PostgreSQL's implementations of the host's store protocols (the second engine, for several gateways on one database).
+        .target(name: "PostgresStores", dependencies: ["GatewayHTTP", "PostgreSQL", "Storage"], path: "Sources/PostgresStores"),
         // SQLite's implementations of the host's store protocols (the composition root picks them for a data directory).
         .target(name: "SQLiteStores", dependencies: ["GatewayHTTP", "SQLite", "Storage"], path: "Sources/SQLiteStores"),
         .target(name: "Gateway", dependencies: ["SQLiteStores", "Console", "Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
@@ -155,8 +157,8 @@ let package = Package(
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "WebPush", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["SQLiteStores", "Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["PostgresStores", "PostgreSQL", "SQLiteStores", "Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
         // The libpq wrapper against a throwaway PostgreSQL cluster (GatewayTestSupport's PostgresCluster).
-        .testTarget(name: "PostgreSQLTests", dependencies: ["PostgreSQL", "GatewayTestSupport"], path: "Tests/PostgreSQLTests"),
+        .testTarget(name: "PostgreSQLTests", dependencies: ["PostgreSQL", "Storage", "GatewayTestSupport"], path: "Tests/PostgreSQLTests"),
     ]
 )

@@ -343,7 +343,9 @@ public struct Router: Sendable {
             case .immediate(let handler):
                 return finish(incoming, try handler(request, caller))
             case .async(let handler):
-                let response = try await RequestContext.$current.withValue(context) { try await handler(request, caller) }
+                let response = try await RequestContext.$current.withValue(context) {
+                    try await Log.$taskMetadata.withValue(["request_id": context.requestID]) { try await handler(request, caller) }
+                }
                 return finish(incoming, response)
             }
         } catch {

@@ -208,9 +208,16 @@ public struct Log: Sendable {
 
     public func isEnabled(_ level: Level) -> Bool { level >= minimum }
 
+    /// Context the current task puts on every line it logs, whichever logger writes it: the request id of the request
+    /// being answered (bound by the router around a handler), so a line a store, a channel or a run writes while
+    /// answering it names the request. A logger's own metadata wins over it on the same key.
+    @TaskLocal public static var taskMetadata: [String: String] = [:]
+
     public func log(_ level: Level, _ message: @autoclosure () -> String, metadata extra: [String: String] = [:]) {
         guard level >= minimum else { return }
-        let context = extra.isEmpty ? metadata : metadata.merging(extra) { $1 }
+        var context = extra.isEmpty ? metadata : metadata.merging(extra) { $1 }
+        let inherited = Log.taskMetadata
+        if !inherited.isEmpty { context.merge(inherited) { own, _ in own } }
         handler.write(LogRecord(date: Date(), level: level, label: label, message: message(), metadata: context))
     }
 

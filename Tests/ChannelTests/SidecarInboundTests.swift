@@ -119,4 +119,57 @@ struct SidecarInboundTests {
         #expect(lines.filter { $0.contains("inbound: a message on notes started run") }.count == 1 + starts, "\(lines)")
         #expect(!lines.contains { $0.contains("SECRET") || $0.contains("hello bot") || $0.contains("you said") })
     }
+
+    @Test("the example file sidecar under the gateway: an agent's output lands in its outbox once, an inbox line runs the channel's agent and the reply goes back to that chat")
+    func exampleFileSidecar() async throws {
+        let directory = TestGateway.makeTemporaryDirectory()
+        let outbox = directory + "/outbox.ndjson"
+        let inbox = directory + "/inbox.txt"
+        let config = """
+            channels:
+              sidecars:
+                - channel: notes
+                  command: python3
+                  args: [\(RepositoryPaths.root)/examples/channels/file-sidecar/file_sidecar.py]
+                  env:
+                    FILE_SIDECAR_OUTBOX: \(outbox)
+                    FILE_SIDECAR_INBOX: \(inbox)
+                  agent_id: helper
+            """
+        let agents = Self.agents + """
+
+              - id: brief
+                name: Brief
+                enabled: true
+                trigger: cron
+                schedule:
+                  cron: "0 0 1 1 *"
+                  output: {channel: notes, to: "me"}
+                runner:
+                  command: ["/bin/sh", "-c", "echo report for brief"]
+            """
+        /// The outbox's lines as (to, text): what the example's "platform" received.
+        @Sendable func received() -> [(to: String, text: String)] {
+            guard let text = try? String(contentsOfFile: outbox, encoding: .utf8) else { return [] }
+            return text.split(separator: "\n").compactMap { line in
+                guard case .object(let entry)? = try? JSONCoding.decode(JSONValue.self, from: String(line)),
+                      let to = entry["to"]?.stringValue, let body = entry["text"]?.stringValue else { return nil }
+                return (to, body)
+            }
+        }
+        try await withTestGateway(config: agents, directory: directory, gatewayConfig: config) { gw in
+            let run = try await gw.runAgent("brief", input: "")
+            #expect(run["status"] == "succeeded", "\(run)")
+            let runID = try #require(run["id"]?.stringValue)
+            #expect(await eventually(timeout: .seconds(30)) {
+                (try? await gw.request("GET", "/api/v1/runs/\(runID)").json["outputs"]?[0]?["state"]) == "delivered"
+            }, "the run's output is delivered once the sidecar acked it")
+            #expect(received().map(\.to) == ["me"] && received().first?.text.contains("report for brief") == true, "\(received())")
+
+            // A line a person writes on the "platform" is a message in the chat "me": the helper answers there.
+            try "me\thello there\n".write(toFile: inbox, atomically: false, encoding: .utf8)
+            #expect(await eventually(timeout: .seconds(30)) { received().contains { $0.text == "notes-me channel: you said: hello there" } }, "\(received())")
+            #expect(received().allSatisfy { $0.to == "me" } && received().count == 2, "\(received())")
+        }
+    }
 }

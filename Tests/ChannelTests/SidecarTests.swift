@@ -309,6 +309,17 @@ struct SidecarTests {
         await flood.channel.stop()
     }
 
+    @Test("a frame nested 10,000 levels is refused with a log line naming the limit; the sidecar keeps working")
+    func deeplyNestedFrame() async throws {
+        let h = Harness(mode: "deep,acks")
+        await h.channel.start()
+        #expect(await h.ready().connected, "the status frame after the deep one was read")
+        let refused = h.logs.lines.filter { $0.contains("an invalid line on stdout") }
+        #expect(refused.count == 1 && refused.first?.contains("64") == true, "\(refused)")
+        #expect(await h.send("after the deep frame", id: "d-deep") == .delivered(remoteID: "r-d-deep"))
+        await h.channel.stop()
+    }
+
     @Test("stderr goes to the log line by line; no message text is ever logged")
     func stderrLogged() async throws {
         let h = Harness(mode: "stderr,message,acks")

@@ -156,7 +156,8 @@ struct MetricsScrapeTests {
         #expect(checked.status == 0 && checked.output.contains("3 rules found"), "\(checked.output)")
         try await withTestGateway { gw in
             let exported = try await gw.request("GET", "/metrics").text
-            for name in ["soulacy_outbox_oldest_pending_age_seconds", "soulacy_channel_sends_total", "soulacy_tls_certificate_expiry_timestamp_seconds"] {
+            for name in ["soulacy_outbox_oldest_pending_age_seconds", "soulacy_push_attempts_total", "soulacy_tls_certificate_expiry_timestamp_seconds",
+                         "soulacy_credential_issued_timestamp_seconds", "soulacy_credential_expiry_timestamp_seconds"] {
                 #expect(rules.contains(name) && exported.contains("# TYPE \(name) "), "\(name)")
             }
         }

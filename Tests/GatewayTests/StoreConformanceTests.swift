@@ -2,6 +2,7 @@ import Foundation
 import GatewayHTTP
 import GatewayTestSupport
 import Storage
+import PostgresStores
 import SQLiteStores
 import Testing
 
@@ -10,18 +11,21 @@ import Testing
 struct StoreConformanceTests {
     /// The engines under test; each case makes a fresh database.
     enum Engine: String, CaseIterable, Sendable, CustomTestStringConvertible {
-        case sqlite
+        case sqlite, postgresql
         var testDescription: String { rawValue }
 
+        /// A fresh database with every migration the suites' stores need.
         func fixture() async throws -> any StorageEngineFixture {
             switch self {
             case .sqlite: try SQLiteEngineFixture()
+            case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations)
             }
         }
 
         func idempotencyStore(_ fixture: any StorageEngineFixture) throws -> any IdempotencyStore {
             switch self {
             case .sqlite: SQLiteIdempotencyStore(database: try #require(fixture as? SQLiteEngineFixture).database)
+            case .postgresql: PostgresIdempotencyStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
             }
         }
     }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import GatewayTestSupport
 import Testing
 
@@ -44,6 +47,26 @@ struct StructuredLogTests {
         #expect(access.contains { $0["route"] as? String == "/health" })
         let text = gateway.output.split(separator: "\n").filter { !$0.hasPrefix("SOULACY_ADMIN_KEY=") && !$0.hasPrefix("  ") }.joined(separator: "\n")
         for secret in [key, canary, deliveryID] { #expect(!text.contains(secret), "a log line carries \(secret.prefix(12))…") }
+    }
+
+    @Test("SOULACY_ACCESS_LOG=off stops the access lines, never the answers' request ids or the HTTP metrics")
+    func accessLogOff() async throws {
+        let gateway = try GatewayProcess(directory: TestGateway.makeTemporaryDirectory(),
+                                         environment: ["SOULACY_LOG_FORMAT": "json", "SOULACY_ACCESS_LOG": "off"])
+        let key = try #require(try await gateway.start())
+        let health = try await gateway.call("GET", "/health", key: nil, headers: ["X-Request-Id": "off-1"])
+        #expect(health.status == 200)
+        var scrape = URLRequest(url: URL(string: gateway.baseURL + "/metrics")!)
+        scrape.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization")
+        let (body, answer) = try await URLSession.shared.data(for: scrape)
+        let metrics = String(decoding: body, as: UTF8.self)
+        #expect((answer as? HTTPURLResponse)?.statusCode == 200 && metrics.contains("soulacy_http_requests_total{"), "\(metrics.prefix(300))")
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(gateway.terminate() == 0)
+        let lines = gateway.output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(!lines.isEmpty, "the gateway logged its start")
+        #expect(!lines.contains { $0["component"] as? String == "http" }, "an access line was written: \(lines.filter { $0["component"] as? String == "http" })")
+        #expect(!gateway.output.contains("off-1"))
     }
 
     @Test("a wrong SOULACY_LOG_LEVEL or SOULACY_LOG_FORMAT stops the start naming the variable")

@@ -11,13 +11,20 @@ struct PostgresPoolTests {
         let (pool, _) = try await freshPool(size: 4)
         defer { pool.close() }
         try await pool.connectAll()
+        // Every body holds its connection until the test opens the gate: while 4 are held and 46 wait, far more
+        // tasks than cores must still run. A safety net opens the gate after 10 s, so a pool whose waiting held
+        // the cooperative threads fails the check below instead of hanging the suite.
+        let gate = DispatchSemaphore(value: 0)
+        let openedBySafetyNet = Atomic<Bool>(false)
+        let entered = Counter()
         let finished = Counter()
-        let started = ContinuousClock.now
         let work = Task { try await withThrowingTaskGroup(of: Int32.self) { group in
             for _ in 0..<50 {
                 group.addTask {
                     let pid = try await pool.withConnection { db in
-                        _ = try db.query("SELECT pg_sleep(0.1)")
+                        entered.value.add(1, ordering: .relaxed)
+                        gate.wait()
+                        _ = try db.query("SELECT pg_sleep(0.02)")
                         #expect(pool.executor.isCurrent, "the statement runs on a thread of the pool's")
                         return db.backendPID
                     }
@@ -27,23 +34,29 @@ struct PostgresPoolTests {
             }
             return try await group.reduce(into: [Int32]()) { $0.append($1) }
         } }
-        // While every connection is busy and dozens of tasks wait, far more tasks than cores still get to run at once.
-        try await Task.sleep(for: .milliseconds(300))
-        let probeStart = ContinuousClock.now
+        let deadline = ContinuousClock.now + .seconds(20)
+        while entered.value.load(ordering: .relaxed) < 4 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        let safetyNet = Task {
+            try await Task.sleep(for: .seconds(10))
+            openedBySafetyNet.store(true, ordering: .releasing)
+            for _ in 0..<50 { gate.signal() }
+        }
         let probes = await withTaskGroup(of: Int.self) { group in
-            for index in 0..<(ProcessInfo.processInfo.activeProcessorCount * 8) { group.addTask { await Task.yield(); return index } }
+            for index in 0..<(ProcessInfo.processInfo.activeProcessorCount * 8) { group.addTask { await Task.yield(); return index + 1 } }
             return await group.reduce(0) { $0 + $1 }
         }
-        let probeTime = ContinuousClock.now - probeStart
+        let probedWhileHeld = !openedBySafetyNet.load(ordering: .acquiring)
+        let enteredDuringProbe = entered.value.load(ordering: .relaxed)
         let doneDuringProbe = finished.value.load(ordering: .relaxed)
+        safetyNet.cancel()
+        if probedWhileHeld { for _ in 0..<50 { gate.signal() } }
         let used = try await work.value
-        let elapsed = ContinuousClock.now - started
-        #expect(probes >= 0 && probeTime < .milliseconds(500), "the cooperative pool answered in \(probeTime)")
-        #expect(doneDuringProbe < 50, "the probe ran while the pool was still busy (\(doneDuringProbe) done)")
+        let cores = ProcessInfo.processInfo.activeProcessorCount * 8
+        #expect(probes == cores * (cores + 1) / 2)
+        #expect(probedWhileHeld, "the cooperative pool ran \(cores) probes while every connection was held and the rest waited")
+        #expect(enteredDuringProbe == 4 && doneDuringProbe == 0, "4 connections held, none let go: \(enteredDuringProbe) entered, \(doneDuringProbe) done")
         #expect(used.count == 50)
         #expect(Set(used).count <= 4, "at most the pool's 4 connections served: \(Set(used))")
-        // 50 × 0.1 s over 4 connections: 13 rounds at least.
-        #expect(elapsed >= .milliseconds(1200), "\(elapsed)")
     }
 
     @TaskLocal static var request: String?
@@ -95,15 +108,34 @@ struct PostgresPoolTests {
     func cancelledWaiter() async throws {
         let (pool, _) = try await freshPool(size: 1)
         defer { pool.close() }
-        let holder = Task { try await pool.withConnection { db in _ = try db.query("SELECT pg_sleep(0.5)") } }
-        try await Task.sleep(for: .milliseconds(100))
+        // The holder keeps the pool's one connection until the test lets it go, so the waiter can only leave by its
+        // cancellation; a safety net lets it go after 10 s, so a waiter that waits for the connection fails the check
+        // below instead of hanging the suite.
+        let release = DispatchSemaphore(value: 0)
+        let holding = Atomic<Bool>(false)
+        let releasedBySafetyNet = Atomic<Bool>(false)
+        let holder = Task {
+            try await pool.withConnection { db in
+                holding.store(true, ordering: .releasing)
+                release.wait()
+                return db.backendPID
+            }
+        }
+        while !holding.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(10)) }
         let waiter = Task { try await pool.withConnection { db in db.backendPID } }
         try await Task.sleep(for: .milliseconds(50))
-        let cancelledAt = ContinuousClock.now
+        let safetyNet = Task {
+            try await Task.sleep(for: .seconds(10))
+            releasedBySafetyNet.store(true, ordering: .releasing)
+            release.signal()
+        }
         waiter.cancel()
         await #expect(throws: CancellationError.self) { try await waiter.value }
-        #expect(ContinuousClock.now - cancelledAt < .milliseconds(300), "the waiter left at once, not when the connection came free")
-        try await holder.value
+        let leftWhileHeld = !releasedBySafetyNet.load(ordering: .acquiring)
+        #expect(leftWhileHeld, "the waiter left while the connection was still held")
+        safetyNet.cancel()
+        if leftWhileHeld { release.signal() }
+        _ = try await holder.value
         #expect(try await pool.withConnection { db in try db.query("SELECT 1 AS one").first?.int("one") } == 1)
     }
 

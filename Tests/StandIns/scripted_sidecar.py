@@ -16,6 +16,7 @@ SIDECAR_MODE is a comma-separated list of:
   big-line         after hello_ack, write a 2 MiB line, then a status frame
   garbage          after hello_ack, write lines that are not frames, then a status frame
   flood            after hello_ack, write 20000 lines that are not frames, then a status frame
+  deep             after hello_ack, write a message frame whose text is an object nested 10,000 levels, then a status frame
   stderr           write lines on stderr ("scripted sidecar: got a send for <to>")
   ignore-shutdown  ignore SIGTERM, shutdown and the end of stdin
   exit-on-send     exit with status 3 on the first send
@@ -84,6 +85,8 @@ for line in sys.stdin:
             raw('{"type": "status", "connected": tr')
             raw("[1, 2, 3]")
             raw('{"no_type": true}')
+        if mode("deep"):
+            raw('{"type":"message","id":"m-deep","chat_id":"c1","text":' + '{"a":' * 10000 + '1' + '}' * 10000 + '}')
         if mode("flood"):
             chunk = "\n".join("garbage line %d" % i for i in range(1000))
             for _ in range(20):

@@ -151,6 +151,30 @@ struct MiddlewareTests {
         #expect(Set((0..<10_000).map { _ in RequestID.fresh() }).count == 10_000)
     }
 
+    @Test("a line any logger writes while a request is answered names its request id: a store's, a channel's, a task the handler starts; not after")
+    func requestIDOnEveryLine() async throws {
+        let lines = KeptLines()
+        // A part of the gateway with a logger of its own, handed to it at start: it knows nothing of requests.
+        let storeLog = Log(minimum: .debug, handler: lines).component("push")
+        var router = Router()
+        router.add(Route(.POST, "/work", access: .open, handler: { _ in
+            storeLog.info("stored a line")
+            await Task { storeLog.warning("a task the handler started") }.value
+            return .noContent
+        }))
+        let responder = Responder(router: router, middleware: [], log: Log(minimum: .debug, handler: lines))
+        _ = await responder.respond(HTTPRequest(method: "POST", path: "/work", headers: ["x-request-id": "req-77"]))
+        storeLog.info("outside any request")
+        let byMessage = Dictionary(lines.records.map { ($0.message, $0) }, uniquingKeysWith: { first, _ in first })
+        #expect(byMessage["stored a line"]?.metadata["request_id"] == "req-77")
+        #expect(byMessage["stored a line"]?.label == "push")
+        #expect(byMessage["a task the handler started"]?.metadata["request_id"] == "req-77")
+        #expect(byMessage["outside any request"].map { $0.metadata["request_id"] == nil } == true)
+        // A logger's own value wins on the same key.
+        await Log.$taskMetadata.withValue(["request_id": "outer"]) { storeLog.with("request_id", "own").info("own wins") }
+        #expect(lines.records.last?.metadata["request_id"] == "own")
+    }
+
     @Test("literal segments win over parameters whatever the table order; the most specific patterns alone say which methods a path takes")
     func literalBeforeParameter() async throws {
         func answering(_ text: String) -> RouteHandler { { request in HTTPResponse(status: 200, body: Array((text + request.parameter("id") + request.parameter("x") + request.parameter("y")).utf8)) } }
