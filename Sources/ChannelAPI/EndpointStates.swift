@@ -41,6 +41,14 @@ public protocol EndpointStateStore: Sendable {
     func enable(channel: String, endpoint: String) async throws
 }
 
+/// A channel that disables endpoints the service says are gone (a webhook's 410): it says which of its configured
+/// endpoints `store` holds disabled now, so the gateway can show them (the console's health page) until the
+/// endpoint's config entry changes.
+public protocol EndpointDisablingChannel: OutboundChannel {
+    /// The records in `store` that still disable one of this channel's endpoints as configured now, oldest first.
+    func disabledEndpoints(in store: any EndpointStateStore) async throws -> [DisabledEndpoint]
+}
+
 /// The endpoints disabled in this process only: what a channel uses when it is attempted without the
 /// framework's store (a test, an embedder calling `attempt(_:)`). Lost with the process.
 public final class ProcessEndpointStates: EndpointStateStore {

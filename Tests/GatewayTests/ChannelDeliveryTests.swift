@@ -109,6 +109,17 @@ struct ChannelDeliveryTests {
             #expect(rejected["last_reason"]?.stringValue?.contains("410") == true, "\(rejected)")
             let reason = rejected["last_reason"]?.stringValue ?? ""
             #expect(reason.contains(secret) == false)
+            // The console's health page names the endpoint its service said is gone (by its config name, never its
+            // URL or secret); the one that works is not listed.
+            let health = try await gw.request("GET", "/api/v1/console/health").json
+            let webhook = try #require(health["channels"]?.arrayValue?.first { $0["name"] == "webhook" }, "\(health)")
+            let disabled = webhook["disabled_endpoints"]?.arrayValue ?? []
+            #expect(disabled.map { $0["endpoint"]?.stringValue } == ["gone"], "\(webhook)")
+            #expect(disabled.first?["reason"]?.stringValue?.contains("410") == true && disabled.first?["since"]?.stringValue != nil, "\(webhook)")
+            let text = health.serialized()
+            #expect(!text.contains(secret) && !text.contains("/hooks/gone"), "\(text)")
+            // Channels that never disable an endpoint carry no list.
+            #expect(health["channels"]?.arrayValue?.first { $0["name"] == "mobile" }?["disabled_endpoints"] == nil)
         }
     }
 

@@ -93,7 +93,9 @@ struct DeepNestingTests {
             #expect(first.errorMessage?.contains("not JSON") == true, "\(first.text)")
             // A tool call's arguments that are not readable JSON are treated as none; the run still ends.
             let second = try await gw.request("POST", "/api/v1/chat", json: ["agent_id": "talker", "text": "again"])
-            #expect(second.status < 600)
+            // The provider asks for the tool on every turn, so the run ends when its turns run out, with the runner's
+            // own words and not a word of the unreadable arguments.
+            #expect(second.status == 200 && second.json["reply"] == "(no final response produced)", "\(second.text)")
             #expect(try await gw.request("GET", "/api/v1/health").status == 200)
         }
     }

@@ -43,7 +43,7 @@ import JSON
 /// from standardwebhooks.webhooks import Webhook
 /// payload = Webhook("whsec_...").verify(request.body, request.headers)   # raises WebhookVerificationError
 /// ```
-public final class WebhookChannel: OutboundChannel {
+public final class WebhookChannel: EndpointDisablingChannel {
     public let name: String
     let configuration: WebhookConfiguration
     private let client: HTTP2Client

@@ -325,6 +325,12 @@ public final class Gateway: Sendable {
         var gatewayAPI = GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
                                     transportNames: transports.transports.map(\.name))
         gatewayAPI.relayStatus = { await carriageBox.value?.status() }
+        let endpointStates = SQLiteEndpointStateStore(database: database)
+        gatewayAPI.disabledEndpoints = { [outbound] in
+            var disabled: [DisabledEndpoint] = []
+            for case let channel as any EndpointDisablingChannel in outbound.all { disabled += try await channel.disabledEndpoints(in: endpointStates) }
+            return disabled
+        }
         gatewayAPI.nodeID = settings.resolvedNodeID(dataDirectory: options.dataDirectory)
         router.add(gatewayAPI.routes)
         // The web console's sign-in; its codes are kept under a key beside the database, never in it.

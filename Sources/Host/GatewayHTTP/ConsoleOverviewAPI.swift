@@ -1,5 +1,6 @@
 import Agents
 import APIKit
+import ChannelAPI
 import ChannelDelivery
 import Foundation
 import Identity
@@ -98,11 +99,20 @@ extension GatewayAPI {
             var lastOutcome: String?
             var lastReason: String?
             var lastAt: Timestamp?
+            /// A channel's endpoints its service said are gone (a webhook's 410): no send goes there until the
+            /// endpoint's entry in the gateway config changes. Only on channels that disable endpoints.
+            var disabledEndpoints: [DisabledEndpointView]?
 
             enum CodingKeys: String, CodingKey {
                 case name, configured
-                case lastOutcome = "last_outcome", lastReason = "last_reason", lastAt = "last_at"
+                case lastOutcome = "last_outcome", lastReason = "last_reason", lastAt = "last_at", disabledEndpoints = "disabled_endpoints"
             }
+        }
+        struct DisabledEndpointView: Encodable {
+            /// How the config names it (`alerts`, `channels.webhook.url`); never its URL or secret.
+            var endpoint: String
+            var reason: String
+            var since: Timestamp
         }
         struct Outbox: Encodable {
             var pending: Int
@@ -155,11 +165,15 @@ extension GatewayAPI {
         }
         let channelNames = runs.outbound.names
         let channels = try runs.channelOutbox?.health(channels: channelNames)
+        let disabled = Dictionary(grouping: try await disabledEndpoints(), by: \.channel)
         // The mobile channel is always there: the inbox is the sink every phone reads.
         var channelPaths = [ConsoleHealth.Path(name: "mobile", configured: true)]
         channelPaths += channelNames.filter { $0 != "mobile" }.map { name in
             ConsoleHealth.Path(name: name, configured: true, lastOutcome: channels?.lastOutcomes[name]?.state,
-                               lastReason: channels?.lastOutcomes[name]?.reason, lastAt: channels?.lastOutcomes[name].map { Timestamp($0.at) })
+                               lastReason: channels?.lastOutcomes[name]?.reason, lastAt: channels?.lastOutcomes[name].map { Timestamp($0.at) },
+                               disabledEndpoints: runs.outbound.channel(named: name) is any EndpointDisablingChannel
+                                   ? (disabled[name] ?? []).map { ConsoleHealth.DisabledEndpointView(endpoint: $0.display, reason: $0.reason, since: Timestamp($0.since)) }
+                                   : nil)
         }
         var database = "ok"
         do { try await mobile.transactions.checkReadable() } catch { database = "failing: \(error)" }

@@ -23,6 +23,8 @@ public struct GatewayAPI: Sendable {
     public var nodeID = ""
     /// The relay carriage's state for the console's health page (nil: no relay configured).
     public var relayStatus: @Sendable () async -> RelayCarriage.Status? = { nil }
+    /// The channels' endpoints disabled because their service said they are gone, for the console's health page.
+    public var disabledEndpoints: @Sendable () async throws -> [DisabledEndpoint] = { [] }
 
     public init(catalog: AgentCatalog, runs: AgentRuns, runStore: any RunStore, mobile: MobileStore, scheduler: Scheduler, clock: any WallClock, transportNames: [String] = []) {
         self.catalog = catalog

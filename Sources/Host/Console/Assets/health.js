@@ -25,6 +25,7 @@ export async function render(main) {
             ["Oldest send waiting", channelOutbox ? (channelOutbox.oldest_pending_age_seconds ? duration(channelOutbox.oldest_pending_age_seconds) : "nothing waits") : null]])),
         services("Push services", "push", answer.push || []),
         services("Channels", "channels", answer.channels || []),
+        disabledEndpoints(answer.channels || []),
         h("section", { class: "card", "aria-labelledby": "relay-title" }, h("h2", { id: "relay-title" }, "Relay carriage"),
           relay ? facts([["State", badge(String(relay.state))], ["Mailbox", relay.url], ["Phones", relay.phones !== undefined ? String(relay.phones) : null],
             ["Last round", relay.last_round_at ? time(relay.last_round_at) : null], ["Last failure", relay.last_failure ? [relay.last_failure, " ", time(relay.last_failure_at)] : null]])
@@ -47,4 +48,14 @@ function services(title, id, items) {
       item.last_outcome ? h("span", {}, badge(item.last_outcome), item.last_reason ? ` ${item.last_reason}` : "") : h("span", { class: "muted" }, "none yet"),
       time(item.last_at),
     ])) : empty("None."));
+}
+
+// Endpoints a channel stopped sending to because their service said they are gone (a webhook's 410 Gone): shown
+// only when there are some; changing the endpoint's entry in the gateway config sends to it again.
+function disabledEndpoints(channels) {
+  const rows = channels.flatMap((channel) => (channel.disabled_endpoints || []).map((item) => [channel.name, item.endpoint, item.reason, time(item.since)]));
+  if (!rows.length) return null;
+  return h("section", { class: "card", "aria-labelledby": "disabled-title" }, h("h2", { id: "disabled-title" }, "Disabled endpoints"),
+    h("p", { class: "muted" }, "Their service said they are gone. Nothing is sent to them until their entry in the gateway config changes."),
+    table(["Channel", "Endpoint", "Reason", "Since"], rows));
 }
