@@ -123,6 +123,67 @@ struct ChannelDeliveryTests {
         }
     }
 
+    @Test("email: mail that arrives over IMAP runs the mailbox's agent in email-<sender> and its reply goes back to the sender over SMTP, once across a restart")
+    func emailInAndOut() async throws {
+        let smtp = try await SMTPStandIn.start()
+        defer { smtp.stop() }
+        let imap = try await IMAPStandIn.start()
+        defer { imap.stop() }
+        // One ca_file for the block: the two stand-ins' certificates in one bundle, as a site's own CA would be.
+        let directory = TestGateway.makeTemporaryDirectory()
+        let bundle = directory + "/mail-ca.pem"
+        try (String(contentsOfFile: smtp.caFile, encoding: .utf8) + "\n" + String(contentsOfFile: imap.caFile, encoding: .utf8))
+            .write(toFile: bundle, atomically: true, encoding: .utf8)
+        let config = """
+            channels:
+              email:
+                enabled: true
+                host: 127.0.0.1
+                port: \(smtp.tlsPort)
+                username: "\(SMTPStandIn.user)"
+                password: "\(SMTPStandIn.password)"
+                from: "Soulacy Gateway <\(SMTPStandIn.user)>"
+                ca_file: "\(bundle)"
+                timeout_seconds: 10
+                agent_id: helper
+                imap_host: 127.0.0.1
+                imap_port: \(imap.tlsPort)
+                imap_username: "\(IMAPStandIn.user)"
+                imap_password: "\(IMAPStandIn.password)"
+                imap_check_seconds: 1
+            """
+        let agents = """
+            agents:
+              - id: helper
+                name: Helper
+                enabled: true
+                trigger: channel
+                channels: [email]
+                runner:
+                  command: ["/bin/sh", "-c", "echo \\"$SOULACY_SESSION_ID: you said: $(cat)\\""]
+            """
+        let sender = "carol@example.test"
+        @Sendable func replies() async throws -> [JSONValue] {
+            try await smtp.messages().filter { $0["rcpt_tos"]?.arrayValue?.compactMap(\.stringValue) == [sender] }
+        }
+        try await withTestGateway(config: agents, directory: directory, retryPolicy: Self.quickRetries, gatewayConfig: config) { gw in
+            // The poller's first round starts at UIDNEXT (mail already there is left alone): mail comes after it.
+            #expect(try await eventually(timeout: .seconds(30)) { try await imap.logins().count >= 2 }, "the poller logged in twice")
+            try await imap.append(["from": .string("Carol <\(sender)>"), "subject": "lunch", "body": "is noon fine?"])
+            #expect(try await eventually(timeout: .seconds(30)) { try await !replies().isEmpty }, "a reply reached the sender")
+            let reply = try #require(try await replies().first)
+            let body = reply["body"]?.stringValue ?? ""
+            #expect(body.contains("email-\(sender): you said:") && body.contains("is noon fine?"), "\(body)")
+            #expect(reply["tls"] == true && reply["auth_user"]?.stringValue == SMTPStandIn.user)
+        }
+        // A restart polls from the stored cursor: the mail is neither lost nor answered twice.
+        try await withTestGateway(config: agents, directory: directory, retryPolicy: Self.quickRetries, gatewayConfig: config) { _ in
+            let before = try await imap.logins().count
+            #expect(try await eventually(timeout: .seconds(30)) { try await imap.logins().count >= before + 2 }, "polled again after the restart")
+            #expect(try await replies().count == 1)
+        }
+    }
+
     @Test("telegram from a SOUL.yaml agent, and a message to the agent's bot answered in that chat, taken once across a restart")
     func telegramOutAndIn() async throws {
         let telegram = try await TelegramStandIn.start()
