@@ -184,6 +184,24 @@ struct ChannelDeliveryTests {
         }
     }
 
+    @Test("soulacy channel-check -- COMMAND: the example sidecar passes every rule (exit 0); the broken one is flagged rule by rule (exit 1)")
+    func channelCheckCommand() throws {
+        let examples = RepositoryPaths.root + "/examples/channels/file-sidecar/"
+        let directory = TestGateway.makeTemporaryDirectory()
+        // The example writes its outbox in the working directory by default: keep it in a temporary one.
+        let environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": directory, "FILE_SIDECAR_OUTBOX": directory + "/outbox.ndjson",
+                           "FILE_SIDECAR_INBOX": directory + "/inbox.txt"]
+        let good = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["channel-check", "--", "python3", examples + "file_sidecar.py"], environment: environment)
+        let lines = good.output.split(separator: "\n")
+        #expect(good.status == 0, "\(good.output)")
+        #expect(lines.filter { $0.hasPrefix("PASS ") }.count >= 5 && !lines.contains { $0.hasPrefix("FAIL ") }, "\(good.output)")
+        let broken = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["channel-check", "--", "python3", examples + "broken_sidecar.py"], environment: environment)
+        #expect(broken.status == 1, "\(broken.output)")
+        #expect(broken.output.contains("FAIL hello") && broken.output.contains("FAIL shutdown"), "\(broken.output)")
+        let usage = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["channel-check"], environment: environment)
+        #expect(usage.status == 64 && usage.output.contains("usage: soulacy channel-check -- COMMAND"), "\(usage.output)")
+    }
+
     @Test("telegram from a SOUL.yaml agent, and a message to the agent's bot answered in that chat, taken once across a restart")
     func telegramOutAndIn() async throws {
         let telegram = try await TelegramStandIn.start()
