@@ -127,40 +127,52 @@ public struct SQLiteChannelOutbox: ChannelOutbox {
     public static let defaultLifetime: TimeInterval = 24 * 3600
 
     public let database: DatabasePool
+    /// Seals each row's destination (the gateway always passes one); nil keeps destinations in the clear, for tests
+    /// of the lane that read rows back.
+    public let destinationSeal: DestinationSeal?
 
-    public init(database: DatabasePool) { self.database = database }
+    public init(database: DatabasePool, destinationSeal: DestinationSeal? = nil) {
+        self.database = database
+        self.destinationSeal = destinationSeal
+    }
 
     static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
     static func date(_ v: Int64?) -> Date { Date(sqliteMillis: v ?? 0) }
 
     /// Records sends inside the caller's transaction (the run's end, so the output and the run commit together).
-    public static func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date, in db: Connection) throws {
+    func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date, in db: Connection) throws {
         for send in sends {
             let output = String(decoding: try JSONCoding.encoder.encode(send.output), as: UTF8.self)
+            let destination = try destinationSeal?.seal(send.destination) ?? send.destination
             try db.run("""
                 INSERT INTO channel_outbox (id, run_id, subject, channel, destination, output, next_attempt_at, expires_at, created_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, send.id, runID, send.subject, send.channel, send.destination, output, ms(now), ms(now.addingTimeInterval(defaultLifetime)), ms(now))
+                """, send.id, runID, send.subject, send.channel, destination, output, Self.ms(now), Self.ms(now.addingTimeInterval(Self.defaultLifetime)), Self.ms(now))
         }
     }
 
     public func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date, in session: any StorageSession) throws {
-        try Self.enqueue(sends, runID: runID, now: now, in: session.sqliteConnection())
+        try enqueue(sends, runID: runID, now: now, in: session.sqliteConnection())
     }
 
     /// Records sends in a transaction of their own (a failure notice, a channel test).
     public func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date) throws {
-        try database.transaction { db in try Self.enqueue(sends, runID: runID, now: now, in: db) }
+        try database.transaction { db in try enqueue(sends, runID: runID, now: now, in: db) }
     }
 
-    private static func entry(_ row: Row) -> ChannelOutboxEntry? {
+    /// A row as the lane and the readers see it: its destination opened. A destination that no longer opens (the
+    /// key beside the database was replaced) reads as `DestinationSeal.unreadable`, which every channel refuses, so
+    /// the send ends rejected rather than going to a channel's default.
+    private func entry(_ row: Row) -> ChannelOutboxEntry? {
         guard let id = row.string("id"), let json = row.string("output"), let output = try? JSONCoding.decode(Output.self, from: json) else { return nil }
+        let stored = row.string("destination") ?? ""
+        let destination = destinationSeal.map { (try? $0.open(stored)) ?? DestinationSeal.unreadable } ?? stored
         return ChannelOutboxEntry(id: id, runID: row.string("run_id"), subject: row.string("subject") ?? "", channel: row.string("channel") ?? "",
-                                  destination: row.string("destination") ?? "", output: output,
+                                  destination: destination, output: output,
                                   state: ChannelOutboxEntry.State(rawValue: row.string("state") ?? "") ?? .pending,
-                                  attempts: Int(row.int("attempts") ?? 0), nextAttemptAt: date(row.int("next_attempt_at")),
-                                  expiresAt: date(row.int("expires_at")), lastReason: row.string("last_reason"), remoteID: row.string("remote_id"),
-                                  deliveredAt: row.int("delivered_at").map { date($0) }, createdAt: date(row.int("created_at")))
+                                  attempts: Int(row.int("attempts") ?? 0), nextAttemptAt: Self.date(row.int("next_attempt_at")),
+                                  expiresAt: Self.date(row.int("expires_at")), lastReason: row.string("last_reason"), remoteID: row.string("remote_id"),
+                                  deliveredAt: row.int("delivered_at").map { Self.date($0) }, createdAt: Self.date(row.int("created_at")))
     }
 
     public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [ChannelOutboxEntry] {
@@ -172,7 +184,7 @@ public struct SQLiteChannelOutbox: ChannelOutbox {
                              ORDER BY next_attempt_at, id LIMIT ?)
                 RETURNING *
                 """, owner, Self.ms(now.addingTimeInterval(lease)), Self.ms(now), Self.ms(now), limit)
-        }.compactMap(Self.entry).sorted { $0.id < $1.id }
+        }.compactMap(entry).sorted { $0.id < $1.id }
     }
 
     public func nextDue() throws -> Date? {
@@ -220,15 +232,15 @@ public struct SQLiteChannelOutbox: ChannelOutbox {
 
     /// A run's sends, oldest first.
     public func entries(runID: String) throws -> [ChannelOutboxEntry] {
-        try database.read { db in try db.query("SELECT * FROM channel_outbox WHERE run_id = ? ORDER BY id", runID).compactMap(Self.entry) }
+        try database.read { db in try db.query("SELECT * FROM channel_outbox WHERE run_id = ? ORDER BY id", runID).compactMap(entry) }
     }
 
     public func entries() throws -> [ChannelOutboxEntry] {
-        try database.read { db in try db.query("SELECT * FROM channel_outbox ORDER BY id").compactMap(Self.entry) }
+        try database.read { db in try db.query("SELECT * FROM channel_outbox ORDER BY id").compactMap(entry) }
     }
 
     public func entry(id: String) throws -> ChannelOutboxEntry? {
-        try database.read { db in try db.query("SELECT * FROM channel_outbox WHERE id = ?", id).first.flatMap(Self.entry) }
+        try database.read { db in try db.query("SELECT * FROM channel_outbox WHERE id = ?", id).first.flatMap(entry) }
     }
 
     /// Forgets sends finished before `cutoff`; pending ones are never touched.

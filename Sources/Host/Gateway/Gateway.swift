@@ -236,7 +236,10 @@ public final class Gateway: Sendable {
             // The schema is brought up to date once, here, before any store exists.
             try GatewaySchema.migrator().migrate(database)
             mobileStore = try MobileStore(database: database, clock: options.clock, metrics: metrics.mobile)
-            sqliteChannelOutbox = SQLiteChannelOutbox(database: database)
+            // A send's destination may hold a secret (an incoming-webhook URL's key): sealed in the database under the key
+            // beside it that also seals the relay secrets.
+            let destinationKey = try SecretFile.key(at: options.dataDirectory + "/relay-secrets.key", variable: "relay secrets key")
+            sqliteChannelOutbox = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: destinationKey))
             let sqliteKeys = try SQLiteAPIKeyStore(database: database)
             keys = sqliteKeys
             runStore = try SQLiteRunStore(database: database, channelOutbox: sqliteChannelOutbox)

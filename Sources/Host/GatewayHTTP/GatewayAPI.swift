@@ -2,6 +2,7 @@ import Storage
 import Agents
 import APIKit
 import ChannelAPI
+import ChannelDelivery
 import Crypto
 import Foundation
 import Identity
@@ -196,7 +197,7 @@ public struct GatewayAPI: Sendable {
                                       deliveredAt: Nullable(run.finishedAt.map(Timestamp.init))))
         }
         for send in try runs.channelOutbox?.entries(runID: run.id) ?? [] {
-            outputs.append(OutputView(id: send.id, channel: send.channel, destination: send.destination, state: send.state.rawValue,
+            outputs.append(OutputView(id: send.id, channel: send.channel, destination: DestinationSeal.display(send.destination), state: send.state.rawValue,
                                       attempts: send.attempts, lastReason: Nullable(send.lastReason), deliveredAt: Nullable(send.deliveredAt.map(Timestamp.init))))
         }
         return outputs
