@@ -90,15 +90,23 @@ public final class ChannelLane: OutboxLane {
                 }
             case .rejected(let reason):
                 try await outbox.settle(entry.id, owner: owner, state: .rejected, reason: reason, remoteID: nil, at: after)
-                log.warning("channels: \(entry.channel) refused send \(entry.id): \(reason)")
+                log.log(.warning, "channels: \(entry.channel) refused send \(entry.id): \(reason)", metadata: Self.logContext(entry))
             case .failed(let reason):
                 try await outbox.settle(entry.id, owner: owner, state: .failed, reason: reason, remoteID: nil, at: after)
-                log.warning("channels: send \(entry.id) to \(entry.channel) failed: \(reason)")
+                log.log(.warning, "channels: send \(entry.id) to \(entry.channel) failed: \(reason)", metadata: Self.logContext(entry))
             }
         } catch {
             // The row keeps its lease; it becomes claimable again when the lease ends.
             log.error("channels: cannot record the outcome of send \(entry.id): \(error)")
         }
+    }
+
+    /// What a channel line names beside its text: the run that made the send, the send and its channel (never its
+    /// destination, which may hold a secret, nor its text).
+    static func logContext(_ entry: ChannelOutboxEntry) -> [String: String] {
+        var context = ["send_id": entry.id, "channel": entry.channel]
+        if let run = entry.runID { context["run_id"] = run }
+        return context
     }
 }
 

@@ -62,6 +62,8 @@ struct ChannelRefusalTests {
             #expect(output["delivered_at"] == .null)
             Self.expectReason(output, carries: words.badCredentials, hiding: service.secrets)
             #expect(try await service.receivedCount(containing: token) == 0)
+            #expect(logs.records.contains { $0.message.contains("refused send") && $0.metadata["run_id"] == run && $0.metadata["channel"] == kind.rawValue },
+                    "the refusal's line names its run and channel as fields")
             Self.expectNoSecretAtRest(gw, logs: logs, hiding: service.secrets)
         }
 

@@ -52,7 +52,7 @@ struct StructuredLogTests {
     @Test("SOULACY_ACCESS_LOG=off stops the access lines, never the answers' request ids or the HTTP metrics")
     func accessLogOff() async throws {
         let gateway = try GatewayProcess(directory: TestGateway.makeTemporaryDirectory(),
-                                         environment: ["SOULACY_LOG_FORMAT": "json", "SOULACY_ACCESS_LOG": "off"])
+                                         environment: ["SOULACY_LOG_FORMAT": "json", "SOULACY_ACCESS_LOG": "off", "SOULACY_NODE_ID": "node-a"])
         let key = try #require(try await gateway.start())
         let health = try await gateway.call("GET", "/health", key: nil, headers: ["X-Request-Id": "off-1"])
         #expect(health.status == 200)
@@ -65,6 +65,8 @@ struct StructuredLogTests {
         #expect(gateway.terminate() == 0)
         let lines = gateway.output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         #expect(!lines.isEmpty, "the gateway logged its start")
+        // A node that names itself (several gateways on one database) says so on every line.
+        #expect(lines.allSatisfy { $0["node_id"] as? String == "node-a" }, "\(lines.filter { $0["node_id"] as? String != "node-a" })")
         #expect(!lines.contains { $0["component"] as? String == "http" }, "an access line was written: \(lines.filter { $0["component"] as? String == "http" })")
         #expect(!gateway.output.contains("off-1"))
     }

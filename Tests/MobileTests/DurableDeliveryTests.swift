@@ -1,4 +1,5 @@
 import ChannelAPI
+import ChannelTesting
 import Foundation
 import GatewayTestSupport
 import APIKit
@@ -49,11 +50,15 @@ struct DurableDeliveryTests {
     func unregistered() async throws {
         let standIn = try await APNsStandIn.start()
         defer { standIn.stop() }
-        try await withTestGateway(environment: standIn.environment, retryPolicy: Self.quickRetries) { (gw) async throws in
+        let logs = MemoryLogHandler()
+        try await withTestGateway(environment: standIn.environment, retryPolicy: Self.quickRetries, log: Log(minimum: .info, handler: logs)) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil, token: Self.token)
             try await standIn.control("POST", "/control/unregister", json: ["token": .string(Self.token)])
-            _ = try await gw.runAgent("echo", input: "one", to: "all")
+            let one = try #require(try await gw.runAgent("echo", input: "one", to: "all")["delivery_id"]?.stringValue)
             #expect(try await eventually { try gw.gateway.mobileStore.devices.device(id: "phone")?.pushToken == nil })
+            // The line says which delivery, device and transport as fields a log shipper filters on.
+            #expect(await eventually { logs.records.contains { $0.message.contains("rejected the token of device phone")
+                && $0.metadata["delivery_id"] == one && $0.metadata["device_id"] == "phone" && $0.metadata["transport"] == "apns" } }, "\(logs.lines)")
             let devices = try await gw.request("GET", "/api/v1/mobile/devices")
             #expect(devices.json["devices"]?.arrayValue?.first?["has_push_token"] == false)
             let two = try #require(try await gw.runAgent("echo", input: "two", to: "all")["delivery_id"]?.stringValue)

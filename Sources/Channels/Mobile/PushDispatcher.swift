@@ -132,11 +132,13 @@ public final class PushLane: OutboxLane {
             case .tokenRejected(let reason):
                 try await outbox.rejectToken(entry.id, owner: owner, deviceID: device.id, token: target.pushToken, transport: transport.name, outcome: reason, at: after,
                                              events: path([tried, .step(.tokenRejected, of: entry, transport: transport.name, reason: reason, at: after)], transport: transport.name))
-                log.info("push: \(transport.name) rejected the token of device \(device.id) (\(reason)); cleared until the app registers again")
+                log.log(.info, "push: \(transport.name) rejected the token of device \(device.id) (\(reason)); cleared until the app registers again",
+                        metadata: Self.logContext(entry, transport: transport.name))
             case .failed(let reason):
                 try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: reason, at: after,
                                         events: path([tried, .step(.failed, of: entry, transport: transport.name, reason: reason, at: after)], transport: transport.name))
-                log.warning("push: wake-up \(entry.wakeID.uuidString.lowercased()) for device \(device.id) failed: \(reason)")
+                log.log(.warning, "push: wake-up \(entry.wakeID.uuidString.lowercased()) for device \(device.id) failed: \(reason)",
+                        metadata: Self.logContext(entry, transport: transport.name))
             }
             announce(entry, subject: device.subject)
         } catch {
@@ -152,5 +154,14 @@ public final class PushLane: OutboxLane {
         if let line = entry.deliveryID { hub.publish(.delivery(line), to: .subject(subject)) }
         hub.publish(.device(entry.deviceID), to: .subjectAndAdmins(subject))
     }
+
+    /// What a push line names beside its text, for a log shipper to filter on: the delivery (never its content),
+    /// the device and the transport.
+    static func logContext(_ entry: OutboxEntry, transport: String) -> [String: String] {
+        var context = ["device_id": entry.deviceID, "transport": transport]
+        if let delivery = entry.deliveryID { context["delivery_id"] = delivery }
+        return context
+    }
 }
+
 

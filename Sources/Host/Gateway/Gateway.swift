@@ -189,6 +189,8 @@ public final class Gateway: Sendable {
             options.metricsHost = listen.host
             options.metricsPort = listen.port
         }
+        // Several gateways on one database name themselves (SOULACY_NODE_ID): every line says which node wrote it.
+        if let node = settings.nodeID { options.log = options.log.with("node_id", node) }
         let metrics = GatewayMetrics(options.metrics)
         self.options = options
         signal(SIGPIPE, SIG_IGN)
