@@ -238,6 +238,65 @@ struct RelayAndLiveActivityTests {
         }
     }
 
+    @Test("an approval decided in the web console reaches the phone's lock screen: the Live Activity says approved, then the run ends")
+    func consoleDecisionOnTheLockScreen() async throws {
+        let apns = try await APNsStandIn.start()
+        defer { apns.stop() }
+        let config = """
+            agents:
+              - id: mailer
+                name: Mailer
+                runner:
+                  command: ["/bin/sh", "-c", "answer=$(curl -s -X POST -H \\"Authorization: Bearer $SOULACY_RUN_TOKEN\\" -d '{\\"agent_id\\":\\"mailer\\",\\"tool\\":\\"send_email\\",\\"arguments\\":{\\"to\\":\\"ann\\"}}' $SOULACY_API_URL/api/v1/approvals); case $answer in *'\\"approved\\":true'*) echo sent;; *) echo refused;; esac"]
+                  timeout: 30s
+                schedule:
+                  cron: "* * * * *"
+                  output: {channel: mobile, to: all}
+            """
+        let clock = ManualClock(Date().addingTimeInterval(-30))
+        try await withTestGateway(config: config, clock: clock, environment: apns.environment) { (gw) async throws in
+            let registered = try await gw.request("POST", "/api/v1/mobile/devices", json: ["notifications_enabled": true, "id": "iphone", "push_token": .string(Self.token), "live_start_token": .string(Self.startToken)])
+            #expect(registered.status == 201)
+            #expect(await eventually { clock.sleeperCount >= 1 })
+            clock.advance(by: .seconds(61))
+            @Sendable func live() async throws -> [JSONValue] {
+                try await apns.requests().filter { $0["headers"]?["apns-push-type"] == "liveactivity" }.compactMap { request in
+                    request["body"]?.stringValue.flatMap { try? JSONValue.parse(Array($0.utf8)) }
+                }
+            }
+            // The lock screen asks.
+            #expect(try await eventually(timeout: .seconds(20)) { try await live().contains { $0["aps"]?["content-state"]?["needs_you"] == true } })
+            // The activity started: the phone reports its update token, as the app does.
+            let started = try #require(try await live().first { $0["aps"]?["event"] == "start" })
+            let attributes = try #require(started["aps"]?["attributes"])
+            let reported = try await gw.request("POST", "/api/v1/mobile/activities", json: ["device_id": "iphone", "agent_id": attributes["agent_id"] ?? .null,
+                                                                                             "session_id": attributes["session_id"] ?? .null,
+                                                                                             "token": .string(Self.activityToken), "environment": "production"])
+            #expect(reported.status == 201, "\(reported.text)")
+
+            // A person in the web console, signed in with their key, sees it pending and approves it there.
+            let signIn = try await gw.request("POST", "/api/v1/console/session", json: ["api_key": .string(gw.adminKey)], key: .none, headers: ["Origin": gw.origin])
+            let cookie = try #require(signIn.headers["set-cookie"]?.split(separator: ";").first.map(String.init), "\(signIn.text)")
+            let csrf = try #require(signIn.json["csrf_token"]?.stringValue)
+            let pending = try await gw.request("GET", "/api/v1/approvals", key: .none, headers: ["Cookie": cookie])
+            let approval = try #require(pending.json["approvals"]?.arrayValue?.first, "\(pending.text)")
+            #expect(approval["tool"] == "send_email")
+            let callID = try #require(approval["call_id"]?.stringValue ?? approval["id"]?.stringValue)
+            let decided = try await gw.request("POST", "/api/v1/approvals/\(callID)/approve", key: .none,
+                                               headers: ["Cookie": cookie, "X-CSRF-Token": csrf, "Origin": gw.origin])
+            #expect(decided.status == 200, "\(decided.text)")
+
+            // The phone's Live Activity says so, and the run goes on to its end with the approved branch.
+            #expect(try await eventually(timeout: .seconds(20)) { try await live().contains { $0["aps"]?["content-state"]?["detail"] == "Approved, continuing" } })
+            #expect(try await eventually(timeout: .seconds(20)) { try await live().contains { $0["aps"]?["event"] == "end" } })
+            let inbox = try await gw.request("GET", "/api/v1/mobile/deliveries")
+            #expect(inbox.text.contains("sent") && !inbox.text.contains("refused"), "\(inbox.text)")
+            // One decision ever: the phone's own approve now changes nothing.
+            let again = try await gw.request("POST", "/api/v1/approvals/\(callID)/deny")
+            #expect(again.json["state"] == "approved" || again.status == 409, "\(again.status) \(again.text)")
+        }
+    }
+
     @Test("through the relay: POST /v1/live with {token, environment, bundle_id, event, priority, payload}")
     func throughRelay() async throws {
         let standIn = try await RelayStandIn.start()
