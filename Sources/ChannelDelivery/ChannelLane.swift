@@ -63,6 +63,13 @@ public final class ChannelLane: OutboxLane {
                 try await outbox.reschedule(entry.id, owner: owner, at: next, reason: "channel '\(entry.channel)' is not configured")
                 return
             }
+            // A destination sealed under another key never reaches a channel (some would take it as a chat id).
+            guard entry.destination != DestinationSeal.unreadable else {
+                try await outbox.settle(entry.id, owner: owner, state: .rejected,
+                                        reason: "the destination was sealed under another key (relay-secrets.key beside the database was replaced), so it cannot be read",
+                                        remoteID: nil, at: now)
+                return
+            }
             let send = ChannelSend(id: entry.id, channel: entry.channel, destination: entry.destination, output: entry.output,
                                    attempt: entry.attempts + 1, createdAt: entry.createdAt)
             let started = ContinuousClock.now

@@ -34,9 +34,12 @@ public struct DestinationSeal: Sendable {
     /// How a destination is shown (a run's outputs, the console): a URL by its scheme and host alone, since its path
     /// and query may hold the endpoint's key; anything else (a chat id, an address, an endpoint's name) as it is.
     public static func display(_ destination: String) -> String {
-        guard destination.contains("://"), let url = URLComponents(string: destination), let scheme = url.scheme, let host = url.host else {
-            return destination
+        guard let separator = destination.range(of: "://") else { return destination }
+        let scheme = destination[..<separator.lowerBound].trimmingCharacters(in: .whitespacesAndNewlines)
+        // A URL that does not parse is shown by its scheme alone, never whole.
+        guard let url = URLComponents(string: destination.trimmingCharacters(in: .whitespacesAndNewlines)), let host = url.host, !host.isEmpty else {
+            return "\(scheme)://…"
         }
-        return "\(scheme)://\(host)/…"
+        return "\(url.scheme ?? scheme)://\(host)/…"
     }
 }

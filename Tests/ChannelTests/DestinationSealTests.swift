@@ -1,7 +1,9 @@
 import ChannelAPI
 import ChannelDelivery
+import ChannelTesting
 import Foundation
 import GatewayTestSupport
+import Outbox
 import SQLite
 import Testing
 
@@ -24,6 +26,11 @@ struct DestinationSealTests {
         #expect(throws: (any Error).self) { try DestinationSeal(key: [UInt8](repeating: 7, count: 32)).open(stored) }
         #expect(DestinationSeal.display(Self.url) == "https://chat.googleapis.com/…")
         #expect(DestinationSeal.display("alice@example.test") == "alice@example.test" && DestinationSeal.display("reports") == "reports")
+        // A URL that does not parse is shown by its scheme alone, never whole.
+        for broken in ["https://hooks example.test/x?token=SECRETTOKEN456", "https://hooks.example.test/{SECRETTOKEN456}", " https://\nSECRETTOKEN456"] {
+            let shown = DestinationSeal.display(broken)
+            #expect(!shown.contains("SECRET") && shown.hasPrefix("https://") && shown.hasSuffix("…"), "\(broken) → \(shown)")
+        }
     }
 
     @Test("the outbox stores no destination in the clear and gives the lane the real one; under another key a row reads as unreadable, never as a default")
@@ -49,5 +56,25 @@ struct DestinationSealTests {
         let otherKey = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: [UInt8](repeating: 9, count: 32)))
         let unreadable = try #require(try otherKey.entry(id: send.id)?.destination)
         #expect(unreadable == DestinationSeal.unreadable && !unreadable.isEmpty && unreadable.contains("\n"))
+    }
+
+    @Test("the lane never hands a destination sealed under another key to a channel: the send ends rejected, naming why")
+    func unreadableNeverSent() async throws {
+        let path = TestGateway.makeTemporaryDirectory() + "/soulacy.db"
+        let database = try DatabasePool(path: path, readerCount: 1)
+        defer { database.close() }
+        try database.migrate(ChannelOutboxSchema.migrations)
+        let output = Output(agentID: "brief", agentName: "Brief", sessionID: "s-1", title: "Brief", parts: ["hello"], metadata: [:])
+        let send = PendingChannelSend(channel: "notes", destination: "chat-7", output: output, subject: "owner")
+        try SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: Self.key)).enqueue([send], runID: nil, now: Date())
+        // A channel that takes any one-word chat id, as a sidecar does.
+        let channel = ScriptedChannel(name: "notes")
+        let outbox = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: [UInt8](repeating: 9, count: 32)))
+        let lane = ChannelLane(outbox: outbox, channels: OutboundChannelRegistry([channel]), clock: SystemWallClock(), policy: RetryPolicy(),
+                               log: Log(minimum: .error), endpoints: ProcessEndpointStates())
+        for entry in try await outbox.claimDue(owner: "test", now: Date(), lease: 60, limit: 10) { await lane.attempt(entry, owner: "test") }
+        #expect(channel.sends.isEmpty, "the channel was handed \(channel.sends.map(\.destination))")
+        let settled = try #require(try outbox.entry(id: send.id))
+        #expect(settled.state == .rejected && settled.lastReason?.contains("sealed under another key") == true, "\(settled)")
     }
 }

@@ -375,6 +375,23 @@ struct WebhookChannelTests {
         #expect(refusal(onlyNamed, "")?.contains("name one of its endpoints: alerts") == true)
     }
 
+    @Test("an ad-hoc URL's token never reaches a reason, even when the receiver quotes the URL back")
+    func adHocURLScrubbed() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let webhook = try channel(["url": .string(receiver.url("/main")), "secret": .string(secret), "allow_any_url": .string("yes"), "ca_file": .string(receiver.caFile)])
+        let token = "adhoc-token-\(UUID().uuidString.prefix(12))"
+        let url = receiver.url("/hooks/adhoc-\(token)") + "?token=\(token)"
+        for status in [400, 410] {
+            try await receiver.script([["status": .number(Double(status)), "echo_url": true]])
+            let outcome = await webhook.attempt(send(to: url))
+            guard case .rejected(let reason) = outcome else { Issue.record("\(status): \(outcome)"); continue }
+            #expect(reason.contains(String(status)) && reason.contains("no hook at"), "\(reason)")
+            #expect(!reason.contains(token), "the reason holds the URL's token: \(reason)")
+        }
+    }
+
     @Test("a named endpoint gets its own path, secret and headers; an ad-hoc URL the block's secret and no headers")
     func namedAndAdHoc() async throws {
         let top = WebhookReceiverStandIn.makeSecret(), audit = WebhookReceiverStandIn.makeSecret()

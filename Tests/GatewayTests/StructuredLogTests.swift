@@ -1,3 +1,5 @@
+import ChannelAPI
+import ChannelTesting
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -69,6 +71,26 @@ struct StructuredLogTests {
         #expect(lines.allSatisfy { $0["node_id"] as? String == "node-a" }, "\(lines.filter { $0["node_id"] as? String != "node-a" })")
         #expect(!lines.contains { $0["component"] as? String == "http" }, "an access line was written: \(lines.filter { $0["component"] as? String == "http" })")
         #expect(!gateway.output.contains("off-1"))
+    }
+
+    @Test("a run's lines name the run, not the request that started it (a run outlives its 202)")
+    func runLinesNameTheRun() async throws {
+        let logs = MemoryLogHandler()
+        let config = """
+            agents:
+              - id: broken
+                name: Broken
+                runner:
+                  command: ["/bin/sh", "-c", "exit 2"]
+            """
+        try await withTestGateway(config: config, log: Log(minimum: .info, handler: logs), mode: .router) { gw in
+            let started = try await gw.request("POST", "/api/v1/agents/broken/run", headers: ["X-Request-Id": "req-run-1"])
+            #expect(started.status == 202, "\(started.text)")
+            let runID = try #require(started.json["run_id"]?.stringValue)
+            #expect(await eventually { logs.records.contains { $0.message.contains("of agent broken failed") && $0.metadata["run_id"] == runID } },
+                    "\(logs.lines)")
+            #expect(!logs.records.contains { $0.metadata["run_id"] == runID && $0.metadata["request_id"] != nil }, "\(logs.lines)")
+        }
     }
 
     @Test("a wrong SOULACY_LOG_LEVEL or SOULACY_LOG_FORMAT stops the start naming the variable")

@@ -153,7 +153,12 @@ class Receiver(cc.ChannelStandIn):
         status = int(step.get("status", 200))
         extra = [("Retry-After", step["retry_after"])] if "retry_after" in step else []
         record["status"] = status
-        await cc.respond_json(send, status, {"ok": 200 <= status < 300, "status": status}, extra)
+        answer = {"ok": 200 <= status < 300, "status": status}
+        if step.get("echo_url"):
+            # As many services word an error: the request's own path and query quoted back.
+            query = scope.get("query_string", b"").decode("latin-1")
+            answer["error"] = "no hook at " + path + ("?" + query if query else "")
+        await cc.respond_json(send, status, answer, extra)
 
     async def extra_control(self, path, method, data, send):
         if path == "/control/deliveries":

@@ -87,6 +87,7 @@ public final class WebhookChannel: EndpointDisablingChannel {
     public func attempt(_ send: ChannelSend, endpoints: any EndpointStateStore) async -> ChannelSendOutcome {
         let target: WebhookTarget
         do { target = try self.target(for: send.destination) } catch { return .failed(reason: error.description) }
+        let scrubber = target.key.hasPrefix(WebhookTarget.adHocPrefix) ? self.scrubber.including(url: target.url.text) : self.scrubber
         do {
             if let record = try await endpoints.disabled(channel: name, endpoint: target.key) {
                 guard record.fingerprint != target.fingerprint else {

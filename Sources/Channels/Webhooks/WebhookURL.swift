@@ -73,7 +73,7 @@ struct WebhookURL: Sendable, Equatable {
 
 /// Takes every secret out of a text meant for a reason: configured secrets, URLs and their query values.
 struct SecretScrubber: Sendable {
-    private let secrets: [String]
+    private var secrets: [String]
 
     init(secrets: [String], urls: [String] = []) {
         var all = secrets
@@ -90,5 +90,13 @@ struct SecretScrubber: Sendable {
 
     func scrub(_ text: String) -> String {
         secrets.reduce(text) { $0.replacingOccurrences(of: $1, with: "***") }
+    }
+
+    /// The same scrubber that also hides `url` and the tokens in it: an ad-hoc URL an agent named, which a
+    /// receiver's answer may quote back.
+    func including(url: String) -> SecretScrubber {
+        var widened = SecretScrubber(secrets: [], urls: [url])
+        widened.secrets = Array(Set(widened.secrets + secrets)).sorted { $0.count > $1.count }
+        return widened
     }
 }

@@ -198,12 +198,15 @@ public actor AgentRuns {
         do { try store.begin(record) } catch { log.error("run \(record.id): could not record its start: \(error)") }
         let credentials = self.credentials
         let progress = self.progress
+        // The run's lines name the run, not the request that started it (a run outlives its 202 by hours).
         let task = Task {
-            await progress?.runStarted(activity)
-            let finished = await self.execute(agent: agent, record: record, request: request, route: route, finishAnswer: finishAnswer)
-            credentials.revoke(credential)
-            await progress?.finished(sessionID: sessionID, succeeded: finished.status == .succeeded)
-            return finished
+            await Log.$taskMetadata.withValue(["run_id": runID]) {
+                await progress?.runStarted(activity)
+                let finished = await self.execute(agent: agent, record: record, request: request, route: route, finishAnswer: finishAnswer)
+                credentials.revoke(credential)
+                await progress?.finished(sessionID: sessionID, succeeded: finished.status == .succeeded)
+                return finished
+            }
         }
         if chat == nil { running[agentID] = (runID, task) } else { chatRuns[runID] = task }
         return started

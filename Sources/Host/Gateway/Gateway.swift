@@ -230,6 +230,14 @@ public final class Gateway: Sendable {
             throw .dataDirectory("cannot create the data directory \(options.dataDirectory): \(error.localizedDescription)")
         }
         DataDirectoryPermissions.tighten(options.dataDirectory, log: log)
+        // A send's destination may hold a secret (an incoming-webhook URL's key): sealed in the database under the key
+        // beside it that also seals the relay secrets.
+        let destinationSeal: DestinationSeal
+        do {
+            destinationSeal = DestinationSeal(key: try SecretFile.key(at: options.dataDirectory + "/relay-secrets.key", variable: "relay secrets key"))
+        } catch {
+            throw .dataDirectory("cannot read the key that seals secrets in the database: \(error)")
+        }
         // The channel hand-off's outbox: the run store records a run's sends in it, in the transaction of the run's end.
         let sqliteChannelOutbox: SQLiteChannelOutbox
         do {
@@ -238,10 +246,7 @@ public final class Gateway: Sendable {
             // The schema is brought up to date once, here, before any store exists.
             try GatewaySchema.migrator().migrate(database)
             mobileStore = try MobileStore(database: database, clock: options.clock, metrics: metrics.mobile)
-            // A send's destination may hold a secret (an incoming-webhook URL's key): sealed in the database under the key
-            // beside it that also seals the relay secrets.
-            let destinationKey = try SecretFile.key(at: options.dataDirectory + "/relay-secrets.key", variable: "relay secrets key")
-            sqliteChannelOutbox = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: destinationKey))
+            sqliteChannelOutbox = SQLiteChannelOutbox(database: database, destinationSeal: destinationSeal)
             let sqliteKeys = try SQLiteAPIKeyStore(database: database)
             keys = sqliteKeys
             runStore = try SQLiteRunStore(database: database, channelOutbox: sqliteChannelOutbox)
