@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 import Synchronization
 
 /// A few connections to one database and threads of the pool's own: libpq blocks its caller on the network, so the
@@ -43,7 +44,18 @@ public final class PostgresPool: Sendable {
     /// Runs `body` in one transaction on a connection of its own: all of it commits, or none. Transactions nested
     /// inside (`connection.transaction`) are savepoints of it.
     public func transaction<T: Sendable>(isolation: PostgresIsolation? = nil, _ body: (PostgresConnection) throws -> T) async throws -> T {
-        try await withConnection { connection in try connection.transaction(isolation: isolation, body) }
+        // Nested use joins the transaction this task holds on this pool (a savepoint on its connection), as SQLite's
+        // pool does: a second connection would wait for the first and could never see its writes.
+        if let held = HeldPostgresTransaction.usable(in: self) { return try held.connection.transaction(isolation: isolation, body) }
+        // The task's hook (an idempotent call's "applied" line) runs before the COMMIT, in this very transaction;
+        // work deferred with `afterCommit` inside waits for that COMMIT.
+        let hook = CommitHook.current
+        return try await withConnection { connection in
+            let held = HeldPostgresTransaction(pool: self, connection: connection)
+            return try HeldPostgresTransaction.$current.withValue(held) {
+                try connection.transaction(isolation: isolation) { connection in try CommitHook.withCurrent(hook, in: connection, body) }
+            }
+        }
     }
 
     /// Sends a notification to every connection listening on `channel` (`pg_notify`, both values as parameters).

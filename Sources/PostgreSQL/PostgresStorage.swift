@@ -54,14 +54,7 @@ extension PostgresPool: TransactionalStorage {
     public var engine: String { "postgresql" }
 
     public func withTransaction<T: Sendable>(_ body: (any StorageSession) throws -> T) async throws -> T {
-        // The task's hook (an idempotent call's "applied" line) runs before the COMMIT, in this very transaction.
-        let hook = CommitHook.current
-        return try await transaction { connection in
-            let held = HeldPostgresTransaction(pool: self, connection: connection)
-            return try HeldPostgresTransaction.$current.withValue(held) {
-                try CommitHook.withCurrent(hook, in: connection) { try body($0) }
-            }
-        }
+        try await transaction { connection in try body(connection) }
     }
 
     public func withTransaction<T: Sendable>(answering answer: (T) -> CommitHook.Answer,

@@ -54,4 +54,31 @@ struct PostgresStorageSeamTests {
         final class OtherEngineSession: StorageSession { var changeCount: Int64 { 0 } }
         #expect(throws: StorageError.self) { try OtherEngineSession().postgresConnection() }
     }
+
+    @Test("a store writing through the pool's own transaction gets the same as through the seam: the task's hook before COMMIT, deferred work after it, nothing on rollback")
+    func poolTransactionBindsTheSeam() async throws {
+        let (pool, _) = try await freshPool()
+        defer { pool.close() }
+        try await pool.withConnection { try $0.execute("CREATE TABLE t (id TEXT PRIMARY KEY); CREATE TABLE hooked (n INTEGER)") }
+        let hook = CommitHook({ session, _ in try session.postgresConnection().run("INSERT INTO hooked VALUES (1)") })
+        let ran = Mutex<[String]>([])
+        try await CommitHook.$current.withValue(hook) {
+            try? await pool.transaction { db -> Void in
+                pool.afterCommit { ran.withLock { $0.append("rolled back") } }
+                try db.run("INSERT INTO t VALUES ('x')")
+                throw Refused()
+            }
+            try await pool.transaction { db -> Void in
+                pool.afterCommit { ran.withLock { $0.append("committed") } }
+                try db.run("INSERT INTO t VALUES ('a')")
+                #expect(ran.withLock { $0 }.isEmpty, "deferred work waits for the COMMIT")
+            }
+        }
+        #expect(ran.withLock { $0 } == ["committed"])
+        #expect(hook.runCount == 1)
+        let rows = try await pool.withConnection { db in
+            (try db.query("SELECT count(*) AS n FROM hooked").first?.int("n"), try db.query("SELECT id FROM t ORDER BY id").compactMap { $0.string("id") })
+        }
+        #expect(rows.0 == 1 && rows.1 == ["a"], "\(rows)")
+    }
 }
