@@ -18,7 +18,7 @@ struct StoreConformanceTests {
         func fixture() async throws -> any StorageEngineFixture {
             switch self {
             case .sqlite: try SQLiteEngineFixture()
-            case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations)
+            case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations + PostgresTriggerCooldownStore.migrations)
             }
         }
 
@@ -28,6 +28,30 @@ struct StoreConformanceTests {
             case .postgresql: PostgresIdempotencyStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
             }
         }
+
+        func triggerCooldownStore(_ fixture: any StorageEngineFixture) throws -> any TriggerCooldownStore {
+            switch self {
+            case .sqlite: SQLiteTriggerCooldownStore(database: try #require(fixture as? SQLiteEngineFixture).database)
+            case .postgresql: PostgresTriggerCooldownStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
+            }
+        }
+    }
+
+    @Test("location triggers' cooldowns", arguments: Engine.allCases)
+    func triggerCooldowns(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let failures = await TriggerCooldownStoreConformance(engine: engine.rawValue, store: try engine.triggerCooldownStore(fixture)).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the cooldown suite itself catches a store that lets every fire through")
+    func catchesALenientCooldownStore() async throws {
+        struct Lenient: TriggerCooldownStore {
+            func claim(agentID: String, deviceID: String, cooldown: Duration, now: Date) async throws -> Int? { nil }
+            func release(agentID: String, deviceID: String) async throws {}
+        }
+        let rules = Set(await TriggerCooldownStoreConformance(engine: "lenient", store: Lenient()).run().map(\.rule))
+        #expect(rules == ["within the cooldown", "rounded up", "one of concurrent fires"], "\(rules)")
     }
 
     @Test("the idempotency log", arguments: Engine.allCases)
