@@ -206,6 +206,16 @@ struct RelayAndLiveActivityTests {
         #expect(off.recorder.sent.isEmpty)
     }
 
+    /// Registers an iPhone that takes push-to-start Live Activities, then lets the every-minute cron agent fire once
+    /// (the gateway's clock starts half a minute before a fire).
+    static func registerIPhoneAndFireCron(_ gw: TestGateway, clock: ManualClock) async throws {
+        let registered = try await gw.request("POST", "/api/v1/mobile/devices", json: ["notifications_enabled": true, "id": "iphone", "push_token": .string(token),
+                                                                                          "live_start_token": .string(startToken)])
+        #expect(registered.status == 201)
+        #expect(await eventually { clock.sleeperCount >= 1 })
+        clock.advance(by: .seconds(61))
+    }
+
     @Test("end to end: a cron run's tool call reaches APNs as a liveactivity push on the liveactivity topic")
     func throughAPNs() async throws {
         let apns = try await APNsStandIn.start()
@@ -222,10 +232,7 @@ struct RelayAndLiveActivityTests {
             """
         let clock = ManualClock(Date().addingTimeInterval(-30))
         try await withTestGateway(config: config, clock: clock, environment: apns.environment) { (gw) async throws in
-            let registered = try await gw.request("POST", "/api/v1/mobile/devices", json: ["notifications_enabled": true, "id": "iphone", "push_token": .string(Self.token), "live_start_token": .string(Self.startToken)])
-            #expect(registered.status == 201)
-            #expect(await eventually { clock.sleeperCount >= 1 })
-            clock.advance(by: .seconds(61))
+            try await Self.registerIPhoneAndFireCron(gw, clock: clock)
             #expect(try await eventually { try await apns.requests().contains { $0["headers"]?["apns-push-type"] == "liveactivity" } })
             let live = try #require(try await apns.requests().first { $0["headers"]?["apns-push-type"] == "liveactivity" })
             #expect(live["status"] == 200)
@@ -255,10 +262,7 @@ struct RelayAndLiveActivityTests {
             """
         let clock = ManualClock(Date().addingTimeInterval(-30))
         try await withTestGateway(config: config, clock: clock, environment: apns.environment) { (gw) async throws in
-            let registered = try await gw.request("POST", "/api/v1/mobile/devices", json: ["notifications_enabled": true, "id": "iphone", "push_token": .string(Self.token), "live_start_token": .string(Self.startToken)])
-            #expect(registered.status == 201)
-            #expect(await eventually { clock.sleeperCount >= 1 })
-            clock.advance(by: .seconds(61))
+            try await Self.registerIPhoneAndFireCron(gw, clock: clock)
             @Sendable func live() async throws -> [JSONValue] {
                 try await apns.requests().filter { $0["headers"]?["apns-push-type"] == "liveactivity" }.compactMap { request in
                     request["body"]?.stringValue.flatMap { try? JSONValue.parse(Array($0.utf8)) }
