@@ -31,8 +31,6 @@ public struct PostgresIdempotencyStore: IdempotencyStore {
         self.pool = pool
     }
 
-    static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
-
     public func line(scope: String, key: String) async throws -> IdempotencyLine? {
         try await pool.withConnection { db in
             try db.query("SELECT method, path, status, content_type, body, sealed, resume FROM idempotency_log WHERE scope = $1 AND idempotency_key = $2",
@@ -64,7 +62,7 @@ public struct PostgresIdempotencyStore: IdempotencyStore {
             let count = try await pool.transaction { db in
                 try db.run("""
                     DELETE FROM idempotency_log WHERE ctid IN (SELECT ctid FROM idempotency_log WHERE created_at < $1 LIMIT 5000)
-                    """, Self.millis(cutoff))
+                    """, cutoff.postgresMillis)
             }
             removed += count
             if count < 5000 { return removed }
@@ -78,7 +76,7 @@ public struct PostgresIdempotencyStore: IdempotencyStore {
             VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, FALSE, $8)
             ON CONFLICT (scope, idempotency_key) DO UPDATE SET resume = excluded.resume
             WHERE idempotency_log.status = $5 AND excluded.resume IS NOT NULL AND idempotency_log.resume IS DISTINCT FROM excluded.resume
-            """, scope, key, method, path, Int64(IdempotencyLog.appliedWithoutAnswer), [UInt8](), millis(now), resume)
+            """, scope, key, method, path, Int64(IdempotencyLog.appliedWithoutAnswer), [UInt8](), now.postgresMillis, resume)
     }
 
     static func record(_ answer: IdempotencyLine, scope: String, key: String, at now: Date, in db: PostgresConnection) throws {
@@ -87,6 +85,6 @@ public struct PostgresIdempotencyStore: IdempotencyStore {
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
             ON CONFLICT (scope, idempotency_key) DO UPDATE SET status = excluded.status, content_type = excluded.content_type,
                 body = excluded.body, sealed = excluded.sealed
-            """, scope, key, answer.method, answer.path, Int64(answer.status), answer.contentType, answer.body, millis(now), answer.sealed)
+            """, scope, key, answer.method, answer.path, Int64(answer.status), answer.contentType, answer.body, now.postgresMillis, answer.sealed)
     }
 }

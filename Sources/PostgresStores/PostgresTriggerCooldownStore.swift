@@ -24,7 +24,7 @@ public struct PostgresTriggerCooldownStore: TriggerCooldownStore {
     }
 
     public func claim(agentID: String, deviceID: String, cooldown: Duration, now: Date) async throws -> Int? {
-        let nowMS = PostgresIdempotencyStore.millis(now)
+        let nowMS = now.postgresMillis
         let cooldownMS = cooldown.components.seconds * 1000
         return try await pool.transaction { db in
             // The row is written only when no fire of the pair is within the cooldown; a concurrent claim waits on the

@@ -230,11 +230,11 @@ public final class Gateway: Sendable {
             throw .dataDirectory("cannot create the data directory \(options.dataDirectory): \(error.localizedDescription)")
         }
         DataDirectoryPermissions.tighten(options.dataDirectory, log: log)
-        // A send's destination may hold a secret (an incoming-webhook URL's key): sealed in the database under the key
-        // beside it that also seals the relay secrets.
-        let destinationSeal: DestinationSeal
+        // The key that seals secrets in the database lives beside it, never in it: a send's destination (an incoming-
+        // webhook URL holds its key) and the phones' relay secrets.
+        let sealingKey: [UInt8]
         do {
-            destinationSeal = DestinationSeal(key: try SecretFile.key(at: options.dataDirectory + "/relay-secrets.key", variable: "relay secrets key"))
+            sealingKey = try SecretFile.key(at: options.dataDirectory + "/relay-secrets.key", variable: "relay secrets key")
         } catch {
             throw .dataDirectory("cannot read the key that seals secrets in the database: \(error)")
         }
@@ -246,7 +246,7 @@ public final class Gateway: Sendable {
             // The schema is brought up to date once, here, before any store exists.
             try GatewaySchema.migrator().migrate(database)
             mobileStore = try MobileStore(database: database, clock: options.clock, metrics: metrics.mobile)
-            sqliteChannelOutbox = SQLiteChannelOutbox(database: database, destinationSeal: destinationSeal)
+            sqliteChannelOutbox = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: sealingKey))
             let sqliteKeys = try SQLiteAPIKeyStore(database: database)
             keys = sqliteKeys
             runStore = try SQLiteRunStore(database: database, channelOutbox: sqliteChannelOutbox)
@@ -259,8 +259,10 @@ public final class Gateway: Sendable {
         }
         let transports = try Self.wakeTransports(options: options, log: log)
         channelOutbox = sqliteChannelOutbox
+        // The endpoints channels disabled: each attempt reads them, and the console's health page lists them.
+        let endpointStates = SQLiteEndpointStateStore(database: database)
         channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log.component("channels"),
-                                                                  endpoints: SQLiteEndpointStateStore(database: database), metrics: metrics.channels),
+                                                                  endpoints: endpointStates, metrics: metrics.channels),
                                               clock: options.clock, log: log)
         dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log.component("push"),
                                     metrics: metrics.mobile)
@@ -335,10 +337,9 @@ public final class Gateway: Sendable {
         var gatewayAPI = GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
                                     transportNames: transports.transports.map(\.name))
         gatewayAPI.relayStatus = { await carriageBox.value?.status() }
-        let endpointStates = SQLiteEndpointStateStore(database: database)
         gatewayAPI.disabledEndpoints = { [outbound] in
-            var disabled: [DisabledEndpoint] = []
-            for case let channel as any EndpointDisablingChannel in outbound.all { disabled += try await channel.disabledEndpoints(in: endpointStates) }
+            var disabled: [String: [DisabledEndpoint]] = [:]
+            for case let channel as any EndpointDisablingChannel in outbound.all { disabled[channel.name] = try await channel.disabledEndpoints(in: endpointStates) }
             return disabled
         }
         gatewayAPI.nodeID = settings.resolvedNodeID(dataDirectory: options.dataDirectory)
@@ -423,8 +424,6 @@ public final class Gateway: Sendable {
         server = api.server(serverConfiguration)
         if let relayURL = settings.relayMailboxURL {
             do {
-                // The key that seals the relay secrets in the database lives beside it, never in it.
-                let sealingKey = try SecretFile.key(at: options.dataDirectory + "/relay-secrets.key", variable: "relay secrets key")
                 carriage = try RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, database: database, sealingKey: sealingKey,
                                              mobile: mobileStore, keys: keys, log: log) { request, principal, secret in
                     await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }

@@ -1,6 +1,5 @@
 import Agents
 import APIKit
-import ChannelAPI
 import ChannelDelivery
 import Foundation
 import Identity
@@ -165,15 +164,13 @@ extension GatewayAPI {
         }
         let channelNames = runs.outbound.names
         let channels = try runs.channelOutbox?.health(channels: channelNames)
-        let disabled = Dictionary(grouping: try await disabledEndpoints(), by: \.channel)
+        let disabled = try await disabledEndpoints()
         // The mobile channel is always there: the inbox is the sink every phone reads.
         var channelPaths = [ConsoleHealth.Path(name: "mobile", configured: true)]
         channelPaths += channelNames.filter { $0 != "mobile" }.map { name in
             ConsoleHealth.Path(name: name, configured: true, lastOutcome: channels?.lastOutcomes[name]?.state,
                                lastReason: channels?.lastOutcomes[name]?.reason, lastAt: channels?.lastOutcomes[name].map { Timestamp($0.at) },
-                               disabledEndpoints: runs.outbound.channel(named: name) is any EndpointDisablingChannel
-                                   ? (disabled[name] ?? []).map { ConsoleHealth.DisabledEndpointView(endpoint: $0.display, reason: $0.reason, since: Timestamp($0.since)) }
-                                   : nil)
+                               disabledEndpoints: disabled[name]?.map { ConsoleHealth.DisabledEndpointView(endpoint: $0.display, reason: $0.reason, since: Timestamp($0.since)) })
         }
         var database = "ok"
         do { try await mobile.transactions.checkReadable() } catch { database = "failing: \(error)" }

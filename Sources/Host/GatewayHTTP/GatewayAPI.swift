@@ -24,8 +24,9 @@ public struct GatewayAPI: Sendable {
     public var nodeID = ""
     /// The relay carriage's state for the console's health page (nil: no relay configured).
     public var relayStatus: @Sendable () async -> RelayCarriage.Status? = { nil }
-    /// The channels' endpoints disabled because their service said they are gone, for the console's health page.
-    public var disabledEndpoints: @Sendable () async throws -> [DisabledEndpoint] = { [] }
+    /// For each channel that disables endpoints its service says are gone, the ones disabled now (the console's
+    /// health page); a channel that never disables one is not a key.
+    public var disabledEndpoints: @Sendable () async throws -> [String: [DisabledEndpoint]] = { [:] }
 
     public init(catalog: AgentCatalog, runs: AgentRuns, runStore: any RunStore, mobile: MobileStore, scheduler: Scheduler, clock: any WallClock, transportNames: [String] = []) {
         self.catalog = catalog
