@@ -42,30 +42,30 @@ public final class ChannelLane: OutboxLane {
         self.endpoints = endpoints
     }
 
-    public func releaseAbandonedLeases(ownOwner owner: String) throws -> Int { try outbox.releaseAbandonedLeases(ownOwner: owner) }
+    public func releaseAbandonedLeases(ownOwner owner: String) async throws -> Int { try await outbox.releaseAbandonedLeases(ownOwner: owner) }
 
     public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [ChannelOutboxEntry] {
         try await outbox.claimDue(owner: owner, now: now, lease: lease, limit: limit)
     }
 
-    public func nextDue() throws -> Date? { try outbox.nextDue() }
+    public func nextDue() async throws -> Date? { try await outbox.nextDue() }
 
     public func attempt(_ entry: ChannelOutboxEntry, owner: String) async {
         do {
             let now = clock.now()
             guard now < entry.expiresAt else {
-                try await outbox.settle(entry.id, owner: owner, state: .failed, reason: "gave up after 24 hours: \(entry.lastReason ?? "never sent")", remoteID: nil, at: now)
+                try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: .failed, reason: "gave up after 24 hours: \(entry.lastReason ?? "never sent")", remoteID: nil, at: now)
                 return
             }
             guard let channel = channels.channel(named: entry.channel) else {
                 // The gateway config lost this channel since: wait for it to come back rather than drop the output.
                 let next = now.addingTimeInterval(policy.delay(afterAttempts: entry.attempts + 1, retryAfter: nil))
-                try await outbox.reschedule(entry.id, owner: owner, at: next, reason: "channel '\(entry.channel)' is not configured")
+                try await outbox.reschedule(entry.id, claim: entry.claim, owner: owner, at: next, reason: "channel '\(entry.channel)' is not configured")
                 return
             }
             // A destination sealed under another key never reaches a channel (some would take it as a chat id).
             guard entry.destination != DestinationSeal.unreadable else {
-                try await outbox.settle(entry.id, owner: owner, state: .rejected,
+                try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: .rejected,
                                         reason: "the destination was sealed under another key (relay-secrets.key beside the database was replaced), so it cannot be read",
                                         remoteID: nil, at: now)
                 return
@@ -87,19 +87,19 @@ public final class ChannelLane: OutboxLane {
             }
             switch outcome {
             case .delivered(let remoteID):
-                try await outbox.settle(entry.id, owner: owner, state: .delivered, reason: nil, remoteID: remoteID, at: after)
+                try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: .delivered, reason: nil, remoteID: remoteID, at: after)
             case let .retry(retryAfter, reason):
                 let next = after.addingTimeInterval(policy.delay(afterAttempts: entry.attempts + 1, retryAfter: retryAfter))
                 if next >= entry.expiresAt {
-                    try await outbox.settle(entry.id, owner: owner, state: .failed, reason: "gave up: \(reason)", remoteID: nil, at: after)
+                    try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: .failed, reason: "gave up: \(reason)", remoteID: nil, at: after)
                 } else {
-                    try await outbox.reschedule(entry.id, owner: owner, at: next, reason: reason)
+                    try await outbox.reschedule(entry.id, claim: entry.claim, owner: owner, at: next, reason: reason)
                 }
             case .rejected(let reason):
-                try await outbox.settle(entry.id, owner: owner, state: .rejected, reason: reason, remoteID: nil, at: after)
+                try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: .rejected, reason: reason, remoteID: nil, at: after)
                 log.log(.warning, "channels: \(entry.channel) refused send \(entry.id): \(reason)", metadata: Self.logContext(entry))
             case .failed(let reason):
-                try await outbox.settle(entry.id, owner: owner, state: .failed, reason: reason, remoteID: nil, at: after)
+                try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: .failed, reason: reason, remoteID: nil, at: after)
                 log.log(.warning, "channels: send \(entry.id) to \(entry.channel) failed: \(reason)", metadata: Self.logContext(entry))
             }
         } catch {

@@ -8,15 +8,27 @@ public struct ChannelOutboxHealth: Sendable, Equatable {
         public var state: String
         public var reason: String?
         public var at: Date
+
+        public init(state: String, reason: String?, at: Date) {
+            self.state = state
+            self.reason = reason
+            self.at = at
+        }
     }
     public var pending: Int
     public var oldestPendingAt: Date?
     public var lastOutcomes: [String: LastOutcome]
+
+    public init(pending: Int, oldestPendingAt: Date?, lastOutcomes: [String: LastOutcome]) {
+        self.pending = pending
+        self.oldestPendingAt = oldestPendingAt
+        self.lastOutcomes = lastOutcomes
+    }
 }
 
 extension SQLiteChannelOutbox {
-    public func health(channels: [String]) throws -> ChannelOutboxHealth {
-        try database.read { db in
+    public func health(channels: [String]) async throws -> ChannelOutboxHealth {
+        try await database.asyncRead { db in
             let pending = try db.query("SELECT count(*) AS n, min(created_at) AS oldest FROM channel_outbox WHERE state = 'pending'").first
             var last: [String: ChannelOutboxHealth.LastOutcome] = [:]
             for channel in channels {

@@ -32,6 +32,30 @@ public struct ChannelOutboxEntry: Sendable, Equatable {
     public var remoteID: String?
     public var deliveredAt: Date?
     public var createdAt: Date
+    /// Which claim of the row this is (the fence a settle names; 0 for a row read outside a claim).
+    public var claim: Int64 = 0
+
+    /// How long a send stays worth attempting, whatever engine keeps it; after that it is recorded as failed.
+    public static let defaultLifetime: TimeInterval = 24 * 3600
+
+    public init(id: String, runID: String?, subject: String, channel: String, destination: String, output: Output, state: State, attempts: Int,
+                nextAttemptAt: Date, expiresAt: Date, lastReason: String?, remoteID: String?, deliveredAt: Date?, createdAt: Date, claim: Int64 = 0) {
+        self.id = id
+        self.runID = runID
+        self.subject = subject
+        self.channel = channel
+        self.destination = destination
+        self.output = output
+        self.state = state
+        self.attempts = attempts
+        self.nextAttemptAt = nextAttemptAt
+        self.expiresAt = expiresAt
+        self.lastReason = lastReason
+        self.remoteID = remoteID
+        self.deliveredAt = deliveredAt
+        self.createdAt = createdAt
+        self.claim = claim
+    }
 }
 
 /// A send to record with the run that made it (`SQLiteChannelOutbox.enqueue` inside the run's end).
@@ -94,6 +118,9 @@ public enum ChannelOutboxSchema {
                 PRIMARY KEY (channel, endpoint)
             );
             """),
+        // How many times each send was claimed: a settle names its claim, so a holder whose lease was taken over
+        // never settles the row its successor holds.
+        Migration("channels.4-claims", "ALTER TABLE channel_outbox ADD COLUMN claims INTEGER NOT NULL DEFAULT 0"),
     ]
 }
 
@@ -104,27 +131,31 @@ public protocol ChannelOutbox: Sendable {
     /// Records sends inside the caller's transaction (the run's end, so the output and the run commit together).
     func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date, in session: any StorageSession) throws
     /// Records sends in a transaction of their own (a failure notice, a channel test).
-    func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date) throws
+    func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date) async throws
+    /// Leases up to `limit` due rows to `owner` (rows whose lease ran out included), each claim counted: the entry's
+    /// `claim` is the fence its settle must name.
     func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [ChannelOutboxEntry]
-    func nextDue() throws -> Date?
-    /// Ends a claimed row; false when its lease was lost to another holder (who settles it instead).
-    func settle(_ id: String, owner: String, state: ChannelOutboxEntry.State, reason: String?, remoteID: String?, at now: Date) async throws -> Bool
-    func reschedule(_ id: String, owner: String, at next: Date, reason: String) async throws -> Bool
+    func nextDue() async throws -> Date?
+    /// Ends a claimed row; false when its claim was taken over by another holder (who settles it instead).
+    @discardableResult
+    func settle(_ id: String, claim: Int64, owner: String, state: ChannelOutboxEntry.State, reason: String?, remoteID: String?, at now: Date) async throws -> Bool
+    @discardableResult
+    func reschedule(_ id: String, claim: Int64, owner: String, at next: Date, reason: String) async throws -> Bool
     /// Leases a previous run of this host left behind, released at start.
-    func releaseAbandonedLeases(ownOwner: String) throws -> Int
-    func entries(runID: String) throws -> [ChannelOutboxEntry]
-    func entries() throws -> [ChannelOutboxEntry]
-    func entry(id: String) throws -> ChannelOutboxEntry?
-    func removeFinished(before cutoff: Date) throws -> Int
+    func releaseAbandonedLeases(ownOwner: String) async throws -> Int
+    func entries(runID: String) async throws -> [ChannelOutboxEntry]
+    func entries() async throws -> [ChannelOutboxEntry]
+    func entry(id: String) async throws -> ChannelOutboxEntry?
+    func removeFinished(before cutoff: Date) async throws -> Int
     /// What waits, since when, and each channel's latest finished send.
-    func health(channels: [String]) throws -> ChannelOutboxHealth
+    func health(channels: [String]) async throws -> ChannelOutboxHealth
 }
 
 /// The channel outbox in SQLite: rows written with the run's end, claimed with a lease (one holder at a time, so
 /// two dispatchers never send one twice), settled once by their holder.
 public struct SQLiteChannelOutbox: ChannelOutbox {
     /// How long a send stays worth attempting; after that it is recorded as failed with its last reason.
-    public static let defaultLifetime: TimeInterval = 24 * 3600
+    public static let defaultLifetime = ChannelOutboxEntry.defaultLifetime
 
     public let database: DatabasePool
     /// Seals each row's destination (the gateway always passes one); nil keeps destinations in the clear, for tests
@@ -156,8 +187,8 @@ public struct SQLiteChannelOutbox: ChannelOutbox {
     }
 
     /// Records sends in a transaction of their own (a failure notice, a channel test).
-    public func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date) throws {
-        try database.transaction { db in try enqueue(sends, runID: runID, now: now, in: db) }
+    public func enqueue(_ sends: [PendingChannelSend], runID: String?, now: Date) async throws {
+        try await database.asyncTransaction { db in try enqueue(sends, runID: runID, now: now, in: db) }
     }
 
     /// A row as the lane and the readers see it: its destination opened. A destination that no longer opens (the
@@ -172,13 +203,14 @@ public struct SQLiteChannelOutbox: ChannelOutbox {
                                   state: ChannelOutboxEntry.State(rawValue: row.string("state") ?? "") ?? .pending,
                                   attempts: Int(row.int("attempts") ?? 0), nextAttemptAt: Self.date(row.int("next_attempt_at")),
                                   expiresAt: Self.date(row.int("expires_at")), lastReason: row.string("last_reason"), remoteID: row.string("remote_id"),
-                                  deliveredAt: row.int("delivered_at").map { Self.date($0) }, createdAt: Self.date(row.int("created_at")))
+                                  deliveredAt: row.int("delivered_at").map { Self.date($0) }, createdAt: Self.date(row.int("created_at")),
+                                  claim: row.int("claims") ?? 0)
     }
 
     public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [ChannelOutboxEntry] {
         try await database.asyncTransaction { db in
             try db.query("""
-                UPDATE channel_outbox SET lease_owner = ?, lease_until = ?
+                UPDATE channel_outbox SET lease_owner = ?, lease_until = ?, claims = claims + 1
                 WHERE id IN (SELECT id FROM channel_outbox
                              WHERE state = 'pending' AND next_attempt_at <= ? AND (lease_until IS NULL OR lease_until < ?)
                              ORDER BY next_attempt_at, id LIMIT ?)
@@ -187,66 +219,63 @@ public struct SQLiteChannelOutbox: ChannelOutbox {
         }.compactMap(entry).sorted { $0.id < $1.id }
     }
 
-    public func nextDue() throws -> Date? {
-        try database.read { db in
+    public func nextDue() async throws -> Date? {
+        try await database.asyncRead { db in
             try db.query("SELECT MIN(next_attempt_at) AS t FROM channel_outbox WHERE state = 'pending'").first?.int("t").map { Self.date($0) }
         }
     }
 
     /// Ends a claimed row; false when its lease was taken over (the new holder settles it).
     @discardableResult
-    public func settle(_ id: String, owner: String, state: ChannelOutboxEntry.State, reason: String?, remoteID: String?, at now: Date) async throws -> Bool {
+    public func settle(_ id: String, claim: Int64, owner: String, state: ChannelOutboxEntry.State, reason: String?, remoteID: String?, at now: Date) async throws -> Bool {
         try await database.groupTransaction { db in
             try db.run("""
                 UPDATE channel_outbox SET state = ?, last_reason = COALESCE(?, last_reason), remote_id = ?, attempts = attempts + 1,
                                           delivered_at = ?, finished_at = ?, lease_owner = NULL, lease_until = NULL
-                WHERE id = ? AND lease_owner = ? AND state = 'pending'
-                """, state.rawValue, reason, remoteID, state == .delivered ? Self.ms(now) : nil, Self.ms(now), id, owner) > 0
+                WHERE id = ? AND claims = ? AND lease_owner = ? AND state = 'pending'
+                """, state.rawValue, reason, remoteID, state == .delivered ? Self.ms(now) : nil, Self.ms(now), id, claim, owner) > 0
         }
     }
 
     /// Puts a claimed row back for a later attempt, with the reason this one did not go through.
     @discardableResult
-    public func reschedule(_ id: String, owner: String, at next: Date, reason: String) async throws -> Bool {
+    public func reschedule(_ id: String, claim: Int64, owner: String, at next: Date, reason: String) async throws -> Bool {
         try await database.groupTransaction { db in
             try db.run("""
                 UPDATE channel_outbox SET next_attempt_at = ?, last_reason = ?, attempts = attempts + 1, lease_owner = NULL, lease_until = NULL
-                WHERE id = ? AND lease_owner = ? AND state = 'pending'
-                """, Self.ms(next), reason, id, owner) > 0
+                WHERE id = ? AND claims = ? AND lease_owner = ? AND state = 'pending'
+                """, Self.ms(next), reason, id, claim, owner) > 0
         }
     }
 
     /// Frees leases held by processes on this host that no longer exist (after a crash or kill -9).
-    public func releaseAbandonedLeases(ownOwner: String) throws -> Int {
-        let owners = try database.read { db in
-            try db.query("SELECT DISTINCT lease_owner FROM channel_outbox WHERE state = 'pending' AND lease_owner IS NOT NULL").compactMap { $0.string("lease_owner") }
-        }
-        var released = 0
-        for owner in owners where LeaseOwners.isAbandoned(owner, ownOwner: ownOwner) {
-            released += try database.transaction { db in
-                try db.run("UPDATE channel_outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = 'pending'", owner)
+    public func releaseAbandonedLeases(ownOwner: String) async throws -> Int {
+        try await database.asyncTransaction { db in
+            let owners = try db.query("SELECT DISTINCT lease_owner FROM channel_outbox WHERE state = 'pending' AND lease_owner IS NOT NULL")
+                .compactMap { $0.string("lease_owner") }
+            return try LeaseOwners.abandoned(among: owners, ownOwner: ownOwner).reduce(0) { released, owner in
+                try released + db.run("UPDATE channel_outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = 'pending'", owner)
             }
         }
-        return released
     }
 
     /// A run's sends, oldest first.
-    public func entries(runID: String) throws -> [ChannelOutboxEntry] {
-        try database.read { db in try db.query("SELECT * FROM channel_outbox WHERE run_id = ? ORDER BY id", runID).compactMap(entry) }
+    public func entries(runID: String) async throws -> [ChannelOutboxEntry] {
+        try await database.asyncRead { db in try db.query("SELECT * FROM channel_outbox WHERE run_id = ? ORDER BY id", runID).compactMap(entry) }
     }
 
-    public func entries() throws -> [ChannelOutboxEntry] {
-        try database.read { db in try db.query("SELECT * FROM channel_outbox ORDER BY id").compactMap(entry) }
+    public func entries() async throws -> [ChannelOutboxEntry] {
+        try await database.asyncRead { db in try db.query("SELECT * FROM channel_outbox ORDER BY id").compactMap(entry) }
     }
 
-    public func entry(id: String) throws -> ChannelOutboxEntry? {
-        try database.read { db in try db.query("SELECT * FROM channel_outbox WHERE id = ?", id).first.flatMap(entry) }
+    public func entry(id: String) async throws -> ChannelOutboxEntry? {
+        try await database.asyncRead { db in try db.query("SELECT * FROM channel_outbox WHERE id = ?", id).first.flatMap(entry) }
     }
 
     /// Forgets sends finished before `cutoff`; pending ones are never touched.
     @discardableResult
-    public func removeFinished(before cutoff: Date) throws -> Int {
-        try database.deleteInBatches(from: "channel_outbox", where: "state <> 'pending' AND finished_at < ?", arguments: [Self.ms(cutoff)])
+    public func removeFinished(before cutoff: Date) async throws -> Int {
+        try await database.asyncDeleteInBatches(from: "channel_outbox", where: "state <> 'pending' AND finished_at < ?", arguments: [Self.ms(cutoff)])
     }
 }
 

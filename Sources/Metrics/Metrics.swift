@@ -37,6 +37,7 @@ public final class MetricsRegistry: Sendable {
 
     private let families = Mutex<[String: Family]>([:])
     private let order = Mutex<[String]>([])
+    private let refreshers = Mutex<[@Sendable () async -> Void]>([])
 
     public init() {}
 
@@ -110,6 +111,18 @@ public final class MetricsRegistry: Sendable {
             families[name] = family
             return series
         }
+    }
+
+    /// Work that reads what some gauges show before each scrape, off the lock (a database read, which a gauge's own
+    /// synchronous `collect` must never do: on a second engine that read is a network round trip).
+    public func beforeScrape(_ refresh: @escaping @Sendable () async -> Void) {
+        refreshers.withLock { $0.append(refresh) }
+    }
+
+    /// Runs every `beforeScrape` refresher, then renders the exposition.
+    public func scrape() async -> String {
+        for refresh in refreshers.withLock({ $0 }) { await refresh() }
+        return exposition()
     }
 
     // MARK: Exposition

@@ -27,7 +27,7 @@ public struct MobileAPI: Sendable {
             Route(.GET, "/api/v1/mobile/devices", role: .viewer, summary: "The caller's registered phones", handler: listDevices),
             Route(.DELETE, "/api/v1/mobile/devices/:id", role: .viewer, summary: "Remove one of the caller's phones", handler: deleteDevice),
             Route.answeredAtOnce(.GET, "/api/v1/mobile/deliveries", role: .viewer, summary: "The caller's inbox, newest first", handler: listDeliveries),
-            Route.answeredAtOnce(.GET, "/api/v1/mobile/deliveries/:id", role: .viewer, summary: "One inbox line with its full content", handler: getDelivery),
+            Route(.GET, "/api/v1/mobile/deliveries/:id", role: .viewer, summary: "One inbox line with its full content", handler: getDelivery),
             Route(.POST, "/api/v1/mobile/deliveries/:id/read", role: .viewer, summary: "Mark a line read on one phone", handler: markRead),
             Route(.POST, "/api/v1/channels/mobile/test", access: .role(.admin), summary: "Send a test line through the mobile channel", handler: sendTest),
             Route(.POST, "/api/v1/mobile/activities", role: .viewer, summary: "Report a Live Activity's update token", handler: registerActivity),
@@ -108,7 +108,7 @@ public struct MobileAPI: Sendable {
         return (out.bytes, page.items.map(\.id))
     }
 
-    @Sendable func getDelivery(_ request: HTTPRequest, caller: Principal) throws -> HTTPResponse {
+    @Sendable func getDelivery(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         // As the original: one line is always read as one phone sees it (its read_at is that phone's receipt).
         guard let named = request.query["device_id"].map(SchemaWhitespace.trim), !named.isEmpty else { throw APIError.missingField("device_id") }
         let deviceID = try ownDevice(named, caller: caller)
@@ -118,7 +118,7 @@ public struct MobileAPI: Sendable {
         if let deviceID { store.fetches.note(deviceID: deviceID, subject: caller.subject, deliveryIDs: [delivery.id]) }
         // How each of the caller's phones was woken for this line (never other people's).
         let own = Set(try store.devices.list(subject: caller.subject).map(\.id))
-        let wakeUps = try store.outbox.entries(deliveryID: delivery.id).filter { own.contains($0.deviceID) }.map(DeliveryView.WithWakeUps.WakeUp.init)
+        let wakeUps = try await store.outbox.entries(deliveryID: delivery.id).filter { own.contains($0.deviceID) }.map(DeliveryView.WithWakeUps.WakeUp.init)
         // The single line as the original sends it (no presentation), plus how each of the caller's phones was woken.
         return .json(DeliveryView.WithWakeUps(view: DeliveryView(delivery), wakeUps: wakeUps))
     }

@@ -31,11 +31,11 @@ public protocol OutboxLane: Sendable {
     /// Names the lane in log lines ("push", "channels").
     var name: String { get }
     /// Hands back rows an earlier process of this host left leased (it died mid-attempt); returns how many.
-    func releaseAbandonedLeases(ownOwner owner: String) throws -> Int
+    func releaseAbandonedLeases(ownOwner owner: String) async throws -> Int
     /// Leases up to `limit` due rows to `owner` until `now + lease`.
     func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [Item]
     /// When the next row falls due (nil: none waiting).
-    func nextDue() throws -> Date?
+    func nextDue() async throws -> Date?
     /// One attempt at a claimed row, and its outcome recorded under the lease (the lane's own errors are its own).
     func attempt(_ item: Item, owner: String) async
 }
@@ -77,7 +77,7 @@ public actor OutboxDispatcher<Lane: OutboxLane> {
     /// Runs until cancelled.
     public func run() async {
         do {
-            let released = try lane.releaseAbandonedLeases(ownOwner: owner)
+            let released = try await lane.releaseAbandonedLeases(ownOwner: owner)
             if released > 0 { log.info("\(lane.name): resumed \(released) row(s) left by a stopped gateway") }
         } catch {
             log.error("\(lane.name): could not release abandoned leases: \(error)")
@@ -97,7 +97,7 @@ public actor OutboxDispatcher<Lane: OutboxLane> {
                         self.poke()
                     }
                 }
-                if claimed.isEmpty { await doorbell.wait(timeout: waitTime()) }
+                if claimed.isEmpty { await doorbell.wait(timeout: await waitTime()) }
             }
         }
     }
@@ -112,8 +112,8 @@ public actor OutboxDispatcher<Lane: OutboxLane> {
         }
     }
 
-    private func waitTime() -> Duration {
-        guard let next = try? lane.nextDue() else { return pollInterval }
+    private func waitTime() async -> Duration {
+        guard let next = try? await lane.nextDue() else { return pollInterval }
         let seconds = next.timeIntervalSince(clock.now())
         if seconds <= 0 { return .milliseconds(1) }
         return min(pollInterval, .milliseconds(Int64(seconds * 1000) + 1))
@@ -209,5 +209,10 @@ public enum LeaseOwners {
         let parts = owner.split(separator: "|")
         guard parts.count == 3, String(parts[0]) == host, let pid = Int32(parts[1]) else { return false }
         return !(kill(pid, 0) == 0 || errno == EPERM) || pid == getpid()
+    }
+
+    /// The owners among `owners` whose leases can be taken back at start.
+    public static func abandoned(among owners: [String], ownOwner: String) -> [String] {
+        owners.filter { isAbandoned($0, ownOwner: ownOwner) }
     }
 }

@@ -175,6 +175,11 @@ public final class DatabasePool: Sendable {
         }
     }
 
+    /// `deleteInBatches` on the pool's own threads.
+    public func asyncDeleteInBatches(from table: String, where condition: String, arguments: [any SQLiteBindable], batchSize: Int = 5000) async throws -> Int {
+        try await withTaskExecutorPreference(executor) { try self.deleteInBatches(from: table, where: condition, arguments: arguments, batchSize: batchSize) }
+    }
+
     /// Applies `migrations` (see `DatabaseMigrator`, which a composition root uses to register every module's list).
     public func migrate(_ migrations: [Migration]) throws {
         var migrator = DatabaseMigrator()

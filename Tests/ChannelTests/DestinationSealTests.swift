@@ -34,7 +34,7 @@ struct DestinationSealTests {
     }
 
     @Test("the outbox stores no destination in the clear and gives the lane the real one; under another key a row reads as unreadable, never as a default")
-    func throughTheOutbox() throws {
+    func throughTheOutbox() async throws {
         let path = TestGateway.makeTemporaryDirectory() + "/soulacy.db"
         let database = try DatabasePool(path: path, readerCount: 1)
         defer { database.close() }
@@ -42,19 +42,19 @@ struct DestinationSealTests {
         let outbox = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: Self.key))
         let output = Output(agentID: "brief", agentName: "Brief", sessionID: "s-1", title: "Brief", parts: ["hello"], metadata: [:])
         let send = PendingChannelSend(channel: "google_chat", destination: Self.url, output: output, subject: "owner")
-        try outbox.enqueue([send], runID: "run-1", now: Date())
+        try await outbox.enqueue([send], runID: "run-1", now: Date())
         let raw = try database.read { try $0.query("SELECT destination FROM channel_outbox").first?.string("destination") }
         #expect(raw?.contains("SECRET") == false && raw?.hasPrefix("sealed:v1:") == true, "\(raw ?? "nil")")
-        #expect(try outbox.entry(id: send.id)?.destination == Self.url)
+        #expect(try await outbox.entry(id: send.id)?.destination == Self.url)
         // A row written before destinations were sealed.
         try database.transaction { db in
             try db.run("UPDATE channel_outbox SET destination = ? WHERE id = ?", "-1001234567", send.id)
         }
-        #expect(try outbox.entry(id: send.id)?.destination == "-1001234567")
+        #expect(try await outbox.entry(id: send.id)?.destination == "-1001234567")
         // The key beside the database replaced: the row is not sent to the channel's default (an empty to).
         try database.transaction { db in try db.run("UPDATE channel_outbox SET destination = ? WHERE id = ?", raw, send.id) }
         let otherKey = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: [UInt8](repeating: 9, count: 32)))
-        let unreadable = try #require(try otherKey.entry(id: send.id)?.destination)
+        let unreadable = try #require(try await otherKey.entry(id: send.id)?.destination)
         #expect(unreadable == DestinationSeal.unreadable && !unreadable.isEmpty && unreadable.contains("\n"))
     }
 
@@ -66,7 +66,7 @@ struct DestinationSealTests {
         try database.migrate(ChannelOutboxSchema.migrations)
         let output = Output(agentID: "brief", agentName: "Brief", sessionID: "s-1", title: "Brief", parts: ["hello"], metadata: [:])
         let send = PendingChannelSend(channel: "notes", destination: "chat-7", output: output, subject: "owner")
-        try SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: Self.key)).enqueue([send], runID: nil, now: Date())
+        try await SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: Self.key)).enqueue([send], runID: nil, now: Date())
         // A channel that takes any one-word chat id, as a sidecar does.
         let channel = ScriptedChannel(name: "notes")
         let outbox = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: [UInt8](repeating: 9, count: 32)))
@@ -74,7 +74,7 @@ struct DestinationSealTests {
                                log: Log(minimum: .error), endpoints: ProcessEndpointStates())
         for entry in try await outbox.claimDue(owner: "test", now: Date(), lease: 60, limit: 10) { await lane.attempt(entry, owner: "test") }
         #expect(channel.sends.isEmpty, "the channel was handed \(channel.sends.map(\.destination))")
-        let settled = try #require(try outbox.entry(id: send.id))
+        let settled = try #require(try await outbox.entry(id: send.id))
         #expect(settled.state == .rejected && settled.lastReason?.contains("sealed under another key") == true, "\(settled)")
     }
 }

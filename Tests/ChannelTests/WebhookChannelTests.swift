@@ -302,9 +302,9 @@ struct WebhookChannelTests {
             let lane = ChannelLane(outbox: outbox, channels: OutboundChannelRegistry([webhook]), clock: clock,
                                    policy: RetryPolicy(), log: Log(minimum: .error), endpoints: SQLiteEndpointStateStore(database: database))
             let pending = PendingChannelSend(channel: "webhook", destination: "alerts", output: Self.output, subject: "owner")
-            try outbox.enqueue([pending], runID: nil, now: clock.now())
+            try await outbox.enqueue([pending], runID: nil, now: clock.now())
             for entry in try await outbox.claimDue(owner: "test", now: clock.now(), lease: 60, limit: 10) { await lane.attempt(entry, owner: "test") }
-            return try outbox.entry(id: pending.id)
+            return try await outbox.entry(id: pending.id)
         }
         let gone = clock.now()
         try await receiver.script([["status": 410]])

@@ -108,7 +108,7 @@ struct AppContractTests {
             _ = try decode(Registered.self, try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "quiet", "push_token": .string(Self.token)]), status: 201)
             let quietRun = try await gw.runAgent("echo", input: "for the quiet phone", to: "device:quiet")
             let quietLine = try #require(quietRun["delivery_id"]?.stringValue)
-            #expect(try gw.gateway.mobileStore.outbox.entries(deliveryID: quietLine).isEmpty)
+            #expect(try await gw.gateway.mobileStore.outbox.entries(deliveryID: quietLine).isEmpty)
             #expect(try decode(DeliveryPage.self, try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=quiet")).deliveries.first?.id == quietLine)
 
             // Every refusal: the app reads `error` as a string.

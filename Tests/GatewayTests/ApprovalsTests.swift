@@ -24,7 +24,7 @@ struct ApprovalsTests {
             #expect(await eventually { recorder.sent.count == 2 })
             // The ask queued exactly these two wake-ups (none for Priya's phone), and nothing more is due.
             await gw.gateway.dispatcher.drain()
-            #expect(try gw.gateway.mobileStore.outbox.entries().map(\.deviceID).sorted() == ["owner-ipad", "owner-phone"])
+            #expect(try await gw.gateway.mobileStore.outbox.entries().map(\.deviceID).sorted() == ["owner-ipad", "owner-phone"])
             #expect(recorder.sent.count == 2)
             #expect(Set(recorder.sent.map(\.target.deviceID)) == ["owner-phone", "owner-ipad"])
             let signal = try #require(recorder.sent.first?.signal)

@@ -42,11 +42,11 @@ struct DeliveryTimelineTests {
 
     /// Waits until every wake-up of the line is settled (the dispatcher's own loop may hold one mid-attempt).
     static func settled(_ gw: TestGateway, _ id: String) async throws -> Bool {
-        try await eventually { try gw.gateway.mobileStore.outbox.entries(deliveryID: id).allSatisfy { $0.state != .pending } }
+        try await eventually { try await gw.gateway.mobileStore.outbox.entries(deliveryID: id).allSatisfy { $0.state != .pending } }
     }
 
-    static func outboxState(_ gw: TestGateway, _ id: String) throws -> OutboxEntry.State? {
-        try gw.gateway.mobileStore.outbox.entries(deliveryID: id).first?.state
+    static func outboxState(_ gw: TestGateway, _ id: String) async throws -> OutboxEntry.State? {
+        try await gw.gateway.mobileStore.outbox.entries(deliveryID: id).first?.state
     }
 
     @Test("through APNs: stored → queued (apns) → attempt (200, its apns-id, latency) → sent → fetched → read")
@@ -56,7 +56,7 @@ struct DeliveryTimelineTests {
         try await withTestGateway(environment: standIn.environment, retryPolicy: Self.quickRetries) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil, token: Self.token)
             let id = try await Self.sendLine(gw)
-            #expect(try await eventually { try Self.outboxState(gw, id) == .sent })
+            #expect(try await eventually { try await Self.outboxState(gw, id) == .sent })
             #expect(Self.kinds(try await Self.timeline(gw, id)) == ["stored", "queued", "attempt", "sent"])
             let listed = try await gw.request("GET", "/api/v1/console/deliveries").json["deliveries"]?.arrayValue?.first
             #expect(listed?["id"]?.stringValue == id && listed?["state"] == "sent" && listed?["devices"]?[0]?["state"] == "sent")
@@ -119,7 +119,7 @@ struct DeliveryTimelineTests {
             try await gw.registerDevice(id: "phone", key: nil, token: Self.token)
             try await standIn.control("POST", "/control/unregister", json: ["token": .string(Self.token)])
             let id = try await Self.sendLine(gw)
-            #expect(try await eventually { try Self.outboxState(gw, id) == .failed })
+            #expect(try await eventually { try await Self.outboxState(gw, id) == .failed })
             let steps = try await Self.timeline(gw, id)
             #expect(Self.kinds(steps) == ["stored", "queued", "attempt", "token_rejected"])
             #expect(steps[2]["status"] == 410 && steps[2]["reason"] == "Unregistered")
@@ -164,7 +164,7 @@ struct DeliveryTimelineTests {
 
             try await standIn.script([["status": 500, "reason": "InternalServerError"]])
             let id = try await Self.sendLine(gw)
-            #expect(try await eventually { try Self.outboxState(gw, id) == .sent })
+            #expect(try await eventually { try await Self.outboxState(gw, id) == .sent })
             let path = try await Self.timeline(gw, id)
             #expect(Self.kinds(path) == ["stored", "queued", "attempt", "retry_scheduled", "attempt", "sent"])
             #expect(path[2]["status"] == 500 && path[2]["reason"] == "InternalServerError" && path[4]["status"] == 200)
@@ -306,7 +306,7 @@ struct DeliveryTimelineTests {
             #expect((answer.json["latency_ms"]?.numberValue ?? -1) >= 0)
             // Generic words only; no line was written for it.
             #expect(received["body"]?.stringValue?.contains("A test notification from your gateway.") == true)
-            #expect(try gw.gateway.mobileStore.outbox.entries().isEmpty)
+            #expect(try await gw.gateway.mobileStore.outbox.entries().isEmpty)
             let device = try #require(try await gw.request("GET", "/api/v1/console/devices").json["devices"]?.arrayValue?.first)
             #expect(device["last_wake"]?["outcome"] == "delivered" && device["last_wake"]?["status"] == 200)
 

@@ -29,11 +29,11 @@ struct DurableDeliveryTests {
             let id = try #require(run["delivery_id"]?.stringValue)
             #expect(try await inbox(gw).first?["body"]?.stringValue == Self.secret)
             // Attempts fail while the service is down; the row waits.
-            #expect(await eventually { ((try? gw.gateway.mobileStore.outbox.entries(deliveryID: id).first?.attempts) ?? 0) >= 2 })
-            #expect(try gw.gateway.mobileStore.outbox.entries(deliveryID: id).first?.state == .pending)
+            #expect(await eventually { ((try? await gw.gateway.mobileStore.outbox.entries(deliveryID: id).first?.attempts) ?? 0) >= 2 })
+            #expect(try await gw.gateway.mobileStore.outbox.entries(deliveryID: id).first?.state == .pending)
 
             try await standIn.start()
-            #expect(try await eventually(timeout: .seconds(15)) { try gw.gateway.mobileStore.outbox.entries(deliveryID: id).first?.state == .sent })
+            #expect(try await eventually(timeout: .seconds(15)) { try await gw.gateway.mobileStore.outbox.entries(deliveryID: id).first?.state == .sent })
             let received = try await standIn.requests()
             #expect(received.count == 1)
             #expect(received.first?["status"] == 200)
@@ -63,7 +63,7 @@ struct DurableDeliveryTests {
             #expect(devices.json["devices"]?.arrayValue?.first?["has_push_token"] == false)
             let two = try #require(try await gw.runAgent("echo", input: "two", to: "all")["delivery_id"]?.stringValue)
             // The line is stored with no wake-up row at all (the row would be written in the same transaction).
-            #expect(try gw.gateway.mobileStore.outbox.entries(deliveryID: two).isEmpty)
+            #expect(try await gw.gateway.mobileStore.outbox.entries(deliveryID: two).isEmpty)
             #expect(try await standIn.requests().count == 1)
             #expect(try await inbox(gw).count == 2)
         }

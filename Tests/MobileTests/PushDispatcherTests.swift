@@ -48,7 +48,7 @@ struct PushDispatcherTests {
         try Self.register(f.store, "tokenless", token: nil)
         let receipt = try await f.channel.deliver(Self.output(), to: "all")
         #expect(receipt.recipientCount == 3)
-        let rows = try f.store.outbox.entries(deliveryID: receipt.deliveryID)
+        let rows = try await f.store.outbox.entries(deliveryID: receipt.deliveryID)
         #expect(rows.map(\.deviceID) == ["on"])
         #expect(rows.first?.state == .pending)
         for device in ["on", "off", "tokenless"] {
@@ -56,7 +56,7 @@ struct PushDispatcherTests {
         }
         await f.dispatcher.drain()
         #expect(recorder.sent.map(\.target.deviceID) == ["on"])
-        #expect(try f.store.outbox.entries().first?.state == .sent)
+        #expect(try await f.store.outbox.entries().first?.state == .sent)
     }
 
     @Test("the wake-up is generic: category, deep link, thread and delivery id; never the output")
@@ -87,7 +87,7 @@ struct PushDispatcherTests {
         _ = try await f.channel.deliver(Self.output(), to: "all")
 
         await f.dispatcher.drain()
-        var row = try #require(try f.store.outbox.entries().first)
+        var row = try #require(try await f.store.outbox.entries().first)
         #expect(row.state == .pending && row.attempts == 1)
         let first = row.nextAttemptAt.timeIntervalSince(f.clock.now())
         #expect(first >= 5 && first <= 10)  // upper half of the first 10 s step
@@ -96,13 +96,13 @@ struct PushDispatcherTests {
 
         f.clock.advance(by: .seconds(11))
         await f.dispatcher.drain()
-        row = try #require(try f.store.outbox.entries().first)
+        row = try #require(try await f.store.outbox.entries().first)
         #expect(row.attempts == 2)
         #expect(row.nextAttemptAt.timeIntervalSince(f.clock.now()) >= 299.99)  // Retry-After (stored to the millisecond) wins over the 20 s step
 
         f.clock.advance(by: .seconds(301))
         await f.dispatcher.drain()
-        row = try #require(try f.store.outbox.entries().first)
+        row = try #require(try await f.store.outbox.entries().first)
         #expect(row.state == .sent && row.attempts == 3 && row.transport == "scripted")
         f.clock.advance(by: .seconds(3600))
         await f.dispatcher.drain()
@@ -117,11 +117,11 @@ struct PushDispatcherTests {
         _ = try await f.channel.deliver(Self.output(), to: "all")
         await f.dispatcher.drain()
         #expect(try f.store.devices.device(id: "phone")?.pushToken == nil)
-        #expect(try f.store.outbox.entries().first?.state == .failed)
+        #expect(try await f.store.outbox.entries().first?.state == .failed)
 
         // No token: the next line is stored and no wake-up is queued.
         let second = try await f.channel.deliver(Self.output("two"), to: "all")
-        #expect(try f.store.outbox.entries(deliveryID: second.deliveryID).isEmpty)
+        #expect(try await f.store.outbox.entries(deliveryID: second.deliveryID).isEmpty)
         // A fresh registration brings pushes back.
         let fresh = String(repeating: "ef", count: 32)
         try Self.register(f.store, "phone", token: fresh)
@@ -154,7 +154,7 @@ struct PushDispatcherTests {
         try Self.register(f.store, "droid", token: "fcm:token", platform: "android")
         let receipt = try await f.channel.deliver(Self.output(), to: "all")
         await f.dispatcher.drain()
-        let rows = try f.store.outbox.entries(deliveryID: receipt.deliveryID)
+        let rows = try await f.store.outbox.entries(deliveryID: receipt.deliveryID)
         #expect(rows.first { $0.deviceID == "ios" }?.state == .failed)
         #expect(rows.first { $0.deviceID == "ios" }?.outcome == "APNs 400 BadTopic")
         #expect(rows.first { $0.deviceID == "droid" }?.state == .skipped)
@@ -169,7 +169,7 @@ struct PushDispatcherTests {
             await g.dispatcher.drain()
             g.clock.advance(by: .seconds(3600))
         }
-        #expect(try g.store.outbox.entries().first?.state == .failed)
+        #expect(try await g.store.outbox.entries().first?.state == .failed)
     }
 
     @Test("wake-ups answered together are settled in shared commits, off the cooperative pool (not one fsync each)")
@@ -185,7 +185,7 @@ struct PushDispatcherTests {
         held.answerHeld()
         #expect(await dispatching.value == phones)
         let commits = f.store.database.changeGeneration - before
-        #expect(try f.store.outbox.entries().allSatisfy { $0.state == .sent })
+        #expect(try await f.store.outbox.entries().allSatisfy { $0.state == .sent })
         // One for the claim, then the 40 settles in a few group commits (40 alone, each with its fsync, before).
         #expect(commits <= 12, "\(commits) commits for \(phones) settles")
     }
@@ -203,7 +203,7 @@ struct PushDispatcherTests {
         let wakeIDs = recorder.sent.compactMap(\.signal.wakeID)
         #expect(wakeIDs.count == 200)
         #expect(Set(wakeIDs).count == 200)
-        #expect(try f.store.outbox.counts() == [.sent: 200])
+        #expect(try await f.store.outbox.counts() == [.sent: 200])
     }
 
     @Test("leases left by a process that died are released on start")
@@ -217,7 +217,7 @@ struct PushDispatcherTests {
         _ = try await f.store.outbox.claimDue(owner: "\(host)|999999|dead", now: f.clock.now(), lease: 3600, limit: 10)
         await f.dispatcher.drain()
         #expect(recorder.sent.isEmpty)
-        #expect(try f.store.outbox.releaseAbandonedLeases(ownOwner: f.dispatcher.owner) == 1)
+        #expect(try await f.store.outbox.releaseAbandonedLeases(ownOwner: f.dispatcher.owner) == 1)
         await f.dispatcher.drain()
         #expect(recorder.sent.count == 1)
     }

@@ -223,5 +223,8 @@ public enum MobileSchema {
             CREATE UNIQUE INDEX mobile_delivery_events_fetched_once ON mobile_delivery_events (delivery_id, device_id)
                 WHERE kind = 'fetched';
             """),
+        // How many times each wake-up was claimed: a settle names the claim it holds, so a holder whose lease ran out
+        // and was taken over never settles the row its successor now holds (fencing), even with the same owner name.
+        Migration("mobile.11-outbox-claims", "ALTER TABLE mobile_push_outbox ADD COLUMN claims INTEGER NOT NULL DEFAULT 0"),
     ]
 }

@@ -58,13 +58,13 @@ public final class PushLane: OutboxLane {
         self.log = log
     }
 
-    public func releaseAbandonedLeases(ownOwner owner: String) throws -> Int { try store.outbox.releaseAbandonedLeases(ownOwner: owner) }
+    public func releaseAbandonedLeases(ownOwner owner: String) async throws -> Int { try await store.outbox.releaseAbandonedLeases(ownOwner: owner) }
 
     public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry] {
         try await store.outbox.claimDue(owner: owner, now: now, lease: lease, limit: limit)
     }
 
-    public func nextDue() throws -> Date? { try store.outbox.nextDue() }
+    public func nextDue() async throws -> Date? { try await store.outbox.nextDue() }
 
     private func noteMissingTransport(_ platform: WakeTarget.Platform) {
         if warnedPlatforms.withLock({ $0.insert(platform).inserted }) {
@@ -83,7 +83,7 @@ public final class PushLane: OutboxLane {
         // Each settle writes the row's timeline steps in its own transaction; the console hears of them after it.
         func skip(_ reason: String, state: OutboxEntry.State = .skipped, subject: String?) async throws {
             let kind: DeliveryEvent.Kind = state == .failed ? .failed : .skipped
-            try await outbox.settle(entry.id, owner: owner, state: state, transport: nil, outcome: reason, at: now,
+            try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: state, transport: nil, outcome: reason, at: now,
                                     events: path([.step(kind, of: entry, transport: nil, reason: reason, at: now)], transport: nil))
             announce(entry, subject: subject)
         }
@@ -115,27 +115,27 @@ public final class PushLane: OutboxLane {
             let tried = DeliveryEvent.attempt(attempt, of: entry, transport: transport.name, at: after)
             switch attempt.outcome {
             case .delivered:
-                try await outbox.settle(entry.id, owner: owner, state: .sent, transport: transport.name, outcome: "delivered", at: after,
+                try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: .sent, transport: transport.name, outcome: "delivered", at: after,
                                         events: path([tried, .step(.sent, of: entry, transport: transport.name, at: after)], transport: transport.name))
             case let .retry(retryAfter, reason):
                 let delay = policy.delay(afterAttempts: entry.attempts + 1, retryAfter: retryAfter)
                 let next = after.addingTimeInterval(delay)
                 if next >= entry.expiresAt {
                     let gaveUp = "gave up: \(reason)"
-                    try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: gaveUp, at: after,
+                    try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: .failed, transport: transport.name, outcome: gaveUp, at: after,
                                             events: path([tried, .step(.failed, of: entry, transport: transport.name, reason: gaveUp, at: after)], transport: transport.name))
                 } else {
-                    try await outbox.reschedule(entry.id, owner: owner, at: next, transport: transport.name, outcome: reason,
+                    try await outbox.reschedule(entry.id, claim: entry.claim, owner: owner, at: next, transport: transport.name, outcome: reason,
                                                 events: path([tried, .step(.retryScheduled, of: entry, transport: transport.name, reason: reason,
                                                                            nextAttemptAt: next, at: after)], transport: transport.name))
                 }
             case .tokenRejected(let reason):
-                try await outbox.rejectToken(entry.id, owner: owner, deviceID: device.id, token: target.pushToken, transport: transport.name, outcome: reason, at: after,
+                try await outbox.rejectToken(entry.id, claim: entry.claim, owner: owner, deviceID: device.id, token: target.pushToken, transport: transport.name, outcome: reason, at: after,
                                              events: path([tried, .step(.tokenRejected, of: entry, transport: transport.name, reason: reason, at: after)], transport: transport.name))
                 log.log(.info, "push: \(transport.name) rejected the token of device \(device.id) (\(reason)); cleared until the app registers again",
                         metadata: Self.logContext(entry, transport: transport.name))
             case .failed(let reason):
-                try await outbox.settle(entry.id, owner: owner, state: .failed, transport: transport.name, outcome: reason, at: after,
+                try await outbox.settle(entry.id, claim: entry.claim, owner: owner, state: .failed, transport: transport.name, outcome: reason, at: after,
                                         events: path([tried, .step(.failed, of: entry, transport: transport.name, reason: reason, at: after)], transport: transport.name))
                 log.log(.warning, "push: wake-up \(entry.wakeID.uuidString.lowercased()) for device \(device.id) failed: \(reason)",
                         metadata: Self.logContext(entry, transport: transport.name))

@@ -19,8 +19,8 @@ extension MobileStore {
     /// million rows, and a health page must not walk it (an index for this alone would cost every write).
     static let healthWindow: Int64 = 5_000
 
-    public func pushOutboxHealth(transports: [String]) throws -> PushOutboxHealth {
-        try database.read { db in
+    public func pushOutboxHealth(transports: [String]) async throws -> PushOutboxHealth {
+        try await database.asyncRead { db in
             let pending = try db.query("SELECT count(*) AS n, min(created_at) AS oldest FROM mobile_push_outbox WHERE state = 'pending'").first
             var last: [String: PushOutboxHealth.LastOutcome] = [:]
             for transport in transports {

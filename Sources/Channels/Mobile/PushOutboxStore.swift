@@ -25,6 +25,23 @@ public struct OutboxEntry: Sendable, Equatable {
     public var outcome: String?
     /// When it was queued (with its line, or by an approval or a command).
     public var createdAt = Date(timeIntervalSince1970: 0)
+    /// Which claim of the row this is (the fence a settle names; 0 for a row read outside a claim).
+    public var claim: Int64 = 0
+
+    public init(id: Int64, wakeID: UUID, deliveryID: String?, deviceID: String, signal: WakeSignal, state: State, attempts: Int, nextAttemptAt: Date,
+                expiresAt: Date, transport: String?, outcome: String?) {
+        self.id = id
+        self.wakeID = wakeID
+        self.deliveryID = deliveryID
+        self.deviceID = deviceID
+        self.signal = signal
+        self.state = state
+        self.attempts = attempts
+        self.nextAttemptAt = nextAttemptAt
+        self.expiresAt = expiresAt
+        self.transport = transport
+        self.outcome = outcome
+    }
 }
 
 /// What the dispatcher needs of the push outbox: due rows claimed with a lease (one owner at a time, so several
@@ -39,42 +56,40 @@ public protocol PushOutbox: Sendable {
     /// Queues one wake-up per device inside the caller's transaction (the one that writes the line, the approval or
     /// the command it wakes for), so the row commits with what it announces, or not at all.
     func enqueue(_ signal: WakeSignal, deliveryID: String?, deviceIDs: [String], now: Date, in session: any StorageSession) throws
+    /// Leases up to `limit` due rows to `owner` (rows whose lease ran out included: any claimer rescues them), each
+    /// claim counted: the entry's `claim` is the fence its settle must name.
     func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry]
     /// When the next row falls due (nil: none waits).
-    func nextDue() throws -> Date?
-    /// Ends a claimed row and appends its timeline `events` in the same transaction; false when its lease was lost
-    /// to another owner (then only the attempts among `events` are kept: they happened, the rest is the other owner's).
+    func nextDue() async throws -> Date?
+    /// Ends a claimed row and appends its timeline `events` in the same transaction; false when its claim was taken
+    /// over (then only the attempts among `events` are kept: they happened, the rest is the new holder's).
     @discardableResult
-    func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date,
+    func settle(_ id: Int64, claim: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date,
                 events: [DeliveryEvent]) async throws -> Bool
     @discardableResult
-    func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String, events: [DeliveryEvent]) async throws -> Bool
+    func reschedule(_ id: Int64, claim: Int64, owner: String, at next: Date, transport: String, outcome: String, events: [DeliveryEvent]) async throws -> Bool
     /// The service refused the token: the row fails, the device forgets the token and the timeline says so, in one step.
-    func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date,
+    func rejectToken(_ id: Int64, claim: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date,
                      events: [DeliveryEvent]) async throws
-    func removeSettled(before cutoff: Date) throws -> Int
+    func removeSettled(before cutoff: Date) async throws -> Int
     /// Leases a previous run of this host left behind, released at start.
-    func releaseAbandonedLeases(ownOwner: String) throws -> Int
-    func entries(deliveryID: String?) throws -> [OutboxEntry]
-    func counts() throws -> [OutboxEntry.State: Int]
+    func releaseAbandonedLeases(ownOwner: String) async throws -> Int
+    func entries(deliveryID: String?) async throws -> [OutboxEntry]
+    func counts() async throws -> [OutboxEntry.State: Int]
 }
 
 extension PushOutbox {
-    public func entries() throws -> [OutboxEntry] { try entries(deliveryID: nil) }
+    public func entries() async throws -> [OutboxEntry] { try await entries(deliveryID: nil) }
 
     /// The same steps with nothing for the timeline.
     @discardableResult
-    public func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) async throws -> Bool {
-        try await settle(id, owner: owner, state: state, transport: transport, outcome: outcome, at: now, events: [])
+    public func settle(_ entry: OutboxEntry, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date) async throws -> Bool {
+        try await settle(entry.id, claim: entry.claim, owner: owner, state: state, transport: transport, outcome: outcome, at: now, events: [])
     }
 
     @discardableResult
-    public func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String) async throws -> Bool {
-        try await reschedule(id, owner: owner, at: next, transport: transport, outcome: outcome, events: [])
-    }
-
-    public func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date) async throws {
-        try await rejectToken(id, owner: owner, deviceID: deviceID, token: token, transport: transport, outcome: outcome, at: now, events: [])
+    public func reschedule(_ entry: OutboxEntry, owner: String, at next: Date, transport: String, outcome: String) async throws -> Bool {
+        try await reschedule(entry.id, claim: entry.claim, owner: owner, at: next, transport: transport, outcome: outcome, events: [])
     }
 }
 
@@ -131,6 +146,7 @@ public struct SQLitePushOutbox: PushOutbox {
                            attempts: Int(row.int("attempts") ?? 0), nextAttemptAt: date(row.int("next_attempt_at")),
                            expiresAt: date(row.int("expires_at")), transport: row.string("transport"), outcome: row.string("outcome"))
         entry.createdAt = date(row.int("created_at"))
+        entry.claim = row.int("claims") ?? 0
         return entry
     }
 
@@ -138,7 +154,7 @@ public struct SQLitePushOutbox: PushOutbox {
     public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry] {
         try await database.asyncTransaction { db in
             try db.query("""
-                UPDATE mobile_push_outbox SET lease_owner = ?, lease_until = ?
+                UPDATE mobile_push_outbox SET lease_owner = ?, lease_until = ?, claims = claims + 1
                 WHERE id IN (SELECT id FROM mobile_push_outbox
                              WHERE state = 'pending' AND next_attempt_at <= ? AND (lease_until IS NULL OR lease_until < ?)
                              ORDER BY next_attempt_at, id LIMIT ?)
@@ -148,8 +164,8 @@ public struct SQLitePushOutbox: PushOutbox {
     }
 
     /// When the next pending row becomes due, if any.
-    public func nextDue() throws -> Date? {
-        try database.read { db in
+    public func nextDue() async throws -> Date? {
+        try await database.asyncRead { db in
             try db.query("SELECT MIN(next_attempt_at) AS t FROM mobile_push_outbox WHERE state = 'pending'").first?.int("t").map { Self.date($0) }
         }
     }
@@ -157,14 +173,14 @@ public struct SQLitePushOutbox: PushOutbox {
     /// Settles a claimed row. Only the lease holder may; a row whose lease was taken over is left alone. Settles
     /// arriving together share one commit (group commit); the statement is safe to run again if a batch is retried.
     @discardableResult
-    public func settle(_ id: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date,
+    public func settle(_ id: Int64, claim: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date,
                        events: [DeliveryEvent]) async throws -> Bool {
         try await database.groupTransaction { db in
             let settled = try db.run("""
                 UPDATE mobile_push_outbox SET state = ?, transport = ?, outcome = ?, attempts = attempts + ?, finished_at = ?,
                                               lease_owner = NULL, lease_until = NULL
-                WHERE id = ? AND lease_owner = ? AND state = 'pending'
-                """, state.rawValue, transport, outcome, state == .skipped ? 0 : 1, Self.ms(now), id, owner) > 0
+                WHERE id = ? AND claims = ? AND lease_owner = ? AND state = 'pending'
+                """, state.rawValue, transport, outcome, state == .skipped ? 0 : 1, Self.ms(now), id, claim, owner) > 0
             try Self.appendEvents(events, settled: settled, in: db)
             return settled
         }
@@ -172,13 +188,13 @@ public struct SQLitePushOutbox: PushOutbox {
 
     /// Puts a claimed row back for a later attempt.
     @discardableResult
-    public func reschedule(_ id: Int64, owner: String, at next: Date, transport: String, outcome: String, events: [DeliveryEvent]) async throws -> Bool {
+    public func reschedule(_ id: Int64, claim: Int64, owner: String, at next: Date, transport: String, outcome: String, events: [DeliveryEvent]) async throws -> Bool {
         try await database.groupTransaction { db in
             let rescheduled = try db.run("""
                 UPDATE mobile_push_outbox SET next_attempt_at = ?, transport = ?, outcome = ?, attempts = attempts + 1,
                                               lease_owner = NULL, lease_until = NULL
-                WHERE id = ? AND lease_owner = ? AND state = 'pending'
-                """, Self.ms(next), transport, outcome, id, owner) > 0
+                WHERE id = ? AND claims = ? AND lease_owner = ? AND state = 'pending'
+                """, Self.ms(next), transport, outcome, id, claim, owner) > 0
             try Self.appendEvents(events, settled: rescheduled, in: db)
             return rescheduled
         }
@@ -186,14 +202,14 @@ public struct SQLitePushOutbox: PushOutbox {
 
     /// The service said the token is dead: settle the row and clear the device's token, unless the app has
     /// registered a different one meanwhile.
-    public func rejectToken(_ id: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date,
+    public func rejectToken(_ id: Int64, claim: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date,
                             events: [DeliveryEvent]) async throws {
         try await database.groupTransaction { db in
             let settled = try db.run("""
                 UPDATE mobile_push_outbox SET state = 'failed', transport = ?, outcome = ?, attempts = attempts + 1, finished_at = ?,
                                               lease_owner = NULL, lease_until = NULL
-                WHERE id = ? AND lease_owner = ?
-                """, transport, outcome, Self.ms(now), id, owner) > 0
+                WHERE id = ? AND claims = ? AND lease_owner = ? AND state = 'pending'
+                """, transport, outcome, Self.ms(now), id, claim, owner) > 0
             try db.run("UPDATE mobile_devices SET push_token = NULL WHERE id = ? AND push_token = ?", deviceID, token)
             try Self.appendEvents(events, settled: settled, in: db)
         }
@@ -208,27 +224,23 @@ public struct SQLitePushOutbox: PushOutbox {
 
     /// Forgets wake-ups settled (sent, failed, skipped) before `cutoff`; pending ones are never touched.
     @discardableResult
-    public func removeSettled(before cutoff: Date) throws -> Int {
-        try database.deleteInBatches(from: "mobile_push_outbox", where: "state <> 'pending' AND finished_at < ?", arguments: [Self.ms(cutoff)])
+    public func removeSettled(before cutoff: Date) async throws -> Int {
+        try await database.asyncDeleteInBatches(from: "mobile_push_outbox", where: "state <> 'pending' AND finished_at < ?", arguments: [Self.ms(cutoff)])
     }
 
     /// Frees leases held by processes on this host that no longer exist (after a crash or kill -9).
-    public func releaseAbandonedLeases(ownOwner: String) throws -> Int {
-        let owners = try database.read { db in
-            try db.query("SELECT DISTINCT lease_owner FROM mobile_push_outbox WHERE state = 'pending' AND lease_owner IS NOT NULL")
+    public func releaseAbandonedLeases(ownOwner: String) async throws -> Int {
+        try await database.asyncTransaction { db in
+            let owners = try db.query("SELECT DISTINCT lease_owner FROM mobile_push_outbox WHERE state = 'pending' AND lease_owner IS NOT NULL")
                 .compactMap { $0.string("lease_owner") }
-        }
-        var released = 0
-        for owner in owners where LeaseOwners.isAbandoned(owner, ownOwner: ownOwner) {
-            released += try database.transaction { db in
-                try db.run("UPDATE mobile_push_outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = 'pending'", owner)
+            return try LeaseOwners.abandoned(among: owners, ownOwner: ownOwner).reduce(0) { released, owner in
+                try released + db.run("UPDATE mobile_push_outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = 'pending'", owner)
             }
         }
-        return released
     }
 
-    public func entries(deliveryID: String?) throws -> [OutboxEntry] {
-        try database.read { db in
+    public func entries(deliveryID: String?) async throws -> [OutboxEntry] {
+        try await database.asyncRead { db in
             if let deliveryID {
                 return try db.query("SELECT * FROM mobile_push_outbox WHERE delivery_id = ? ORDER BY id", deliveryID).compactMap(Self.entry)
             }
@@ -237,8 +249,8 @@ public struct SQLitePushOutbox: PushOutbox {
     }
 
     /// Rows per state.
-    public func counts() throws -> [OutboxEntry.State: Int] {
-        try database.read { db in
+    public func counts() async throws -> [OutboxEntry.State: Int] {
+        try await database.asyncRead { db in
             var result: [OutboxEntry.State: Int] = [:]
             for row in try db.query("SELECT state, COUNT(*) AS n FROM mobile_push_outbox GROUP BY state") {
                 if let s = row.string("state").flatMap(OutboxEntry.State.init(rawValue:)) { result[s] = Int(row.int("n") ?? 0) }
@@ -252,4 +264,6 @@ public struct SQLitePushOutbox: PushOutbox {
 /// The outbox's stored form of a signal, public for its round-trip test.
 public enum OutboxText {
     public static func encode(_ signal: WakeSignal) throws -> String { try SQLitePushOutbox.encode(signal) }
+    /// A stored signal read back (nil: not one).
+    public static func decode(_ text: String) -> WakeSignal? { try? JSONCoding.decode(WakeSignal.self, from: Data(text.utf8)) }
 }

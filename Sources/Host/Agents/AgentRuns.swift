@@ -379,7 +379,7 @@ public actor AgentRuns {
                             parts: [text], metadata: ["trigger": record.trigger.rawValue, "run_id": record.id, "failure": "true"])
         if outbound.has(notice.channel), let channelOutbox {
             do {
-                try channelOutbox.enqueue([PendingChannelSend(channel: notice.channel, destination: notice.to, output: output, subject: record.subject)],
+                try await channelOutbox.enqueue([PendingChannelSend(channel: notice.channel, destination: notice.to, output: output, subject: record.subject)],
                                          runID: record.id, now: clock.now())
                 sendsRecorded()
             } catch {

@@ -373,7 +373,7 @@ public final class Gateway: Sendable {
         tlsPin = identity?.pin
         metrics.registerState(mobile: mobileStore, channelOutbox: channelOutbox, outbound: outbound, transports: transports, tlsCertificatePEM: identity?.certificatePEM, clock: options.clock)
         let registry = options.metrics
-        router.add(Route(.GET, "/metrics", role: .admin, summary: "Metrics in the Prometheus text format") { _, _ in GatewayMetrics.response(registry) })
+        router.add(Route(.GET, "/metrics", role: .admin, summary: "Metrics in the Prometheus text format") { _, _ in await GatewayMetrics.response(registry) })
         let pinnedLink = self.pinnedLink
         let linkHost = LocalAddresses.linkHost(for: options.host)
         self.linkHost = linkHost
@@ -449,7 +449,7 @@ public final class Gateway: Sendable {
         if let metricsHost = options.metricsHost {
             // Only the metrics, without a key: meant for a scraper on this host or a private network.
             var metricsRouter = Router()
-            metricsRouter.add(.GET, "/metrics", access: .open, summary: "Metrics in the Prometheus text format") { _ in GatewayMetrics.response(registry) }
+            metricsRouter.add(.GET, "/metrics", access: .open, summary: "Metrics in the Prometheus text format") { _ in await GatewayMetrics.response(registry) }
             metricsServer = Responder(router: metricsRouter).server(HTTPServerConfiguration(host: metricsHost, port: options.metricsPort, maximumBodyBytes: 1024))
         } else {
             metricsServer = nil

@@ -1,3 +1,4 @@
+import Synchronization
 import APIKit
 import ChannelAPI
 import ChannelDelivery
@@ -34,8 +35,15 @@ struct GatewayMetrics: Sendable {
     /// The gauges that read the gateway's state at scrape time: outbox depth and age, sidecars, credentials.
     func registerState(mobile: MobileStore, channelOutbox: any ChannelOutbox, outbound: OutboundChannelRegistry, transports: WakeTransportRegistry,
                        tlsCertificatePEM: String?, clock: any WallClock) {
-        let pushHealth = { @Sendable in try? mobile.pushOutboxHealth(transports: []) }
-        let channelHealth = { @Sendable in try? channelOutbox.health(channels: []) }
+        // Read before each scrape (async: the outbox may be on another machine), shown by the gauges below.
+        let snapshot = Mutex<(push: PushOutboxHealth?, channels: ChannelOutboxHealth?)>((nil, nil))
+        registry.beforeScrape {
+            let push = try? await mobile.pushOutboxHealth(transports: [])
+            let channels = try? await channelOutbox.health(channels: [])
+            snapshot.withLock { $0 = (push, channels) }
+        }
+        let pushHealth = { @Sendable in snapshot.withLock { $0.push } }
+        let channelHealth = { @Sendable in snapshot.withLock { $0.channels } }
         registry.gauge("soulacy_outbox_pending", "Rows waiting in a durable outbox, by lane (push: wake-ups; channels: channel sends).", labels: ["lane"]) {
             [(["push"], Double(pushHealth()?.pending ?? 0)), (["channels"], Double(channelHealth()?.pending ?? 0))]
         }
@@ -80,9 +88,9 @@ struct GatewayMetrics: Sendable {
     }
 
     /// `GET /metrics`: the text format Prometheus scrapes.
-    static func response(_ registry: MetricsRegistry) -> HTTPResponse {
+    static func response(_ registry: MetricsRegistry) async -> HTTPResponse {
         HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8"), ("Cache-Control", "no-store")],
-                     body: Array(registry.exposition().utf8))
+                     body: Array(await registry.scrape().utf8))
     }
 }
 

@@ -20,7 +20,7 @@ public struct Housekeeping: Sendable {
     @discardableResult
     public func sweep() async throws -> (wakeUps: Int, idempotencyAnswers: Int) {
         let now = clock.now()
-        let wakeUps = try outbox.removeSettled(before: now.addingTimeInterval(-Self.settledWakeUpLifetime))
+        let wakeUps = try await outbox.removeSettled(before: now.addingTimeInterval(-Self.settledWakeUpLifetime))
         let answers = try await idempotency.forget(before: now.addingTimeInterval(-Self.idempotencyLifetime))
         if wakeUps + answers > 0 {
             log.info("housekeeping: removed \(wakeUps) settled wake-up(s) and \(answers) old idempotency answer(s)")

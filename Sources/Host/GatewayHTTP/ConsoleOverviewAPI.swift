@@ -68,11 +68,12 @@ extension GatewayAPI {
         let now = clock.now()
         var agents: [ConsoleAgents.Agent] = []
         for agent in catalog.current.visibleAgents {
-            let runs = try await runStore.recentRuns(agentID: agent.id, subject: caller.subject, limit: Self.consoleRunsShown).map { run in
-                ConsoleAgents.Run(id: run.id, status: run.status.rawValue, trigger: run.trigger.rawValue, startedAt: Timestamp(run.startedAt),
-                                  finishedAt: run.finishedAt.map(Timestamp.init),
-                                  durationMs: run.finishedAt.map { Int(($0.timeIntervalSince(run.startedAt) * 1000).rounded()) },
-                                  error: run.error, note: run.note, outputs: try outputs(of: run))
+            var runs: [ConsoleAgents.Run] = []
+            for run in try await runStore.recentRuns(agentID: agent.id, subject: caller.subject, limit: Self.consoleRunsShown) {
+                runs.append(ConsoleAgents.Run(id: run.id, status: run.status.rawValue, trigger: run.trigger.rawValue, startedAt: Timestamp(run.startedAt),
+                                              finishedAt: run.finishedAt.map(Timestamp.init),
+                                              durationMs: run.finishedAt.map { Int(($0.timeIntervalSince(run.startedAt) * 1000).rounded()) },
+                                              error: run.error, note: run.note, outputs: try await outputs(of: run)))
             }
             let schedule = agent.schedule
             agents.append(ConsoleAgents.Agent(
@@ -157,13 +158,13 @@ extension GatewayAPI {
         let now = clock.now()
         func age(_ date: Date?) -> Int? { date.map { max(0, Int(now.timeIntervalSince($0))) } }
         let transports = Array(Set(transportNames + Self.knownTransports)).sorted()
-        let push = try mobile.pushOutboxHealth(transports: transportNames)
+        let push = try await mobile.pushOutboxHealth(transports: transportNames)
         let pushPaths = transports.map { name in
             ConsoleHealth.Path(name: name, configured: transportNames.contains(name), lastOutcome: push.lastOutcomes[name]?.state,
                                lastReason: push.lastOutcomes[name]?.outcome, lastAt: push.lastOutcomes[name].map { Timestamp($0.at) })
         }
         let channelNames = runs.outbound.names
-        let channels = try runs.channelOutbox?.health(channels: channelNames)
+        let channels = try await runs.channelOutbox?.health(channels: channelNames)
         let disabled = try await disabledEndpoints()
         // The mobile channel is always there: the inbox is the sink every phone reads.
         var channelPaths = [ConsoleHealth.Path(name: "mobile", configured: true)]

@@ -185,19 +185,19 @@ public struct GatewayAPI: Sendable {
         guard let run = try await runStore.run(id: id) else { throw APIError.notFound("no run \(id) of yours") }
         var view = RunView(run)
         view.events = try await runStore.events(runID: run.id).map { EventView(at: Timestamp($0.at), kind: $0.kind, detail: $0.detail) }
-        view.outputs = try outputs(of: run)
+        view.outputs = try await outputs(of: run)
         return .json(view)
     }
 
     /// Each output's path: the phones' inbox takes it whole at the run's end; every other channel's send has its
     /// own state in the durable hand-off.
-    func outputs(of run: RunRecord) throws -> [OutputView] {
+    func outputs(of run: RunRecord) async throws -> [OutputView] {
         var outputs: [OutputView] = []
         if let delivery = run.deliveryID, delivery.hasPrefix("dlv_") {
             outputs.append(OutputView(id: delivery, channel: "mobile", destination: nil, state: "delivered", attempts: 1, lastReason: Nullable(nil),
                                       deliveredAt: Nullable(run.finishedAt.map(Timestamp.init))))
         }
-        for send in try runs.channelOutbox?.entries(runID: run.id) ?? [] {
+        for send in try await runs.channelOutbox?.entries(runID: run.id) ?? [] {
             outputs.append(OutputView(id: send.id, channel: send.channel, destination: DestinationSeal.display(send.destination), state: send.state.rawValue,
                                       attempts: send.attempts, lastReason: Nullable(send.lastReason), deliveredAt: Nullable(send.deliveredAt.map(Timestamp.init))))
         }

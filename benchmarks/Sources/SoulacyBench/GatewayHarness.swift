@@ -92,7 +92,7 @@ final class GatewayHarness: Sendable {
             wake.gate.set(open: (command["open"] as? Bool) ?? true)
             return ["open": wake.gate.isOpen]
         case "backlog":
-            return try generator.backlog(int("count", 100_000), store: store)
+            return try await generator.backlog(int("count", 100_000), store: store)
         case "drain":
             guard let wake else { throw BenchError("no APNs stand-in configured") }
             return try await Backlog.drain(store: store, dispatcher: gateway.dispatcher, wake: wake, expected: int("count", 0))
@@ -203,7 +203,7 @@ final class InboxGenerator: Sendable {
     }
 
     /// `count` lines, each for one phone that takes pushes: `count` wake-ups in the outbox.
-    func backlog(_ count: Int, store: MobileStore) throws -> [String: Any] {
+    func backlog(_ count: Int, store: MobileStore) async throws -> [String: Any] {
         guard let household = household.withLock({ $0 }), household.withTokens else { throw BenchError("a household with push tokens first") }
         let start = ContinuousClock.now
         var n = 0
@@ -214,7 +214,7 @@ final class InboxGenerator: Sendable {
             _ = try store.insertDeliveries(lines)
             n += lines.count
         }
-        let pending = try store.outbox.counts()[.pending] ?? 0
+        let pending = try await store.outbox.counts()[.pending] ?? 0
         return ["queued": count, "pending": pending, "seconds": SoulacyBench.seconds(ContinuousClock.now - start)]
     }
 }

@@ -101,7 +101,7 @@ enum ChannelBench {
         }
         let start = ContinuousClock.now
         // Written durably (one transaction), then claimed, sent and settled by the dispatcher.
-        try gateway.channelOutbox.enqueue(sends, runID: nil, now: Date())
+        try await gateway.channelOutbox.enqueue(sends, runID: nil, now: Date())
         gateway.channelDispatcher.poke()
         while try left() > 0, SoulacyBench.seconds(ContinuousClock.now - start) < 300 {
             try await Task.sleep(for: .milliseconds(20))

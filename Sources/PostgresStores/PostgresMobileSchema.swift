@@ -1,0 +1,72 @@
+import PostgreSQL
+
+/// The mobile channel's tables on PostgreSQL, as one ordered list (SQLite's is `MobileSchema`): the rows every node
+/// of a gateway shares. Times are milliseconds since 1970 in BIGINT, as in SQLite, so both engines read the same
+/// values. A version never changes once shipped: add a new one at the end.
+public enum PostgresMobileSchema {
+    public static let migrations = [
+        PostgresMigration(module: "mobile", version: 1, sql: """
+            CREATE TABLE mobile_devices (
+                id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                name TEXT NOT NULL,
+                platform TEXT NOT NULL CHECK (platform IN ('ios', 'android', 'web')),
+                bundle_id TEXT NOT NULL,
+                push_token TEXT,
+                push_environment TEXT,
+                notifications_enabled BOOLEAN NOT NULL,
+                live_start_token TEXT,
+                created_at BIGINT NOT NULL,
+                updated_at BIGINT NOT NULL,
+                registered_by_key TEXT,
+                capabilities TEXT NOT NULL DEFAULT '[]'
+            );
+            CREATE INDEX mobile_devices_by_subject ON mobile_devices (subject);
+            -- The hot rows: pending wake-ups. Settled rows stay only for the line's wake_ups and housekeeping; each
+            -- attempt's detail goes to the append-only events below, so a row is written at most once per attempt.
+            CREATE TABLE mobile_push_outbox (
+                id BIGSERIAL PRIMARY KEY,
+                wake_id TEXT NOT NULL UNIQUE,
+                delivery_id TEXT,
+                device_id TEXT NOT NULL,
+                signal TEXT NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'failed', 'skipped')),
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL,
+                lease_owner TEXT,
+                lease_until BIGINT,
+                claims BIGINT NOT NULL DEFAULT 0,
+                transport TEXT,
+                outcome TEXT,
+                created_at BIGINT NOT NULL,
+                finished_at BIGINT
+            );
+            -- Only pending rows are in the claim's index, so a backlog of settled rows costs a claim nothing.
+            CREATE INDEX mobile_push_outbox_due ON mobile_push_outbox (next_attempt_at, id) WHERE state = 'pending';
+            CREATE INDEX mobile_push_outbox_by_delivery ON mobile_push_outbox (delivery_id);
+            CREATE INDEX mobile_push_outbox_finished ON mobile_push_outbox (finished_at) WHERE state <> 'pending';
+            CREATE TABLE mobile_delivery_events (
+                id BIGSERIAL PRIMARY KEY,
+                delivery_id TEXT,
+                device_id TEXT,
+                wake_id TEXT,
+                kind TEXT NOT NULL CHECK (kind IN ('stored', 'queued', 'attempt', 'retry_scheduled', 'token_rejected', 'sent',
+                                                   'failed', 'skipped', 'fetched')),
+                at BIGINT NOT NULL,
+                transport TEXT,
+                outcome TEXT,
+                status INTEGER,
+                reason TEXT,
+                service_id TEXT,
+                latency_ms BIGINT,
+                next_attempt_at BIGINT
+            );
+            CREATE INDEX mobile_delivery_events_by_delivery ON mobile_delivery_events (delivery_id, id);
+            CREATE INDEX mobile_delivery_events_wakes_by_device ON mobile_delivery_events (device_id, id)
+                WHERE kind IN ('attempt', 'token_rejected');
+            CREATE UNIQUE INDEX mobile_delivery_events_fetched_once ON mobile_delivery_events (delivery_id, device_id)
+                WHERE kind = 'fetched';
+            """),
+    ]
+}
