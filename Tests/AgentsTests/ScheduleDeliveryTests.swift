@@ -73,6 +73,28 @@ struct ScheduleDeliveryTests {
         }
     }
 
+    @Test("a fire another gateway on the same database already ran is not run again; the next one is")
+    func fireRunOnceAcrossGateways() async throws {
+        let clock = ManualClock(Self.date("2026-03-10T06:59:30Z"))
+        try await withTestGateway(config: Self.config(), clock: clock) { (gw) async throws in
+            try await gw.registerDevice(id: "phone", key: nil)
+            #expect(await eventually { clock.sleeperCount >= 1 })
+            // Another node took the 08:00 Berlin fire: its row is in the shared table.
+            let taken = Self.date("2026-03-10T07:00:00Z")
+            try gw.gateway.database.write { db in
+                _ = try db.run("INSERT INTO schedule_fires (agent_id, fire_at, run_id) VALUES ('brief', ?, 'run_elsewhere')", Int64(taken.timeIntervalSince1970 * 1000))
+            }
+            clock.advance(to: taken)
+            await settled(gw, clock)
+            let runs = { @Sendable in try gw.gateway.database.read { db in try db.query("SELECT COUNT(*) AS n FROM runs WHERE agent_id = 'brief'").first?.int("n") } }
+            #expect(try runs() == 0)
+            #expect(try await inbox(gw).isEmpty)
+            clock.advance(to: Self.date("2026-03-11T07:00:00Z"))
+            #expect(try await eventually { try await inbox(gw).count == 1 })
+            #expect(try runs() == 1)
+        }
+    }
+
     @Test("run_missed_on_startup replays one fire missed while the gateway was down, within the window")
     func missedOnStartup() async throws {
         let directory = TestGateway.makeTemporaryDirectory()

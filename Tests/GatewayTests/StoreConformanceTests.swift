@@ -1,6 +1,9 @@
 import Foundation
 import GatewayHTTP
 import GatewayTestSupport
+import ChannelAPI
+import ChannelDelivery
+import Mobile
 import Storage
 import PostgresStores
 import SQLiteStores
@@ -18,7 +21,8 @@ struct StoreConformanceTests {
         func fixture() async throws -> any StorageEngineFixture {
             switch self {
             case .sqlite: try SQLiteEngineFixture()
-            case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations + PostgresTriggerCooldownStore.migrations)
+            case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations + PostgresTriggerCooldownStore.migrations
+                                                                   + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations)
             }
         }
 
@@ -26,6 +30,20 @@ struct StoreConformanceTests {
             switch self {
             case .sqlite: SQLiteIdempotencyStore(database: try #require(fixture as? SQLiteEngineFixture).database)
             case .postgresql: PostgresIdempotencyStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
+            }
+        }
+
+        func pushOutbox(_ fixture: any StorageEngineFixture) throws -> any PushOutbox {
+            switch self {
+            case .sqlite: SQLitePushOutbox(database: try #require(fixture as? SQLiteEngineFixture).database)
+            case .postgresql: PostgresPushOutbox(pool: try #require(fixture as? PostgresEngineFixture).pool)
+            }
+        }
+
+        func channelOutbox(_ fixture: any StorageEngineFixture) throws -> any ChannelOutbox {
+            switch self {
+            case .sqlite: SQLiteChannelOutbox(database: try #require(fixture as? SQLiteEngineFixture).database)
+            case .postgresql: PostgresChannelOutbox(pool: try #require(fixture as? PostgresEngineFixture).pool)
             }
         }
 
@@ -52,6 +70,57 @@ struct StoreConformanceTests {
         }
         let rules = Set(await TriggerCooldownStoreConformance(engine: "lenient", store: Lenient()).run().map(\.rule))
         #expect(rules == ["within the cooldown", "rounded up", "one of concurrent fires"], "\(rules)")
+    }
+
+    @Test("the push outbox: claims shared by nobody, settles fenced by their claim", arguments: Engine.allCases)
+    func pushOutbox(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let failures = await PushOutboxConformance(fixture: fixture, outbox: try engine.pushOutbox(fixture)).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the channel outbox: claims shared by nobody, settles fenced by their claim", arguments: Engine.allCases)
+    func channelOutbox(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let failures = await ChannelOutboxConformance(fixture: fixture, outbox: try engine.channelOutbox(fixture)).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the push outbox suite itself catches leases that hold nothing and settles that name no claim")
+    func catchesABrokenPushOutbox() async throws {
+        /// Claims with a lease that is over at once, and settles under whatever claim the row has now: two claimers
+        /// share rows, and an old holder settles what its successor holds.
+        struct Unfenced: PushOutbox {
+            let real: any PushOutbox
+            func enqueue(_ signal: WakeSignal, deliveryID: String?, deviceIDs: [String], now: Date, in session: any StorageSession) throws {
+                try real.enqueue(signal, deliveryID: deliveryID, deviceIDs: deviceIDs, now: now, in: session)
+            }
+            func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry] {
+                try await real.claimDue(owner: owner, now: now, lease: -1, limit: limit)
+            }
+            func currentClaim(_ id: Int64) async throws -> Int64 { try await real.entries().first { $0.id == id }?.claim ?? 0 }
+            func nextDue() async throws -> Date? { try await real.nextDue() }
+            func settle(_ id: Int64, claim: Int64, owner: String, state: OutboxEntry.State, transport: String?, outcome: String, at now: Date,
+                        events: [DeliveryEvent]) async throws -> Bool {
+                try await real.settle(id, claim: currentClaim(id), owner: owner, state: state, transport: transport, outcome: outcome, at: now, events: events)
+            }
+            func reschedule(_ id: Int64, claim: Int64, owner: String, at next: Date, transport: String, outcome: String, events: [DeliveryEvent]) async throws -> Bool {
+                try await real.reschedule(id, claim: currentClaim(id), owner: owner, at: next, transport: transport, outcome: outcome, events: events)
+            }
+            func rejectToken(_ id: Int64, claim: Int64, owner: String, deviceID: String, token: String, transport: String, outcome: String, at now: Date,
+                             events: [DeliveryEvent]) async throws {
+                try await real.rejectToken(id, claim: currentClaim(id), owner: owner, deviceID: deviceID, token: token, transport: transport, outcome: outcome,
+                                           at: now, events: events)
+            }
+            func removeSettled(before cutoff: Date) async throws -> Int { try await real.removeSettled(before: cutoff) }
+            func releaseAbandonedLeases(ownOwner: String) async throws -> Int { try await real.releaseAbandonedLeases(ownOwner: ownOwner) }
+            func entries(deliveryID: String?) async throws -> [OutboxEntry] { try await real.entries(deliveryID: deliveryID) }
+            func counts() async throws -> [OutboxEntry.State: Int] { try await real.counts() }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let failures = await PushOutboxConformance(fixture: fixture, outbox: Unfenced(real: try Engine.sqlite.pushOutbox(fixture))).run()
+        let rules = Set(failures.map(\.rule))
+        #expect(rules.isSuperset(of: ["a held lease is not claimed again", "concurrent claimers share nothing", "a lost claim never settles"]), "\(failures)")
     }
 
     @Test("the idempotency log", arguments: Engine.allCases)

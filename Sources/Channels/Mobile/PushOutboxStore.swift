@@ -101,6 +101,10 @@ public struct SQLitePushOutbox: PushOutbox {
 
     let database: DatabasePool
 
+    public init(database: DatabasePool) {
+        self.database = database
+    }
+
     static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
     static func date(_ v: Int64?) -> Date { Date(sqliteMillis: v ?? 0) }
 

@@ -15,12 +15,15 @@ public enum RunStartError: Error, Sendable, Equatable, CustomStringConvertible {
     case alreadyRunning(agentID: String, runID: String)
     /// `enabled: false`, or parked by a validation error.
     case disabled(agentID: String, reason: String?)
+    /// This scheduled fire was run already (by another gateway on the same database).
+    case alreadyFired(agentID: String, at: Date)
 
     public var description: String {
         switch self {
         case .unknownAgent(let id): return "no agent '\(id)' in SOUL.yaml"
         case let .disabled(id, reason): return "agent '\(id)' is disabled" + (reason.map { ": \($0)" } ?? " (enabled: false in its file)")
         case let .alreadyRunning(agentID, runID): return "agent '\(agentID)' is already running (run \(runID)); its runs never overlap"
+        case let .alreadyFired(agentID, at): return "agent '\(agentID)': the fire of \(at.formatted(.iso8601)) was run already"
         }
     }
 }
@@ -127,6 +130,8 @@ public actor AgentRuns {
     /// Chat streams listening for their run's approvals (`tool_confirm`), by run id.
     private var confirmListeners: [String: @Sendable (String, ToolCall) -> Void] = [:]
     private var running: [String: (runID: String, task: Task<RunRecord, Never>)] = [:]
+    /// Agents whose start is being recorded (agent id → run id): running already, as far as a second start goes.
+    private var starting: [String: String] = [:]
     /// Chat runs: a conversation may go on while the agent's scheduled run does (they never block each other).
     private var chatRuns: [String: Task<RunRecord, Never>] = [:]
     /// Runs that just finished, so a caller that starts and then waits never misses a fast run.
@@ -168,10 +173,11 @@ public actor AgentRuns {
     public func start(agentID: String, input: String, trigger: RunTrigger, output: RunOutput, timeout: Duration? = nil,
                       subject: String = "owner", chat: ChatContext? = nil, sessionID namedSession: String? = nil, runID namedRun: String? = nil,
                       answer: ((StartedRun) -> CommitHook.Answer)? = nil,
-                      finishAnswer: (@Sendable (RunRecord) -> CommitHook.Answer)? = nil) throws(RunStartError) -> StartedRun {
+                      finishAnswer: (@Sendable (RunRecord) -> CommitHook.Answer)? = nil,
+                      fire: ScheduledFire? = nil) async throws(RunStartError) -> StartedRun {
         guard let agent = catalog.agent(id: agentID) else { throw .unknownAgent(agentID) }
         guard agent.isOn else { throw .disabled(agentID: agentID, reason: agent.disabledReason) }
-        if chat == nil, let current = running[agentID] { throw .alreadyRunning(agentID: agentID, runID: current.runID) }
+        if chat == nil, let current = running[agentID]?.runID ?? starting[agentID] { throw .alreadyRunning(agentID: agentID, runID: current) }
         let runID = chat?.runID ?? namedRun ?? AgentRuns.newRunID()
         let sessionID = chat?.sessionID ?? namedSession ?? "ses_" + Hex.encode(SecureBytes.random(count: 10))
         var record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
@@ -195,7 +201,20 @@ public actor AgentRuns {
         let route = router.route(output, agent: agent)
         // Recorded before the run's task starts, so a caller's answer (the 202 naming this run) commits with it.
         if let answer { CommitHook.current?.answerWithNextEffect(answer(started)) }
-        do { try store.begin(record) } catch { log.error("run \(record.id): could not record its start: \(error)") }
+        // The start is recorded before the run goes; meanwhile the agent counts as running here (the actor may take
+        // other calls while the store answers), so two starts of one agent never both pass.
+        if chat == nil { starting[agentID] = runID }
+        let begun: Bool
+        do { begun = try await store.begin(record, fire: fire) } catch {
+            log.error("run \(record.id): could not record its start: \(error)")
+            begun = true
+        }
+        if chat == nil { starting[agentID] = nil }
+        if !begun {
+            activityRuns[sessionID] = nil
+            credentials.revoke(credential)
+            throw .alreadyFired(agentID: agentID, at: fire?.at ?? record.startedAt)
+        }
         let credentials = self.credentials
         let progress = self.progress
         // The run's lines name the run, not the request that started it (a run outlives its 202 by hours).

@@ -47,11 +47,25 @@ extension RunRecord {
     }
 }
 
+/// One fire of a schedule: the agent and the instant its cron (or one-shot) named, not when it actually ran, so
+/// every node that wakes for it names the same fire.
+public struct ScheduledFire: Sendable, Hashable {
+    public var agentID: String
+    public var at: Date
+
+    public init(agentID: String, at: Date) {
+        self.agentID = agentID
+        self.at = at
+    }
+}
+
 /// The run history and schedule bookkeeping, so a restart knows what was running and when each schedule last
 /// fired. A protocol because a second engine (PostgreSQL, for several gateways) will keep them too.
 public protocol RunStore: Sendable {
-    /// Synchronous: a run's start is recorded inside `AgentRuns.start`, whose overlap check must not be split by a suspension.
-    func begin(_ run: RunRecord) throws
+    /// Records a run's start. With `fire`, the same transaction claims that scheduled fire (a row keyed by the agent
+    /// and the instant its schedule named): false, and no run recorded, when the fire was claimed already, by another
+    /// gateway on the same database or before a restart. A leader may save work, but this row decides.
+    func begin(_ run: RunRecord, fire: ScheduledFire?) async throws -> Bool
     /// Records the run's end; `answer`, when given, is the waiting caller's answer, recorded in the same transaction
     /// (see `TransactionalStorage.withTransaction(answering:_:)`), so a retry after a crash gets it and never a second run.
     /// Async: a run's end (and a waiting caller's answer with it) commits off the cooperative pool.
@@ -94,10 +108,16 @@ public final class SQLiteRunStore: RunStore {
     private static func ms(_ d: Date) -> Int64 { d.sqliteMillis }
     private static func date(_ v: Int64?) -> Date? { v.map(Date.init(sqliteMillis:)) }
 
-    public func begin(_ run: RunRecord) throws {
-        try database.transaction { db in
+    public func begin(_ run: RunRecord, fire: ScheduledFire?) async throws -> Bool {
+        try await database.asyncTransaction { db in
+            if let fire {
+                let claimed = try db.run("INSERT INTO schedule_fires (agent_id, fire_at, run_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                                         fire.agentID, Self.ms(fire.at), run.id)
+                guard claimed > 0 else { return false }
+            }
             try db.run("INSERT INTO runs (id, agent_id, session_id, trigger, status, started_at, subject) VALUES (?, ?, ?, ?, 'running', ?, ?)",
                        run.id, run.agentID, run.sessionID, run.trigger.rawValue, Self.ms(run.startedAt), run.subject)
+            return true
         }
     }
 

@@ -104,7 +104,7 @@ public struct Scheduler: Sendable {
             if startup, schedule.runMissedOnStartup,
                let missed = Self.latestMissedFire(of: cron, in: schedule.timeZone, window: schedule.missedStartupWindow, lastFire: last, start: start) {
                 log.info("agent \(agent.id): replaying the fire of \(missed.formatted(.iso8601)) missed while the gateway was down")
-                await fire(agent.id, at: start, trigger: .cronMissed)
+                await fire(agent.id, at: start, trigger: .cronMissed, scheduled: missed)
                 replayed = true
             }
             if startup, let metrics {
@@ -123,7 +123,7 @@ public struct Scheduler: Sendable {
             }
             do { try await clock.sleep(until: next) } catch { return }
             if Task.isCancelled { return }
-            await fire(agent.id, at: next, trigger: .cron)
+            await fire(agent.id, at: next, trigger: .cron, scheduled: next)
             after = next
         }
     }
@@ -143,7 +143,7 @@ public struct Scheduler: Sendable {
             log.error("agent \(agent.id): could not record the one-shot fire, so it is not run (it would repeat after a restart): \(error)")
             return
         }
-        await fire(agent.id, at: at, trigger: .oneshot)
+        await fire(agent.id, at: at, trigger: .oneshot, scheduled: at)
     }
 
     /// The latest fire after `lastFire` and not after `start` that lies inside the missed-startup window, if any:
@@ -172,17 +172,27 @@ public struct Scheduler: Sendable {
     }
 
     /// Reads the agent again at fire time: output, template and prompt edits apply to the next fire.
-    private func fire(_ agentID: String, at date: Date, trigger: RunTrigger) async {
+    /// `scheduled`: the instant the schedule named (a replay names the missed fire), which keys the fire across nodes.
+    private func fire(_ agentID: String, at date: Date, trigger: RunTrigger, scheduled: Date) async {
         guard let agent = catalog.agent(id: agentID), agent.isOn else { return }
         if trigger != .oneshot {
             do { try await store.recordFire(agentID: agentID, at: date) } catch { log.error("agent \(agentID): could not record the fire: \(error)") }
         }
         do {
-            try await runs.start(agentID: agentID, input: "", trigger: trigger, output: .scheduled, timeout: agent.schedule?.timeout)
+            try await runs.start(agentID: agentID, input: "", trigger: trigger, output: .scheduled, timeout: agent.schedule?.timeout,
+                                 fire: ScheduledFire(agentID: agentID, at: scheduled))
             metrics?.fired(trigger == .cronMissed ? .replayed : .ran)
         } catch {
-            if case .alreadyRunning = error { metrics?.fired(.skippedRunning) }
-            log.warning("agent \(agentID): scheduled fire skipped: \(error)")
+            switch error {
+            case .alreadyFired:
+                // Another gateway on the same database ran it: nothing was skipped.
+                log.debug("agent \(agentID): \(error)")
+            case .alreadyRunning:
+                metrics?.fired(.skippedRunning)
+                log.warning("agent \(agentID): scheduled fire skipped: \(error)")
+            default:
+                log.warning("agent \(agentID): scheduled fire skipped: \(error)")
+            }
         }
     }
 }

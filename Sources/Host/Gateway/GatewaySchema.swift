@@ -199,6 +199,16 @@ public enum GatewaySchema {
                 used_at INTEGER
             );
             """),
+        // Each scheduled fire, once: the row is written in the transaction that records the run it starts, so of
+        // several gateways on one database (or a restart racing its own replay) exactly one runs it.
+        Migration("runs.4-fires", """
+            CREATE TABLE schedule_fires (
+                agent_id TEXT NOT NULL,
+                fire_at INTEGER NOT NULL,
+                run_id TEXT NOT NULL,
+                PRIMARY KEY (agent_id, fire_at)
+            );
+            """),
     ]
 
     /// The whole database of a gateway: the mobile channel's tables, then the gateway's. A duplicate id is an error

@@ -239,7 +239,7 @@ extension APIError {
     static func runRefused(_ error: RunStartError) -> APIError {
         switch error {
         case .unknownAgent: return .notFound(error.description)
-        case .alreadyRunning: return .conflict(error.description, code: "already_running")
+        case .alreadyRunning, .alreadyFired: return .conflict(error.description, code: "already_running")
         case .disabled: return .conflict(error.description, code: "agent_disabled")
         }
     }
@@ -265,7 +265,7 @@ extension AgentRuns {
         CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.runResumeKind, String(failureStatus), runID))
         let started: StartedRun
         do {
-            started = try start(agentID: agentID, input: input, trigger: trigger, output: output, subject: subject, chat: chat,
+            started = try await start(agentID: agentID, input: input, trigger: trigger, output: output, subject: subject, chat: chat,
                                 runID: runID, finishAnswer: { respond($0).committedAnswer })
         } catch {
             throw APIError.runRefused(error)
