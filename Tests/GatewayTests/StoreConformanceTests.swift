@@ -1,6 +1,7 @@
 import Foundation
 import GatewayHTTP
 import GatewayTestSupport
+import Agents
 import ChannelAPI
 import ChannelDelivery
 import Mobile
@@ -22,7 +23,7 @@ struct StoreConformanceTests {
             switch self {
             case .sqlite: try SQLiteEngineFixture()
             case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations + PostgresTriggerCooldownStore.migrations
-                                                                   + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations)
+                                                                   + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations + PostgresRunStore.migrations)
             }
         }
 
@@ -44,6 +45,15 @@ struct StoreConformanceTests {
             switch self {
             case .sqlite: SQLiteChannelOutbox(database: try #require(fixture as? SQLiteEngineFixture).database)
             case .postgresql: PostgresChannelOutbox(pool: try #require(fixture as? PostgresEngineFixture).pool)
+            }
+        }
+
+        func runStore(_ fixture: any StorageEngineFixture) throws -> any RunStore {
+            switch self {
+            case .sqlite: return try SQLiteRunStore(database: try #require(fixture as? SQLiteEngineFixture).database)
+            case .postgresql:
+                let pool = try #require(fixture as? PostgresEngineFixture).pool
+                return PostgresRunStore(pool: pool, channelOutbox: PostgresChannelOutbox(pool: pool), node: "conformance-node")
             }
         }
 
@@ -121,6 +131,26 @@ struct StoreConformanceTests {
         let failures = await PushOutboxConformance(fixture: fixture, outbox: Unfenced(real: try Engine.sqlite.pushOutbox(fixture))).run()
         let rules = Set(failures.map(\.rule))
         #expect(rules.isSuperset(of: ["a held lease is not claimed again", "concurrent claimers share nothing", "a lost claim never settles"]), "\(failures)")
+    }
+
+    @Test("the run store: a fire begins one run, a run's end carries its answer", arguments: Engine.allCases)
+    func runStore(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let failures = await RunStoreConformance(fixture: fixture, store: try engine.runStore(fixture)).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("on a database several gateways share, a restarting node marks only its own runs interrupted")
+    func interruptedOnlyOwnRuns() async throws {
+        let fixture = try #require(try await Engine.postgresql.fixture() as? PostgresEngineFixture)
+        let outbox = PostgresChannelOutbox(pool: fixture.pool)
+        let nodeA = PostgresRunStore(pool: fixture.pool, channelOutbox: outbox, node: "node-a")
+        let nodeB = PostgresRunStore(pool: fixture.pool, channelOutbox: outbox, node: "node-b")
+        #expect(try await nodeA.begin(RunRecord(id: "run_a", agentID: "brief", sessionID: "ses_a", trigger: .api, startedAt: Date()), fire: nil))
+        #expect(try await nodeB.begin(RunRecord(id: "run_b", agentID: "digest", sessionID: "ses_b", trigger: .api, startedAt: Date()), fire: nil))
+        #expect(try await nodeA.markInterrupted(at: Date()) == 1)
+        #expect(try await nodeA.run(id: "run_a")?.status == .interrupted)
+        #expect(try await nodeA.run(id: "run_b")?.status == .running)
     }
 
     @Test("the idempotency log", arguments: Engine.allCases)

@@ -8,6 +8,12 @@ public struct RunEvent: Sendable, Equatable {
     public var at: Date
     public var kind: String
     public var detail: String
+
+    public init(at: Date, kind: String, detail: String) {
+        self.at = at
+        self.kind = kind
+        self.detail = detail
+    }
 }
 
 public struct RunRecord: Sendable, Equatable {
@@ -72,9 +78,9 @@ public protocol RunStore: Sendable {
     /// `sends` are the run's outputs to channels, recorded in that same transaction (the durable hand-off).
     func finish(id: String, status: RunRecord.Status, error: String?, deliveryID: String?, note: String?, at date: Date, answer: CommitHook.Answer?,
                 sends: [PendingChannelSend]) async throws
-    /// Marks runs still "running" from before a restart as interrupted; returns how many.
-    /// Synchronous: the composition root calls it while it assembles the gateway, before anything runs.
-    func markInterrupted(at date: Date) throws -> Int
+    /// Marks the runs this gateway process left "running" before a restart as interrupted; returns how many. On a
+    /// database several gateways share, only this node's (`SOULACY_NODE_ID`): the others' runs are still going.
+    func markInterrupted(at date: Date) async throws -> Int
     func run(id: String) async throws -> RunRecord?
     /// The person whose run a session belongs to (nil: no run has this session).
     func subject(ofSession sessionID: String) async throws -> String?
@@ -147,11 +153,19 @@ public final class SQLiteRunStore: RunStore {
         }
     }
 
-    /// Runs the last process left as running cannot finish any more.
-    public func markInterrupted(at date: Date) throws -> Int {
-        try database.transaction { db in
-            try db.run("UPDATE runs SET status = 'interrupted', finished_at = ?, error = 'the gateway stopped during the run' WHERE status = 'running'", Self.ms(date))
-        }
+    /// Runs the last process left as running cannot finish any more: in SQLite every running run, since one
+    /// process owns the file.
+    public func markInterrupted(at date: Date) async throws -> Int {
+        try await database.asyncTransaction { db in try Self.markInterrupted(at: date, in: db) }
+    }
+
+    /// The same, for the composition root while it assembles the gateway (synchronous, before anything runs).
+    public func markInterruptedAtStart(at date: Date) throws -> Int {
+        try database.transaction { db in try Self.markInterrupted(at: date, in: db) }
+    }
+
+    private static func markInterrupted(at date: Date, in db: Connection) throws -> Int {
+        try db.run("UPDATE runs SET status = 'interrupted', finished_at = ?, error = 'the gateway stopped during the run' WHERE status = 'running'", Self.ms(date))
     }
 
     public func run(id: String) async throws -> RunRecord? {

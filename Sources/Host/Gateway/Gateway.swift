@@ -249,10 +249,11 @@ public final class Gateway: Sendable {
             sqliteChannelOutbox = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: sealingKey))
             let sqliteKeys = try SQLiteAPIKeyStore(database: database)
             keys = sqliteKeys
-            runStore = try SQLiteRunStore(database: database, channelOutbox: sqliteChannelOutbox)
+            let sqliteRunStore = try SQLiteRunStore(database: database, channelOutbox: sqliteChannelOutbox)
+            runStore = sqliteRunStore
             household = try HouseholdStore(database: database, keys: sqliteKeys)
             memory = try MemoryFactStore(database: database, clock: options.clock)
-            let interrupted = try runStore.markInterrupted(at: options.clock.now())
+            let interrupted = try sqliteRunStore.markInterruptedAtStart(at: options.clock.now())
             if interrupted > 0 { log.warning("\(interrupted) run(s) were interrupted by the last stop") }
         } catch {
             throw .storage("cannot open the database in \(options.dataDirectory): \(error)")
