@@ -4,20 +4,56 @@ import Identity
 /// `Authorization: Bearer <key>`: sets the context's caller when the key is known. A missing header leaves the
 /// request anonymous; a malformed header or an unknown key is remembered as the refusal a route with a role gives
 /// (open routes never see it). Runs first: a caller already set (a sealed relay command) is kept.
-public struct BearerAuthentication: ContextMiddleware {
-    let authenticate: Authenticator
+///
+/// On the server thread only what the gateway holds in memory is consulted (`known`); a key it does not hold there
+/// sends the request to a task, where `lookUp` may ask the database without holding a thread that must never wait.
+public struct BearerAuthentication: Middleware {
+    let known: Authenticator
+    /// Nil: `known` is the whole answer, and a token it does not know is refused on the server thread.
+    let lookUp: (@Sendable (String) async -> Principal?)?
 
-    public init(_ authenticate: @escaping Authenticator) {
-        self.authenticate = authenticate
+    /// `known`: the callers held in memory (nil: not known here); `lookUp`: the store's answer for the rest.
+    public init(known: @escaping Authenticator, lookUp: @escaping @Sendable (String) async -> Principal?) {
+        self.known = known
+        self.lookUp = lookUp
     }
 
-    public func prepare(_ request: HTTPRequest, context: inout RequestContext) {
-        guard context.principal == nil, request.headers["authorization"] != nil else { return }
-        guard let token = request.bearerToken else {
-            context.authenticationRefusal = APIError.unauthorized("the Authorization header must be 'Bearer <key>'")
-            return
+    /// One answer for every token, without waiting (tests, and a gateway whose keys all live in memory).
+    public init(_ authenticate: @escaping Authenticator) {
+        self.known = authenticate
+        self.lookUp = nil
+    }
+
+    public func handle(_ request: HTTPRequest, context: RequestContext, next: NextResponder) async throws -> HTTPResponse {
+        var context = context
+        if context.principal == nil, request.headers["authorization"] != nil {
+            if let token = request.bearerToken {
+                var principal = known(token)
+                if principal == nil, let lookUp { principal = await lookUp(token) }
+                Self.apply(principal, to: &context)
+            } else {
+                context.authenticationRefusal = Self.malformed
+            }
         }
-        guard let principal = authenticate(token) else {
+        return await next(request, context)
+    }
+
+    public func screen(_ request: HTTPRequest, context: inout RequestContext) -> Screening {
+        guard context.principal == nil, request.headers["authorization"] != nil else { return .pass }
+        guard let token = request.bearerToken else {
+            context.authenticationRefusal = Self.malformed
+            return .pass
+        }
+        let principal = known(token)
+        if principal == nil, lookUp != nil { return .needsTask }
+        Self.apply(principal, to: &context)
+        return .pass
+    }
+
+    static let malformed = APIError.unauthorized("the Authorization header must be 'Bearer <key>'")
+
+    private static func apply(_ principal: Principal?, to context: inout RequestContext) {
+        guard let principal else {
             var error = APIError.unauthorized("the API key is unknown or has been revoked")
             error.extraHeaders["WWW-Authenticate"] = "Bearer error=\"invalid_token\""
             context.authenticationRefusal = error

@@ -79,7 +79,7 @@ public final class TestGateway: Sendable {
         try (gatewayConfig ?? "").write(toFile: gatewayConfigPath, atomically: true, encoding: .utf8)
         options.gatewayConfigPath = gatewayConfigPath
         let gateway = try Gateway(options: options)
-        let bootstrap = try gateway.bootstrapAdminKey()
+        let bootstrap = try await gateway.bootstrapAdminKey()
         try gateway.start(listening: mode == .live)
         let keyFile = dir + "/admin.key"
         let key: String

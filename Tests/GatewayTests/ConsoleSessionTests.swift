@@ -208,7 +208,7 @@ struct ConsoleSessionTests {
             let (tabletToken, tabletID) = (try #require(tablet.json["key"]?.stringValue), try #require(tablet.json["id"]?.stringValue))
             let tabletSession = try #require(try await signIn(gw, ["api_key": .string(tabletToken)]).1)
             #expect(try await gw.request("GET", "/api/v1/console/session", key: .none, headers: tabletSession.headers).status == 200)
-            #expect(try gw.gateway.keys.revoke(id: tabletID))
+            #expect(try await gw.gateway.keys.revoke(id: tabletID, storage: gw.gateway.mobileStore.transactions))
             #expect(try await gw.request("GET", "/api/v1/console/session", key: .none, headers: tabletSession.headers).status == 401)
         }
     }

@@ -18,8 +18,8 @@ struct RestartTests {
             return (id, viewer)
         }
         try await withTestGateway(directory: directory) { (gw) async throws in
-            #expect(try gw.gateway.keys.list().count == 2)
-            #expect(try gw.gateway.bootstrapAdminKey() == nil)
+            #expect(try await gw.gateway.keys.list().count == 2)
+            #expect(try await gw.gateway.bootstrapAdminKey() == nil)
             let list = try await gw.request("GET", "/api/v1/mobile/deliveries?device_id=p1", key: .some(viewer))
             #expect(list.status == 200)
             let line = try #require(list.json["deliveries"]?.arrayValue?.first)

@@ -4,6 +4,7 @@ import GatewayTestSupport
 import Agents
 import ChannelAPI
 import ChannelDelivery
+import Household
 import Mobile
 import Storage
 import PostgresStores
@@ -23,7 +24,8 @@ struct StoreConformanceTests {
             switch self {
             case .sqlite: try SQLiteEngineFixture()
             case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations + PostgresTriggerCooldownStore.migrations
-                                                                   + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations + PostgresRunStore.migrations)
+                                                                   + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations + PostgresRunStore.migrations
+                                                                   + PostgresAPIKeyStore.migrations + PostgresEndpointStateStore.migrations)
             }
         }
 
@@ -54,6 +56,20 @@ struct StoreConformanceTests {
             case .postgresql:
                 let pool = try #require(fixture as? PostgresEngineFixture).pool
                 return PostgresRunStore(pool: pool, channelOutbox: PostgresChannelOutbox(pool: pool), node: "conformance-node")
+            }
+        }
+
+        func apiKeyStore(_ fixture: any StorageEngineFixture) throws -> any APIKeyStore {
+            switch self {
+            case .sqlite: try SQLiteAPIKeyStore(database: try #require(fixture as? SQLiteEngineFixture).database)
+            case .postgresql: PostgresAPIKeyStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
+            }
+        }
+
+        func endpointStateStore(_ fixture: any StorageEngineFixture) throws -> any EndpointStateStore {
+            switch self {
+            case .sqlite: SQLiteEndpointStateStore(database: try #require(fixture as? SQLiteEngineFixture).database)
+            case .postgresql: PostgresEndpointStateStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
             }
         }
 
@@ -151,6 +167,20 @@ struct StoreConformanceTests {
         #expect(try await nodeA.markInterrupted(at: Date()) == 1)
         #expect(try await nodeA.run(id: "run_a")?.status == .interrupted)
         #expect(try await nodeA.run(id: "run_b")?.status == .running)
+    }
+
+    @Test("API keys: one first owner key across gateways, only hashes kept, revocation at once", arguments: Engine.allCases)
+    func apiKeys(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let failures = await APIKeyStoreConformance(fixture: fixture, store: try engine.apiKeyStore(fixture)).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the endpoints channels disabled", arguments: Engine.allCases)
+    func endpointStates(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let failures = await EndpointStateStoreConformance(engine: engine.rawValue, store: try engine.endpointStateStore(fixture)).run()
+        #expect(failures.isEmpty, "\(failures)")
     }
 
     @Test("the idempotency log", arguments: Engine.allCases)

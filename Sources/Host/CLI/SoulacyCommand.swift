@@ -188,7 +188,7 @@ struct SoulacyCommand {
                 gatewayOptions.metricsPort = address.port
             }
             gateway = try Gateway(options: gatewayOptions)
-            let token = try gateway.bootstrapAdminKey()
+            let token = try await gateway.bootstrapAdminKey()
             if let token {
                 print("""
                     First start: created the owner's admin API key. It is shown this once; store it now.

@@ -331,7 +331,8 @@ public final class Gateway: Sendable {
         let keys = self.keys
         let credentials = runs.credentials
         // A run's own credential (its command calls back) or an API key; the console's session cookie on the main port.
-        let bearer = BearerAuthentication { token in credentials.principal(for: token) ?? keys.authenticate(token) }
+        let bearer = BearerAuthentication(known: { token in credentials.principal(for: token) ?? keys.knownPrincipal(for: token) },
+                                          lookUp: { token in await keys.authenticate(token) })
         var router = Router(log: log)
         router.errorResponder = StorageFailureResponder(log: log).respond
         let carriageBox = CarriageBox()
@@ -572,10 +573,8 @@ public final class Gateway: Sendable {
     }
 
     /// Creates the owner's admin key on first start; returns its token once, or nil when keys exist.
-    public func bootstrapAdminKey() throws -> String? {
-        guard keys.isEmpty else { return nil }
-        return try keys.mint(name: "Owner (first start)", subject: Principal.ownerSubject, role: .admin, kind: .bootstrap,
-                             mintedBy: Principal.ownerSubject).token
+    public func bootstrapAdminKey() async throws -> String? {
+        try await keys.mintFirstOwnerKey(name: "Owner (first start)")?.token
     }
 
     private func bindListeners() throws(GatewayStartError) {

@@ -51,8 +51,8 @@ public struct APIKeysAPI: Sendable {
         }
         // A key for someone else would let an admin read and decide that person's approvals, inbox and memory.
         guard subject == caller.subject else { throw APIKeysError.foreignSubject(subject, caller: caller.subject) }
-        return try await mobile.transactions.answer { _ in
-            let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual, mintedBy: caller.subject)
+        return try await mobile.transactions.answer { session in
+            let minted = try keys.mint(name: name, subject: subject, role: role, kind: .manual, mintedBy: caller.subject, in: session)
             var answer = KeyView(minted.key)
             // The secret, this once: it is never stored whole and never listed.
             answer.key = minted.token
@@ -61,12 +61,12 @@ public struct APIKeysAPI: Sendable {
     }
 
     @Sendable func listKeys(_ request: HTTPRequest) async throws -> HTTPResponse {
-        .json(["keys": try keys.list().map { KeyView($0) }])
+        .json(["keys": try await keys.list().map { KeyView($0) }])
     }
 
     /// `GET /api/v1/api-keys`: the caller's subject's keys, revoked ones included.
     @Sendable func listOwnKeys(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        .json(["keys": try keys.list(subject: caller.subject).map { KeyView($0) }])
+        .json(["keys": try await keys.list(subject: caller.subject).map { KeyView($0) }])
     }
 
     @Sendable func revokeKey(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -79,8 +79,8 @@ public struct APIKeysAPI: Sendable {
     }
 
     private func revoke(id: String, subject: String?) async throws -> HTTPResponse {
-        let answer = try await mobile.transactions.answer { _ in
-            let revoked = try subject.map { try keys.revoke(id: id, subject: $0) } ?? keys.revoke(id: id)
+        let answer = try await mobile.transactions.answer { session in
+            let revoked = try keys.revoke(id: id, subject: subject, in: session)
             guard revoked else { throw APIError.notFound("no active key \(id)") }
             // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
             try mobile.devices.removeDevices(registeredByKey: id)

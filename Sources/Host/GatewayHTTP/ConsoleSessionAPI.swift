@@ -67,7 +67,7 @@ public struct ConsoleSessionAPI: Sendable {
         case (.some, .some):
             throw APIError.invalidField("code", "send api_key or code, not both")
         case (.some(let key), nil):
-            guard let principal = keys.authenticate(key.trimmingCharacters(in: .whitespaces)) else {
+            guard let principal = await keys.authenticate(key.trimmingCharacters(in: .whitespaces)) else {
                 limiter.recordFailure(address: address)
                 throw APIError.unauthorized("the API key is unknown or has been revoked")
             }

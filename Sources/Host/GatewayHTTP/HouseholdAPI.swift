@@ -198,7 +198,7 @@ public struct HouseholdAPI: Sendable {
     }
 
     @Sendable func members(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let paired = try keys.list().filter { $0.kind == .managed && $0.revokedAt == nil }
+        let paired = try await keys.list().filter { $0.kind == .managed && $0.revokedAt == nil }
         let bySubject = Dictionary(grouping: paired, by: \.subject)
         var members: [Member] = []
         for subject in bySubject.keys.sorted() {

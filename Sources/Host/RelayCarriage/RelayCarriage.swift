@@ -186,7 +186,8 @@ public actor RelayCarriage {
         var devices: [RelayCarriageStore.Device] = []
         for device in try store.devices() {
             // A key revoked by any path (or gone) counts as revoked here too.
-            if device.revoked || keys.principal(keyID: device.id) == nil {
+            let active = device.revoked ? false : await keys.principal(keyID: device.id) != nil
+            if !active {
                 markRevoked(device.id)
                 await forget(deviceID: device.id, box: box)
             } else {
@@ -221,7 +222,7 @@ public actor RelayCarriage {
             await answer(RelayResult(id: id, status: 400, error: "invalid_json"), device: device, id: id, keys: keys, box: box)
             return
         } catch { opened = nil }
-        if let command = opened, command.id == id, let principal = self.keys.principal(keyID: device) {
+        if let command = opened, command.id == id, let principal = await self.keys.principal(keyID: device) {
             let parts = command.path.split(separator: "?", maxSplits: 1)
             var query: [String: String] = [:]
             if parts.count == 2 {
@@ -276,7 +277,7 @@ public actor RelayCarriage {
     private func sendPage(_ page: [Delivery], deviceID: String, keys: RelayKeys, previous: inout Int64, box: (id: String, bearer: String)) async throws -> Bool {
         for delivery in page {
             // A revocation may land while this round waits on the relay: it stops the very next record.
-            guard self.keys.principal(keyID: deviceID) != nil else { return false }
+            guard await self.keys.principal(keyID: deviceID) != nil else { return false }
             // The line as the inbox shows it (one delivery view everywhere), without read state: the phone keeps its own.
             let line = try JSONCoding.encoder.encode(DeliveryView(delivery, hasReadState: false))
             let record = line.count > Self.maximumItemBytes

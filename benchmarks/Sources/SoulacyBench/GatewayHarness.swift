@@ -25,7 +25,7 @@ final class GatewayHarness: Sendable {
     let writer = BackgroundWriter()
     let generator = InboxGenerator()
 
-    init(agents: String, gatewayConfig: String) throws {
+    init(agents: String, gatewayConfig: String) async throws {
         let env = ProcessInfo.processInfo.environment
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("soulacy-bench-gateway-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -38,14 +38,14 @@ final class GatewayHarness: Sendable {
                                      environment: environment, extraTransports: wake.map { [$0] } ?? [])
         options.gatewayConfigPath = gatewayConfig
         gateway = try Gateway(options: options)
-        guard let key = try gateway.bootstrapAdminKey() else { throw BenchError("a fresh data directory has no bootstrap key") }
+        guard let key = try await gateway.bootstrapAdminKey() else { throw BenchError("a fresh data directory has no bootstrap key") }
         adminKey = key
         try gateway.start()
     }
 
     static func run(arguments: [String]) async throws {
         guard arguments.count >= 2 else { throw BenchError("usage: soulacy-bench serve AGENTS.yaml GATEWAY-CONFIG.yaml") }
-        let harness = try GatewayHarness(agents: arguments[0], gatewayConfig: arguments[1])
+        let harness = try await GatewayHarness(agents: arguments[0], gatewayConfig: arguments[1])
         SoulacyBench.emit(["port": Int(harness.gateway.port), "admin_key": harness.adminKey, "rss_mb": residentMegabytes()])
         // stdin is read on a thread of its own: a blocking read must not hold one of the two cooperative threads.
         let (lines, continuation) = AsyncStream.makeStream(of: String.self)
@@ -76,7 +76,7 @@ final class GatewayHarness: Sendable {
             try household.register(in: store)
             generator.household.withLock { $0 = household }
             let measured = household.measuredPerson
-            let key = try gateway.keys.mint(name: "bench", subject: household.person(measured), role: .viewer, kind: .manual, mintedBy: nil).token
+            let key = try await gateway.keys.mint(name: "bench", subject: household.person(measured), role: .viewer, kind: .manual, mintedBy: nil).token
             return ["key": key, "subject": household.person(measured), "device": household.device(measured, 0), "rss_mb": residentMegabytes()]
         case "grow":
             return try generator.grow(to: int("lines", 1000), store: store)

@@ -51,7 +51,7 @@ struct NtfyGatewayTests {
         options.gatewayConfigPath = directory + "/config.yaml"
         options.extraChannelFactories = [NtfyChannelFactory()]
         let gateway = try Gateway(options: options)
-        let key = try #require(try gateway.bootstrapAdminKey())
+        let key = try #require(try await gateway.bootstrapAdminKey())
         try gateway.start()
 
         do {
