@@ -131,17 +131,7 @@ public struct PostgresChannelOutbox: ChannelOutbox {
     }
 
     public func removeFinished(before cutoff: Date) async throws -> Int {
-        var removed = 0
-        while true {
-            let count = try await pool.transaction { db in
-                try db.run("""
-                    DELETE FROM channel_outbox WHERE id IN (
-                        SELECT id FROM channel_outbox WHERE state <> 'pending' AND finished_at < $1 LIMIT 5000)
-                    """, cutoff.postgresMillis)
-            }
-            removed += count
-            if count < 5000 { return removed }
-        }
+        try await PostgresOutboxClaims.removeFinished("channel_outbox", before: cutoff, pool: pool)
     }
 
     public func health(channels: [String]) async throws -> ChannelOutboxHealth {

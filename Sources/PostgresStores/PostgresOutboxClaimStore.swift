@@ -1,3 +1,4 @@
+import Foundation
 import Outbox
 import PostgreSQL
 
@@ -29,6 +30,22 @@ enum PostgresOutboxClaims {
             .compactMap { $0.string("lease_owner") }
         return try LeaseOwners.abandoned(among: owners, ownOwner: ownOwner).reduce(0) { released, owner in
             try released + db.run("UPDATE \(table) SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = $1 AND state = 'pending'", owner)
+        }
+    }
+
+    /// Removes the finished rows of `table` older than `cutoff` in batches of short transactions, so claims never
+    /// queue behind one long delete; pending rows are never touched.
+    static func removeFinished(_ table: String, before cutoff: Date, pool: PostgresPool) async throws -> Int {
+        var removed = 0
+        while true {
+            let count = try await pool.transaction { db in
+                try db.run("""
+                    DELETE FROM \(table) WHERE id IN (
+                        SELECT id FROM \(table) WHERE state <> 'pending' AND finished_at < $1 LIMIT 5000)
+                    """, cutoff.postgresMillis)
+            }
+            removed += count
+            if count < 5000 { return removed }
         }
     }
 }

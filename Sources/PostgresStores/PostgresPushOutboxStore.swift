@@ -114,17 +114,7 @@ public struct PostgresPushOutbox: PushOutbox {
 
     /// Forgets settled wake-ups in batches (short transactions, so claims never queue behind one long delete).
     public func removeSettled(before cutoff: Date) async throws -> Int {
-        var removed = 0
-        while true {
-            let count = try await pool.transaction { db in
-                try db.run("""
-                    DELETE FROM mobile_push_outbox WHERE id IN (
-                        SELECT id FROM mobile_push_outbox WHERE state <> 'pending' AND finished_at < $1 LIMIT 5000)
-                    """, cutoff.postgresMillis)
-            }
-            removed += count
-            if count < 5000 { return removed }
-        }
+        try await PostgresOutboxClaims.removeFinished("mobile_push_outbox", before: cutoff, pool: pool)
     }
 
     public func releaseAbandonedLeases(ownOwner: String) async throws -> Int {
