@@ -4,12 +4,11 @@ import Household
 import Identity
 import PostgreSQL
 import Storage
-import Synchronization
 
 /// API keys on PostgreSQL, shared by every gateway on the database: only the SHA-256 of each token is stored.
 /// The request path never waits on the network for a key this node has seen lately (`knownPrincipal` answers from
 /// memory); any other token is looked up asynchronously. A revocation is seen at once on the node that made it and
-/// within `cacheLifetime` on every other one.
+/// within `RecentKeys.lifetime` on every other one.
 public final class PostgresAPIKeyStore: APIKeyStore {
     public static let migrations = [
         PostgresMigration(module: "auth", version: 1, sql: """
@@ -29,11 +28,9 @@ public final class PostgresAPIKeyStore: APIKeyStore {
             """),
     ]
 
-    /// How long a looked-up key is trusted from memory on this node.
-    public static let cacheLifetime: Duration = .seconds(2)
-
     let pool: PostgresPool
-    private let cache = Mutex<[[UInt8]: (principal: Principal, until: ContinuousClock.Instant)]>([:])
+    /// Keys this node looked up lately: the only ones the request path knows without waiting.
+    private let recent = RecentKeys()
 
     public init(pool: PostgresPool) {
         self.pool = pool
@@ -75,24 +72,19 @@ public final class PostgresAPIKeyStore: APIKeyStore {
     }
 
     public func knownPrincipal(for token: String) -> Principal? {
-        guard let hash = APIKeyTokens.hash(token) else { return nil }
-        let now = ContinuousClock.now
-        return cache.withLock { entries in entries[hash].flatMap { $0.until > now ? $0.principal : nil } }
+        APIKeyTokens.hash(token).flatMap(recent.principal(forHash:))
     }
 
     public func authenticate(_ token: String) async -> Principal? {
         guard let hash = APIKeyTokens.hash(token) else { return nil }
-        if let known = knownPrincipal(for: token) { return known }
+        if let known = recent.principal(forHash: hash) { return known }
         guard let row = try? await pool.withConnection({ db in
             try db.query("SELECT id, subject, role FROM api_keys WHERE token_sha256 = $1 AND revoked_at IS NULL", hash).first
         }), let id = row.string("id"), let subject = row.string("subject"), let role = row.string("role").flatMap(Role.init(rawValue:)) else {
             return nil
         }
         let principal = Principal(keyID: id, subject: APIKeyTokens.subject(stored: subject), role: role)
-        cache.withLock { entries in
-            if entries.count > 10_000 { entries.removeAll() }
-            entries[hash] = (principal, ContinuousClock.now + Self.cacheLifetime)
-        }
+        recent.remember(principal, forHash: hash)
         return principal
     }
 
@@ -122,12 +114,8 @@ public final class PostgresAPIKeyStore: APIKeyStore {
                        APIKeyTokens.storedSubjects(of: $0))
         } ?? db.run("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL", now, id)
         guard revoked > 0 else { return false }
-        forget(keyID: id)
-        db.afterCommit { [self] in forget(keyID: id) }
+        recent.forget(keyID: id)
+        db.afterCommit { [recent] in recent.forget(keyID: id) }
         return true
-    }
-
-    private func forget(keyID id: String) {
-        cache.withLock { $0 = $0.filter { $0.value.principal.keyID != id } }
     }
 }

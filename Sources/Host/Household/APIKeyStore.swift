@@ -108,6 +108,36 @@ public enum APIKeyTokens {
     public static func storedSubjects(of subject: String) -> String { subject == Principal.ownerSubject ? "" : subject }
 }
 
+/// Keys a node looked up lately, by token hash, trusted from memory for `lifetime`: every engine's key store keeps
+/// one. A revocation forgets its key at once on the node that made it; other nodes sharing the database see it
+/// within `lifetime`.
+public final class RecentKeys: Sendable {
+    public let lifetime: Duration
+    private let entries = Mutex<[[UInt8]: (principal: Principal, until: ContinuousClock.Instant)]>([:])
+
+    public init(lifetime: Duration = .seconds(2)) {
+        self.lifetime = lifetime
+    }
+
+    public func principal(forHash hash: [UInt8]) -> Principal? {
+        let now = ContinuousClock.now
+        return entries.withLock { $0[hash].flatMap { $0.until > now ? $0.principal : nil } }
+    }
+
+    public func remember(_ principal: Principal, forHash hash: [UInt8]) {
+        let until = ContinuousClock.now + lifetime
+        entries.withLock { entries in
+            // A flood of distinct tokens must not grow it without end.
+            if entries.count > 10_000 { entries.removeAll() }
+            entries[hash] = (principal, until)
+        }
+    }
+
+    public func forget(keyID id: String) {
+        entries.withLock { $0 = $0.filter { $0.value.principal.keyID != id } }
+    }
+}
+
 /// API keys at rest in SQLite: only the SHA-256 of each token is stored. Tokens carry 256 random bits,
 /// so a plain hash is enough and lookup by hash needs no comparison of secrets at all.
 public final class SQLiteAPIKeyStore: APIKeyStore {
@@ -115,10 +145,8 @@ public final class SQLiteAPIKeyStore: APIKeyStore {
 
 
     public let database: DatabasePool
-    /// Recently seen tokens (by hash) and whom they belong to. Revoking clears it, so a revoked key is refused at
-    /// once in this process; another process sharing the database sees the revocation within `cacheLifetime`.
-    private let cache = Mutex<[[UInt8]: (principal: Principal, until: ContinuousClock.Instant)]>([:])
-    public static let cacheLifetime: Duration = .seconds(2)
+    /// Recently seen tokens and whom they belong to (revoking forgets them).
+    private let recent = RecentKeys()
 
     public init(database: DatabasePool) throws {
         self.database = database
@@ -157,18 +185,14 @@ public final class SQLiteAPIKeyStore: APIKeyStore {
     /// (a recent answer is cached), so every token is known here.
     public func knownPrincipal(for token: String) -> Principal? {
         guard let hash = APIKeyTokens.hash(token) else { return nil }
-        let now = ContinuousClock.now
-        if let hit = cache.withLock({ $0[hash] }), hit.until > now { return hit.principal }
+        if let hit = recent.principal(forHash: hash) { return hit }
         guard let row = try? database.read({ db in
             try db.query("SELECT id, subject, role FROM api_keys WHERE token_sha256 = ? AND revoked_at IS NULL", hash).first
         }), let id = row.string("id"), let subject = row.string("subject"), let role = row.string("role").flatMap(Role.init(rawValue:)) else {
             return nil
         }
         let principal = Principal(keyID: id, subject: APIKeyTokens.subject(stored: subject), role: role)
-        cache.withLock { entries in
-            if entries.count > 10_000 { entries.removeAll() }
-            entries[hash] = (principal, now + Self.cacheLifetime)
-        }
+        recent.remember(principal, forHash: hash)
         return principal
     }
 
@@ -215,12 +239,8 @@ public final class SQLiteAPIKeyStore: APIKeyStore {
         // Forgotten now (a request racing the commit is refused a moment early, never let through late) and again
         // after the commit, in case a lookup cached the key in between.
         guard revoked > 0 else { return false }
-        forget(keyID: id)
-        database.afterCommit { [self] in forget(keyID: id) }
+        recent.forget(keyID: id)
+        database.afterCommit { [recent] in recent.forget(keyID: id) }
         return true
-    }
-
-    private func forget(keyID id: String) {
-        cache.withLock { $0 = $0.filter { $0.value.principal.keyID != id } }
     }
 }
