@@ -17,6 +17,11 @@ public struct Waiters<Answer: Sendable>: Sendable {
         parked[key, default: []].append((ticket, continuation))
     }
 
+    /// The keys someone waits on.
+    public var keys: [String] { Array(parked.keys) }
+
+    public func isWaiting(_ key: String) -> Bool { parked[key] != nil }
+
     /// Resumes everyone waiting on `key`.
     public mutating func answer(_ key: String, with answer: Answer) {
         for waiter in parked.removeValue(forKey: key) ?? [] { waiter.continuation.resume(returning: answer) }

@@ -64,7 +64,7 @@ struct ApprovalsTests {
             for round in 0..<5 {
                 let callID = "call_race_\(round)"
                 async let waiting = gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "unlock", "call_id": .string(callID)])
-                #expect(await eventually { (try? gw.gateway.approvals.approval(callID: callID)) != nil })
+                #expect(await eventually { (try? await gw.gateway.approvals.approval(callID: callID)) != nil })
                 let answers = try await withThrowingTaskGroup(of: TestResponse.self) { group in
                     for i in 0..<24 {
                         let key = clients[i % clients.count]
@@ -151,7 +151,7 @@ struct ApprovalsTests {
         try await withTestGateway(config: config) { (gw) async throws in
             let run = try await gw.request("POST", "/api/v1/agents/careful/run", json: [:])
             let runID = try #require(run.json["run_id"]?.stringValue)
-            #expect(await eventually { (try? gw.gateway.approvals.approval(callID: "call_run")) != nil })
+            #expect(await eventually { (try? await gw.gateway.approvals.approval(callID: "call_run")) != nil })
             let pending = try await gw.request("GET", "/approvals")
             #expect(pending.json["approvals"]?.arrayValue?.first?["session_id"] == run.json["session_id"])
             #expect(!FileManager.default.fileExists(atPath: marker))

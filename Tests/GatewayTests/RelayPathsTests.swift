@@ -287,7 +287,7 @@ struct RelayPathsTests {
             }
             #expect(try await gw.request("GET", "/api/v1/memory/facts", key: .some(token)).json["facts"]?.arrayValue?.count == 1)
             #expect(try gw.gateway.mobileStore.devices.list(subject: "owner").filter { $0.id == "relay-phone" }.count == 1)
-            let approval = try #require(try gw.gateway.approvals.approval(callID: "call_relay"))
+            let approval = try #require(try await gw.gateway.approvals.approval(callID: "call_relay"))
             #expect(approval.state == .approved)
             let logged = try gw.gateway.database.read { try $0.query("SELECT COUNT(*) AS n FROM idempotency_log").first?.int("n") }
             #expect(logged == 3)
@@ -329,7 +329,7 @@ struct RelayPathsTests {
             // Settling again changes nothing and applies nothing.
             _ = await phone.settleHeld()
             #expect(try await gw.request("GET", "/api/v1/memory/facts", key: .some(token)).json["facts"]?.arrayValue?.count == 1)
-            #expect(try gw.gateway.approvals.approval(callID: "call_held")?.state == .denied)
+            #expect(try await gw.gateway.approvals.approval(callID: "call_held")?.state == .denied)
         }
     }
 

@@ -2,11 +2,13 @@ import Foundation
 import GatewayHTTP
 import GatewayTestSupport
 import Agents
+import Approvals
 import ChannelAPI
 import ChannelDelivery
 import Household
 import Mobile
 import Storage
+import PostgreSQL
 import PostgresStores
 import SQLiteStores
 import Testing
@@ -25,7 +27,8 @@ struct StoreConformanceTests {
             case .sqlite: try SQLiteEngineFixture()
             case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations + PostgresTriggerCooldownStore.migrations
                                                                    + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations + PostgresRunStore.migrations
-                                                                   + PostgresAPIKeyStore.migrations + PostgresEndpointStateStore.migrations)
+                                                                   + PostgresAPIKeyStore.migrations + PostgresEndpointStateStore.migrations
+                                                                   + PostgresApprovalStore.migrations)
             }
         }
 
@@ -73,6 +76,18 @@ struct StoreConformanceTests {
             }
         }
 
+        /// The store, and for PostgreSQL a second handle on the same database as another gateway process holds it.
+        func approvalStores(_ fixture: any StorageEngineFixture) throws -> (store: any ApprovalStore, otherNode: (any ApprovalStore)?) {
+            switch self {
+            case .sqlite: return (SQLiteApprovalStore(database: try #require(fixture as? SQLiteEngineFixture).database), nil)
+            case .postgresql:
+                let fixture = try #require(fixture as? PostgresEngineFixture)
+                let other = try PostgresPool(url: fixture.database.url, size: 2)
+                return (PostgresApprovalStore(pool: fixture.pool, listenURL: fixture.database.url),
+                        PostgresApprovalStore(pool: other, listenURL: fixture.database.url))
+            }
+        }
+
         func triggerCooldownStore(_ fixture: any StorageEngineFixture) throws -> any TriggerCooldownStore {
             switch self {
             case .sqlite: SQLiteTriggerCooldownStore(database: try #require(fixture as? SQLiteEngineFixture).database)
@@ -96,6 +111,38 @@ struct StoreConformanceTests {
         }
         let rules = Set(await TriggerCooldownStoreConformance(engine: "lenient", store: Lenient()).run().map(\.rule))
         #expect(rules == ["within the cooldown", "rounded up", "one of concurrent fires"], "\(rules)")
+    }
+
+    @Test("approvals: decided once, by their person, before they expire; other nodes' decisions heard", arguments: Engine.allCases)
+    func approvals(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let (store, otherNode) = try engine.approvalStores(fixture)
+        let failures = await ApprovalStoreConformance(fixture: fixture, store: store, otherNode: otherNode).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the approvals suite itself catches a store that lets every decision through and hears nothing")
+    func catchesALenientApprovalStore() async throws {
+        /// Says every decision won without looking at the state, the person or the clock, and offers no hints.
+        struct Lenient: ApprovalStore {
+            let real: any ApprovalStore
+            var storage: any TransactionalStorage { real.storage }
+            func insertIfNew(_ approval: Approval, in session: any StorageSession) throws -> (approval: Approval, created: Bool) {
+                try real.insertIfNew(approval, in: session)
+            }
+            func decide(callID: String, subject: String, state: Approval.State, by keyID: String, at now: Date, in session: any StorageSession) throws -> Bool {
+                true
+            }
+            func expire(callID: String, at now: Date, in session: any StorageSession) throws -> Approval.State { try real.expire(callID: callID, at: now, in: session) }
+            func approval(callID: String, in session: any StorageSession) throws -> Approval? { try real.approval(callID: callID, in: session) }
+            func approval(callID: String) async throws -> Approval? { try await real.approval(callID: callID) }
+            func approvals(subject: String, pendingAt: Date?) async throws -> [Approval] { try await real.approvals(subject: subject, pendingAt: pendingAt) }
+            func otherWriters() async throws -> ApprovalHints? { nil }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let real = try Engine.sqlite.approvalStores(fixture).store
+        let rules = Set(await ApprovalStoreConformance(fixture: fixture, store: Lenient(real: real), otherNode: real).run().map(\.rule))
+        #expect(rules.isSuperset(of: ["not by another person", "decided once", "not after expiry", "one of concurrent decisions", "hints from other nodes"]), "\(rules)")
     }
 
     @Test("the push outbox: claims shared by nobody, settles fenced by their claim", arguments: Engine.allCases)

@@ -1,61 +1,44 @@
 import Foundation
-import SQLite
+import Storage
 
-/// The approvals table: one row per tool call waiting for (or given) a person's yes or no.
-struct ApprovalStore: Sendable {
-    let database: DatabasePool
-
-    static func approval(_ row: Row) -> Approval {
-        Approval(callID: row.string("call_id") ?? "", subject: row.string("subject") ?? "", agentID: row.string("agent_id") ?? "",
-                 agentName: row.string("agent_name") ?? "", sessionID: row.string("session_id") ?? "", tool: row.string("tool") ?? "",
-                 arguments: row.string("arguments") ?? "{}", state: Approval.State(rawValue: row.string("state") ?? "") ?? .pending,
-                 decidedBy: row.string("decided_by"), decidedAt: row.date("decided_at"),
-                 createdAt: row.date("created_at") ?? Date(timeIntervalSince1970: 0), expiresAt: row.date("expires_at") ?? Date(timeIntervalSince1970: 0))
-    }
-
-    /// Stores a new request; the same call id again returns the stored one (another person's is a duplicate).
-    func insertIfNew(_ approval: Approval) throws -> (approval: Approval, created: Bool) {
-        try database.transaction { db in
-            if let existing = try db.query("SELECT * FROM approvals WHERE call_id = ?", approval.callID).first.map(Self.approval) {
-                guard existing.subject == approval.subject else { throw ApprovalError.duplicateCall(approval.callID) }
-                return (existing, false)
-            }
-            try db.run("""
-                INSERT INTO approvals (call_id, subject, agent_id, agent_name, session_id, tool, arguments, state, created_at, expires_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
-                """, approval.callID, approval.subject, approval.agentID, approval.agentName, approval.sessionID, approval.tool,
-                approval.arguments, approval.createdAt.sqliteMillis, approval.expiresAt.sqliteMillis)
-            return (approval, true)
-        }
-    }
-
-    /// Marks a pending approval expired (if it still is) and returns its final state.
-    func expire(callID: String, at now: Date) throws -> Approval.State {
-        try database.transaction { db in
-            try db.run("UPDATE approvals SET state = 'expired', decided_at = ? WHERE call_id = ? AND state = 'pending'", now.sqliteMillis, callID)
-            return try db.query("SELECT state FROM approvals WHERE call_id = ?", callID).first?.string("state").flatMap(Approval.State.init(rawValue:)) ?? .expired
-        }
-    }
-
-    func approval(callID: String) throws -> Approval? {
-        try database.read { db in try db.query("SELECT * FROM approvals WHERE call_id = ?", callID).first.map(Self.approval) }
-    }
-
+/// Where approvals are kept: one row per tool call waiting for (or given) a person's yes or no. Writes join the
+/// caller's transaction (a route answers with the decision it took, committed together); reads are async.
+/// Every engine's store holds `ApprovalStoreConformance`: of racing decisions exactly one wins.
+public protocol ApprovalStore: Sendable {
+    /// The engine's transactions: what the broker and routes open to write through this store.
+    var storage: any TransactionalStorage { get }
+    /// Stores a new request; the same call id again returns the stored one (another person's throws `duplicateCall`).
+    func insertIfNew(_ approval: Approval, in session: any StorageSession) throws -> (approval: Approval, created: Bool)
+    /// Decides a pending, unexpired approval once: true when this call decided it.
+    func decide(callID: String, subject: String, state: Approval.State, by keyID: String, at now: Date, in session: any StorageSession) throws -> Bool
+    /// Marks a pending approval expired (if it still is) and returns its state afterwards.
+    func expire(callID: String, at now: Date, in session: any StorageSession) throws -> Approval.State
+    func approval(callID: String, in session: any StorageSession) throws -> Approval?
+    func approval(callID: String) async throws -> Approval?
     /// Newest first, at most 200; with `pendingAt`, only those still pending then.
-    func approvals(subject: String, pendingAt: Date?) throws -> [Approval] {
-        try database.read { db in
-            try db.query("SELECT * FROM approvals WHERE subject = ? \(pendingAt == nil ? "" : "AND state = 'pending' AND expires_at > ?") ORDER BY created_at DESC LIMIT 200",
-                         arguments: pendingAt.map { [subject, $0.sqliteMillis] } ?? [subject]).map(Self.approval)
-        }
+    func approvals(subject: String, pendingAt: Date?) async throws -> [Approval]
+    /// Hints of decisions other processes take on the same database, so waiters parked here hear of them; nil when
+    /// no other process writes this store (one gateway on its own file), so nothing needs following.
+    func otherWriters() async throws -> ApprovalHints?
+}
+
+/// Decisions taken elsewhere, as hints: the table stays the truth. A waiter is answered by re-reading its row when
+/// a hint names it, after every `resync` (hints may have been lost), and every `pollInterval` in any case, so a
+/// pooler that breaks LISTEN costs at most that long.
+public struct ApprovalHints: Sendable {
+    public enum Hint: Sendable, Equatable {
+        case changed(callID: String)
+        case resync
     }
 
-    /// Decides a pending, unexpired approval once; true when this call decided it.
-    func decide(callID: String, subject: String, state: Approval.State, by keyID: String, at now: Date) throws -> Bool {
-        try database.transaction { db in
-            try db.run("""
-                UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?
-                WHERE call_id = ? AND subject = ? AND state = 'pending' AND expires_at > ?
-                """, state.rawValue, keyID, now.sqliteMillis, callID, subject, now.sqliteMillis) == 1
-        }
+    public let hints: AsyncStream<Hint>
+    public let pollInterval: Duration
+    /// Stops the hints (the stream ends).
+    public let stop: @Sendable () -> Void
+
+    public init(hints: AsyncStream<Hint>, pollInterval: Duration, stop: @escaping @Sendable () -> Void) {
+        self.hints = hints
+        self.pollInterval = pollInterval
+        self.stop = stop
     }
 }

@@ -2,7 +2,6 @@ import Storage
 import ChannelAPI
 import Crypto
 import Foundation
-import SQLite
 import Synchronization
 
 /// A tool call waiting for a person's yes or no.
@@ -23,6 +22,22 @@ public struct Approval: Sendable, Equatable {
     public var decidedAt: Date?
     public var createdAt: Date
     public var expiresAt: Date
+
+    public init(callID: String, subject: String, agentID: String, agentName: String, sessionID: String, tool: String, arguments: String,
+                state: State, decidedBy: String? = nil, decidedAt: Date? = nil, createdAt: Date, expiresAt: Date) {
+        self.callID = callID
+        self.subject = subject
+        self.agentID = agentID
+        self.agentName = agentName
+        self.sessionID = sessionID
+        self.tool = tool
+        self.arguments = arguments
+        self.state = state
+        self.decidedBy = decidedBy
+        self.decidedAt = decidedAt
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+    }
 }
 
 public enum ApprovalError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -38,25 +53,26 @@ public enum ApprovalError: Error, Sendable, Equatable, CustomStringConvertible {
 }
 
 /// The one place approvals are decided, shared by the web API, phones, the watch and the lock screen.
-/// A decision is a conditional update in SQLite, so of any number of racing answers exactly one wins and
-/// every other surface is told the decision already taken. The tool runs at most once.
+/// A decision is a conditional update in the store, so of any number of racing answers exactly one wins and
+/// every other surface is told the decision already taken. The tool runs at most once. Waiters parked on this
+/// process hear of decisions taken by another process on the same database through the store's hints.
 public actor ApprovalsBroker {
 
-    nonisolated let store: ApprovalStore
-    /// The database decisions are written to: a route that answers with a decision builds its answer in the same transaction.
-    public nonisolated var database: DatabasePool { store.database }
-    /// The engine seam's view of it, for routes.
-    public nonisolated var transactions: any TransactionalStorage { store.database }
+    nonisolated let store: any ApprovalStore
+    /// The engine's transactions: a route that answers with a decision builds its answer in the same transaction.
+    public nonisolated var transactions: any TransactionalStorage { store.storage }
     /// How a new request reaches the person's phones (the mobile channel implements it; the broker never imports it).
     nonisolated let alerts: (any DeviceAlerts)?
     nonisolated let clock: any WallClock
     nonisolated let defaultTimeout: TimeInterval
     private var waiters = Waiters<Approval.State>()
+    /// Following other processes' decisions (`followOtherWriters`), while it runs.
+    private var following: (hints: ApprovalHints, tasks: [Task<Void, Never>])?
     /// Told of every approval asked, decided or expired, once committed (the console's live updates).
     nonisolated let observers = ApprovalObservers()
 
-    public init(database: DatabasePool, alerts: (any DeviceAlerts)?, clock: any WallClock, defaultTimeout: TimeInterval = 600) throws {
-        store = ApprovalStore(database: database)
+    public init(store: any ApprovalStore, alerts: (any DeviceAlerts)?, clock: any WallClock, defaultTimeout: TimeInterval = 600) {
+        self.store = store
         self.alerts = alerts
         self.clock = clock
         self.defaultTimeout = defaultTimeout
@@ -72,20 +88,30 @@ public actor ApprovalsBroker {
 
     public static func newCallID() -> String { "call_" + Hex.encode(SecureBytes.random(count: 10)) }
 
-    /// Records a request and wakes the person's phones. Asking again with the same call id returns the first request.
+    /// Records a request in the caller's transaction and wakes the person's phones. Asking again with the same call
+    /// id returns the first request.
     public nonisolated func open(callID: String?, subject: String, agentID: String, agentName: String, sessionID: String, tool: String,
-                                 arguments: String, timeout: TimeInterval?) throws -> Approval {
+                                 arguments: String, timeout: TimeInterval?, in session: any StorageSession) throws -> Approval {
         let now = clock.now()
         let id = callID ?? Self.newCallID()
         let expires = now.addingTimeInterval(timeout ?? defaultTimeout)
         let (approval, created) = try store.insertIfNew(Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName,
                                                                 sessionID: sessionID, tool: tool, arguments: arguments, state: .pending,
-                                                                createdAt: now, expiresAt: expires))
+                                                                createdAt: now, expiresAt: expires), in: session)
         if created {
             try alerts?.alert(Self.signal(for: approval), subject: subject)
-            observers.tell(approval, after: store.database)
+            observers.tell(approval, after: store.storage)
         }
         return approval
+    }
+
+    /// `open` in a transaction of its own.
+    public nonisolated func open(callID: String?, subject: String, agentID: String, agentName: String, sessionID: String, tool: String,
+                                 arguments: String, timeout: TimeInterval?) async throws -> Approval {
+        try await store.storage.withTransaction { session in
+            try open(callID: callID, subject: subject, agentID: agentID, agentName: agentName, sessionID: sessionID, tool: tool,
+                     arguments: arguments, timeout: timeout, in: session)
+        }
     }
 
     /// Calls `observer` with each approval that is asked, decided or expires, after its change is committed. It
@@ -98,14 +124,14 @@ public actor ApprovalsBroker {
     /// With `atMost`, a long poll: answers `.pending` when nothing was decided by then (the caller asks again),
     /// so no HTTP request waits longer than a proxy would let it.
     public func wait(callID: String, atMost: Duration? = nil) async -> Approval.State {
-        guard let current = try? approval(callID: callID) else { return .expired }
+        guard let current = try? await store.approval(callID: callID) else { return .expired }
         if current.state != .pending { return current.state }
         let remaining = current.expiresAt.timeIntervalSince(clock.now())
-        if remaining <= 0 { return (try? expire(callID)) ?? .expired }
+        if remaining <= 0 { return (try? await expire(callID)) ?? .expired }
         let me = waiters.ticket()
         let timer = Task { [clock] in
             try? await clock.sleep(until: current.expiresAt)
-            if !Task.isCancelled { self.expireAndWake(callID) }
+            if !Task.isCancelled { await self.expireAndWake(callID) }
         }
         let cap = atMost.map { limit in
             Task {
@@ -117,7 +143,11 @@ public actor ApprovalsBroker {
             timer.cancel()
             cap?.cancel()
         }
-        return await withCheckedContinuation { waiters.park(callID, ticket: me, $0) }
+        return await withCheckedContinuation { continuation in
+            waiters.park(callID, ticket: me, continuation)
+            // A decision committed while the row above was read would otherwise be missed: read it again, parked.
+            Task { await self.recheck(callID) }
+        }
     }
 
     /// A long poll's cap: this caller hears "still pending" and asks again.
@@ -125,8 +155,8 @@ public actor ApprovalsBroker {
         waiters.release(callID, ticket: ticket, with: .pending)
     }
 
-    private func expireAndWake(_ callID: String) {
-        let state = (try? expire(callID)) ?? .expired
+    private func expireAndWake(_ callID: String) async {
+        let state = (try? await expire(callID)) ?? .expired
         wake(callID, state)
     }
 
@@ -134,38 +164,91 @@ public actor ApprovalsBroker {
         waiters.answer(callID, with: state)
     }
 
+    /// Reads a waited-for row and answers its waiters when it is decided (here or by another process) or gone.
+    private func recheck(_ callID: String) async {
+        guard waiters.isWaiting(callID) else { return }
+        do {
+            let state = try await store.approval(callID: callID)?.state ?? .expired
+            if state != .pending { wake(callID, state) }
+        } catch {
+            // The database cannot answer now: the next hint or poll reads again.
+        }
+    }
+
     /// Marks a pending approval expired (if it still is) and returns its final state.
-    nonisolated func expire(_ callID: String) throws -> Approval.State {
-        let state = try store.expire(callID: callID, at: clock.now())
-        if state == .expired, let approval = try? approval(callID: callID) { observers.tell(approval, after: store.database) }
+    nonisolated func expire(_ callID: String) async throws -> Approval.State {
+        try await store.storage.withTransaction { session in try expire(callID, in: session) }
+    }
+
+    nonisolated func expire(_ callID: String, in session: any StorageSession) throws -> Approval.State {
+        let state = try store.expire(callID: callID, at: clock.now(), in: session)
+        if state == .expired, let approval = try store.approval(callID: callID, in: session) { observers.tell(approval, after: store.storage) }
         return state
     }
 
-    public nonisolated func approval(callID: String) throws -> Approval? {
-        try store.approval(callID: callID)
+    public nonisolated func approval(callID: String) async throws -> Approval? {
+        try await store.approval(callID: callID)
     }
 
     /// The person's approvals, newest first; only pending ones unless `all`.
-    public nonisolated func approvals(subject: String, all: Bool) throws -> [Approval] {
-        try store.approvals(subject: subject, pendingAt: all ? nil : clock.now())
+    public nonisolated func approvals(subject: String, all: Bool) async throws -> [Approval] {
+        try await store.approvals(subject: subject, pendingAt: all ? nil : clock.now())
     }
 
-    /// Decides once. Returns the approval as decided and whether this call was the one that decided it. Runs in
-    /// the caller's transaction when it has one (a route that records its answer with the decision); whoever waits
-    /// is woken once the decision is committed.
-    public nonisolated func decide(callID: String, subject: String, approve: Bool, by keyID: String) throws -> (approval: Approval, decidedNow: Bool) {
+    /// Decides once, in the caller's transaction (a route records its answer with the decision). Returns the
+    /// approval as decided and whether this call was the one that decided it; whoever waits, on this process or
+    /// another, is woken once the decision is committed.
+    public nonisolated func decide(callID: String, subject: String, approve: Bool, by keyID: String,
+                                   in session: any StorageSession) throws -> (approval: Approval, decidedNow: Bool) {
         let now = clock.now()
-        let decided = try store.decide(callID: callID, subject: subject, state: approve ? .approved : .denied, by: keyID, at: now)
-        if !decided, let row = try approval(callID: callID), row.subject == subject, row.state == .pending {
-            _ = try expire(callID)  // it ran out of time before this answer
+        let decided = try store.decide(callID: callID, subject: subject, state: approve ? .approved : .denied, by: keyID, at: now, in: session)
+        if !decided, let row = try store.approval(callID: callID, in: session), row.subject == subject, row.state == .pending {
+            _ = try expire(callID, in: session)  // it ran out of time before this answer
         }
-        guard let result = try approval(callID: callID), result.subject == subject else { throw ApprovalError.notFound(callID) }
+        guard let result = try store.approval(callID: callID, in: session), result.subject == subject else { throw ApprovalError.notFound(callID) }
         if result.state != .pending {
             let state = result.state
-            store.database.afterCommit { Task { await self.wake(callID, state) } }
-            if decided { observers.tell(result, after: store.database) }
+            store.storage.afterCommit { Task { await self.wake(callID, state) } }
+            if decided { observers.tell(result, after: store.storage) }
         }
         return (result, decided)
+    }
+
+    // MARK: Several processes on one database
+
+    /// Starts hearing of decisions other processes take on the same database (a no-op for a store only this
+    /// process writes): each hint re-reads the rows it may concern, and a poll does the same every interval in case
+    /// hints are lost. Idempotent; `stopFollowing` ends it.
+    public func followOtherWriters() async throws {
+        guard following == nil, let hints = try await store.otherWriters() else { return }
+        let listen = Task { [weak self] in
+            for await hint in hints.hints {
+                guard let self else { return }
+                switch hint {
+                case .changed(let callID): await self.recheck(callID)
+                case .resync: await self.recheckAll()
+                }
+            }
+        }
+        let poll = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: hints.pollInterval)
+                guard let self else { return }
+                await self.recheckAll()
+            }
+        }
+        following = (hints, [listen, poll])
+    }
+
+    public func stopFollowing() {
+        guard let following else { return }
+        following.hints.stop()
+        for task in following.tasks { task.cancel() }
+        self.following = nil
+    }
+
+    private func recheckAll() async {
+        for callID in waiters.keys { await recheck(callID) }
     }
 }
 
@@ -176,9 +259,9 @@ final class ApprovalObservers: Sendable {
     func add(_ observer: @escaping @Sendable (Approval) -> Void) { observers.withLock { $0.append(observer) } }
 
     /// Tells every observer once what is being written is committed (at once outside a transaction).
-    func tell(_ approval: Approval, after database: DatabasePool) {
+    func tell(_ approval: Approval, after storage: any TransactionalStorage) {
         let current = observers.withLock { $0 }
         guard !current.isEmpty else { return }
-        database.afterCommit { for observer in current { observer(approval) } }
+        storage.afterCommit { for observer in current { observer(approval) } }
     }
 }

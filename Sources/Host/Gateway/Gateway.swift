@@ -278,12 +278,8 @@ public final class Gateway: Sendable {
         let mobile = MobileChannel(store: mobileStore, dispatcher: dispatcher)
         // Approvals and failed location runs wake phones through this seam; only the assembly knows it is the mobile channel.
         let deviceAlerts = MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher)
-        do {
-            approvals = try ApprovalsBroker(database: database, alerts: deviceAlerts, clock: options.clock,
-                                            defaultTimeout: options.approvalTimeout)
-        } catch {
-            throw .storage("cannot open the approvals table: \(error)")
-        }
+        approvals = ApprovalsBroker(store: SQLiteApprovalStore(database: database), alerts: deviceAlerts, clock: options.clock,
+                                    defaultTimeout: options.approvalTimeout)
         approvals.observe { [events = mobileStore.consoleEvents] in events.publish(.approval($0.callID, state: $0.state.rawValue), to: .subject($0.subject)) }
         // The mobile channel is the durable sink every gateway has; an embedder's own channel may not replace it.
         channels = ChannelRegistry([mobile] + options.extraChannels.filter { $0.name != "mobile" })
@@ -389,11 +385,7 @@ public final class Gateway: Sendable {
         router.add(ConsoleRoutes().routes)
         router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
         router.add(AssistantAPI(runs: runs, catalog: catalog, sessions: ChatSessions()).routes)
-        do {
-            router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStore, cooldowns: SQLiteTriggerCooldownStore(database: database), clock: options.clock).routes)
-        } catch {
-            throw .storage("cannot open the trigger table: \(error)")
-        }
+        router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStore, cooldowns: SQLiteTriggerCooldownStore(database: database), clock: options.clock).routes)
         let pluginContext = GatewayPluginContext(outbound: outbound, clock: options.clock, log: log)
         for plugin in options.plugins { router.add(plugin.routes(pluginContext)) }
         pluginServices = options.plugins.flatMap { $0.services(pluginContext) }
@@ -499,7 +491,7 @@ public final class Gateway: Sendable {
         environment.toolCalled = { sessionID, tool in await liveActivities.toolCalled(sessionID: sessionID, tool: tool) }
         environment.approve = { callID, call, run, timeout in
             let activity = await runs.value?.activityRun(sessionID: run.sessionID)
-            guard let approval = try? approvals.open(callID: callID, subject: run.subject, agentID: run.agentID, agentName: activity?.agentName ?? run.agentID,
+            guard let approval = try? await approvals.open(callID: callID, subject: run.subject, agentID: run.agentID, agentName: activity?.agentName ?? run.agentID,
                                                      sessionID: run.sessionID, tool: call.name, arguments: call.arguments.serialized(),
                                                      timeout: TimeInterval(timeout.components.seconds)) else { return false }
             if let activity { await liveActivities.waitingForApproval(activity, callID: approval.callID, tool: call.name) }

@@ -90,10 +90,10 @@ public struct ApprovalsAPI: Sendable {
         } else {
             activity = nil
         }
-        let open = { (callID: String?) throws -> Approval in
+        let open = { (callID: String?, session: any StorageSession) throws -> Approval in
             do {
                 return try broker.open(callID: callID, subject: caller.subject, agentID: agentID, agentName: agent.name, sessionID: sessionID,
-                                       tool: tool, arguments: arguments, timeout: timeout)
+                                       tool: tool, arguments: arguments, timeout: timeout, in: session)
             } catch let error as ApprovalError {
                 throw APIError.conflict(error.description, code: "call_id_taken")
             }
@@ -105,10 +105,10 @@ public struct ApprovalsAPI: Sendable {
             // The decision is the answer: a retry after a crash waits for it again (`resumer`).
             let id = callID ?? ApprovalsBroker.newCallID()
             CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, id: id))
-            asked = try open(id)
+            asked = try await broker.transactions.withTransaction { try open(id, $0) }
         } else {
-            let (opened, answer) = try await broker.transactions.withTransaction(answering: { $0.1.committedAnswer }) { _ -> (Approval, HTTPResponse) in
-                let opened = try open(callID)
+            let (opened, answer) = try await broker.transactions.withTransaction(answering: { $0.1.committedAnswer }) { session -> (Approval, HTTPResponse) in
+                let opened = try open(callID, session)
                 return (opened, .json(ApprovalView(opened), status: 201))
             }
             (asked, immediate) = (opened, answer)
@@ -136,24 +136,24 @@ public struct ApprovalsAPI: Sendable {
     /// A waiting ask whose process died before it answered: its retry waits for the same decision.
     public var resumer: AnswerResumer {
         AnswerResumer(kind: Self.resumeKind) { [broker, longPoll] callID, caller in
-            guard let approval = try broker.approval(callID: callID), approval.subject == caller.subject else { return nil }
+            guard let approval = try await broker.approval(callID: callID), approval.subject == caller.subject else { return nil }
             return Self.decisionAnswer(callID: callID, state: await broker.wait(callID: callID, atMost: longPoll))
         }
     }
 
     @Sendable func list(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let all = try request.queryChoice("state", among: ["pending", "all"], fallback: "pending") == "all"
-        return .json(["approvals": try broker.approvals(subject: caller.subject, all: all).map { ApprovalView($0) }])
+        return .json(["approvals": try await broker.approvals(subject: caller.subject, all: all).map { ApprovalView($0) }])
     }
 
     @Sendable func get(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let wait = try request.queryFlag("wait")
-        guard var approval = try broker.approval(callID: request.parameter("id")), approval.subject == caller.subject else {
+        guard var approval = try await broker.approval(callID: request.parameter("id")), approval.subject == caller.subject else {
             throw APIError.notFound(ApprovalError.notFound(request.parameter("id")).description)
         }
         if wait, approval.state == .pending {
             _ = await broker.wait(callID: approval.callID, atMost: longPoll)
-            approval = try broker.approval(callID: approval.callID) ?? approval
+            approval = try await broker.approval(callID: approval.callID) ?? approval
         }
         var body = ApprovalView(approval)
         body.approved = approval.state == .approved
@@ -174,8 +174,8 @@ public struct ApprovalsAPI: Sendable {
         let body = try request.decode(ConfirmRequest.self)
         let (callID, approved) = (try body.callID.limited(to: 200, field: "call_id"), body.approved)
         do {
-            return try await broker.transactions.answer { _ in
-                let (approval, decidedNow) = try broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID)
+            return try await broker.transactions.answer { session in
+                let (approval, decidedNow) = try broker.decide(callID: callID, subject: caller.subject, approve: approved, by: caller.keyID, in: session)
                 return .json(Confirmed(approved: approval.state == .approved, alreadyDecided: !decidedNow))
             }
         } catch let error as ApprovalError {
@@ -188,8 +188,8 @@ public struct ApprovalsAPI: Sendable {
 
     func decide(_ request: HTTPRequest, caller: Principal, approve: Bool) async throws -> HTTPResponse {
         do {
-            return try await broker.transactions.answer { _ in
-                let (approval, decidedNow) = try broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID)
+            return try await broker.transactions.answer { session in
+                let (approval, decidedNow) = try broker.decide(callID: request.parameter("id"), subject: caller.subject, approve: approve, by: caller.keyID, in: session)
                 var body = ApprovalView(approval, withArguments: false)
                 body.alreadyDecided = !decidedNow
                 // The original app reads `ok` and `approved`: approved is the decision actually taken (the seed's rule).
