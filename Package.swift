@@ -105,7 +105,7 @@ let package = Package(
         // Approvals wake phones through ChannelAPI's DeviceAlerts; the broker never imports the mobile channel.
         .target(name: "Approvals", dependencies: ["Storage", "ChannelAPI", "Crypto"], path: "Sources/Host/Approvals"),
         .target(name: "Household", dependencies: ["Storage", "Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
-        .target(name: "RelayCarriage", dependencies: ["ChannelAPI", "Crypto", "HTTPClient", "HTTPServer", "Household", "Identity", "Mobile", "RelayProtocol", "SQLite", "JSON"],
+        .target(name: "RelayCarriage", dependencies: ["ChannelAPI", "Crypto", "HTTPClient", "HTTPServer", "Household", "Identity", "Mobile", "RelayProtocol", "JSON"],
                 path: "Sources/Host/RelayCarriage"),
         .target(name: "Memory", dependencies: ["Storage", "ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Memory"),
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
@@ -118,9 +118,9 @@ let package = Package(
         .target(name: "GatewayHTTP", dependencies: ["Storage", "QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "WebPush"], path: "Sources/Host/GatewayHTTP"),
         // PostgreSQL's implementations of the host's store protocols (the second engine, for several gateways on one database).
-        .target(name: "PostgresStores", dependencies: ["Agents", "Approvals", "Household", "Identity", "GatewayHTTP", "PostgreSQL", "Storage", "Mobile", "ChannelDelivery", "ChannelAPI", "Outbox", "Crypto", "JSON"], path: "Sources/PostgresStores"),
+        .target(name: "PostgresStores", dependencies: ["Agents", "Approvals", "RelayCarriage", "Household", "Identity", "GatewayHTTP", "PostgreSQL", "Storage", "Mobile", "ChannelDelivery", "ChannelAPI", "Outbox", "Crypto", "JSON"], path: "Sources/PostgresStores"),
         // SQLite's implementations of the host's store protocols (the composition root picks them for a data directory).
-        .target(name: "SQLiteStores", dependencies: ["Approvals", "GatewayHTTP", "SQLite", "Storage"], path: "Sources/SQLiteStores"),
+        .target(name: "SQLiteStores", dependencies: ["Approvals", "RelayCarriage", "GatewayHTTP", "SQLite", "Storage"], path: "Sources/SQLiteStores"),
         .target(name: "Gateway", dependencies: ["SQLiteStores", "Console", "Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "WebPush", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
@@ -147,7 +147,7 @@ let package = Package(
                     path: "examples/channels/NtfyChannel/Tests"),
 
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Agents", "Approvals", "Household", "Gateway", "GatewayHTTP", "ChannelDelivery", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity", "PostgreSQL"], path: "Tests/GatewayTestSupport"),
+        .target(name: "GatewayTestSupport", dependencies: ["Agents", "Approvals", "RelayCarriage", "Household", "Gateway", "GatewayHTTP", "ChannelDelivery", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity", "PostgreSQL"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["Storage", "GatewayTestSupport", "Metrics", "Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
         // Test targets follow the modules: agents, the mobile channel, the transports; GatewayTests holds what crosses them.
         .testTarget(name: "AgentsTests", dependencies: ["Storage", "Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
@@ -157,7 +157,7 @@ let package = Package(
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "WebPush", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["Agents", "Approvals", "Household", "PostgresStores", "PostgreSQL", "SQLiteStores", "Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["Agents", "Approvals", "RelayCarriage", "Household", "PostgresStores", "PostgreSQL", "SQLiteStores", "Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
         // The libpq wrapper against a throwaway PostgreSQL cluster (GatewayTestSupport's PostgresCluster).
         .testTarget(name: "PostgreSQLTests", dependencies: ["PostgreSQL", "Storage", "GatewayTestSupport"], path: "Tests/PostgreSQLTests"),
     ]

@@ -11,6 +11,7 @@ import HTTPClient
 import APIKit
 import RelayProtocol
 import SoulacyClient
+import SQLiteStores
 import Testing
 
 /// The phone's three paths to its gateway: the pinned Wi-Fi listener, the tailnet, and the end-to-end encrypted
@@ -69,8 +70,8 @@ struct RelayPathsTests {
         let mobile = try MobileStore(database: database)
         let keys = try SQLiteAPIKeyStore(database: database)
         // A fresh carriage with no mailbox yet, and no run loop: the enrolments are the first to need one.
-        let carriage = try RelayCarriage(url: relay.url, caFile: nil, database: database, sealingKey: SecureBytes.random(count: 32), mobile: mobile,
-                                         keys: keys, log: Log(minimum: .error)) { _, _, _ in .noContent }
+        let carriage = RelayCarriage(url: relay.url, caFile: nil, store: try SQLiteRelayCarriageStore(database: database, sealingKey: SecureBytes.random(count: 32)),
+                                     mobile: mobile, keys: keys, log: Log(minimum: .error)) { _, _, _ in .noContent }
         let enrolments = try await withThrowingTaskGroup(of: RelayCarriage.Enrollment.self) { group in
             for phone in 0..<4 { group.addTask { try await carriage.enroll(keyID: "key_\(phone)", subject: "owner") } }
             var all: [RelayCarriage.Enrollment] = []

@@ -5,11 +5,13 @@ import Agents
 import Approvals
 import ChannelAPI
 import ChannelDelivery
+import Crypto
 import Household
 import Mobile
 import Storage
 import PostgreSQL
 import PostgresStores
+import RelayCarriage
 import SQLiteStores
 import Testing
 
@@ -28,7 +30,7 @@ struct StoreConformanceTests {
             case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations + PostgresTriggerCooldownStore.migrations
                                                                    + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations + PostgresRunStore.migrations
                                                                    + PostgresAPIKeyStore.migrations + PostgresEndpointStateStore.migrations
-                                                                   + PostgresApprovalStore.migrations)
+                                                                   + PostgresApprovalStore.migrations + PostgresRelayCarriageStore.migrations)
             }
         }
 
@@ -88,6 +90,19 @@ struct StoreConformanceTests {
             }
         }
 
+        /// The store, and for PostgreSQL three more handles on the same database as other gateway processes hold them.
+        func relayCarriageStores(_ fixture: any StorageEngineFixture, key: [UInt8]) throws -> (store: any RelayCarriageStore, otherNodes: [any RelayCarriageStore]?) {
+            switch self {
+            case .sqlite: return (try SQLiteRelayCarriageStore(database: try #require(fixture as? SQLiteEngineFixture).database, sealingKey: key), nil)
+            case .postgresql:
+                let fixture = try #require(fixture as? PostgresEngineFixture)
+                let others: [any RelayCarriageStore] = try (0..<3).map { _ in
+                    PostgresRelayCarriageStore(pool: try PostgresPool(url: fixture.database.url, size: 1), sealingKey: key)
+                }
+                return (PostgresRelayCarriageStore(pool: fixture.pool, sealingKey: key), others)
+            }
+        }
+
         func triggerCooldownStore(_ fixture: any StorageEngineFixture) throws -> any TriggerCooldownStore {
             switch self {
             case .sqlite: SQLiteTriggerCooldownStore(database: try #require(fixture as? SQLiteEngineFixture).database)
@@ -143,6 +158,60 @@ struct StoreConformanceTests {
         let real = try Engine.sqlite.approvalStores(fixture).store
         let rules = Set(await ApprovalStoreConformance(fixture: fixture, store: Lenient(real: real), otherNode: real).run().map(\.rule))
         #expect(rules.isSuperset(of: ["not by another person", "decided once", "not after expiry", "one of concurrent decisions", "hints from other nodes"]), "\(rules)")
+    }
+
+    @Test("the relay carriage: one mailbox, secrets sealed at rest, one carrier at a time", arguments: Engine.allCases)
+    func relayCarriage(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let (store, otherNodes) = try engine.relayCarriageStores(fixture, key: SecureBytes.random(count: 32))
+        let failures = await RelayCarriageStoreConformance(fixture: fixture, store: store, otherNodes: otherNodes).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the relay carriage suite itself catches a store that keeps secrets in the clear and lets every node carry")
+    func catchesALeakyCarriageStore() async throws {
+        /// Keeps what it is given as is (the "sealing key" seals nothing) and answers every node that it carries.
+        struct Leaky: RelayCarriageStore {
+            let real: any RelayCarriageStore
+            func mailbox(url: String) async throws -> RelayMailboxAccess? { try await real.mailbox(url: url) }
+            func saveMailbox(url: String, _ mailbox: RelayMailboxAccess) async throws -> RelayMailboxAccess { mailbox }
+            func enroll(deviceID: String, subject: String, secret: [UInt8], after: Int64) async throws {
+                try await real.enroll(deviceID: deviceID, subject: subject, secret: secret, after: after)
+            }
+            func markRegistered(_ deviceID: String) async throws { try await real.markRegistered(deviceID) }
+            func markRevoked(_ deviceID: String) async throws { try await real.markRevoked(deviceID) }
+            func forgetRevoked(_ deviceID: String) async throws { try await real.forgetRevoked(deviceID) }
+            func phones() async throws -> [RelayPhone] { try await real.phones() }
+            func secret(deviceID: String) async throws -> [UInt8]? { try await real.secret(deviceID: deviceID) }
+            func advance(_ deviceID: String, to seq: Int64) async throws { try await real.advance(deviceID, to: seq) }
+            func holdCarriage(node: String, lease: Duration) async throws -> Bool { true }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let real = try Engine.sqlite.relayCarriageStores(fixture, key: SecureBytes.random(count: 32)).store
+        // Stands in for a store that writes the bearer in the clear: the suite must find it at rest.
+        struct ClearBearer: RelayCarriageStore {
+            let real: any RelayCarriageStore
+            let fixture: SQLiteEngineFixture
+            func mailbox(url: String) async throws -> RelayMailboxAccess? { try await real.mailbox(url: url) }
+            func saveMailbox(url: String, _ mailbox: RelayMailboxAccess) async throws -> RelayMailboxAccess {
+                try fixture.database.write { db in try fixture.writeEffect(mailbox.bearer, in: db) }
+                return try await real.saveMailbox(url: url, mailbox)
+            }
+            func enroll(deviceID: String, subject: String, secret: [UInt8], after: Int64) async throws {
+                try await real.enroll(deviceID: deviceID, subject: subject, secret: secret, after: after)
+            }
+            func markRegistered(_ deviceID: String) async throws { try await real.markRegistered(deviceID) }
+            func markRevoked(_ deviceID: String) async throws { try await real.markRevoked(deviceID) }
+            func forgetRevoked(_ deviceID: String) async throws { try await real.forgetRevoked(deviceID) }
+            func phones() async throws -> [RelayPhone] { try await real.phones() }
+            func secret(deviceID: String) async throws -> [UInt8]? { try await real.secret(deviceID: deviceID) }
+            func advance(_ deviceID: String, to seq: Int64) async throws { try await real.advance(deviceID, to: seq) }
+            func holdCarriage(node: String, lease: Duration) async throws -> Bool { true }
+        }
+        let sqlite = try #require(fixture as? SQLiteEngineFixture)
+        let leaky = Set(await RelayCarriageStoreConformance(fixture: fixture, store: ClearBearer(real: Leaky(real: real), fixture: sqlite),
+                                                            otherNodes: [Leaky(real: real), Leaky(real: real)]).run().map(\.rule))
+        #expect(leaky.isSuperset(of: ["one mailbox per relay", "sealed at rest", "one carrier", "taken over after the lease", "the old carrier stands by"]), "\(leaky)")
     }
 
     @Test("the push outbox: claims shared by nobody, settles fenced by their claim", arguments: Engine.allCases)

@@ -417,13 +417,15 @@ public final class Gateway: Sendable {
         serverConfiguration.handlerExecutor = database.executor
         server = api.server(serverConfiguration)
         if let relayURL = settings.relayMailboxURL {
+            let store: SQLiteRelayCarriageStore
             do {
-                carriage = try RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, database: database, sealingKey: sealingKey,
-                                             mobile: mobileStore, keys: keys, log: log) { request, principal, secret in
-                    await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }
-                }
+                store = try SQLiteRelayCarriageStore(database: database, sealingKey: sealingKey)
             } catch {
                 throw .storage("cannot open the relay tables: \(error)")
+            }
+            carriage = RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, store: store, node: settings.resolvedNodeID(dataDirectory: options.dataDirectory),
+                                     mobile: mobileStore, keys: keys, log: log) { request, principal, secret in
+                await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }
             }
             log.info("relay: phones can reach this gateway through the mailbox at \(relayURL)")
         } else {

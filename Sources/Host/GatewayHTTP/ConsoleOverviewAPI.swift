@@ -176,8 +176,9 @@ extension GatewayAPI {
         var database = "ok"
         do { try await mobile.transactions.checkReadable() } catch { database = "failing: \(error)" }
         let relay = await relayStatus().map { status in
-            // A good round clears the failure, so a failure on record is the latest word.
-            let state = status.lastFailure != nil ? "failing" : (status.lastRoundAt != nil ? "connected" : "starting")
+            // A good round clears the failure, so a failure on record is the latest word. A node of several standing by
+            // while another carries the relay traffic says so.
+            let state = status.lastFailure != nil ? "failing" : (status.lastRoundAt == nil ? "starting" : (status.carrying ? "connected" : "standby"))
             return ConsoleHealth.Relay(state: state, url: status.url, phones: status.phones, lastRoundAt: status.lastRoundAt.map(Timestamp.init),
                                        lastFailureAt: status.lastFailureAt.map(Timestamp.init), lastFailure: status.lastFailure)
         }

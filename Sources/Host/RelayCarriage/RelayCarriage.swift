@@ -9,7 +9,6 @@ import Household
 import Identity
 import Mobile
 import RelayProtocol
-import SQLite
 
 /// The relay mailbox answered a carriage call with a refusal (the round or the enrolment is tried again later).
 public struct RelayRefusal: Error, CustomStringConvertible, Sendable {
@@ -32,20 +31,27 @@ public actor RelayCarriage {
     }
 
     nonisolated let url: String
-    let store: RelayCarriageStore
+    let store: any RelayCarriageStore
+    /// This gateway process's name among the nodes on one database: only the node holding the carriage runs rounds.
+    nonisolated let node: String
+    /// How long a carriage lasts unless renewed (each round renews it): what a dead carrier's phones wait at most.
+    nonisolated let carriageLease: Duration
     let client: HTTP2Client
-    let mobile: MobileStore
+    let mobile: any Inbox
     let keys: any APIKeyStore
     let log: Log
     /// Applies a phone's command as the phone (its principal); the third argument seals the idempotency answer.
     let apply: @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse
     private var mailbox: (id: String, bearer: String)?
 
-    /// `sealingKey` seals the phones' pairing secrets and the mailbox's bearer in the database (it is kept outside it).
-    public init(url: String, caFile: String?, database: DatabasePool, sealingKey: [UInt8], mobile: MobileStore, keys: any APIKeyStore, log: Log,
-                apply: @escaping @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse) throws {
+    /// `store` keeps the phones' pairing secrets and the mailbox's bearer sealed; `node` names this process among the
+    /// gateway's nodes on one database.
+    public init(url: String, caFile: String?, store: any RelayCarriageStore, node: String = "local", carriageLease: Duration = .seconds(10),
+                mobile: any Inbox, keys: any APIKeyStore, log: Log, apply: @escaping @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse) {
         self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
-        store = try RelayCarriageStore(database: database, key: sealingKey)
+        self.store = store
+        self.node = node
+        self.carriageLease = carriageLease
         self.mobile = mobile
         self.keys = keys
         self.log = log
@@ -65,9 +71,9 @@ public actor RelayCarriage {
     /// the first round makes the mailbox) must wait for that mailbox, not make another one its phone would sit in alone.
     private func ensureMailbox() async throws -> (id: String, bearer: String) {
         if let mailbox { return mailbox }
-        if let stored = try store.mailbox(url: url) {
-            mailbox = stored
-            return stored
+        if let stored = try await store.mailbox(url: url) {
+            mailbox = (stored.id, stored.bearer)
+            return (stored.id, stored.bearer)
         }
         if let creating = creatingMailbox { return try await creating.value }
         let creating = Task { try await self.createMailbox() }
@@ -84,8 +90,10 @@ public actor RelayCarriage {
         let bearer = Base64URL.encode(SecureBytes.random(count: 32))
         let (status, body) = try await call("POST", "/v1/mailboxes", bearer: nil, json: ["secret_sha256": .string(Hex.encode(SHA256.hash(bearer)))])
         guard status == 201, let id = body["mailbox_id"]?.stringValue else { throw RelayRefusal(message: "the relay refused to make a mailbox (\(status))") }
-        try store.saveMailbox(url: url, id: id, bearer: bearer)
-        return (id, bearer)
+        // Another node may have saved its mailbox first: every node uses the one kept.
+        let kept = try await store.saveMailbox(url: url, RelayMailboxAccess(id: id, bearer: bearer))
+        if kept.id != id { _ = try? await call("DELETE", "/v1/mailboxes/\(id)", bearer: bearer) }
+        return (kept.id, kept.bearer)
     }
 
     /// Gives a newly paired phone (its key) a pairing secret and a place in the mailbox.
@@ -93,7 +101,7 @@ public actor RelayCarriage {
         let box = try await ensureMailbox()
         let secret = SecureBytes.random(count: 32)
         // New lines start from now: the phone reads what came before over a direct path.
-        try store.enroll(deviceID: keyID, subject: subject, secret: secret, after: try mobile.latestDeliverySeq())
+        try await store.enroll(deviceID: keyID, subject: subject, secret: secret, after: try mobile.latestDeliverySeq())
         try? await register(deviceID: keyID, secret: secret, box: box)
         return Enrollment(url: url, mailboxID: box.id, deviceID: keyID, secret: secret)
     }
@@ -103,7 +111,7 @@ public actor RelayCarriage {
         let (status, _) = try await call("PUT", "/v1/mailboxes/\(box.id)/devices/\(deviceID)", bearer: box.bearer,
                                          json: ["secret_sha256": .string(keys.bearerSHA256), "cursor": 0])
         if status == 204 {
-            try store.markRegistered(deviceID)
+            try await store.markRegistered(deviceID)
         }
     }
 
@@ -112,19 +120,19 @@ public actor RelayCarriage {
     public func revoke(keyID: String) async {
         // Marked before anything else, so no round seals another record for it; removed at the relay now, or on
         // a later round if the relay cannot be reached.
-        markRevoked(keyID)
+        await markRevoked(keyID)
         if let box = try? await ensureMailbox() { await forget(deviceID: keyID, box: box) }
     }
 
-    private func markRevoked(_ deviceID: String) {
-        _ = try? store.markRevoked(deviceID)
+    private func markRevoked(_ deviceID: String) async {
+        _ = try? await store.markRevoked(deviceID)
     }
 
     /// Has the relay remove a revoked phone, and forgets it here once the relay has.
     private func forget(deviceID: String, box: (id: String, bearer: String)) async {
         guard let (status, _) = try? await call("DELETE", "/v1/mailboxes/\(box.id)/devices/\(deviceID)", bearer: box.bearer),
               status == 204 || status == 404 else { return }
-        _ = try? store.forgetRevoked(deviceID)
+        _ = try? await store.forgetRevoked(deviceID)
     }
 
     /// Runs until cancelled, polling the mailbox twice a second while the gateway is up.
@@ -165,12 +173,17 @@ public actor RelayCarriage {
         public var lastFailureAt: Date?
         public var lastFailure: String?
         public var phones: Int
+        /// False on a node standing by while another node of the gateway carries the relay traffic.
+        public var carrying: Bool
     }
 
-    public func status() -> Status {
+    public func status() async -> Status {
         Status(url: url, lastRoundAt: lastRound, lastFailureAt: lastFailure?.at, lastFailure: lastFailure?.reason,
-               phones: (try? store.devices().filter { !$0.revoked }.count) ?? 0)
+               phones: (try? await store.phones().filter { !$0.revoked }.count) ?? 0, carrying: carrying)
     }
+
+    /// Whether this node carried the relay traffic at its last round (one node of a gateway does at a time).
+    private var carrying = false
 
     private var lastRound: Date?
     private nonisolated let lastRoundSnapshot = Mutex<Date?>(nil)
@@ -182,13 +195,16 @@ public actor RelayCarriage {
     private var waitingForRound: [CheckedContinuation<Void, Never>] = []
 
     private func round() async throws {
+        // One node of a gateway carries at a time: the others stand by, and take over once its lease runs out.
+        carrying = try await store.holdCarriage(node: node, lease: carriageLease)
+        guard carrying else { return }
         let box = try await ensureMailbox()
-        var devices: [RelayCarriageStore.Device] = []
-        for device in try store.devices() {
+        var devices: [RelayPhone] = []
+        for device in try await store.phones() {
             // A key revoked by any path (or gone) counts as revoked here too.
             let active = device.revoked ? false : await keys.principal(keyID: device.id) != nil
             if !active {
-                markRevoked(device.id)
+                await markRevoked(device.id)
                 await forget(deviceID: device.id, box: box)
             } else {
                 devices.append(device)
@@ -209,7 +225,7 @@ public actor RelayCarriage {
     }
 
     private func applyCommand(device: String, id: String, sealed: String, box: (id: String, bearer: String)) async {
-        guard let secret = try? store.secret(deviceID: device),
+        guard let secret = try? await store.secret(deviceID: device),
               let keys = try? RelayKeys(secret: secret, deviceID: device) else {
             _ = try? await call("POST", "/v1/mailboxes/\(box.id)/commands/\(device)/\(id)/applied", bearer: box.bearer)
             return
@@ -295,7 +311,7 @@ public actor RelayCarriage {
                                            "ciphertext": .string(nudge)])
             }
             previous = delivery.seq
-            try store.advance(deviceID, to: delivery.seq)
+            try await store.advance(deviceID, to: delivery.seq)
         }
         return true
     }

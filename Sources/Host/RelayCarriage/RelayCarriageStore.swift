@@ -1,115 +1,92 @@
 import Crypto
 import Foundation
-import SQLite
 
-/// What the relay carriage keeps: the gateway's mailbox at the relay, and each enrolled phone's pairing secret,
-/// registration and the last inbox line sent to it. The two secrets (each phone's pairing secret, the mailbox's
-/// bearer) are kept sealed (AES-256-GCM) under a key that lives in a file beside the database, never in it: the
-/// database alone gives neither back.
-struct RelayCarriageStore: Sendable {
-    struct Device: Sendable {
-        let id: String
-        let subject: String
-        let secret: [UInt8]
-        let lastSeq: Int64
-        let registered: Bool
-        let revoked: Bool
+/// A phone enrolled in the gateway's relay mailbox: its pairing secret (opened), registration, revocation and the
+/// last inbox line sent to it.
+public struct RelayPhone: Sendable, Equatable {
+    public let id: String
+    public let subject: String
+    public let secret: [UInt8]
+    public let lastSeq: Int64
+    public let registered: Bool
+    public let revoked: Bool
+
+    public init(id: String, subject: String, secret: [UInt8], lastSeq: Int64, registered: Bool, revoked: Bool) {
+        self.id = id
+        self.subject = subject
+        self.secret = secret
+        self.lastSeq = lastSeq
+        self.registered = registered
+        self.revoked = revoked
     }
+}
 
-    let database: DatabasePool
-    /// The sealing key, from the key file (see `SealingKeyFile`).
+/// The gateway's mailbox at the relay.
+public struct RelayMailboxAccess: Sendable, Equatable {
+    public let id: String
+    public let bearer: String
+
+    public init(id: String, bearer: String) {
+        self.id = id
+        self.bearer = bearer
+    }
+}
+
+/// What the relay carriage keeps: the gateway's mailbox, each enrolled phone, and which node carries the relay
+/// traffic now. The two secrets (each phone's pairing secret, the mailbox's bearer) are kept sealed (`RelaySecretSeal`)
+/// under a key kept outside the database: the database alone gives neither back. Every engine's store holds
+/// `RelayCarriageStoreConformance`.
+public protocol RelayCarriageStore: Sendable {
+    func mailbox(url: String) async throws -> RelayMailboxAccess?
+    /// Keeps a newly made mailbox unless one for the same relay is kept already (a racing node's), and returns
+    /// the one kept, so every node uses one mailbox. A mailbox at another relay URL is replaced.
+    func saveMailbox(url: String, _ mailbox: RelayMailboxAccess) async throws -> RelayMailboxAccess
+    /// A phone's place; its records start after inbox line `after`.
+    func enroll(deviceID: String, subject: String, secret: [UInt8], after: Int64) async throws
+    func markRegistered(_ deviceID: String) async throws
+    func markRevoked(_ deviceID: String) async throws
+    /// Forgets a revoked phone (once the relay has dropped it too); a phone not revoked stays.
+    func forgetRevoked(_ deviceID: String) async throws
+    func phones() async throws -> [RelayPhone]
+    func secret(deviceID: String) async throws -> [UInt8]?
+    /// The last inbox line sent to the phone; never moves back (a late round of a node that lost the carriage).
+    func advance(_ deviceID: String, to seq: Int64) async throws
+    /// Takes or renews the carriage for `node` for `lease`, on the database's clock: true while this node carries
+    /// the relay traffic. Exactly one node carries at a time; a node that stops renewing loses it once the lease
+    /// runs out, and the next node that asks takes it over. A store only one process writes always answers true.
+    func holdCarriage(node: String, lease: Duration) async throws -> Bool
+}
+
+/// Seals and opens the carriage's two secrets under the sealing key; both engines' stores use it, so a database
+/// moved from one engine to the other opens with the same key.
+public struct RelaySecretSeal: Sendable {
     let key: [UInt8]
 
-    /// Opens the store and seals any secret an earlier version kept in the clear.
-    init(database: DatabasePool, key: [UInt8]) throws {
-        self.database = database
+    public init(key: [UInt8]) {
         self.key = key
-        try sealLegacySecrets()
     }
 
     static let mailboxHeader = "soulacy relay mailbox bearer v1"
     static func secretHeader(_ deviceID: String) -> String { "soulacy relay pairing secret v1 " + deviceID }
 
-    func mailbox(url: String) throws -> (id: String, bearer: String)? {
-        try database.read { db in
-            guard let row = try db.query("SELECT mailbox_id, bearer FROM relay_mailbox WHERE id = 1 AND url = ?", url).first,
-                  let id = row.string("mailbox_id"), let sealed = row.string("bearer"),
-                  let bearer = try? SealedBox.open(sealed, key: key, header: Self.mailboxHeader) else { return nil }
-            return (id, String(decoding: bearer, as: UTF8.self))
-        }
+    public func sealBearer(_ bearer: String) throws -> String {
+        try SealedBox.seal(Array(bearer.utf8), key: key, header: Self.mailboxHeader)
     }
 
-    func saveMailbox(url: String, id: String, bearer: String) throws {
-        let sealed = try SealedBox.seal(Array(bearer.utf8), key: key, header: Self.mailboxHeader)
-        try database.transaction { db in
-            try db.run("INSERT OR REPLACE INTO relay_mailbox (id, url, mailbox_id, bearer) VALUES (1, ?, ?, ?)", url, id, sealed)
-        }
+    public func openBearer(_ sealed: String) -> String? {
+        (try? SealedBox.open(sealed, key: key, header: Self.mailboxHeader)).map { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// A phone's place, its records starting after inbox line `after`.
-    func enroll(deviceID: String, subject: String, secret: [UInt8], after: Int64) throws {
-        let sealed = Array(try SealedBox.seal(secret, key: key, header: Self.secretHeader(deviceID)).utf8)
-        try database.transaction { db in
-            try db.run("INSERT OR REPLACE INTO relay_devices (device_id, subject, secret, last_seq, registered) VALUES (?, ?, ?, ?, 0)", deviceID, subject, sealed, after)
-        }
+    public func sealSecret(_ secret: [UInt8], deviceID: String) throws -> [UInt8] {
+        Array(try SealedBox.seal(secret, key: key, header: Self.secretHeader(deviceID)).utf8)
     }
 
-    private func open(_ stored: [UInt8], deviceID: String) -> [UInt8]? {
+    public func openSecret(_ stored: [UInt8], deviceID: String) -> [UInt8]? {
         try? SealedBox.open(String(decoding: stored, as: UTF8.self), key: key, header: Self.secretHeader(deviceID))
     }
 
-    /// Earlier versions kept the 32-byte pairing secrets and the mailbox bearer in the clear: seal them in place.
-    private func sealLegacySecrets() throws {
-        let sealedAny = try database.transaction { db -> Bool in
-            var sealedAny = false
-            for row in try db.query("SELECT device_id, secret FROM relay_devices") {
-                guard let id = row.string("device_id"), let stored = row.blob("secret"), stored.count == 32 else { continue }
-                let sealed = Array(try SealedBox.seal(stored, key: key, header: Self.secretHeader(id)).utf8)
-                try db.run("UPDATE relay_devices SET secret = ? WHERE device_id = ?", sealed, id)
-                sealedAny = true
-            }
-            if let bearer = try db.query("SELECT bearer FROM relay_mailbox WHERE id = 1").first?.string("bearer"),
-               (try? SealedBox.open(bearer, key: key, header: Self.mailboxHeader)) == nil, bearer.utf8.count == 43, Base64URL.decode(bearer) != nil {
-                try db.run("UPDATE relay_mailbox SET bearer = ? WHERE id = 1", try SealedBox.seal(Array(bearer.utf8), key: key, header: Self.mailboxHeader))
-                sealedAny = true
-            }
-            return sealedAny
-        }
-        // The clear versions are still in the WAL's older frames until it is emptied.
-        if sealedAny { try database.write { try $0.checkpointAndTruncate() } }
-    }
-
-    func markRegistered(_ deviceID: String) throws {
-        try database.transaction { db in try db.run("UPDATE relay_devices SET registered = 1 WHERE device_id = ?", deviceID) }
-    }
-
-    func markRevoked(_ deviceID: String) throws {
-        try database.transaction { db in try db.run("UPDATE relay_devices SET revoked = 1 WHERE device_id = ? AND revoked = 0", deviceID) }
-    }
-
-    /// Forgets a revoked phone (once the relay has dropped it too).
-    func forgetRevoked(_ deviceID: String) throws {
-        try database.transaction { db in try db.run("DELETE FROM relay_devices WHERE device_id = ? AND revoked = 1", deviceID) }
-    }
-
-    func devices() throws -> [Device] {
-        try database.read { db in
-            try db.query("SELECT * FROM relay_devices").compactMap { row in
-                guard let id = row.string("device_id"), let stored = row.blob("secret"), let secret = open(stored, deviceID: id),
-                      let subject = row.string("subject") else { return nil }
-                return Device(id: id, subject: subject, secret: secret, lastSeq: row.int("last_seq") ?? 0,
-                              registered: row.bool("registered") == true, revoked: row.bool("revoked") == true)
-            }
-        }
-    }
-
-    func secret(deviceID: String) throws -> [UInt8]? {
-        try database.read { db in try db.query("SELECT secret FROM relay_devices WHERE device_id = ?", deviceID).first?.blob("secret") }
-            .flatMap { open($0, deviceID: deviceID) }
-    }
-
-    /// The last inbox line sent to the phone.
-    func advance(_ deviceID: String, to seq: Int64) throws {
-        try database.transaction { db in try db.run("UPDATE relay_devices SET last_seq = ? WHERE device_id = ?", seq, deviceID) }
+    /// Whether a stored bearer is one an earlier version kept in the clear (43 base64url characters, not sealed).
+    public func isClearBearer(_ stored: String) -> Bool {
+        openBearer(stored) == nil && stored.utf8.count == 43 && Base64URL.decode(stored) != nil
     }
 }

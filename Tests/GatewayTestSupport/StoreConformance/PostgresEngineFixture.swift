@@ -23,6 +23,13 @@ public struct PostgresEngineFixture: StorageEngineFixture {
         try session.postgresConnection().run("INSERT INTO conformance_effects (value) VALUES ($1)", value)
     }
 
+    public func atRest(table: String) async throws -> [UInt8] {
+        let quoted = try await pool.withConnection { try $0.quoteIdentifier(table) }
+        return try await pool.withConnection { db in
+            try db.query("SELECT r::text AS row FROM \(quoted) r").flatMap { Array(($0.string("row") ?? "").utf8) + [10] }
+        }
+    }
+
     public func effects() async throws -> [String] {
         try await pool.withConnection { try $0.query("SELECT value FROM conformance_effects ORDER BY value").compactMap { $0.string("value") } }
     }

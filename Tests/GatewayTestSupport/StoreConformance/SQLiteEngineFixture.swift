@@ -24,4 +24,9 @@ public struct SQLiteEngineFixture: StorageEngineFixture {
     public func effects() async throws -> [String] {
         try await database.asyncRead { try $0.query("SELECT value FROM conformance_effects ORDER BY value").compactMap { $0.string("value") } }
     }
+
+    public func atRest(table: String) async throws -> [UInt8] {
+        // The whole file, free pages and the WAL included: a secret anywhere in them is recoverable.
+        [database.path, database.path + "-wal"].flatMap { path in FileManager.default.contents(atPath: path).map { [UInt8]($0) } ?? [] }
+    }
 }
