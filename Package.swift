@@ -107,7 +107,8 @@ let package = Package(
         .target(name: "Household", dependencies: ["Storage", "Crypto", "Identity", "SQLite"], path: "Sources/Host/Household"),
         .target(name: "RelayCarriage", dependencies: ["ChannelAPI", "Crypto", "HTTPClient", "HTTPServer", "Household", "Identity", "Mobile", "RelayProtocol", "JSON"],
                 path: "Sources/Host/RelayCarriage"),
-        .target(name: "Memory", dependencies: ["Storage", "ChannelAPI", "Crypto", "SQLite"], path: "Sources/Host/Memory"),
+        // The memory facts' protocol and values; each engine's store is in SQLiteStores and PostgresStores.
+        .target(name: "Memory", dependencies: ["Storage", "ChannelAPI", "Crypto"], path: "Sources/Host/Memory"),
         // The gateway's routes, middleware and idempotency log; the Gateway target below only assembles.
         // The web console: static HTML, CSS and JavaScript modules embedded in the binary, served at `/`.
         .target(name: "Console", dependencies: ["APIKit", "Crypto"], path: "Sources/Host/Console", resources: [.embedInCode("Assets")]),
@@ -120,7 +121,7 @@ let package = Package(
         // PostgreSQL's implementations of the host's store protocols (the second engine, for several gateways on one database).
         .target(name: "PostgresStores", dependencies: ["Agents", "Approvals", "RelayCarriage", "Household", "Identity", "GatewayHTTP", "PostgreSQL", "Storage", "Mobile", "ChannelDelivery", "ChannelAPI", "Outbox", "Crypto", "JSON"], path: "Sources/PostgresStores"),
         // SQLite's implementations of the host's store protocols (the composition root picks them for a data directory).
-        .target(name: "SQLiteStores", dependencies: ["Approvals", "RelayCarriage", "GatewayHTTP", "SQLite", "Storage"], path: "Sources/SQLiteStores"),
+        .target(name: "SQLiteStores", dependencies: ["Approvals", "RelayCarriage", "GatewayHTTP", "SQLite", "Storage", "Memory", "ChannelAPI"], path: "Sources/SQLiteStores"),
         .target(name: "Gateway", dependencies: ["SQLiteStores", "Console", "Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "WebPush", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.

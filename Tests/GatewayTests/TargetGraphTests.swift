@@ -53,7 +53,8 @@ struct TargetGraphTests {
             // Agents and approvals reach phones only through ChannelAPI's seams (DeviceAlerts, RunProgressObserver).
             ("Agents", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Approvals", "Household", "RelayCarriage", "Memory"]),
             ("PhoneTools", ["HTTPServer", "APIKit", "CMicroHTTPD", "MobileHTTP", "GatewayHTTP", "Gateway"]),
-            ("Memory", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "GatewayHTTP", "Gateway", "Agents"]),
+            // The memory facts are a protocol and values: each engine's store lives with that engine's other stores.
+            ("Memory", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "GatewayHTTP", "Gateway", "Agents", "SQLite", "CSQLite", "PostgreSQL", "CPostgres"]),
             ("GatewayHTTP", ["Gateway"]),
             // The console is static files behind the API kit: it knows no channel, no store of the product and none of its routes.
             ("Console", ["Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals", "Household", "ChannelAPI"]),

@@ -24,7 +24,7 @@ public struct LLMRunEnvironment: Sendable {
     /// Asks the run's person to approve a tool call (`confirm_tools`) under `callID`; true means approved.
     public var approve: (@Sendable (_ callID: String, _ call: ToolCall, _ run: ToolRunContext, _ timeout: Duration) async -> Bool)?
     /// The person's remembered facts, newest first, for the memory-and-preferences block.
-    public var facts: (@Sendable (_ subject: String) -> [String])?
+    public var facts: (@Sendable (_ subject: String) async -> [String])?
     /// Told about each tool call, so a Live Activity can count the steps.
     public var toolCalled: (@Sendable (_ sessionID: String, _ tool: String) async -> Void)?
     /// Told about each retry of a model call (a `retry` event of the run): the provider's status, the attempt
@@ -104,14 +104,14 @@ public struct LLMRunner: AgentRunner {
         }
     }
 
-    func systemMessage(subject: String, trigger: RunTrigger) -> String {
+    func systemMessage(subject: String, trigger: RunTrigger) async -> String {
         var sections: [String] = []
         let prefix = Self.personaPrefix(agent.persona)
         if !prefix.isEmpty { sections.append(prefix) }
         if !agent.systemPrompt.isEmpty { sections.append(agent.systemPrompt) }
         // Facts go to runs on a person's behalf; scheduled runs act for nobody in particular.
         let personal = !trigger.isScheduled
-        if personal, agent.adaptiveMemory != false, let facts = environment.facts?(subject), !facts.isEmpty {
+        if personal, agent.adaptiveMemory != false, let facts = await environment.facts?(subject), !facts.isEmpty {
             sections.append("### 🧠 MEMORY & PREFERENCES\n" + facts.prefix(5).map { "- \($0)" }.joined(separator: "\n"))
         }
         return sections.joined(separator: "\n\n")
@@ -183,7 +183,7 @@ public struct LLMRunner: AgentRunner {
         if let retried { onRetry = { retry in await retried(context, retry) } }
         let tools = offeredTools
         var messages: [ChatMessage] = []
-        var system = systemMessage(subject: request.subject, trigger: request.trigger)
+        var system = await systemMessage(subject: request.subject, trigger: request.trigger)
         if request.voice { system += (system.isEmpty ? "" : "\n\n") + VoiceReply.instruction }
         if !system.isEmpty { messages.append(.system(system)) }
         messages += request.history

@@ -129,7 +129,7 @@ public final class Gateway: Sendable {
     /// The web console's sessions and one-time sign-in codes.
     public let consoleSessions: ConsoleSessionStore
     public let approvals: ApprovalsBroker
-    public let memory: MemoryFactStore
+    public let memory: any MemoryFactStore
     /// The agents, reloaded when their files change.
     public let catalog: AgentCatalog
     /// The agents as they are now.
@@ -252,7 +252,7 @@ public final class Gateway: Sendable {
             let sqliteRunStore = try SQLiteRunStore(database: database, channelOutbox: sqliteChannelOutbox)
             runStore = sqliteRunStore
             household = try HouseholdStore(database: database, keys: sqliteKeys)
-            memory = try MemoryFactStore(database: database, clock: options.clock)
+            memory = SQLiteMemoryFactStore(database: database, clock: options.clock)
             let interrupted = try sqliteRunStore.markInterruptedAtStart(at: options.clock.now())
             if interrupted > 0 { log.warning("\(interrupted) run(s) were interrupted by the last stop") }
         } catch {
@@ -475,7 +475,7 @@ public final class Gateway: Sendable {
 
     /// What LLM runs use in-process: the phone tools, approvals on the same broker phones answer (the run shows
     /// "waiting on you" on the lock screen), the person's facts, and a Live Activity step per tool call.
-    static func llmEnvironment(tools: [String: any AgentTool], approvals: ApprovalsBroker, memory: MemoryFactStore,
+    static func llmEnvironment(tools: [String: any AgentTool], approvals: ApprovalsBroker, memory: any MemoryFactStore,
                                liveActivities: LiveActivityPublisher, runs: LateBound<AgentRuns>, runStore: any RunStore, clock: any WallClock,
                                log: Log) -> LLMRunEnvironment {
         var environment = LLMRunEnvironment()
@@ -489,7 +489,9 @@ public final class Gateway: Sendable {
             log.info("run \(run.runID): \(detail)")
         }
         environment.tools = tools
-        environment.facts = { subject in ((try? memory.facts(subject: subject, limit: MemoryFactStore.promptFacts)) ?? []).map(\.content) }
+        environment.facts = { subject in
+            ((try? await memory.facts(subject: subject, status: "active", agentID: nil, limit: MemoryFacts.promptFacts)) ?? []).map(\.content)
+        }
         environment.toolCalled = { sessionID, tool in await liveActivities.toolCalled(sessionID: sessionID, tool: tool) }
         environment.approve = { callID, call, run, timeout in
             let activity = await runs.value?.activityRun(sessionID: run.sessionID)

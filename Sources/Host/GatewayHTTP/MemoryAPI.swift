@@ -7,10 +7,10 @@ import Identity
 /// `/api/v1/memory/facts`: what the gateway remembers about the caller, in the original app's shapes
 /// (`content`, `category`, the sync feed, export, status, purge).
 public struct MemoryAPI: Sendable {
-    let memory: MemoryFactStore
+    let memory: any MemoryFactStore
     let catalog: AgentCatalog
 
-    public init(memory: MemoryFactStore, catalog: AgentCatalog) {
+    public init(memory: any MemoryFactStore, catalog: AgentCatalog) {
         self.memory = memory
         self.catalog = catalog
     }
@@ -31,7 +31,8 @@ public struct MemoryAPI: Sendable {
         return facts.routes
     }
 
-    static let provider = "sqlite"
+    /// The answers' `provider`: the engine that keeps the facts (`sqlite`, `postgresql`).
+    var provider: String { memory.transactions.engine }
 
     /// Whose memory: the caller's; `?owner=` someone else's only for an admin.
     func owner(_ request: HTTPRequest, _ caller: Principal) throws -> String {
@@ -48,13 +49,13 @@ public struct MemoryAPI: Sendable {
     }
 
     static func content(_ text: String, field: String = "content") throws -> String {
-        guard text.unicodeScalars.count <= MemoryFactStore.maximumLength else {
-            throw APIError.invalidField(field, "must be at most \(MemoryFactStore.maximumLength) characters")
+        guard text.unicodeScalars.count <= MemoryFacts.maximumLength else {
+            throw APIError.invalidField(field, "must be at most \(MemoryFacts.maximumLength) characters")
         }
         let collapsed = SchemaWhitespace.collapse(text)
         guard !collapsed.isEmpty else { throw APIError.invalidField(field, "must not be empty") }
-        guard collapsed.count <= MemoryFactStore.maximumLength else {
-            throw APIError.invalidField(field, "must be at most \(MemoryFactStore.maximumLength) characters")
+        guard collapsed.count <= MemoryFacts.maximumLength else {
+            throw APIError.invalidField(field, "must be at most \(MemoryFacts.maximumLength) characters")
         }
         return collapsed
     }
@@ -119,8 +120,8 @@ public struct MemoryAPI: Sendable {
         let agentID = try agentScope(try body.agentID.limited(to: 128, field: "agent_id")) ?? ""
         let expires = try body.expiresAt.limited(to: 64, field: "expires_at").flatMap { $0.isEmpty ? nil : $0 }.map(Self.expiry)
         let source = try body.source.limited(to: 40, field: "source") ?? "manual"
-        return try await memory.transactions.answer { _ in
-            let fact = try memory.add(content, subject: caller.subject, source: source, category: category, agentID: agentID, expiresAt: expires)
+        return try await memory.transactions.answer { session in
+            let fact = try memory.add(content, subject: caller.subject, source: source, category: category, agentID: agentID, expiresAt: expires, in: session)
             return .json(Added(fact: FactView(fact), id: fact.id, text: fact.content, createdAt: Timestamp(fact.createdAt)), status: 201)
         }
     }
@@ -129,12 +130,12 @@ public struct MemoryAPI: Sendable {
         let owner = try owner(request, caller)
         let status = try request.queryChoice("status", among: ["active", "superseded", "retracted"], fallback: "active")
         let agentID = try agentScope(request.query["agent_id"])
-        var facts = try memory.facts(subject: owner, status: status, agentID: agentID, limit: try Self.limit(request.query["limit"], fallback: 200, maximum: 500))
-        var answer = FactList(provider: Self.provider, owner: owner, facts: [])
+        var facts = try await memory.facts(subject: owner, status: status, agentID: agentID, limit: try Self.limit(request.query["limit"], fallback: 200, maximum: 500))
+        var answer = FactList(provider: provider, owner: owner, facts: [])
         if let query = request.query["q"]?.trimmingCharacters(in: .whitespaces), !query.isEmpty {
             // A plain word-overlap score: the share of the query's words the fact contains.
             let words = Set(query.lowercased().split(whereSeparator: { !$0.isLetter && !$0.isNumber }).map(String.init))
-            let scored = facts.map { fact -> (MemoryFactStore.Fact, Double) in
+            let scored = facts.map { fact -> (MemoryFact, Double) in
                 let have = Set(fact.content.lowercased().split(whereSeparator: { !$0.isLetter && !$0.isNumber }).map(String.init))
                 return (fact, words.isEmpty ? 0 : Double(words.intersection(have).count) / Double(words.count))
             }.filter { $0.1 > 0 }.sorted { $0.1 > $1.1 }
@@ -160,7 +161,7 @@ public struct MemoryAPI: Sendable {
 
     @Sendable func edit(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try request.decode(FactEdit.self)
-        var edit = MemoryFactStore.Edit()
+        var edit = MemoryFactEdit()
         if let content = body.content { edit.content = try Self.content(content) }
         edit.category = try Self.category(try body.category.limited(to: 64, field: "category"))
         if let agent = try body.agentID.limited(to: 128, field: "agent_id") { edit.agentID = try agentScope(agent) ?? "" }
@@ -169,21 +170,21 @@ public struct MemoryAPI: Sendable {
         case "none": edit.expiresAt = .some(nil)
         case let text?: edit.expiresAt = .some(try Self.expiry(text))
         }
-        return try await memory.transactions.answer { _ in
-            guard let fact = try memory.update(id: request.parameter("id"), subject: caller.subject, edit) else { throw APIError.notFound("Fact not found") }
+        return try await memory.transactions.answer { session in
+            guard let fact = try memory.update(id: request.parameter("id"), subject: caller.subject, edit, actor: nil, in: session) else { throw APIError.notFound("Fact not found") }
             return .json(["fact": FactView(fact)])
         }
     }
 
     @Sendable func delete(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return try await memory.transactions.answer { _ in
-            guard try memory.delete(id: request.parameter("id"), subject: caller.subject) else { throw APIError.notFound("Fact not found") }
+        return try await memory.transactions.answer { session in
+            guard try memory.delete(id: request.parameter("id"), subject: caller.subject, actor: nil, in: session) else { throw APIError.notFound("Fact not found") }
             return .noContent
         }
     }
 
     @Sendable func history(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let events = try memory.history(id: request.parameter("id"), subject: caller.subject)
+        let events = try await memory.history(id: request.parameter("id"), subject: caller.subject)
         guard !events.isEmpty else { throw APIError.notFound("Fact not found") }
         var response = HTTPResponse.json(["events": events.map(HistoryEvent.init)])
         response.headers.append(("Cache-Control", "no-store"))
@@ -195,8 +196,8 @@ public struct MemoryAPI: Sendable {
             throw APIError(status: 400, code: "confirm_required", message: "Purge requires confirm=true", field: "confirm")
         }
         let agentID = try agentScope(request.query["agent_id"])
-        return try await memory.transactions.answer { _ in
-            let removed = try memory.purge(subject: caller.subject, agentID: agentID)
+        return try await memory.transactions.answer { session in
+            let removed = try memory.purge(subject: caller.subject, agentID: agentID, in: session)
             return .json(Purged(removed: removed))
         }
     }
@@ -209,28 +210,28 @@ public struct MemoryAPI: Sendable {
         } else {
             since = 0
         }
-        let page = try memory.changes(subject: caller.subject, since: since, limit: try Self.limit(request.query["limit"], fallback: 200, maximum: 500),
+        let page = try await memory.changes(subject: caller.subject, since: since, limit: try Self.limit(request.query["limit"], fallback: 200, maximum: 500),
                                       agentID: try agentScope(request.query["agent_id"]))
         let changes = page.changes.map { change in
             Change(cursor: change.cursor, factID: change.factID, event: change.event, deleted: change.fact == nil, fact: change.fact.map { FactView($0) })
         }
         var response = HTTPResponse.json(SyncPage(changes: changes, nextCursor: page.nextCursor, hasMore: page.hasMore, reset: page.reset,
-                                                  provider: Self.provider, owner: caller.subject))
+                                                  provider: provider, owner: caller.subject))
         response.headers.append(("Cache-Control", "no-store"))
         return response
     }
 
     @Sendable func status(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let counts = try memory.counts(subject: caller.subject)
-        return .json(Status(provider: Self.provider, maxPromptFacts: MemoryFactStore.promptFacts, categories: MemoryFactStore.builtInCategories,
+        let counts = try await memory.counts(subject: caller.subject)
+        return .json(Status(provider: provider, maxPromptFacts: MemoryFacts.promptFacts, categories: MemoryFacts.builtInCategories,
                             owner: caller.subject, active: counts["active"] ?? 0, superseded: counts["superseded"] ?? 0, retracted: counts["retracted"] ?? 0))
     }
 
     @Sendable func export(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let agentID = try agentScope(request.query["agent_id"])
-        let facts = try memory.facts(subject: caller.subject, agentID: agentID, limit: 100_000)
-        var response = HTTPResponse.json(Export(exportedAt: Timestamp(Date()), provider: Self.provider, owner: caller.subject, agentID: agentID ?? "",
-                                                categories: MemoryFactStore.builtInCategories, facts: facts.map { FactView($0) }))
+        let facts = try await memory.facts(subject: caller.subject, status: "active", agentID: agentID, limit: 100_000)
+        var response = HTTPResponse.json(Export(exportedAt: Timestamp(Date()), provider: provider, owner: caller.subject, agentID: agentID ?? "",
+                                                categories: MemoryFacts.builtInCategories, facts: facts.map { FactView($0) }))
         response.headers.append(("Content-Disposition", "attachment; filename=\"soulacy-memory\(agentID.map { "-\($0)" } ?? "").json\""))
         response.headers.append(("Cache-Control", "no-store"))
         return response
@@ -252,7 +253,7 @@ extension MemoryAPI {
         /// A search's word-overlap score (only in search answers).
         var score: Double?
 
-        init(_ f: MemoryFactStore.Fact, score: Double? = nil) {
+        init(_ f: MemoryFact, score: Double? = nil) {
             id = f.id
             owner = f.subject
             agentID = f.agentID
@@ -294,7 +295,7 @@ extension MemoryAPI {
         var id, factID, event, content, category, status, actor: String
         var createdAt: Timestamp
 
-        init(_ e: MemoryFactStore.HistoryEvent) {
+        init(_ e: MemoryFactHistoryEvent) {
             id = String(e.id)
             factID = e.factID
             event = e.event
