@@ -119,7 +119,7 @@ let package = Package(
         .target(name: "GatewayHTTP", dependencies: ["Storage", "QRCode", "ChannelDelivery", "APIKit", "Agents", "Approvals", "ChannelAPI", "Crypto", "Household", "HTTPServer", "Identity", "JSON", "RelayProtocol",
                                                     "LLM", "Memory", "Mobile", "MobileHTTP", "RelayCarriage", "WebPush"], path: "Sources/Host/GatewayHTTP"),
         // PostgreSQL's implementations of the host's store protocols (the second engine, for several gateways on one database).
-        .target(name: "PostgresStores", dependencies: ["Agents", "Approvals", "RelayCarriage", "Household", "Identity", "GatewayHTTP", "PostgreSQL", "Storage", "Mobile", "ChannelDelivery", "ChannelAPI", "Outbox", "Crypto", "JSON"], path: "Sources/PostgresStores"),
+        .target(name: "PostgresStores", dependencies: ["Agents", "Approvals", "Memory", "RelayCarriage", "Household", "Identity", "GatewayHTTP", "PostgreSQL", "Storage", "Mobile", "ChannelDelivery", "ChannelAPI", "Outbox", "Crypto", "JSON"], path: "Sources/PostgresStores"),
         // SQLite's implementations of the host's store protocols (the composition root picks them for a data directory).
         .target(name: "SQLiteStores", dependencies: ["Approvals", "RelayCarriage", "GatewayHTTP", "SQLite", "Storage", "Memory", "ChannelAPI"], path: "Sources/SQLiteStores"),
         .target(name: "Gateway", dependencies: ["SQLiteStores", "Console", "Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
