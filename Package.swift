@@ -148,7 +148,7 @@ let package = Package(
                     path: "examples/channels/NtfyChannel/Tests"),
 
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Agents", "Approvals", "RelayCarriage", "Household", "Gateway", "GatewayHTTP", "ChannelDelivery", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity", "PostgreSQL"], path: "Tests/GatewayTestSupport"),
+        .target(name: "GatewayTestSupport", dependencies: ["Agents", "Approvals", "Memory", "RelayCarriage", "Household", "Gateway", "GatewayHTTP", "ChannelDelivery", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity", "PostgreSQL"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["Storage", "GatewayTestSupport", "Metrics", "Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
         // Test targets follow the modules: agents, the mobile channel, the transports; GatewayTests holds what crosses them.
         .testTarget(name: "AgentsTests", dependencies: ["Storage", "Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
@@ -158,7 +158,7 @@ let package = Package(
                     path: "Tests/ChannelTests"),
         .testTarget(name: "TransportTests", dependencies: ["APNs", "FCM", "WebPush", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "HTTPServer", "APIKit", "Crypto", "HTTPClient"],
                     path: "Tests/TransportTests"),
-        .testTarget(name: "GatewayTests", dependencies: ["Agents", "Approvals", "RelayCarriage", "Household", "PostgresStores", "PostgreSQL", "SQLiteStores", "Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
+        .testTarget(name: "GatewayTests", dependencies: ["Agents", "Approvals", "Memory", "RelayCarriage", "Household", "PostgresStores", "PostgreSQL", "SQLiteStores", "Storage", "GatewayHTTP", "ChannelDelivery", "LLM", "SoulacyClient", "RelayProtocol", "RelayMailbox", "YAML", "Gateway", "APNs", "FCM", "Relay", "WebPush", "HTTPClient", "Crypto", "Mobile", "MobileHTTP", "ChannelAPI", "ChannelTesting", "GatewayTestSupport", "SQLite", "HTTPServer", "APIKit", "Identity"], path: "Tests/GatewayTests"),
         // The libpq wrapper against a throwaway PostgreSQL cluster (GatewayTestSupport's PostgresCluster).
         .testTarget(name: "PostgreSQLTests", dependencies: ["PostgreSQL", "Storage", "GatewayTestSupport"], path: "Tests/PostgreSQLTests"),
     ]

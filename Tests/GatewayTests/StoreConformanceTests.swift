@@ -7,6 +7,7 @@ import ChannelAPI
 import ChannelDelivery
 import Crypto
 import Household
+import Memory
 import Mobile
 import Storage
 import PostgreSQL
@@ -30,7 +31,8 @@ struct StoreConformanceTests {
             case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations + PostgresTriggerCooldownStore.migrations
                                                                    + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations + PostgresRunStore.migrations
                                                                    + PostgresAPIKeyStore.migrations + PostgresEndpointStateStore.migrations
-                                                                   + PostgresApprovalStore.migrations + PostgresRelayCarriageStore.migrations)
+                                                                   + PostgresApprovalStore.migrations + PostgresRelayCarriageStore.migrations
+                                                                   + PostgresMemoryFactStore.migrations)
             }
         }
 
@@ -100,6 +102,13 @@ struct StoreConformanceTests {
                     PostgresRelayCarriageStore(pool: try PostgresPool(url: fixture.database.url, size: 1), sealingKey: key)
                 }
                 return (PostgresRelayCarriageStore(pool: fixture.pool, sealingKey: key), others)
+            }
+        }
+
+        func memoryFactStore(_ fixture: any StorageEngineFixture) throws -> any MemoryFactStore {
+            switch self {
+            case .sqlite: SQLiteMemoryFactStore(database: try #require(fixture as? SQLiteEngineFixture).database)
+            case .postgresql: PostgresMemoryFactStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
             }
         }
 
@@ -214,6 +223,51 @@ struct StoreConformanceTests {
         #expect(leaky.isSuperset(of: ["one mailbox per relay", "sealed at rest", "one carrier", "taken over after the lease", "the old carrier stands by"]), "\(leaky)")
     }
 
+    @Test("memory facts: per person, a change feed with tombstones and cursors, writes in the caller's transaction", arguments: Engine.allCases)
+    func memoryFacts(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let failures = await MemoryFactStoreConformance(fixture: fixture, store: try engine.memoryFactStore(fixture)).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the memory facts suite itself catches a feed without tombstones and counts without every status")
+    func catchesABrokenMemoryFactStore() async throws {
+        /// Drops the feed's tombstones (a phone would keep forgotten facts for ever) and counts only the statuses it has.
+        struct Tombstoneless: MemoryFactStore {
+            let real: any MemoryFactStore
+            var transactions: any TransactionalStorage { real.transactions }
+            func add(_ content: String, subject: String, source: String, category: String, agentID: String, expiresAt: Date?,
+                     in session: any StorageSession) throws -> MemoryFact {
+                try real.add(content, subject: subject, source: source, category: category, agentID: agentID, expiresAt: expiresAt, in: session)
+            }
+            func update(id: String, subject: String, _ edit: MemoryFactEdit, actor: String?, in session: any StorageSession) throws -> MemoryFact? {
+                try real.update(id: id, subject: subject, edit, actor: actor, in: session)
+            }
+            func delete(id: String, subject: String, actor: String?, in session: any StorageSession) throws -> Bool {
+                try real.delete(id: id, subject: subject, actor: actor, in: session)
+            }
+            func purge(subject: String, agentID: String?, in session: any StorageSession) throws -> Int {
+                try real.purge(subject: subject, agentID: agentID, in: session)
+            }
+            func fact(id: String, subject: String) async throws -> MemoryFact? { try await real.fact(id: id, subject: subject) }
+            func facts(subject: String, status: String, agentID: String?, limit: Int) async throws -> [MemoryFact] {
+                try await real.facts(subject: subject, status: status, agentID: agentID, limit: limit)
+            }
+            func changes(subject: String, since: Int64, limit: Int, agentID: String?) async throws -> MemoryFactChanges {
+                var page = try await real.changes(subject: subject, since: since, limit: limit, agentID: agentID)
+                page.changes.removeAll { $0.fact == nil }
+                return page
+            }
+            func counts(subject: String) async throws -> [String: Int] { try await real.counts(subject: subject).filter { $0.value > 0 } }
+            func history(id: String, subject: String) async throws -> [MemoryFactHistoryEvent] { try await real.history(id: id, subject: subject) }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let failures = await MemoryFactStoreConformance(fixture: fixture, store: Tombstoneless(real: try Engine.sqlite.memoryFactStore(fixture))).run()
+        let rules = Set(failures.map(\.rule))
+        #expect(rules.isSuperset(of: ["delete leaves a tombstone", "purge leaves tombstones", "counts"]), "\(failures)")
+        #expect(!rules.contains("no errors"), "\(failures)")
+    }
+
     @Test("the push outbox: claims shared by nobody, settles fenced by their claim", arguments: Engine.allCases)
     func pushOutbox(engine: Engine) async throws {
         let fixture = try await engine.fixture()
@@ -283,6 +337,50 @@ struct StoreConformanceTests {
         #expect(try await nodeA.markInterrupted(at: Date()) == 1)
         #expect(try await nodeA.run(id: "run_a")?.status == .interrupted)
         #expect(try await nodeA.run(id: "run_b")?.status == .running)
+    }
+
+    @Test("on a database several gateways share, a memory feed reader never skips a change that commits late")
+    func memoryFeedSkipsNoLateCommit() async throws {
+        let fixture = try #require(try await Engine.postgresql.fixture() as? PostgresEngineFixture)
+        let pool = fixture.pool
+        let store = PostgresMemoryFactStore(pool: pool)
+        let subject = "late-\(UUID().uuidString.prefix(8).lowercased())"
+        // A slow writer adds a fact and keeps its transaction open until released.
+        let (added, addedSignal) = AsyncStream<Void>.makeStream()
+        let release = DispatchSemaphore(value: 0)
+        // Whatever fails below, the slow writer's thread is let go.
+        defer { release.signal() }
+        let slow = Task {
+            defer { addedSignal.finish() }
+            return try await pool.withTransaction { session in
+                let fact = try store.add("slow", subject: subject, source: "manual", category: "preference", agentID: "", expiresAt: nil, in: session)
+                addedSignal.yield()
+                release.wait()
+                return fact
+            }
+        }
+        for await _ in added { break }
+        // A second writer (another gateway) adds a fact for the same person: it either commits now or waits for the first.
+        let fast = Task { try await store.add("fast", subject: subject, source: "manual") }
+        var settled = false
+        for _ in 0..<2000 where !settled {
+            settled = try await pool.withConnection { db in
+                let committed = try db.query("SELECT count(*) AS n FROM memory_fact_changes WHERE subject = $1", subject).first?.int("n") ?? 0
+                let waiting = try db.query("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+                    .first?.int("n") ?? 0
+                return committed > 0 || waiting > 0
+            }
+            if !settled { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(settled, "the second writer neither committed nor waited")
+        // A phone syncs now, then again from where it stopped once both writers are done.
+        let first = try await store.changes(subject: subject, since: 0, limit: 100, agentID: nil)
+        release.signal()
+        let slowFact = try await slow.value
+        let fastFact = try await fast.value
+        let second = try await store.changes(subject: subject, since: first.nextCursor, limit: 100, agentID: nil)
+        let synced = Set((first.changes + second.changes).map(\.factID))
+        #expect(synced == [slowFact.id, fastFact.id], "the phone synced \(synced.sorted()): first \(first.changes), then \(second.changes)")
     }
 
     @Test("API keys: one first owner key across gateways, only hashes kept, revocation at once", arguments: Engine.allCases)
