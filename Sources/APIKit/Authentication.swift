@@ -70,7 +70,10 @@ public struct BearerAuthentication: Middleware {
 /// that is not GET or HEAD must carry `X-CSRF-Token` equal to the session's token and, when it sends `Origin`, an
 /// Origin equal to the gateway's own (`scheme://` + its `Host`); otherwise the request gets no caller and a route
 /// with a role answers 403 `csrf_failed`. An unknown or ended session is a 401 there.
-public struct SessionCookieAuthentication: ContextMiddleware {
+///
+/// As with bearer keys, the server thread consults only what the gateway can answer without waiting (`known`); a
+/// cookie it does not know there sends the request to a task, where `lookUp` may ask the database.
+public struct SessionCookieAuthentication: Middleware {
     /// What a session cookie resolves to.
     public struct Session: Sendable {
         public let principal: Principal
@@ -85,17 +88,51 @@ public struct SessionCookieAuthentication: ContextMiddleware {
     public static let csrfHeader = "X-CSRF-Token"
 
     public let cookieName: String
-    let resolve: @Sendable (String) -> Session?
+    let known: @Sendable (String) -> Session?
+    /// Nil: `known` is the whole answer, and a cookie it does not know is refused on the server thread.
+    let lookUp: (@Sendable (String) async -> Session?)?
 
-    /// `resolve` looks the cookie's value up (and keeps the session alive); nil for unknown, expired or revoked.
+    /// `resolve` looks the cookie's value up (and keeps the session alive) without waiting; nil for unknown,
+    /// expired or revoked.
     public init(cookieName: String, resolve: @escaping @Sendable (String) -> Session?) {
         self.cookieName = cookieName
-        self.resolve = resolve
+        self.known = resolve
+        self.lookUp = nil
     }
 
-    public func prepare(_ request: HTTPRequest, context: inout RequestContext) {
-        guard context.principal == nil, request.headers["authorization"] == nil, let value = request.cookie(cookieName) else { return }
-        guard let session = resolve(value) else {
+    /// `known`: the sessions answered without waiting (nil: not known here); `lookUp`: the store's answer for the rest.
+    public init(cookieName: String, known: @escaping @Sendable (String) -> Session?, lookUp: @escaping @Sendable (String) async -> Session?) {
+        self.cookieName = cookieName
+        self.known = known
+        self.lookUp = lookUp
+    }
+
+    public func handle(_ request: HTTPRequest, context: RequestContext, next: NextResponder) async throws -> HTTPResponse {
+        var context = context
+        if let value = cookie(of: request, context) {
+            var session = known(value)
+            if session == nil, let lookUp { session = await lookUp(value) }
+            apply(session, request, to: &context)
+        }
+        return await next(request, context)
+    }
+
+    public func screen(_ request: HTTPRequest, context: inout RequestContext) -> Screening {
+        guard let value = cookie(of: request, context) else { return .pass }
+        let session = known(value)
+        if session == nil, lookUp != nil { return .needsTask }
+        apply(session, request, to: &context)
+        return .pass
+    }
+
+    /// The cookie's value when this middleware has a caller to find (none yet, and no key sent).
+    private func cookie(of request: HTTPRequest, _ context: RequestContext) -> String? {
+        guard context.principal == nil, request.headers["authorization"] == nil else { return nil }
+        return request.cookie(cookieName)
+    }
+
+    private func apply(_ session: Session?, _ request: HTTPRequest, to context: inout RequestContext) {
+        guard let session else {
             context.authenticationRefusal = APIError.unauthorized("the console session is unknown or has ended; sign in again")
             return
         }

@@ -300,6 +300,27 @@ struct MiddlewareTests {
         #expect(await call("POST", "/act", ["cookie": "sid=s1", "authorization": "Bearer bad", "x-csrf-token": "t1"]).status == 401)
     }
 
+    @Test("a cookie not known on the server thread is looked up in a task, with the same CSRF rules; a known one is answered at once")
+    func sessionCookieLookedUp() async throws {
+        let priya = SessionCookieAuthentication.Session(principal: Principal(keyID: "c", subject: "priya", role: .operator), csrfToken: "t1")
+        let owner = SessionCookieAuthentication.Session(principal: Principal(keyID: "k", subject: "owner", role: .admin), csrfToken: "t0")
+        let cookie = SessionCookieAuthentication(cookieName: "sid", known: { $0 == "here" ? owner : nil }, lookUp: { $0 == "far" ? priya : nil })
+        var router = Router()
+        router.add(Route.answeredAtOnce(.GET, "/me", role: .viewer, handler: { _, caller in .json(["who": caller.subject]) }))
+        router.add(Route(.POST, "/act", role: .operator) { _, caller in .json(["who": caller.subject]) })
+        let responder = Responder(router: router, middleware: [cookie])
+        func request(_ method: String, _ path: String, _ headers: [String: String]) -> HTTPRequest {
+            HTTPRequest(method: method, path: path, headers: ["host": "gw.local:8080"].merging(headers) { $1 })
+        }
+        #expect(responder.respondImmediately(request("GET", "/me", ["cookie": "sid=here"]))?.text == #"{"who":"owner"}"#)
+        #expect(responder.respondImmediately(request("GET", "/me", ["cookie": "sid=far"])) == nil, "an unknown cookie waited on the server thread")
+        #expect(await responder.respond(request("GET", "/me", ["cookie": "sid=far"])).text == #"{"who":"priya"}"#)
+        #expect(await responder.respond(request("GET", "/me", ["cookie": "sid=nobody"])).status == 401)
+        #expect(await responder.respond(request("POST", "/act", ["cookie": "sid=far", "x-csrf-token": "t1"])).status == 200)
+        let forged = await responder.respond(request("POST", "/act", ["cookie": "sid=far", "x-csrf-token": "t0"]))
+        #expect(forged.status == 403 && forged.text.contains("csrf_failed"))
+    }
+
     @Test("cookies are read from the Cookie header by exact name")
     func cookieParsing() {
         let request = HTTPRequest(method: "GET", path: "/", headers: ["cookie": "a=1;  soulacy_session=abc ; x_soulacy_session=no; q=\"quoted\""])
