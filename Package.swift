@@ -121,7 +121,7 @@ let package = Package(
         // PostgreSQL's implementations of the host's store protocols (the second engine, for several gateways on one database).
         .target(name: "PostgresStores", dependencies: ["Agents", "Approvals", "Memory", "RelayCarriage", "Household", "Identity", "GatewayHTTP", "PostgreSQL", "Storage", "Mobile", "ChannelDelivery", "ChannelAPI", "Outbox", "Crypto", "JSON"], path: "Sources/PostgresStores"),
         // SQLite's implementations of the host's store protocols (the composition root picks them for a data directory).
-        .target(name: "SQLiteStores", dependencies: ["Approvals", "RelayCarriage", "GatewayHTTP", "SQLite", "Storage", "Memory", "ChannelAPI"], path: "Sources/SQLiteStores"),
+        .target(name: "SQLiteStores", dependencies: ["Approvals", "RelayCarriage", "GatewayHTTP", "Household", "Identity", "SQLite", "Storage", "Memory", "ChannelAPI"], path: "Sources/SQLiteStores"),
         .target(name: "Gateway", dependencies: ["SQLiteStores", "Console", "Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
                                                 "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "WebPush", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
@@ -131,7 +131,7 @@ let package = Package(
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
         .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "APIKit", "RelayProtocol", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
         .executableTarget(name: "soulacy-relay", dependencies: ["Lifecycle", "RelayMailbox", "HTTPServer", "APIKit", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
-        .executableTarget(name: "soulacy", dependencies: ["Gateway", "Lifecycle", "SQLite", "Identity", "Crypto", "QRCode", "Sidecar"], path: "Sources/Host/CLI"),
+        .executableTarget(name: "soulacy", dependencies: ["Gateway", "Lifecycle", "SQLite", "SQLiteStores", "Identity", "Crypto", "QRCode", "Sidecar"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
         .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit",

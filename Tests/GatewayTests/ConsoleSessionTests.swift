@@ -104,8 +104,8 @@ struct ConsoleSessionTests {
         // Expiry, on the gateway's clock.
         let clock = ManualClock(Date())
         try await withTestGateway(clock: clock, mode: .router) { (gw) async throws in
-            let late = try gw.gateway.consoleSessions.createCode(subject: "owner", role: .admin)
-            let onTime = try gw.gateway.consoleSessions.createCode(subject: "owner", role: .viewer)
+            let late = try await gw.gateway.consoleSessions.createCode(subject: "owner", role: .admin)
+            let onTime = try await gw.gateway.consoleSessions.createCode(subject: "owner", role: .viewer)
             clock.advance(by: .seconds(9 * 60 + 50))
             #expect(try await signIn(gw, ["code": .string(onTime.code)]).0.json["role"] == "viewer")
             clock.advance(by: .seconds(11))
@@ -246,8 +246,8 @@ struct ConsoleSessionTests {
     func nothingRecoverable() async throws {
         try await withTestGateway(mode: .router) { (gw) async throws in
             let browser = try #require(try await signIn(gw, ["api_key": .string(gw.adminKey)]).1)
-            let code = try gw.gateway.consoleSessions.createCode(subject: "owner", role: .admin)
-            let unused = try gw.gateway.consoleSessions.createCode(subject: "owner", role: .viewer)
+            let code = try await gw.gateway.consoleSessions.createCode(subject: "owner", role: .admin)
+            let unused = try await gw.gateway.consoleSessions.createCode(subject: "owner", role: .viewer)
             let withCode = try #require(try await signIn(gw, ["code": .string(code.code)]).1)
             let path = gw.gateway.database.path
             let files = [path, path + "-wal"].compactMap { try? Data(contentsOf: URL(fileURLWithPath: $0)) }

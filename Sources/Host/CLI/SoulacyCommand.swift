@@ -8,6 +8,7 @@ import Lifecycle
 import QRCode
 import Sidecar
 import SQLite
+import SQLiteStores
 
 /// `soulacy serve | check | version`.
 @main
@@ -47,7 +48,7 @@ struct SoulacyCommand {
         case "serve": await serve(arguments)
         case "check": check(arguments)
         case "pair": pair(arguments)
-        case "console-code": consoleCode(arguments)
+        case "console-code": await consoleCode(arguments)
         case "channel-check": await channelCheck(arguments)
         case "backup": backup(arguments)
         case "restore": restore(arguments)
@@ -235,7 +236,7 @@ struct SoulacyCommand {
 
     /// `soulacy console-code`: a six-digit code for the console's sign-in, kept hashed under the data directory's
     /// console code key (the gateway reads the same key), so the database alone gives it back to no one.
-    static func consoleCode(_ arguments: [String]) {
+    static func consoleCode(_ arguments: [String]) async {
         let opts = options(arguments, allowed: ["data", "subject", "role"])
         let data = opts["data"] ?? ".soulacy"
         let subject = opts["subject"] ?? Principal.ownerSubject
@@ -251,11 +252,11 @@ struct SoulacyCommand {
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let database = try DatabasePool(path: data + "/soulacy.db", readerCount: 1)
             try GatewaySchema.migrator().migrate(database)
-            let key = try SecretFile.key(at: ConsoleSessionStore.codeKeyPath(dataDirectory: data), variable: "console code key")
-            let code = try ConsoleSessionStore(database: database, codeKey: key).createCode(subject: subject, role: role)
+            let key = try SecretFile.key(at: ConsoleSessionPolicy.codeKeyPath(dataDirectory: data), variable: "console code key")
+            let code = try await SQLiteConsoleSessionStore(database: database, codeKey: key).createCode(subject: subject, role: role)
             database.close()
             print("""
-                Console sign-in code for \(code.subject) (\(code.role.rawValue)), valid \(Int(ConsoleSessionStore.codeLifetime / 60)) minutes, one use:
+                Console sign-in code for \(code.subject) (\(code.role.rawValue)), valid \(Int(ConsoleSessionPolicy.codeLifetime / 60)) minutes, one use:
                   \(code.code)
                 """)
             fflush(nil)

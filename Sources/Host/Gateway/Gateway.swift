@@ -127,7 +127,7 @@ public final class Gateway: Sendable {
     public let runs: AgentRuns
     public let household: HouseholdStore
     /// The web console's sessions and one-time sign-in codes.
-    public let consoleSessions: ConsoleSessionStore
+    public let consoleSessions: any ConsoleSessionStore
     public let approvals: ApprovalsBroker
     public let memory: any MemoryFactStore
     /// The agents, reloaded when their files change.
@@ -343,18 +343,20 @@ public final class Gateway: Sendable {
         gatewayAPI.nodeID = settings.resolvedNodeID(dataDirectory: options.dataDirectory)
         router.add(gatewayAPI.routes)
         // The web console's sign-in; its codes are kept under a key beside the database, never in it.
-        let consoleSessions: ConsoleSessionStore
+        let consoleSessions: any ConsoleSessionStore
         do {
-            let codeKey = try SecretFile.key(at: ConsoleSessionStore.codeKeyPath(dataDirectory: options.dataDirectory), variable: "console code key")
+            let codeKey = try SecretFile.key(at: ConsoleSessionPolicy.codeKeyPath(dataDirectory: options.dataDirectory), variable: "console code key")
             let clock = options.clock
-            consoleSessions = ConsoleSessionStore(database: database, codeKey: codeKey, now: { clock.now() })
+            consoleSessions = SQLiteConsoleSessionStore(database: database, codeKey: codeKey, now: { clock.now() })
         } catch { throw .storage("cannot open the console code key: \(error)") }
         self.consoleSessions = consoleSessions
         let consoleSession = ConsoleSessionAPI(sessions: consoleSessions, keys: keys)
         router.add(consoleSession.routes)
-        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoked: { keyID in
-            // A revoked key's console sessions end with it (its sessions are refused from the next request anyway).
-            _ = try? consoleSessions.revoke(signedInWithKey: keyID)
+        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoking: { keyID, session in
+            // A revoked key's console sessions end in its revocation's transaction (a key revoked below the API has
+            // its sessions refused from the next request anyway).
+            try consoleSessions.revoke(signedInWithKey: keyID, in: session)
+        }, revoked: { keyID in
             await carriageBox.value?.revoke(keyID: keyID)
         }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)

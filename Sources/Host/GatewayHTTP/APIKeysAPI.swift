@@ -13,10 +13,15 @@ public struct APIKeysAPI: Sendable {
     let mobile: MobileStore
     /// Told of every revoked key (the relay carriage forgets the phone).
     var revoked: @Sendable (String) async -> Void = { _ in }
+    /// What else ends with a key, inside its revocation's transaction (the console sessions it signed in).
+    var revoking: @Sendable (String, any StorageSession) throws -> Void = { _, _ in }
 
-    public init(keys: any APIKeyStore, mobile: MobileStore, revoked: @escaping @Sendable (String) async -> Void = { _ in }) {
+    /// `revoking`: writes that commit with a key's revocation; `revoked`: told after it committed.
+    public init(keys: any APIKeyStore, mobile: MobileStore, revoking: @escaping @Sendable (String, any StorageSession) throws -> Void = { _, _ in },
+                revoked: @escaping @Sendable (String) async -> Void = { _ in }) {
         self.keys = keys
         self.mobile = mobile
+        self.revoking = revoking
         self.revoked = revoked
     }
 
@@ -84,6 +89,7 @@ public struct APIKeysAPI: Sendable {
             guard revoked else { throw APIError.notFound("no active key \(id)") }
             // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
             try mobile.devices.removeDevices(registeredByKey: id)
+            try revoking(id, session)
             return .noContent
         }
         // And through the relay: no more sealed records for it, and the relay drops its place and bearer.

@@ -10,12 +10,12 @@ public struct ConsoleSessionAPI: Sendable {
     public static let cookieName = "soulacy_session"
     public static let path = "/api/v1/console/session"
 
-    let sessions: ConsoleSessionStore
+    let sessions: any ConsoleSessionStore
     let keys: any APIKeyStore
     /// Wrong keys and codes, counted as pairing redemption counts wrong pairing codes.
     let limiter: PairingRateLimiter
 
-    public init(sessions: ConsoleSessionStore, keys: any APIKeyStore, limiter: PairingRateLimiter = PairingRateLimiter()) {
+    public init(sessions: any ConsoleSessionStore, keys: any APIKeyStore, limiter: PairingRateLimiter = PairingRateLimiter()) {
         self.sessions = sessions
         self.keys = keys
         self.limiter = limiter
@@ -30,12 +30,17 @@ public struct ConsoleSessionAPI: Sendable {
         return session.routes
     }
 
-    /// The cookie's authentication for the main listener (after bearer authentication).
+    /// The cookie's authentication for the main listener (after bearer authentication): a session the store knows
+    /// without waiting is answered on the server thread, any other cookie is looked up in a task.
     public var authentication: SessionCookieAuthentication {
         let sessions = self.sessions
-        return SessionCookieAuthentication(cookieName: Self.cookieName) { token in
-            sessions.session(token: token).map { SessionCookieAuthentication.Session(principal: $0.principal, csrfToken: $0.csrfToken) }
-        }
+        return SessionCookieAuthentication(cookieName: Self.cookieName,
+                                           known: { token in sessions.knownSession(token: token).map(Self.cookieSession) },
+                                           lookUp: { token in await sessions.session(token: token).map(Self.cookieSession) })
+    }
+
+    static func cookieSession(_ session: ConsoleSession) -> SessionCookieAuthentication.Session {
+        SessionCookieAuthentication.Session(principal: session.principal, csrfToken: session.csrfToken)
     }
 
     struct SignIn: Decodable {
@@ -71,10 +76,10 @@ public struct ConsoleSessionAPI: Sendable {
                 limiter.recordFailure(address: address)
                 throw APIError.unauthorized("the API key is unknown or has been revoked")
             }
-            issued = try sessions.signIn(key: principal)
+            issued = try await sessions.signIn(key: principal)
         case (nil, .some(let code)):
             do {
-                issued = try sessions.signIn(code: code)
+                issued = try await sessions.signIn(code: code)
             } catch let error as ConsoleCodeError {
                 limiter.recordFailure(address: address)
                 throw APIError(status: 401, code: error.code, message: error.description)
@@ -86,19 +91,19 @@ public struct ConsoleSessionAPI: Sendable {
     }
 
     @Sendable func current(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        .json(SessionView(try session(of: request)))
+        .json(SessionView(try await session(of: request)))
     }
 
     @Sendable func signOut(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        guard let token = request.cookie(Self.cookieName), try sessions.revoke(token: token) else { throw Self.noSession }
+        guard let token = request.cookie(Self.cookieName), try await sessions.revoke(token: token) else { throw Self.noSession }
         var answer = HTTPResponse.noContent
         answer.headers.append(("Set-Cookie", Self.cookie("", request, clearing: true)))
         return answer
     }
 
     /// The live session of the request's cookie: a caller signed in with a key alone has none.
-    func session(of request: HTTPRequest) throws(APIError) -> ConsoleSession {
-        guard let token = request.cookie(Self.cookieName), let session = sessions.session(token: token) else { throw Self.noSession }
+    func session(of request: HTTPRequest) async throws(APIError) -> ConsoleSession {
+        guard let token = request.cookie(Self.cookieName), let session = await sessions.session(token: token) else { throw Self.noSession }
         return session
     }
 
