@@ -8,6 +8,9 @@ import ChannelDelivery
 import Crypto
 import Household
 import Memory
+import Identity
+import ChannelTesting
+import Synchronization
 import Mobile
 import Storage
 import PostgreSQL
@@ -32,7 +35,7 @@ struct StoreConformanceTests {
                                                                    + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations + PostgresRunStore.migrations
                                                                    + PostgresAPIKeyStore.migrations + PostgresEndpointStateStore.migrations
                                                                    + PostgresApprovalStore.migrations + PostgresRelayCarriageStore.migrations
-                                                                   + PostgresMemoryFactStore.migrations)
+                                                                   + PostgresMemoryFactStore.migrations + PostgresConsoleSessionStore.migrations)
             }
         }
 
@@ -109,6 +112,19 @@ struct StoreConformanceTests {
             switch self {
             case .sqlite: SQLiteMemoryFactStore(database: try #require(fixture as? SQLiteEngineFixture).database)
             case .postgresql: PostgresMemoryFactStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
+            }
+        }
+
+        /// Console sessions telling time by `clock`, with the key store whose keys sign in.
+        func consoleSessionStores(_ fixture: any StorageEngineFixture, clock: ManualClock) throws -> (store: any ConsoleSessionStore, keys: any APIKeyStore) {
+            let codeKey = SecureBytes.random(count: 32)
+            switch self {
+            case .sqlite:
+                let database = try #require(fixture as? SQLiteEngineFixture).database
+                return (SQLiteConsoleSessionStore(database: database, codeKey: codeKey, now: { clock.now() }), try SQLiteAPIKeyStore(database: database))
+            case .postgresql:
+                let pool = try #require(fixture as? PostgresEngineFixture).pool
+                return (PostgresConsoleSessionStore(pool: pool, codeKey: codeKey, now: { clock.now() }), PostgresAPIKeyStore(pool: pool))
             }
         }
 
@@ -388,6 +404,65 @@ struct StoreConformanceTests {
         let fixture = try await engine.fixture()
         let failures = await APIKeyStoreConformance(fixture: fixture, store: try engine.apiKeyStore(fixture)).run()
         #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("console sessions: open with their token only, nothing in the clear, expiry, revocation, codes used once", arguments: Engine.allCases)
+    func consoleSessions(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let clock = ManualClock(Date())
+        let (store, keys) = try engine.consoleSessionStores(fixture, clock: clock)
+        let failures = await ConsoleSessionStoreConformance(fixture: fixture, keys: keys, store: store, clock: clock).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the console sessions suite itself catches a store that forgets nothing, ends nothing and leaks its cookies")
+    func catchesABrokenConsoleSessionStore() async throws {
+        /// Answers every cookie it ever issued (ignoring expiry and sign-out), signs in again with a used code, ends
+        /// no key's sessions, and writes each cookie where anyone reading the database finds it.
+        final class Careless: ConsoleSessionStore {
+            let real: any ConsoleSessionStore
+            let fixture: any StorageEngineFixture
+            let issued = Mutex<(sessions: [String: ConsoleSession], codes: [String: Principal])>(([:], [:]))
+
+            init(real: any ConsoleSessionStore, fixture: any StorageEngineFixture) {
+                self.real = real
+                self.fixture = fixture
+            }
+
+            func remember(_ session: IssuedConsoleSession) async throws -> IssuedConsoleSession {
+                issued.withLock { $0.sessions[session.token] = session.session }
+                try await fixture.storage.withTransaction { try fixture.writeEffect(session.token, in: $0) }
+                return session
+            }
+            func createCode(subject: String, role: Role) async throws -> ConsoleCode {
+                let code = try await real.createCode(subject: subject, role: role)
+                issued.withLock { $0.codes[code.code] = Principal(keyID: "console:again", subject: subject, role: role) }
+                return code
+            }
+            func signIn(code: String) async throws -> IssuedConsoleSession {
+                do {
+                    return try await remember(real.signIn(code: code))
+                } catch ConsoleCodeError.used {
+                    guard let again = issued.withLock({ $0.codes[code.filter(\.isNumber)] }) else { throw ConsoleCodeError.used }
+                    return try await remember(real.signIn(key: again))
+                }
+            }
+            func signIn(key principal: Principal) async throws -> IssuedConsoleSession { try await remember(real.signIn(key: principal)) }
+            func knownSession(token: String) -> ConsoleSession? { nil }
+            func session(token: String) async -> ConsoleSession? {
+                if let live = await real.session(token: token) { return live }
+                return issued.withLock { $0.sessions[token] }
+            }
+            func revoke(token: String) async throws -> Bool { try await real.revoke(token: token) }
+            func revoke(signedInWithKey keyID: String, in session: any StorageSession) throws -> Int { 0 }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let clock = ManualClock(Date())
+        let (real, keys) = try Engine.sqlite.consoleSessionStores(fixture, clock: clock)
+        let failures = await ConsoleSessionStoreConformance(fixture: fixture, keys: keys, store: Careless(real: real, fixture: fixture), clock: clock).run()
+        let rules = Set(failures.map(\.rule))
+        #expect(rules.isSuperset(of: ["nothing in the clear", "a code signs in once", "one of concurrent redemptions", "revoke by session", "revoke by key",
+                                      "idle expiry", "absolute expiry"]), "\(failures)")
     }
 
     @Test("the endpoints channels disabled", arguments: Engine.allCases)

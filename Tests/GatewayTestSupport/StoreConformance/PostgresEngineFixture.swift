@@ -23,14 +23,28 @@ public struct PostgresEngineFixture: StorageEngineFixture {
         try session.postgresConnection().run("INSERT INTO conformance_effects (value) VALUES ($1)", value)
     }
 
-    public func atRest(table: String) async throws -> [UInt8] {
-        let quoted = try await pool.withConnection { try $0.quoteIdentifier(table) }
-        return try await pool.withConnection { db in
-            try db.query("SELECT r::text AS row FROM \(quoted) r").flatMap { Array(($0.string("row") ?? "").utf8) + [10] }
-        }
-    }
-
     public func effects() async throws -> [String] {
         try await pool.withConnection { try $0.query("SELECT value FROM conformance_effects ORDER BY value").compactMap { $0.string("value") } }
+    }
+
+    public func storedValues() async throws -> [[UInt8]] {
+        try await pool.withConnection { db in
+            let tables = try db.query("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'")
+                .compactMap { $0.string("table_name") }
+            return try tables.flatMap { table in
+                try db.query("SELECT * FROM \(try db.quoteIdentifier(table))").flatMap { row in
+                    row.values.compactMap { value -> [UInt8]? in
+                        switch value {
+                        case .null: nil
+                        case .int64(let number): Array(String(number).utf8)
+                        case .double(let number): Array(String(number).utf8)
+                        case .bool(let flag): Array(String(flag).utf8)
+                        case .text(let text): Array(text.utf8)
+                        case .bytea(let bytes): bytes
+                        }
+                    }
+                }
+            }
+        }
     }
 }

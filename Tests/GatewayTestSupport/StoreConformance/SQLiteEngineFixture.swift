@@ -25,8 +25,22 @@ public struct SQLiteEngineFixture: StorageEngineFixture {
         try await database.asyncRead { try $0.query("SELECT value FROM conformance_effects ORDER BY value").compactMap { $0.string("value") } }
     }
 
-    public func atRest(table: String) async throws -> [UInt8] {
-        // The whole file, free pages and the WAL included: a secret anywhere in them is recoverable.
-        [database.path, database.path + "-wal"].flatMap { path in FileManager.default.contents(atPath: path).map { [UInt8]($0) } ?? [] }
+    public func storedValues() async throws -> [[UInt8]] {
+        try await database.asyncRead { db in
+            let tables = try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { $0.string("name") }
+            return try tables.flatMap { table in
+                try db.query("SELECT * FROM \"\(table)\"").flatMap { row in
+                    row.values.compactMap { value -> [UInt8]? in
+                        switch value {
+                        case .null: nil
+                        case .integer(let number): Array(String(number).utf8)
+                        case .real(let number): Array(String(number).utf8)
+                        case .text(let text): Array(text.utf8)
+                        case .blob(let bytes): bytes
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -12,9 +12,9 @@ public protocol StorageEngineFixture: Sendable {
     func writeEffect(_ value: String, in session: any StorageSession) throws
     /// The scratch table's values, sorted.
     func effects() async throws -> [String]
-    /// What the database holds at rest, as bytes to search for a secret that must never be there in the clear:
-    /// SQLite's file and its WAL whole; for PostgreSQL, every row of `table` as the server prints it (bytea in hex).
-    func atRest(table: String) async throws -> [UInt8]
+    /// Every value of every row of every table, as bytes (text as UTF-8, blobs as themselves, numbers as their
+    /// decimal digits): a suite checks that no secret is at rest without knowing the engine's tables or types.
+    func storedValues() async throws -> [[UInt8]]
 }
 
 /// A rule a store broke on one engine.
