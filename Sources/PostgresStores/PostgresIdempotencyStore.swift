@@ -23,6 +23,16 @@ public struct PostgresIdempotencyStore: IdempotencyStore {
             );
             CREATE INDEX idempotency_log_created ON idempotency_log (created_at);
             """),
+        // Keys held by calls running on some node: a duplicate on another node waits instead of applying twice.
+        PostgresMigration(module: "idempotency", version: 2, sql: """
+            CREATE TABLE idempotency_holds (
+                scope TEXT NOT NULL,
+                idempotency_key TEXT NOT NULL,
+                holder TEXT NOT NULL,
+                held_until BIGINT NOT NULL,
+                PRIMARY KEY (scope, idempotency_key)
+            );
+            """),
     ]
 
     let pool: PostgresPool
@@ -53,6 +63,27 @@ public struct PostgresIdempotencyStore: IdempotencyStore {
         }, recordAnswer: { answer, session in
             try Self.record(line(answer), scope: scope, key: key, at: now, in: session.postgresConnection())
         })
+    }
+
+    public func hold(scope: String, key: String, holder: String, lease: Duration) async throws -> Bool {
+        let leaseMS = lease.components.seconds * 1000 + lease.components.attoseconds / 1_000_000_000_000_000
+        return try await pool.transaction { db in
+            // Taken when free or lapsed (on the database's clock); a racing taker waits on the row, then re-checks.
+            !(try db.query("""
+                INSERT INTO idempotency_holds (scope, idempotency_key, holder, held_until)
+                VALUES ($1, $2, $3, (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT + $4)
+                ON CONFLICT (scope, idempotency_key) DO UPDATE SET holder = excluded.holder, held_until = excluded.held_until
+                WHERE idempotency_holds.holder = excluded.holder
+                   OR idempotency_holds.held_until < (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT
+                RETURNING holder
+                """, scope, key, holder, leaseMS).isEmpty)
+        }
+    }
+
+    public func release(scope: String, key: String, holder: String) async throws {
+        try await pool.transaction { db in
+            _ = try db.run("DELETE FROM idempotency_holds WHERE scope = $1 AND idempotency_key = $2 AND holder = $3", scope, key, holder)
+        }
     }
 
     public func forget(before cutoff: Date) async throws -> Int {

@@ -3,12 +3,21 @@ import GatewayHTTP
 import SQLite
 import Storage
 
-/// The idempotency log in the gateway's SQLite file.
+/// The idempotency log in the gateway's SQLite file. Only this process writes the file, so a key is held in memory.
 public struct SQLiteIdempotencyStore: IdempotencyStore {
     let database: DatabasePool
+    let holds = InProcessKeyHolds()
 
     public init(database: DatabasePool) {
         self.database = database
+    }
+
+    public func hold(scope: String, key: String, holder: String, lease: Duration) async throws -> Bool {
+        holds.hold(scope + "\u{0}" + key, holder: holder)
+    }
+
+    public func release(scope: String, key: String, holder: String) async throws {
+        holds.release(scope + "\u{0}" + key, holder: holder)
     }
 
     public func line(scope: String, key: String) async throws -> IdempotencyLine? {

@@ -32,13 +32,20 @@ public final class IdempotencyLog: Sendable {
     let clock: any WallClock
     /// Test-only fault: die between the effect's commit and the answer's (SOULACY_FAULT_KILL_AFTER_EFFECT=1).
     let killAfterEffect: Bool
-    private let inFlight = Mutex<Set<String>>([])
+    /// How long a duplicate waits for the call holding its key before it is told to retry.
+    let holdWait: Duration
+    /// How long a held key stays held if its process dies before letting go: longer than any call runs, long polls
+    /// included, since a duplicate arriving after it lapses is applied.
+    let holdLease: Duration
     /// Rebuilders of answers the process died before recording, by reference kind.
     let resumers: [String: AnswerResumer]
 
     /// `store` is the engine's log (the composition root picks it: `SQLiteIdempotencyStore` for the data directory).
-    public init(store: any IdempotencyStore, clock: any WallClock = SystemWallClock(), killAfterEffect: Bool = false, resumers: [AnswerResumer] = []) {
+    public init(store: any IdempotencyStore, clock: any WallClock = SystemWallClock(), killAfterEffect: Bool = false, resumers: [AnswerResumer] = [],
+                holdWait: Duration = .seconds(60), holdLease: Duration = .seconds(300)) {
         self.store = store
+        self.holdWait = holdWait
+        self.holdLease = holdLease
         self.clock = clock
         self.killAfterEffect = killAfterEffect
         self.resumers = Dictionary(resumers.map { ($0.kind, $0) }, uniquingKeysWith: { first, _ in first })
@@ -64,15 +71,34 @@ public final class IdempotencyLog: Sendable {
         }
         // The key is the phone's (its API key), not the person's: two phones never collide.
         let scope = principal.keyID
-        let slot = scope + "\u{0}" + key
-        while !inFlight.withLock({ $0.insert(slot).inserted }) {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        defer { _ = inFlight.withLock { $0.remove(slot) } }
         // One secret for every path of this caller: derived from its bearer here, handed over by the carriage for
         // the relay (the phone derives the same from its key).
         let secret = request.bearerToken.map(IdempotencyCredential.secret(bearer:)) ?? sealingSecret
         let sealingKey = Self.sealingKey(secret: secret, scope: scope, key: key)
+        // A call with this key running now (on this node or another) holds it: wait until it lets go, then replay
+        // its line. Its line is read only then: while it runs, "applied" may be there without its answer yet.
+        let holder = UUID().uuidString
+        let deadline = ContinuousClock.now + holdWait
+        while true {
+            do {
+                if try await store.hold(scope: scope, key: key, holder: holder, lease: holdLease) { break }
+            } catch {
+                return APIError.unavailable("Idempotency-Key: the log cannot be reached to hold the key; try again").response
+            }
+            if ContinuousClock.now > deadline {
+                return APIError.conflict("Idempotency-Key: a call with this key is still being applied; retry with the same key to get its answer",
+                                         code: "idempotency_key_in_flight").response
+            }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        let response = await answerHolding(request, scope: scope, key: key, principal: principal, sealingKey: sealingKey, handle: handle)
+        try? await store.release(scope: scope, key: key, holder: holder)
+        return response
+    }
+
+    /// `answer` once this call holds the key: the stored line's answer, or the handler's, recorded.
+    private func answerHolding(_ request: HTTPRequest, scope: String, key: String, principal: Principal, sealingKey: [UInt8]?,
+                               handle: @Sendable (HTTPRequest) async -> HTTPResponse) async -> HTTPResponse {
         if let stored = try? await store.line(scope: scope, key: key) {
             // Lines written before the shared credential were sealed under the bearer itself.
             let legacyKey = request.bearerToken.flatMap { Self.sealingKey(secret: Array($0.utf8), scope: scope, key: key) }

@@ -1,5 +1,6 @@
 import Storage
 import Foundation
+import Synchronization
 
 /// One line of the idempotency log: the answer a (caller's key, Idempotency-Key) got, sealed when it can be.
 /// `status` 0 (`IdempotencyLog.appliedWithoutAnswer`) is "applied, answer not recorded".
@@ -36,4 +37,29 @@ public protocol IdempotencyStore: Sendable {
     func appliedHook(scope: String, key: String, method: String, path: String, at now: Date,
                      line: @escaping @Sendable (CommitHook.Answer) -> IdempotencyLine) -> CommitHook
     func forget(before cutoff: Date) async throws -> Int
+    /// Holds a key for one call while it runs, across every process writing this log: false while another call
+    /// holds it (that duplicate waits, then replays the answer). `holder` names the call; a hold its process never
+    /// released (it died) lapses after `lease`. A log only one process writes holds keys in that process.
+    func hold(scope: String, key: String, holder: String, lease: Duration) async throws -> Bool
+    /// Lets the next call with the key through (to read the line this one left).
+    func release(scope: String, key: String, holder: String) async throws
+}
+
+/// Keys held by calls running in this process (`IdempotencyStore.hold` for a log no other process writes).
+public final class InProcessKeyHolds: Sendable {
+    private let held = Mutex<[String: String]>([:])
+
+    public init() {}
+
+    public func hold(_ slot: String, holder: String) -> Bool {
+        held.withLock { held in
+            guard held[slot] == nil || held[slot] == holder else { return false }
+            held[slot] = holder
+            return true
+        }
+    }
+
+    public func release(_ slot: String, holder: String) {
+        held.withLock { held in if held[slot] == holder { held[slot] = nil } }
+    }
 }

@@ -5,15 +5,19 @@ import Synchronization
 
 /// What every engine's `IdempotencyStore` must do, whatever keeps its rows: lines round-trip byte for byte, "applied"
 /// commits with the effect and never without it, an answer built in the effect's transaction commits with it, a
-/// rolled-back effect leaves nothing, concurrent records of one key leave one line, and old lines are forgotten.
+/// rolled-back effect leaves nothing, concurrent records of one key leave one line, old lines are forgotten, and a
+/// key is held by one call at a time (of concurrent calls exactly one), let go only by its holder.
 /// Returns the broken rules (empty: conformant).
 public struct IdempotencyStoreConformance: Sendable {
     public let fixture: any StorageEngineFixture
     public let store: any IdempotencyStore
+    /// Whether a held key can outlive its process (a database several processes share): then holds must lapse.
+    public let holdsOutliveTheProcess: Bool
 
-    public init(fixture: any StorageEngineFixture, store: any IdempotencyStore) {
+    public init(fixture: any StorageEngineFixture, store: any IdempotencyStore, holdsOutliveTheProcess: Bool = false) {
         self.fixture = fixture
         self.store = store
+        self.holdsOutliveTheProcess = holdsOutliveTheProcess
     }
 
     struct Refused: Error {}
@@ -101,12 +105,47 @@ public struct IdempotencyStoreConformance: Sendable {
             // Forgetting: lines before the cutoff go, later ones stay.
             let later = now.addingTimeInterval(3600)
             try await store.record(line, scope: scope, key: "fresh", at: later)
+            failures += try await holdFailures(scope: scope)
             let removed = try await store.forget(before: now.addingTimeInterval(60))
             check("forget", removed >= 4, "removed \(removed)")
             let (old, fresh) = (try await store.line(scope: scope, key: "k1"), try await store.line(scope: scope, key: "fresh"))
             check("forget", old == nil && fresh != nil, "the cutoff was not kept")
         } catch {
             failures.append(ConformanceFailure(rule: "no error", detail: "\(fixture.engine): \(error)"))
+        }
+        return failures
+    }
+
+    /// One call holds a key at a time; only its holder lets go; of concurrent holders exactly one; a hold that can
+    /// outlive its process lapses.
+    private func holdFailures(scope: String) async throws -> [ConformanceFailure] {
+        var failures: [ConformanceFailure] = []
+        let engine = fixture.engine
+        func check(_ rule: String, _ holds: Bool, _ detail: String) {
+            if !holds { failures.append(ConformanceFailure(rule: rule, detail: "\(engine): \(detail)")) }
+        }
+        let store = self.store
+        // One call holds a key at a time; only its holder lets go.
+        let held = "held_\(UUID().uuidString.prefix(8))"
+        check("one holder", try await store.hold(scope: scope, key: held, holder: "call-a", lease: .seconds(60)), "a free key could not be held")
+        check("one holder", try await !store.hold(scope: scope, key: held, holder: "call-b", lease: .seconds(60)), "a held key was held again by another call")
+        check("one holder", try await store.hold(scope: scope, key: held, holder: "call-a", lease: .seconds(60)), "the holder could not hold its own key again")
+        try await store.release(scope: scope, key: held, holder: "call-b")
+        check("only the holder lets go", try await !store.hold(scope: scope, key: held, holder: "call-b", lease: .seconds(60)), "another call's release freed the key")
+        try await store.release(scope: scope, key: held, holder: "call-a")
+        check("released", try await store.hold(scope: scope, key: held, holder: "call-b", lease: .seconds(60)), "a released key could not be held")
+        let contested = "contested_\(UUID().uuidString.prefix(8))"
+        let holders = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for index in 0..<10 { group.addTask { try await store.hold(scope: scope, key: contested, holder: "call-\(index)", lease: .seconds(60)) } }
+            return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        check("one of concurrent holders", holders == 1, "\(holders) of 10 concurrent calls held one key")
+        if holdsOutliveTheProcess {
+            let lapsing = "lapsing_\(UUID().uuidString.prefix(8))"
+            _ = try await store.hold(scope: scope, key: lapsing, holder: "dead-call", lease: .milliseconds(200))
+            try await Task.sleep(for: .milliseconds(600))
+            check("a dead holder's key lapses", try await store.hold(scope: scope, key: lapsing, holder: "call-b", lease: .seconds(60)),
+                  "a hold past its lease still kept the key")
         }
         return failures
     }
