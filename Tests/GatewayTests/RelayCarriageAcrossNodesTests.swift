@@ -28,9 +28,11 @@ struct RelayCarriageAcrossNodesTests {
         let keys = try SQLiteAPIKeyStore(database: local)
         let phone = try await keys.mint(name: "Phone", subject: "alice", role: .operator, kind: .manual, mintedBy: nil)
         let sealingKey = SecureBytes.random(count: 32)
+        // Long enough that A's round and B's first round both fit in it on a loaded machine; B then waits it out.
+        let lease = Duration.seconds(5)
         func node(_ name: String) throws -> (RelayCarriage, PostgresRelayCarriageStore) {
             let store = PostgresRelayCarriageStore(pool: try PostgresPool(url: fixture.database.url, size: 2), sealingKey: sealingKey)
-            return (RelayCarriage(url: relay.url, caFile: nil, store: store, node: name, carriageLease: .seconds(1), mobile: mobile, keys: keys,
+            return (RelayCarriage(url: relay.url, caFile: nil, store: store, node: name, carriageLease: lease, mobile: mobile, keys: keys,
                                   log: Log(minimum: .error)) { _, _, _ in .noContent }, store)
         }
         let (a, store) = try node("node-a")
@@ -50,7 +52,7 @@ struct RelayCarriageAcrossNodesTests {
         try await b.tick()
         #expect(!(await b.status().carrying), "B took over a lease A still holds")
         #expect(try await store.phones().first?.lastSeq == first)
-        try await Task.sleep(for: .milliseconds(1500))
+        try await Task.sleep(for: lease + .milliseconds(500))
         try await b.tick()
         #expect(await b.status().carrying, "B did not take over after A's lease ran out")
         #expect(try await store.phones().first?.lastSeq == second, "B did not send the line A left")

@@ -220,6 +220,10 @@ public actor RelayCarriage {
             await applyCommand(device: device, id: id, sealed: sealed, box: box)
         }
         for device in devices {
+            // A round slower than the lease (a slow relay) would let another node carry alongside: renew as it goes,
+            // and stop once the carriage has moved on.
+            carrying = try await store.holdCarriage(node: node, lease: carriageLease)
+            guard carrying else { return }
             try await sendRecords(deviceID: device.id, subject: device.subject, secret: device.secret, after: device.lastSeq, box: box)
         }
     }
