@@ -57,7 +57,7 @@ struct HouseholdTests {
     @Test("a code expires after two minutes")
     func expiry() async throws {
         try await withTestGateway { (gw) async throws in
-            let offer = try gw.gateway.household.createOffer(subject: "owner", name: "Owner", role: .admin, createdBy: nil, madeBy: "owner", now: Date().addingTimeInterval(-121))
+            let offer = try await gw.gateway.household.createOffer(subject: "owner", name: "Owner", role: .admin, createdBy: nil, madeBy: "owner", now: Date().addingTimeInterval(-121))
             let response = try await redeem(gw, offer.code)
             #expect(response.status == 401 && response.json["paired"] == false && response.errorCode == "pairing_code_expired")
         }

@@ -198,7 +198,7 @@ struct SoulacyCommand {
             }
             try gateway.start(signals: [SIGTERM, SIGINT])
             if token != nil {
-                let offer = try gateway.ownerPairingOffer()
+                let offer = try await gateway.ownerPairingOffer()
                 printOffer(offer, appLink: PairingLink.original(code: offer.code, gateway: gateway.pairingGatewayURL, pinnedAddress: gateway.pinnedAddress, pin: gateway.tlsPin),
                            url: PairingLink.url(offer: offer, gateway: gateway.pairingGatewayURL, pinnedAddress: gateway.pinnedAddress, pin: gateway.tlsPin), qr: false)
             }
@@ -223,7 +223,7 @@ struct SoulacyCommand {
 
     /// The code, the Soulacy app's link (the QR encodes it), and this gateway's three-path link.
     static func printOffer(_ offer: PairingOffer, appLink: String, url: String, qr: Bool) {
-        let minutes = Int(HouseholdStore.codeLifetime / 60)
+        let minutes = Int(PairingCodes.lifetime / 60)
         print("""
             Pairing code for \(offer.name) (\(offer.role.rawValue)), valid \(minutes) minutes, one device:
               \(offer.code)
@@ -272,16 +272,21 @@ struct SoulacyCommand {
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let database = try DatabasePool(path: data + "/soulacy.db", readerCount: 1)
             try GatewaySchema.migrator().migrate(database)
-            let household = try HouseholdStore(database: database, keys: try SQLiteAPIKeyStore(database: database))
+            let household = SQLiteHouseholdStore(database: database, keys: try SQLiteAPIKeyStore(database: database))
             let offer: PairingOffer
             if let name = opts["name"] {
                 let roleText = opts["role"] ?? "viewer"
                 guard let role = Role(rawValue: roleText), role != .admin else { fail("--role must be operator or viewer", code: 64) }
-                offer = try household.createOffer(subject: try household.subject(forName: name), name: name, role: role, createdBy: nil,
-                                               madeBy: Principal.ownerSubject)
+                offer = try database.transaction { db in
+                    try household.createOffer(subject: try household.subject(forName: name, in: db), name: name, role: role, createdBy: nil,
+                                              madeBy: Principal.ownerSubject, now: Date(), in: db)
+                }
             } else {
                 guard opts["role"] == nil else { fail("--role goes with --name (your own phone gets your role)", code: 64) }
-                offer = try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil, madeBy: Principal.ownerSubject)
+                offer = try database.transaction { db in
+                    try household.createOffer(subject: Principal.ownerSubject, name: HouseholdNames.ownerName, role: .admin, createdBy: nil,
+                                              madeBy: Principal.ownerSubject, now: Date(), in: db)
+                }
             }
             let settings = try GatewaySettings.fromEnvironment(ProcessInfo.processInfo.environment)
             let publicURL = settings.publicURL

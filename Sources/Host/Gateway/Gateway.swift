@@ -125,7 +125,7 @@ public final class Gateway: Sendable {
     public let keys: any APIKeyStore
     public let runStore: any RunStore
     public let runs: AgentRuns
-    public let household: HouseholdStore
+    public let household: any HouseholdStore
     /// The web console's sessions and one-time sign-in codes.
     public let consoleSessions: any ConsoleSessionStore
     public let approvals: ApprovalsBroker
@@ -251,7 +251,7 @@ public final class Gateway: Sendable {
             keys = sqliteKeys
             let sqliteRunStore = try SQLiteRunStore(database: database, channelOutbox: sqliteChannelOutbox)
             runStore = sqliteRunStore
-            household = try HouseholdStore(database: database, keys: sqliteKeys)
+            household = SQLiteHouseholdStore(database: database, keys: sqliteKeys)
             memory = SQLiteMemoryFactStore(database: database, clock: options.clock)
             let interrupted = try sqliteRunStore.markInterruptedAtStart(at: options.clock.now())
             if interrupted > 0 { log.warning("\(interrupted) run(s) were interrupted by the last stop") }
@@ -559,8 +559,8 @@ public final class Gateway: Sendable {
     public var port: UInt16 { server.port }
 
     /// A pairing code for the owner's own phone (printed at start and by `soulacy pair`): the console is the owner.
-    public func ownerPairingOffer() throws -> PairingOffer {
-        try household.createOffer(subject: Principal.ownerSubject, name: "Owner", role: .admin, createdBy: nil, madeBy: Principal.ownerSubject)
+    public func ownerPairingOffer() async throws -> PairingOffer {
+        try await household.createOffer(subject: Principal.ownerSubject, name: HouseholdNames.ownerName, role: .admin, createdBy: nil, madeBy: Principal.ownerSubject)
     }
 
     /// Where pairing links pin this gateway (`host:port`), once it listens; nil without TLS or behind a public URL.

@@ -12,7 +12,7 @@ import ChannelAPI
 
 /// Pairing phones and watches, the household's members, and what each role may do.
 public struct HouseholdAPI: Sendable {
-    let household: HouseholdStore
+    let household: any HouseholdStore
     let keys: any APIKeyStore
     let mobile: MobileStore
     let limiter: PairingRateLimiter
@@ -28,7 +28,7 @@ public struct HouseholdAPI: Sendable {
     /// Whether a relay mailbox is configured (the redeem answer then says how to get onto it).
     var relayConfigured: @Sendable () -> Bool = { false }
 
-    public init(household: HouseholdStore, keys: any APIKeyStore, mobile: MobileStore, limiter: PairingRateLimiter, gatewayURL: @escaping @Sendable () -> String, pinned: @escaping @Sendable () -> (address: String, pin: String)?, mainPortPin: String?, enroll: @escaping @Sendable (String, String) async -> RelayCarriage.Enrollment?, relayConfigured: @escaping @Sendable () -> Bool = { false }) {
+    public init(household: any HouseholdStore, keys: any APIKeyStore, mobile: MobileStore, limiter: PairingRateLimiter, gatewayURL: @escaping @Sendable () -> String, pinned: @escaping @Sendable () -> (address: String, pin: String)?, mainPortPin: String?, enroll: @escaping @Sendable (String, String) async -> RelayCarriage.Enrollment?, relayConfigured: @escaping @Sendable () -> Bool = { false }) {
         self.household = household
         self.keys = keys
         self.mobile = mobile
@@ -84,7 +84,7 @@ public struct HouseholdAPI: Sendable {
     func makeCode(_ request: HTTPRequest, caller: Principal, answer: @escaping @Sendable (CodeOffer) throws -> HTTPResponse) async throws -> HTTPResponse {
         // The whole body is read first, as the original decodes it: a wrong type anywhere is a 400 before any rule.
         let body = try request.decode(CodeRequest.self, allowEmpty: true)
-        return try await household.transactions.answer { _ in
+        return try await household.transactions.answer { session in
             let offer: PairingOffer
             let displayName: String
             if let rawName = body.name {
@@ -99,17 +99,18 @@ public struct HouseholdAPI: Sendable {
                 case "viewer": role = .viewer
                 default: throw APIError.invalidField("role", "must be \"operator\" or \"viewer\", got \"\(roleText)\"")
                 }
-                let subject = try household.subject(forName: name)
+                let subject = try household.subject(forName: name, in: session)
                 guard subject != "admin", subject != caller.subject else {
                     throw APIError.invalidField("name", "'\(name)' names you or the owner; send no body to pair your own device")
                 }
-                offer = try household.createOffer(subject: subject, name: name, role: role, createdBy: caller.keyID, madeBy: caller.subject)
+                offer = try household.createOffer(subject: subject, name: name, role: role, createdBy: caller.keyID, madeBy: caller.subject, now: Date(), in: session)
                 displayName = name
             } else {
                 guard body.role == nil else { throw APIError.invalidField("role", "goes with name; your own device gets your role") }
-                displayName = try household.displayName(subject: caller.subject) ?? ""
+                displayName = try household.displayName(subject: caller.subject, in: session) ?? ""
                 offer = try household.createOffer(subject: caller.subject, name: displayName.isEmpty ? caller.subject : displayName,
-                                                  role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID, madeBy: caller.subject)
+                                                  role: caller.role == .viewer ? .viewer : .operator, createdBy: caller.keyID, madeBy: caller.subject,
+                                                  now: Date(), in: session)
             }
             let links = try pairingLinks(offer, typedBase: body.baseURL.limited(to: 500, field: "base_url").map(SchemaWhitespace.trim))
             let pinned = self.pinned()
@@ -171,8 +172,8 @@ public struct HouseholdAPI: Sendable {
         guard !code.isEmpty else { throw APIError(status: 400, code: "missing_field", message: "code is required", field: "code") }
         let deviceName = try body.name.limited(to: 200, field: "name") ?? "Paired device"
         do {
-            let minted = try household.redeem(code: code, deviceName: deviceName)
-            let displayName = try household.displayName(subject: minted.key.subject) ?? ""
+            let minted = try await household.redeem(code: code, deviceName: deviceName)
+            let displayName = try await household.displayName(subject: minted.key.subject) ?? ""
             var answer = Paired(token: minted.token, keyID: minted.key.id, subject: minted.key.subject, role: minted.key.role.rawValue,
                                 scopes: Self.scopes(for: minted.key.role), displayName: displayName, fingerprint: pinned()?.pin ?? "")
             // The relay path: the pairing secret S reaches the phone only over the pinned TLS listener, never in plain
@@ -203,7 +204,7 @@ public struct HouseholdAPI: Sendable {
         var members: [Member] = []
         for subject in bySubject.keys.sorted() {
             let keys = bySubject[subject] ?? []
-            members.append(Member(subject: subject, name: try household.displayName(subject: subject) ?? subject,
+            members.append(Member(subject: subject, name: try await household.displayName(subject: subject) ?? subject,
                                   role: (keys.map(\.role).max() ?? .viewer).rawValue,
                                   keys: keys.map { Member.Key(id: $0.id, name: $0.name, role: $0.role.rawValue, createdAt: Timestamp($0.createdAt),
                                                                               mintedBy: Nullable($0.mintedBy)) },
