@@ -35,7 +35,8 @@ struct StoreConformanceTests {
                                                                    + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations + PostgresRunStore.migrations
                                                                    + PostgresAPIKeyStore.migrations + PostgresEndpointStateStore.migrations
                                                                    + PostgresApprovalStore.migrations + PostgresRelayCarriageStore.migrations
-                                                                   + PostgresMemoryFactStore.migrations + PostgresConsoleSessionStore.migrations)
+                                                                   + PostgresMemoryFactStore.migrations + PostgresConsoleSessionStore.migrations
+                                                                   + PostgresHouseholdStore.migrations)
             }
         }
 
@@ -125,6 +126,20 @@ struct StoreConformanceTests {
             case .postgresql:
                 let pool = try #require(fixture as? PostgresEngineFixture).pool
                 return (PostgresConsoleSessionStore(pool: pool, codeKey: codeKey, now: { clock.now() }), PostgresAPIKeyStore(pool: pool))
+            }
+        }
+
+        /// The household's store, with the key store it mints through.
+        func householdStores(_ fixture: any StorageEngineFixture) throws -> (store: any HouseholdStore, keys: any APIKeyStore) {
+            switch self {
+            case .sqlite:
+                let database = try #require(fixture as? SQLiteEngineFixture).database
+                let keys = try SQLiteAPIKeyStore(database: database)
+                return (SQLiteHouseholdStore(database: database, keys: keys), keys)
+            case .postgresql:
+                let pool = try #require(fixture as? PostgresEngineFixture).pool
+                let keys = PostgresAPIKeyStore(pool: pool)
+                return (PostgresHouseholdStore(pool: pool, keys: keys), keys)
             }
         }
 
@@ -463,6 +478,57 @@ struct StoreConformanceTests {
         let rules = Set(failures.map(\.rule))
         #expect(rules.isSuperset(of: ["nothing in the clear", "a code signs in once", "one of concurrent redemptions", "revoke by session", "revoke by key",
                                       "idle expiry", "absolute expiry"]), "\(failures)")
+    }
+
+    @Test("the household: members per household, codes once (20 concurrent redemptions, one key), code errors, nothing in the clear, rollback", arguments: Engine.allCases)
+    func household(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let (store, keys) = try engine.householdStores(fixture)
+        let failures = await HouseholdStoreConformance(fixture: fixture, keys: keys, store: store).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the household suite itself catches a store that pairs a code twice, ignores expiry and leaks its codes")
+    func catchesABrokenHouseholdStore() async throws {
+        /// Pairs again with any code it ever issued (used or expired), and writes each code where anyone reading the
+        /// database finds it.
+        final class Careless: HouseholdStore {
+            let real: any HouseholdStore
+            let keys: any APIKeyStore
+            let fixture: any StorageEngineFixture
+            let offers = Mutex<[String: PairingOffer]>([:])
+            var transactions: any TransactionalStorage { real.transactions }
+
+            init(real: any HouseholdStore, keys: any APIKeyStore, fixture: any StorageEngineFixture) {
+                self.real = real
+                self.keys = keys
+                self.fixture = fixture
+            }
+
+            func subject(forName name: String, in session: any StorageSession) throws -> String { try real.subject(forName: name, in: session) }
+            func createOffer(subject: String, name: String, role: Role, createdBy keyID: String?, madeBy maker: String?, now: Date,
+                             in session: any StorageSession) throws -> PairingOffer {
+                let offer = try real.createOffer(subject: subject, name: name, role: role, createdBy: keyID, madeBy: maker, now: now, in: session)
+                offers.withLock { $0[offer.code] = offer }
+                try fixture.writeEffect(offer.code, in: session)
+                return offer
+            }
+            func redeem(code: String, deviceName: String, now: Date, in session: any StorageSession) throws -> MintedKey {
+                do {
+                    return try real.redeem(code: code, deviceName: deviceName, now: now, in: session)
+                } catch PairingError.alreadyUsed, PairingError.expired {
+                    guard let offer = offers.withLock({ $0[PairingCodes.normalize(code)] }) else { throw PairingError.unknownCode }
+                    return try keys.mint(name: deviceName, subject: offer.subject, role: offer.role, kind: .managed, mintedBy: nil, in: session)
+                }
+            }
+            func displayName(subject: String, in session: any StorageSession) throws -> String? { try real.displayName(subject: subject, in: session) }
+            func displayName(subject: String) async throws -> String? { try await real.displayName(subject: subject) }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let (real, keys) = try Engine.sqlite.householdStores(fixture)
+        let failures = await HouseholdStoreConformance(fixture: fixture, keys: keys, store: Careless(real: real, keys: keys, fixture: fixture)).run()
+        let rules = Set(failures.map(\.rule))
+        #expect(rules.isSuperset(of: ["nothing in the clear", "codes once", "code errors", "one of concurrent redemptions"]), "\(failures)")
     }
 
     @Test("the endpoints channels disabled", arguments: Engine.allCases)
