@@ -58,7 +58,9 @@ struct TargetGraphTests {
             ("GatewayHTTP", ["Gateway"]),
             // The console is static files behind the API kit: it knows no channel, no store of the product and none of its routes.
             ("Console", ["Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals", "Household", "ChannelAPI"]),
-            ("Approvals", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents"]),
+            // Approvals are a broker over a store protocol: each engine's store lives with that engine's other stores.
+            ("Approvals", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents",
+                           "SQLite", "CSQLite", "PostgreSQL", "CPostgres"]),
             ("Household", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "Gateway", "Agents", "Approvals"]),
             ("RelayCarriage", ["APIKit", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals"]),
             // Channels are plugins: the contract and the HTTP client, never the server, the database or the host.
