@@ -68,5 +68,38 @@ public enum PostgresMobileSchema {
             CREATE UNIQUE INDEX mobile_delivery_events_fetched_once ON mobile_delivery_events (delivery_id, device_id)
                 WHERE kind = 'fetched';
             """),
+        // The inbox: lines, who they went to, who read them. Free text is BYTEA (UTF-8): PostgreSQL's text cannot
+        // hold NUL, and a line is stored whole whatever an agent wrote.
+        PostgresMigration(module: "mobile", version: 2, sql: """
+            CREATE TABLE mobile_deliveries (
+                seq BIGSERIAL PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                destination TEXT NOT NULL,
+                destination_kind TEXT NOT NULL CHECK (destination_kind IN ('all', 'user', 'device')),
+                destination_value TEXT NOT NULL,
+                destination_subject TEXT,
+                agent_id TEXT NOT NULL,
+                agent_name BYTEA NOT NULL,
+                session_id BYTEA NOT NULL,
+                title BYTEA NOT NULL,
+                body BYTEA NOT NULL,
+                parts TEXT NOT NULL,
+                metadata TEXT NOT NULL,
+                created_at BIGINT NOT NULL
+            );
+            CREATE INDEX mobile_deliveries_visible ON mobile_deliveries (destination_kind, destination_value, seq, agent_id, destination_subject);
+            CREATE TABLE mobile_delivery_recipients (
+                delivery_id TEXT NOT NULL REFERENCES mobile_deliveries (id) ON DELETE CASCADE,
+                device_id TEXT NOT NULL,
+                PRIMARY KEY (delivery_id, device_id)
+            );
+            CREATE TABLE mobile_receipts (
+                delivery_id TEXT NOT NULL REFERENCES mobile_deliveries (id) ON DELETE CASCADE,
+                device_id TEXT NOT NULL,
+                read_at BIGINT NOT NULL,
+                PRIMARY KEY (delivery_id, device_id)
+            );
+            CREATE INDEX mobile_receipts_by_device ON mobile_receipts (device_id);
+            """),
     ]
 }

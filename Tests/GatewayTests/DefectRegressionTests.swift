@@ -412,7 +412,7 @@ struct DefectRegressionTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = try MobileStore(database: try migratedDatabase(directory + "/soulacy.db"))
         let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([transport]), log: Log(minimum: .error), pollInterval: .milliseconds(50))
-        let channel = MobileChannel(store: store, dispatcher: dispatcher)
+        let channel = MobileChannel(store: store.inbox, dispatcher: dispatcher)
         for id in ["stuck", "a", "b"] {
             try store.devices.register(try DeviceRegistration(json: JSONObject(["notifications_enabled": true, "id": .string(id), "push_token": .string(String(repeating: "ab", count: 32))])), subject: "owner")
         }

@@ -32,7 +32,7 @@ struct RelayCarriageAcrossNodesTests {
         let lease = Duration.seconds(5)
         func node(_ name: String) throws -> (RelayCarriage, PostgresRelayCarriageStore) {
             let store = PostgresRelayCarriageStore(pool: try PostgresPool(url: fixture.database.url, size: 2), sealingKey: sealingKey)
-            return (RelayCarriage(url: relay.url, caFile: nil, store: store, node: name, carriageLease: lease, mobile: mobile, keys: keys,
+            return (RelayCarriage(url: relay.url, caFile: nil, store: store, node: name, carriageLease: lease, mobile: mobile.inbox, keys: keys,
                                   log: Log(minimum: .error)) { _, _, _ in .noContent }, store)
         }
         let (a, store) = try node("node-a")

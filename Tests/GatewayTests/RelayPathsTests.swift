@@ -71,7 +71,7 @@ struct RelayPathsTests {
         let keys = try SQLiteAPIKeyStore(database: database)
         // A fresh carriage with no mailbox yet, and no run loop: the enrolments are the first to need one.
         let carriage = RelayCarriage(url: relay.url, caFile: nil, store: try SQLiteRelayCarriageStore(database: database, sealingKey: SecureBytes.random(count: 32)),
-                                     mobile: mobile, keys: keys, log: Log(minimum: .error)) { _, _, _ in .noContent }
+                                     mobile: mobile.inbox, keys: keys, log: Log(minimum: .error)) { _, _, _ in .noContent }
         let enrolments = try await withThrowingTaskGroup(of: RelayCarriage.Enrollment.self) { group in
             for phone in 0..<4 { group.addTask { try await carriage.enroll(keyID: "key_\(phone)", subject: "owner") } }
             var all: [RelayCarriage.Enrollment] = []

@@ -143,6 +143,21 @@ struct StoreConformanceTests {
             }
         }
 
+        /// The inbox and devices aggregates with their outbox, and for PostgreSQL another gateway process's inbox on the
+        /// same database.
+        func inboxes(_ fixture: any StorageEngineFixture) throws -> (inbox: any Inbox, devices: any DeviceRegistry, outbox: any PushOutbox, otherNode: (any Inbox)?) {
+            switch self {
+            case .sqlite:
+                let store = try MobileStore(database: try #require(fixture as? SQLiteEngineFixture).database)
+                return (store.inbox, store.devices.registry, store.outbox, nil)
+            case .postgresql:
+                let fixture = try #require(fixture as? PostgresEngineFixture)
+                let inbox = PostgresInbox(pool: fixture.pool, listenURL: fixture.database.url)
+                let other = PostgresInbox(pool: try PostgresPool(url: fixture.database.url, size: 4), listenURL: fixture.database.url)
+                return (inbox, inbox, PostgresPushOutbox(pool: fixture.pool), other)
+            }
+        }
+
         func triggerCooldownStore(_ fixture: any StorageEngineFixture) throws -> any TriggerCooldownStore {
             switch self {
             case .sqlite: SQLiteTriggerCooldownStore(database: try #require(fixture as? SQLiteEngineFixture).database)
@@ -297,6 +312,54 @@ struct StoreConformanceTests {
         let rules = Set(failures.map(\.rule))
         #expect(rules.isSuperset(of: ["delete leaves a tombstone", "purge leaves tombstones", "counts"]), "\(failures)")
         #expect(!rules.contains("no errors"), "\(failures)")
+    }
+
+    @Test("the inbox and devices: who sees a line, receipts, whole text, writers on every node and a feed that misses nothing", arguments: Engine.allCases)
+    func inbox(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let (inbox, devices, outbox, otherNode) = try engine.inboxes(fixture)
+        let failures = await InboxConformance(fixture: fixture, inbox: inbox, devices: devices, outbox: outbox, otherNode: otherNode).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the inbox suite itself catches a store that shows another device's lines and a feed that skips")
+    func catchesACarelessInbox() async throws {
+        /// Shows a device every line its person sees, counts nothing unread, and drops the first of every feed page.
+        struct Careless: Inbox {
+            let real: any Inbox
+            var inboxGenerations: InboxGenerations { real.inboxGenerations }
+            func insertDelivery(_ output: Output, destination: Destination) async throws -> StoredDelivery {
+                try await real.insertDelivery(output, destination: destination)
+            }
+            func insertDelivery(_ output: Output, destination: Destination, in session: any StorageSession) throws -> StoredDelivery {
+                try real.insertDelivery(output, destination: destination, in: session)
+            }
+            func deliveries(subject: String, deviceID: String?, before cursor: Int64?, limit: Int) async throws -> InboxPage {
+                var page = try await real.deliveries(subject: subject, deviceID: nil, before: cursor, limit: limit)
+                page.unreadCount = 0
+                return page
+            }
+            func lines(subject: String, after seq: Int64, limit: Int) async throws -> [Delivery] {
+                Array(try await real.lines(subject: subject, after: seq, limit: limit).dropFirst())
+            }
+            func delivery(id: String, subject: String, deviceID: String?) async throws -> Delivery? {
+                try await real.delivery(id: id, subject: subject, deviceID: deviceID)
+            }
+            func markRead(deliveryID: String, deviceID: String, subject: String) async throws -> Bool {
+                try await real.markRead(deliveryID: deliveryID, deviceID: deviceID, subject: subject)
+            }
+            func markRead(deliveryID: String, deviceID: String, subject: String, in session: any StorageSession) throws -> Bool {
+                try real.markRead(deliveryID: deliveryID, deviceID: deviceID, subject: subject, in: session)
+            }
+            func latestDeliverySeq() async throws -> Int64 { try await real.latestDeliverySeq() }
+            func queueWakeUps(_ signal: WakeSignal, subject: String) async throws -> Int { try await real.queueWakeUps(signal, subject: subject) }
+            func queueWakeUp(_ signal: WakeSignal, deviceID: String) async throws -> Bool { try await real.queueWakeUp(signal, deviceID: deviceID) }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let (inbox, devices, outbox, _) = try Engine.sqlite.inboxes(fixture)
+        let failures = await InboxConformance(fixture: fixture, inbox: Careless(real: inbox), devices: devices, outbox: outbox).run()
+        let rules = Set(failures.map(\.rule))
+        #expect(rules.isSuperset(of: ["a device's view", "unread", "a feed misses nothing"]), "\(failures)")
     }
 
     @Test("the push outbox: claims shared by nobody, settles fenced by their claim", arguments: Engine.allCases)

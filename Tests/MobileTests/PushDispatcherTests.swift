@@ -26,7 +26,7 @@ struct PushDispatcherTests {
         let store = try MobileStore(database: try migratedDatabase(file), clock: clock)
         let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([transport]), clock: clock,
                                         policy: RetryPolicy(initialDelay: 10, maximumDelay: 600), log: Log(minimum: .error))
-        return Fixture(store: store, channel: MobileChannel(store: store, dispatcher: dispatcher), dispatcher: dispatcher, clock: clock, path: file)
+        return Fixture(store: store, channel: MobileChannel(store: store.inbox, dispatcher: dispatcher), dispatcher: dispatcher, clock: clock, path: file)
     }
 
     static func register(_ store: MobileStore, _ id: String, subject: String = "owner", token: String? = token, notifications: Bool = true, platform: String = "ios") throws {

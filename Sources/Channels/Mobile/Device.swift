@@ -22,6 +22,23 @@ public struct Device: Sendable, Equatable {
     public var createdAt: Date
     public var updatedAt: Date
 
+    public init(id: String, subject: String, name: String, platform: WakeTarget.Platform, bundleID: String, pushToken: String?,
+                pushEnvironment: WakeTarget.Environment?, notificationsEnabled: Bool, liveStartToken: String?, capabilities: Set<String> = [],
+                createdAt: Date, updatedAt: Date) {
+        self.id = id
+        self.subject = subject
+        self.name = name
+        self.platform = platform
+        self.bundleID = bundleID
+        self.pushToken = pushToken
+        self.pushEnvironment = pushEnvironment
+        self.notificationsEnabled = notificationsEnabled
+        self.liveStartToken = liveStartToken
+        self.capabilities = capabilities
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+    }
+
     /// Where a wake-up for this device goes, or nil when it has no token or notifications are off.
     public var wakeTarget: WakeTarget? {
         guard notificationsEnabled, let pushToken else { return nil }

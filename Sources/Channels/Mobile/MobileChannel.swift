@@ -1,7 +1,7 @@
 import ChannelAPI
 import Foundation
 
-/// The `mobile` channel: an output is delivered once it is whole in the SQLite inbox.
+/// The `mobile` channel: an output is delivered once it is whole in the inbox (SQLite or PostgreSQL).
 public struct MobileChannel: Channel {
     public let name = "mobile"
     public let inbox: any Inbox
@@ -19,7 +19,7 @@ public struct MobileChannel: Channel {
 
     public func deliver(_ output: Output, to destination: String) async throws -> DeliveryReceipt {
         let parsed = try Destination(parsing: destination)
-        let stored = try await inbox.insertDeliveryGrouped(output, destination: parsed)
+        let stored = try await inbox.insertDelivery(output, destination: parsed)
         if stored.wakeUps > 0 { dispatcher?.poke() }
         return DeliveryReceipt(channel: name, deliveryID: stored.id, recipientCount: stored.recipients.count)
     }

@@ -73,29 +73,18 @@ public struct StoredDelivery: Sendable {
     public let recipients: [String]
     public let wakeUps: Int
     /// Whose line it is, for the console's live updates.
-    var audience: ConsoleAudience = .everyone
-}
+    public let audience: ConsoleAudience
 
-/// The inbox aggregate: lines, their recipients and per-device read receipts, each line written whole with the
-/// outbox rows that wake its devices. A protocol because a second engine (PostgreSQL, for several gateways) will
-/// keep it too; `MobileStore` is SQLite's.
-public protocol Inbox: Sendable {
-    /// One line, its recipients and wake-ups in one durable transaction.
-    func insertDelivery(_ output: Output, destination: Destination) throws -> StoredDelivery
-    /// The same, sharing its commit with lines written at the same moment.
-    func insertDeliveryGrouped(_ output: Output, destination: Destination) async throws -> StoredDelivery
-    /// A person's lines, newest first, as one device sees them (its own read state).
-    func deliveries(subject: String, deviceID: String?, before cursor: Int64?, limit: Int) throws -> (items: [Delivery], unreadCount: Int, hasMore: Bool)
-    /// A person's lines after a store sequence, oldest first (the relay carriage's feed).
-    func lines(subject: String, after seq: Int64, limit: Int) throws -> [Delivery]
-    func delivery(id: String, subject: String, deviceID: String?) throws -> Delivery?
-    /// Marks a line read on one device; false when it is not the person's.
-    func markRead(deliveryID: String, deviceID: String, subject: String) throws -> Bool
-    func latestDeliverySeq() throws -> Int64
+    public init(id: String, recipients: [String], wakeUps: Int, audience: ConsoleAudience) {
+        self.id = id
+        self.recipients = recipients
+        self.wakeUps = wakeUps
+        self.audience = audience
+    }
 }
 
 /// The inbox in SQLite: deliveries, their recipients and read receipts, with the outbox rows each line wakes.
-public final class MobileStore: Inbox {
+public final class MobileStore: Sendable {
     /// The System agent's id: its lines are kept but never shown to phones.
     public static let systemAgentID = "system"
 
@@ -153,12 +142,10 @@ public final class MobileStore: Inbox {
         return rows.compactMap { row in row.string("id").map { ($0, row.bool("wakeable") ?? false, row.bool("notifications_on") ?? false) } }
     }
 
-    static func newDeliveryID() -> String { "dlv_" + TimeOrderedID.hex() }
-
     /// Writes a delivery, its recipients and one outbox wake-up per device that takes pushes, in one transaction
     /// (committed with fsync). Returns its id, its recipients and how many wake-ups were queued.
     public func insertDelivery(_ output: Output, destination: Destination) throws -> StoredDelivery {
-        let row = try PreparedDelivery(output, destination: destination, now: clock.now())
+        let row = try PreparedInboxLine(output, destination: destination, now: clock.now())
         let stored = try database.transaction { db in try writeDelivery(row, in: db) }
         announce(stored)
         return stored
@@ -168,7 +155,7 @@ public final class MobileStore: Inbox {
     /// benchmark's generator of large inboxes).
     public func insertDeliveries(_ lines: [(output: Output, destination: Destination)]) throws -> [StoredDelivery] {
         let now = clock.now()
-        let rows = try lines.map { try PreparedDelivery($0.output, destination: $0.destination, now: now) }
+        let rows = try lines.map { try PreparedInboxLine($0.output, destination: $0.destination, now: now) }
         let stored = try database.transaction { db in try rows.map { try writeDelivery($0, in: db) } }
         stored.forEach(announce)
         return stored
@@ -177,14 +164,14 @@ public final class MobileStore: Inbox {
     /// The same, sharing one transaction and one fsync with other deliveries written at the same moment.
     /// The encoding happens here, in parallel; only the inserts run in the shared transaction.
     public func insertDeliveryGrouped(_ output: Output, destination: Destination) async throws -> StoredDelivery {
-        let row = try PreparedDelivery(output, destination: destination, now: clock.now())
+        let row = try PreparedInboxLine(output, destination: destination, now: clock.now())
         let database = database, generations = inboxGenerations
         let stored = try await database.groupTransaction { db in try Self.writeDelivery(row, in: db, database: database, generations: generations) }
         announce(stored)
         return stored
     }
 
-    private func writeDelivery(_ row: PreparedDelivery, in db: Connection) throws -> StoredDelivery {
+    private func writeDelivery(_ row: PreparedInboxLine, in db: Connection) throws -> StoredDelivery {
         try Self.writeDelivery(row, in: db, database: database, generations: inboxGenerations)
     }
 
@@ -195,44 +182,10 @@ public final class MobileStore: Inbox {
         database.afterCommit { hub.publish(.delivery(stored.id), to: stored.audience) }
     }
 
-    /// A delivery's columns, encoded ahead of the transaction.
-    struct PreparedDelivery: Sendable {
-        let id: String
-        let output: Output
-        let destination: Destination
-        let kind: String
-        let value: String
-        let parts: String
-        let metadata: String
-        let signal: String
-        let wakes: Bool
-        let now: Date
-
-        init(_ output: Output, destination: Destination, now: Date) throws {
-            id = MobileStore.newDeliveryID()
-            self.output = output
-            self.destination = destination
-            (kind, value) = switch destination {
-            case .all: ("all", "")
-            case .user(let s): ("user", s)
-            case .device(let d): ("device", d)
-            }
-            parts = JSONValue.array(output.parts.map { ["type": "text", "text": .string($0)] }).serialized()
-            metadata = JSONValue.object(output.metadata.mapValues(JSONValue.string)).serialized()
-            wakes = output.agentID != MobileStore.systemAgentID
-            signal = try SQLitePushOutbox.encode(.delivery(id: id, agentID: output.agentID))
-            self.now = now
-        }
-    }
-
-    static func writeDelivery(_ row: PreparedDelivery, in db: Connection, database: DatabasePool, generations: InboxGenerations) throws -> StoredDelivery {
+    static func writeDelivery(_ row: PreparedInboxLine, in db: Connection, database: DatabasePool, generations: InboxGenerations) throws -> StoredDelivery {
         let output = row.output
         // Whose line it is: the person for `user:`, the device's owner now for `device:` (nobody's if no such device).
-        let owner: String? = switch row.destination {
-        case .all: nil
-        case .user(let subject): subject
-        case .device(let id): try DeviceStore.owner(ofDevice: id, in: db)
-        }
+        let owner = row.owner(deviceOwner: row.kind == "device" ? try DeviceStore.owner(ofDevice: row.value, in: db) : nil)
         // Whose pages it changes, once committed: everyone's for `all`, else its owner's (a line for a device
         // nobody has is shown to no one).
         switch row.destination {
@@ -244,7 +197,7 @@ public final class MobileStore: Inbox {
                                            session_id, title, body, parts, metadata, created_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, row.id, row.destination.description, row.kind, row.value, owner, output.agentID, output.agentName, output.sessionID,
-            output.title, output.body, row.parts, row.metadata, millis(row.now))
+            output.title, output.body, row.partsJSON, row.metadataJSON, millis(row.now))
         let recipients = try recipients(of: row.destination, in: db)
         for device in recipients {
             try db.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES (?, ?)", row.id, device.id)
@@ -254,15 +207,10 @@ public final class MobileStore: Inbox {
         try SQLitePushOutbox.enqueue(.delivery(id: row.id, agentID: output.agentID), encoded: row.signal, deliveryID: row.id, deviceIDs: wakeable, now: row.now, in: db)
         // Why a phone gets no wake-up goes on its timeline, in the same transaction (the System agent's lines are never shown).
         if row.wakes {
-            let skipped = recipients.filter { !$0.wakeable }.map { (deviceID: $0.id, reason: $0.notificationsOn ? "no push token" : "notifications turned off") }
+            let skipped = recipients.filter { !$0.wakeable }.map { (deviceID: $0.id, reason: PreparedInboxLine.skipReason(notificationsOn: $0.notificationsOn)) }
             if !skipped.isEmpty { try DeliveryEventStore.appendSkipped(deliveryID: row.id, skipped: skipped, now: row.now, in: db) }
         }
-        let audience: ConsoleAudience = switch row.destination {
-        case .all: .everyone
-        case .user(let subject): .subject(subject)
-        case .device: .subject(owner ?? "")
-        }
-        return StoredDelivery(id: row.id, recipients: recipients.map(\.id), wakeUps: wakeable.count, audience: audience)
+        return StoredDelivery(id: row.id, recipients: recipients.map(\.id), wakeUps: wakeable.count, audience: row.audience(owner: owner))
     }
 
     /// A page of what `subject` may see, newest first. With `deviceID`, only that phone's lines and its read state.

@@ -275,7 +275,7 @@ public final class Gateway: Sendable {
             throw .storage("cannot open the Live Activity table: \(error)")
         }
         self.liveActivities = liveActivities
-        let mobile = MobileChannel(store: mobileStore, dispatcher: dispatcher)
+        let mobile = MobileChannel(store: mobileStore.inbox, dispatcher: dispatcher)
         // Approvals and failed location runs wake phones through this seam; only the assembly knows it is the mobile channel.
         let deviceAlerts = MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher)
         approvals = ApprovalsBroker(store: SQLiteApprovalStore(database: database), alerts: deviceAlerts, clock: options.clock,
@@ -426,7 +426,7 @@ public final class Gateway: Sendable {
                 throw .storage("cannot open the relay tables: \(error)")
             }
             carriage = RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, store: store, node: settings.resolvedNodeID(dataDirectory: options.dataDirectory),
-                                     mobile: mobileStore, keys: keys, log: log) { request, principal, secret in
+                                     mobile: mobileStore.inbox, keys: keys, log: log) { request, principal, secret in
                 await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }
             }
             log.info("relay: phones can reach this gateway through the mailbox at \(relayURL)")

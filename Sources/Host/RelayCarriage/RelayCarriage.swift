@@ -101,7 +101,7 @@ public actor RelayCarriage {
         let box = try await ensureMailbox()
         let secret = SecureBytes.random(count: 32)
         // New lines start from now: the phone reads what came before over a direct path.
-        try await store.enroll(deviceID: keyID, subject: subject, secret: secret, after: try mobile.latestDeliverySeq())
+        try await store.enroll(deviceID: keyID, subject: subject, secret: secret, after: try await mobile.latestDeliverySeq())
         try? await register(deviceID: keyID, secret: secret, box: box)
         return Enrollment(url: url, mailboxID: box.id, deviceID: keyID, secret: secret)
     }
@@ -287,7 +287,7 @@ public actor RelayCarriage {
         // The whole backlog, oldest first, a page at a time: each record's `after` is the one before it, so a
         // phone that sees a gap knows it.
         while true {
-            let page = try mobile.lines(subject: subject, after: previous, limit: 200)
+            let page = try await mobile.lines(subject: subject, after: previous, limit: 200)
             if page.isEmpty { return }
             guard try await sendPage(page, deviceID: deviceID, keys: keys, previous: &previous, box: box) else { return }
         }

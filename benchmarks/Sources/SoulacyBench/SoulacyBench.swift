@@ -55,7 +55,7 @@ struct SoulacyBench {
     /// Durable deliveries per second through the mobile channel as shipped: WAL, fsync on commit, group commit.
     static func inbox(count: Int, concurrency: Int) async throws {
         let store = try store(path: temporaryDatabase())
-        let channel = MobileChannel(store: store)
+        let channel = MobileChannel(store: store.inbox)
         let output = Output(agentID: "bench", agentName: "Bench", sessionID: "s", parts: ["a result of ordinary length for an inbox line"])
         let counters = Counters()
         let start = ContinuousClock.now
@@ -139,7 +139,7 @@ struct SoulacyBench {
         let store = try store(path: temporaryDatabase())
         let timing = TimingTransport(inner: try apnsTransport(env))
         let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([timing]), log: Log(minimum: .error))
-        let channel = MobileChannel(store: store, dispatcher: dispatcher)
+        let channel = MobileChannel(store: store.inbox, dispatcher: dispatcher)
         let worker = Task { await dispatcher.run() }
         let output = Output(agentID: "bench", agentName: "Bench", sessionID: "s", parts: ["result"])
         let total = rate * duration
@@ -218,7 +218,7 @@ extension SoulacyBench {
         _ = await transport.send(.delivery(id: "warm", agentID: "a"), to: standInTarget)
         let counting = CountingTransport(transport)
         let dispatcher = PushDispatcher(store: store, transports: WakeTransportRegistry([counting]), log: Log(minimum: .error))
-        let channel = MobileChannel(store: store, dispatcher: dispatcher)
+        let channel = MobileChannel(store: store.inbox, dispatcher: dispatcher)
         let worker = Task { await dispatcher.run() }
         try await Task.sleep(for: .milliseconds(200))
         let start = ContinuousClock.now
