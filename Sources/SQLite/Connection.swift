@@ -77,14 +77,29 @@ public final class Connection {
     }
 
     private func error(_ code: Int32, sql: String?) -> SQLiteError {
-        SQLiteError(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+        guard let handle else { return Self.closedError(sql: sql) }
+        return SQLiteError(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
     }
 
-    /// Rows changed by INSERT, UPDATE and DELETE on this connection since it opened.
-    public var totalChanges: Int64 { sqlite3_total_changes64(handle) }
+    /// SQLite's own functions dereference a closed (NULL) handle: every entry point asks for the handle here.
+    private func openHandle(sql: String?) throws(SQLiteError) -> OpaquePointer {
+        guard let handle else { throw Self.closedError(sql: sql) }
+        return handle
+    }
+
+    private static func closedError(sql: String?) -> SQLiteError {
+        SQLiteError(code: SQLITE_MISUSE, message: "the database connection is closed (the gateway is stopping)", sql: sql)
+    }
+
+    /// Whether `close()` has not been called.
+    public var isOpen: Bool { handle != nil }
+
+    /// Rows changed by INSERT, UPDATE and DELETE on this connection since it opened (0 once closed).
+    public var totalChanges: Int64 { handle.map { sqlite3_total_changes64($0) } ?? 0 }
 
     /// Runs one or more statements that take no arguments and return nothing useful.
     public func execute(_ sql: String) throws(SQLiteError) {
+        let handle = try openHandle(sql: sql)
         var message: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(handle, sql, nil, nil, &message)
         if rc != SQLITE_OK {
@@ -98,8 +113,9 @@ public final class Connection {
     // names of a result are read once with it. Every use binds all parameters, and a use resets on its way out.
     private func prepared(_ sql: String) throws(SQLiteError) -> PreparedStatement {
         if let cached = statements[sql] { return cached }
+        let connection = try openHandle(sql: sql)
         var handle: OpaquePointer?
-        let rc = sqlite3_prepare_v3(self.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &handle, nil)
+        let rc = sqlite3_prepare_v3(connection, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &handle, nil)
         guard rc == SQLITE_OK, let handle else { throw error(rc, sql: sql) }
         let count = sqlite3_column_count(handle)
         let statement = PreparedStatement(handle: handle, columns: count == 0 ? nil : ColumnNames((0..<count).map { String(cString: sqlite3_column_name(handle, $0)) }))
@@ -192,10 +208,10 @@ public final class Connection {
     @discardableResult
     public func run(_ sql: String, arguments: [any SQLiteBindable]) throws(SQLiteError) -> Int {
         try query(sql, arguments: arguments)
-        return Int(sqlite3_changes(handle))
+        return Int(sqlite3_changes(try openHandle(sql: sql)))
     }
 
-    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+    public var lastInsertRowID: Int64 { handle.map { sqlite3_last_insert_rowid($0) } ?? 0 }
 
     @discardableResult
     /// Runs `body` inside BEGIN IMMEDIATE … COMMIT; any thrown error rolls the whole transaction back.

@@ -117,12 +117,12 @@ struct CronScheduleTests {
     }
 
     @Test("soulacy check refuses 0 0 * * 7/2 at the cron's position instead of printing an empty next fire")
-    func checkNamesTheStep() throws {
+    func checkNamesTheStep() async throws {
         let dir = TestGateway.makeTemporaryDirectory()
         let file = dir + "/SOUL.yaml"
         try "id: fortnight\nname: Fortnight\ntrigger: cron\nschedule:\n  cron: \"0 0 * * 7/2\"\n  output: {channel: mobile, to: all}\nrunner:\n  command: [\"/bin/cat\"]\n"
             .write(toFile: file, atomically: true, encoding: .utf8)
-        let (status, output) = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["check", file])
+        let (status, output) = try await runProgram(RepositoryPaths.soulacyBinary, ["check", file])
         #expect(status != 0, "\(output)")
         #expect(output.contains("SOUL.yaml:5:9") && output.contains("'7/2' starts a step at 7"), "\(output)")
     }

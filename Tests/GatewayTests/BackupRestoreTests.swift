@@ -78,12 +78,12 @@ struct BackupRestoreTests {
         let occupied = root + "/occupied/data"
         try FileManager.default.createDirectory(atPath: occupied, withIntermediateDirectories: true)
         try "keep".write(toFile: occupied + "/note", atomically: true, encoding: .utf8)
-        let refused = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["restore", backupDirectory, "--data", occupied])
+        let refused = try await runProgram(RepositoryPaths.soulacyBinary, ["restore", backupDirectory, "--data", occupied])
         #expect(refused.status != 0 && refused.output.contains("not empty"), "\(refused.output)")
         #expect(try String(contentsOfFile: occupied + "/note", encoding: .utf8) == "keep")
 
         let restoredRoot = root + "/restored"
-        let restored = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["restore", backupDirectory, "--data", restoredRoot + "/data"])
+        let restored = try await runProgram(RepositoryPaths.soulacyBinary, ["restore", backupDirectory, "--data", restoredRoot + "/data"])
         #expect(restored.status == 0, "\(restored.output)")
         let copy = try process(restoredRoot)
         #expect(try await copy.start() == nil, "a restored gateway has its keys: no new admin key is minted")
@@ -108,18 +108,18 @@ struct BackupRestoreTests {
         let occupied = root + "/occupied"
         try FileManager.default.createDirectory(atPath: occupied, withIntermediateDirectories: true)
         try "x".write(toFile: occupied + "/x", atomically: true, encoding: .utf8)
-        let intoOccupied = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["backup", "--data", source.dataDirectory, occupied])
+        let intoOccupied = try await runProgram(RepositoryPaths.soulacyBinary, ["backup", "--data", source.dataDirectory, occupied])
         #expect(intoOccupied.status != 0 && intoOccupied.output.contains("not empty"), "\(intoOccupied.output)")
-        let noDatabase = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["backup", "--data", root + "/nowhere", root + "/b0"])
+        let noDatabase = try await runProgram(RepositoryPaths.soulacyBinary, ["backup", "--data", root + "/nowhere", root + "/b0"])
         #expect(noDatabase.status != 0 && noDatabase.output.contains("no gateway database"), "\(noDatabase.output)")
 
         let backup = root + "/b1"
-        #expect(try runProgramBlocking(RepositoryPaths.soulacyBinary, ["backup", "--data", source.dataDirectory, backup]).status == 0)
+        #expect(try await runProgram(RepositoryPaths.soulacyBinary, ["backup", "--data", source.dataDirectory, backup]).status == 0)
         let certificate = backup + "/tls/gateway.crt"
         var bytes = try Array(Data(contentsOf: URL(fileURLWithPath: certificate)))
         bytes[bytes.count / 2] ^= 0x01
         try Data(bytes).write(to: URL(fileURLWithPath: certificate))
-        let damaged = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["restore", backup, "--data", root + "/r1"])
+        let damaged = try await runProgram(RepositoryPaths.soulacyBinary, ["restore", backup, "--data", root + "/r1"])
         #expect(damaged.status != 0 && damaged.output.contains("tls/gateway.crt") && damaged.output.contains("does not match"), "\(damaged.output)")
         #expect(!FileManager.default.fileExists(atPath: root + "/r1/soulacy.db"), "nothing is restored from a damaged backup")
     }

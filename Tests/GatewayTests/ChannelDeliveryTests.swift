@@ -185,20 +185,20 @@ struct ChannelDeliveryTests {
     }
 
     @Test("soulacy channel-check -- COMMAND: the example sidecar passes every rule (exit 0); the broken one is flagged rule by rule (exit 1)")
-    func channelCheckCommand() throws {
+    func channelCheckCommand() async throws {
         let examples = RepositoryPaths.root + "/examples/channels/file-sidecar/"
         let directory = TestGateway.makeTemporaryDirectory()
         // The example writes its outbox in the working directory by default: keep it in a temporary one.
         let environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": directory, "FILE_SIDECAR_OUTBOX": directory + "/outbox.ndjson",
                            "FILE_SIDECAR_INBOX": directory + "/inbox.txt"]
-        let good = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["channel-check", "--", "python3", examples + "file_sidecar.py"], environment: environment)
+        let good = try await runProgram(RepositoryPaths.soulacyBinary, ["channel-check", "--", "python3", examples + "file_sidecar.py"], environment: environment)
         let lines = good.output.split(separator: "\n")
         #expect(good.status == 0, "\(good.output)")
         #expect(lines.filter { $0.hasPrefix("PASS ") }.count >= 5 && !lines.contains { $0.hasPrefix("FAIL ") }, "\(good.output)")
-        let broken = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["channel-check", "--", "python3", examples + "broken_sidecar.py"], environment: environment)
+        let broken = try await runProgram(RepositoryPaths.soulacyBinary, ["channel-check", "--", "python3", examples + "broken_sidecar.py"], environment: environment)
         #expect(broken.status == 1, "\(broken.output)")
         #expect(broken.output.contains("FAIL hello") && broken.output.contains("FAIL shutdown"), "\(broken.output)")
-        let usage = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["channel-check"], environment: environment)
+        let usage = try await runProgram(RepositoryPaths.soulacyBinary, ["channel-check"], environment: environment)
         #expect(usage.status == 64 && usage.output.contains("usage: soulacy channel-check -- COMMAND"), "\(usage.output)")
     }
 
@@ -253,7 +253,7 @@ struct ChannelDeliveryTests {
     }
 
     @Test("soulacy check knows the configured channels: telegram is valid when configured, a warning otherwise; a broken block is an error naming its key")
-    func checkKnowsChannels() throws {
+    func checkKnowsChannels() async throws {
         let directory = TestGateway.makeTemporaryDirectory()
         let soul = directory + "/SOUL.yaml"
         try Self.agent("brief", channel: "telegram", to: "424242").write(toFile: soul, atomically: true, encoding: .utf8)
@@ -264,11 +264,11 @@ struct ChannelDeliveryTests {
         let broken = directory + "/broken.yaml"
         try "channels:\n  telegram:\n    enabled: true\n".write(toFile: broken, atomically: true, encoding: .utf8)
 
-        let ok = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["check", soul, "--gateway-config", configured])
+        let ok = try await runProgram(RepositoryPaths.soulacyBinary, ["check", soul, "--gateway-config", configured])
         #expect(ok.status == 0 && !ok.output.contains("telegram") || ok.output.contains("delivers to telegram"), "\(ok.output)")
-        let unconfigured = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["check", soul, "--gateway-config", empty])
+        let unconfigured = try await runProgram(RepositoryPaths.soulacyBinary, ["check", soul, "--gateway-config", empty])
         #expect(unconfigured.status == 0 && unconfigured.output.contains("warning"), "\(unconfigured.output)")
-        let refused = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["check", soul, "--gateway-config", broken])
+        let refused = try await runProgram(RepositoryPaths.soulacyBinary, ["check", soul, "--gateway-config", broken])
         #expect(refused.status != 0 && refused.output.contains("channels.telegram.token"), "\(refused.output)")
     }
 }

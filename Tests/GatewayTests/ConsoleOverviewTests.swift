@@ -111,9 +111,9 @@ struct ConsoleOverviewTests {
             // Drawn by librsvg and read by zbar: the SVG is a QR code any camera reads, not just a picture of one.
             let dir = TestGateway.makeTemporaryDirectory()
             try svg.write(toFile: dir + "/qr.svg", atomically: true, encoding: .utf8)
-            let render = try runProgramBlocking("/usr/bin/rsvg-convert", ["-w", "400", "-h", "400", "-b", "white", "-o", dir + "/qr.png", dir + "/qr.svg"])
+            let render = try await runProgram("/usr/bin/rsvg-convert", ["-w", "400", "-h", "400", "-b", "white", "-o", dir + "/qr.png", dir + "/qr.svg"])
             #expect(render.status == 0, "\(render.output)")
-            let decoded = try runProgramBlocking("/usr/bin/zbarimg", ["--quiet", "--raw", dir + "/qr.png"])
+            let decoded = try await runProgram("/usr/bin/zbarimg", ["--quiet", "--raw", dir + "/qr.png"])
             // (zbar may say on stderr that it found no D-Bus; the code is the one line it prints alone.)
             let lines = decoded.output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
             #expect(decoded.status == 0 && lines.contains(link), "\(decoded.output)")

@@ -145,7 +145,7 @@ struct DeepNestingTests {
         await #expect { try await TestGateway.start(agents: agents, directory: directory) } throws: { error in
             "\(error)".contains("deep/SOUL.yaml:3:") && "\(error)".contains("64 levels")
         }
-        let check = try runProgramBlocking(RepositoryPaths.soulacyBinary, ["check", agents])
+        let check = try await runProgram(RepositoryPaths.soulacyBinary, ["check", agents])
         #expect(check.status != 0 && check.output.contains("deep/SOUL.yaml:3:") && check.output.contains("64 levels"), "\(check.output)")
         // While running, the same file arriving by hot reload is refused and the agents already loaded stay.
         try FileManager.default.removeItem(atPath: agents + "/deep")

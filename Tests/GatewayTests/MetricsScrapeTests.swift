@@ -121,7 +121,7 @@ struct MetricsScrapeTests {
             for id in ["dlv_", "run_", "sk_", "owner", "chs_"] {
                 #expect(!labelSets.contains { $0.contains(id) }, "a metric label carries \(id)")
             }
-            let linted = try runProgramBlocking("/bin/sh", ["-c", "printf '%s' \"$0\" | /usr/bin/promtool check metrics", text])
+            let linted = try await runProgram("/bin/sh", ["-c", "printf '%s' \"$0\" | /usr/bin/promtool check metrics", text])
             #expect(linted.status == 0 && linted.output.isEmpty, "\(linted.output)")
         }
     }
@@ -152,7 +152,7 @@ struct MetricsScrapeTests {
         let rules = String(readme[start.upperBound..<end.lowerBound])
         let file = TestGateway.makeTemporaryDirectory() + "/rules.yml"
         try rules.write(toFile: file, atomically: true, encoding: .utf8)
-        let checked = try runProgramBlocking("/usr/bin/promtool", ["check", "rules", file])
+        let checked = try await runProgram("/usr/bin/promtool", ["check", "rules", file])
         #expect(checked.status == 0 && checked.output.contains("3 rules found"), "\(checked.output)")
         try await withTestGateway { gw in
             let exported = try await gw.request("GET", "/metrics").text

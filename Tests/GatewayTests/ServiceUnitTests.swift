@@ -118,7 +118,7 @@ struct ServiceUnitTests {
     }
 
     @Test("deploy/soulacy.service and deploy/soulacy-relay.service pass systemd-analyze verify, and their exposure is what the README states")
-    func unitsVerify() throws {
+    func unitsVerify() async throws {
         let analyze = "/usr/bin/systemd-analyze"
         #expect(FileManager.default.isExecutableFile(atPath: analyze), "scripts/install-deps --test installs systemd")
         let directory = TestGateway.makeTemporaryDirectory()
@@ -128,9 +128,9 @@ struct ServiceUnitTests {
             let text = try String(contentsOfFile: RepositoryPaths.root + "/deploy/" + unit, encoding: .utf8)
                 .replacingOccurrences(of: "/usr/local/bin/\(binary) ", with: RepositoryPaths.buildDirectory + "/" + binary + " ")
             try text.write(toFile: directory + "/" + unit, atomically: true, encoding: .utf8)
-            let verified = try runProgramBlocking(analyze, ["verify", directory + "/" + unit])
+            let verified = try await runProgram(analyze, ["verify", directory + "/" + unit])
             #expect(verified.status == 0 && verified.output.isEmpty, "\(unit): \(verified.output)")
-            let security = try runProgramBlocking(analyze, ["security", "--offline=true", directory + "/" + unit])
+            let security = try await runProgram(analyze, ["security", "--offline=true", directory + "/" + unit])
             let line = security.output.split(separator: "\n").first { $0.contains("Overall exposure level") }
             let score = line.flatMap { $0.split(separator: ":").last?.split(separator: " ").first }.flatMap { Double($0) }
             #expect(score != nil, "\(unit): \(security.output)")

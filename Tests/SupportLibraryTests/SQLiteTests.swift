@@ -57,6 +57,23 @@ struct SQLiteTests {
         db.close()
     }
 
+    // A task that resumes after the gateway stopped once reached sqlite3_total_changes64 with a NULL handle (a SEGV
+    // in a full run): every accessor of a closed pool is an error that says so.
+    @Test("a closed pool's accessors throw 'closed', sync and async, and crash nothing")
+    func closedPool() async throws {
+        let db = try pool()
+        try db.write { try $0.execute("CREATE TABLE t (v INTEGER)") }
+        let generation = db.changeGeneration
+        db.close()
+        let closed: (any Error) -> Bool = { ($0 as? SQLiteError)?.message.contains("closed") == true }
+        #expect(performing: { try db.write { try $0.run("INSERT INTO t VALUES (1)") } }, throws: closed)
+        #expect(performing: { try db.transaction { try $0.run("INSERT INTO t VALUES (1)") } }, throws: closed)
+        #expect(performing: { try db.read { try $0.query("SELECT v FROM t") } }, throws: closed)
+        await #expect(performing: { try await db.asyncTransaction { try $0.run("INSERT INTO t VALUES (1)") } }, throws: closed)
+        await #expect(performing: { try await db.asyncRead { try $0.query("SELECT v FROM t").count } }, throws: closed)
+        #expect(db.changeGeneration == generation, "nothing counted as a committed change")
+    }
+
     @Test("an answer given with an effect is recorded in the effect's own transaction, and only under a hook")
     func answerWithEffect() async throws {
         let db = try pool()
