@@ -4,6 +4,14 @@
 #include <openssl/evp.h>
 #include <openssl/crypto.h>
 
+/* OpenSSL frees its locks and tables in an atexit handler by default. A transfer still running on another thread
+ * when the process exits (an IMAP check or a push the stop did not wait for) would then take a freed lock and crash
+ * the exit. The first initialisation decides, so it is made here, before main, and the process leaves OpenSSL's
+ * memory to the system as it does everything else's. */
+__attribute__((constructor)) static void soulacy_openssl_without_atexit(void) {
+    OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
+}
+
 CURLcode soulacy_curl_setopt_long(CURL *h, CURLoption o, long v) { return curl_easy_setopt(h, o, v); }
 CURLcode soulacy_curl_setopt_ptr(CURL *h, CURLoption o, const void *v) { return curl_easy_setopt(h, o, v); }
 CURLcode soulacy_curl_setopt_off(CURL *h, CURLoption o, curl_off_t v) { return curl_easy_setopt(h, o, v); }

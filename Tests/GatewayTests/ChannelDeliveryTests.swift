@@ -176,6 +176,13 @@ struct ChannelDeliveryTests {
             #expect(body.contains("email-\(sender): you said:") && body.contains("is noon fine?"), "\(body)")
             #expect(reply["tls"] == true && reply["auth_user"]?.stringValue == SMTPStandIn.user)
         }
+        // A stopped gateway checks the mailbox no more (its poll, waiting between checks, ends with it): a check
+        // left running would log in again every second, and at the process's exit run TLS code on its own.
+        // A check already in its exchange finishes unheard: counted from a moment after it.
+        try await Task.sleep(for: .seconds(1))
+        let afterStop = try await imap.logins().count
+        try await Task.sleep(for: .seconds(3))
+        #expect(try await imap.logins().count == afterStop, "the mailbox was checked after the gateway stopped")
         // A restart polls from the stored cursor: the mail is neither lost nor answered twice.
         try await withTestGateway(config: agents, directory: directory, retryPolicy: Self.quickRetries, gatewayConfig: config) { _ in
             let before = try await imap.logins().count

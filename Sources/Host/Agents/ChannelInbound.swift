@@ -60,19 +60,24 @@ public struct ChannelInbound: Sendable {
         }
     }
 
-    /// `body`'s result, or nil as soon as the calling task is cancelled (the body goes on, unheard).
+    /// `body`'s result, or nil as soon as the calling task is cancelled. The body is cancelled too, but is not
+    /// waited for: a blocking exchange it is in (an IMAP check on its worker thread) finishes unheard, while its
+    /// waits between checks end at once rather than polling on after the gateway stopped.
     static func abandoningOnCancel<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T? {
         let slot = ContinuationSlot<T?>()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T?, any Error>) in
                 slot.fill(continuation)
                 if Task.isCancelled { slot.resume(with: .success(nil)); return }
-                Task {
+                slot.attach(Task {
                     do { slot.resume(with: .success(try await body())) } catch { slot.resume(with: .failure(error)) }
-                }
+                })
+                // A cancellation that came before the task was attached found nothing to cancel.
+                if Task.isCancelled { slot.cancelWork() }
             }
         } onCancel: {
             slot.resume(with: .success(nil))
+            slot.cancelWork()
         }
     }
 
@@ -90,11 +95,16 @@ public struct ChannelInbound: Sendable {
     }
 }
 
-/// A continuation resumed once, by whichever comes first.
+/// A continuation resumed once, by whichever comes first, and the task working towards it.
 final class ContinuationSlot<T: Sendable>: Sendable {
     private let state = Mutex<CheckedContinuation<T, any Error>?>(nil)
+    private let work = Mutex<Task<Void, Never>?>(nil)
 
     func fill(_ continuation: CheckedContinuation<T, any Error>) { state.withLock { $0 = continuation } }
 
     func resume(with result: Result<T, any Error>) { state.withLock { $0.take() }?.resume(with: result) }
+
+    func attach(_ task: Task<Void, Never>) { work.withLock { $0 = task } }
+
+    func cancelWork() { work.withLock { $0 }?.cancel() }
 }
