@@ -214,8 +214,9 @@ public struct MobileAPI: Sendable {
         // As the original: development is kept, anything else is production.
         let environment: WakeTarget.Environment = SchemaWhitespace.trim(try body.environment.limited(to: 64, field: "environment") ?? "") == "development" ? .development : .production
         guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
-        return try await store.transactions.answer { _ in
-            try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date())
+        return try await store.transactions.answer { session in
+            try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date(),
+                                               in: session)
             return .json(ActivityRegistered(runKey: LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID), deviceID: device.id,
                                             sessionID: sessionID), status: 201)
         }

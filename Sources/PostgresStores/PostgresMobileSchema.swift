@@ -101,5 +101,18 @@ public enum PostgresMobileSchema {
             );
             CREATE INDEX mobile_receipts_by_device ON mobile_receipts (device_id);
             """),
+        // Live Activities' update tokens, one per device and session (PostgresLiveActivityTokenStore).
+        PostgresMigration(module: "mobile", version: 3, sql: """
+            CREATE TABLE mobile_live_activities (
+                device_id TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                agent_id TEXT NOT NULL,
+                token TEXT NOT NULL,
+                environment TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                PRIMARY KEY (device_id, session_id)
+            );
+            CREATE INDEX mobile_live_activities_by_session ON mobile_live_activities (session_id);
+            """),
     ]
 }

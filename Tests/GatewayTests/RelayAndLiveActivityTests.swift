@@ -112,7 +112,7 @@ struct RelayAndLiveActivityTests {
         // APNs answers the end slowly: it is held until the test answers it.
         let transport = HoldingTransport(holds: { $0.liveActivity?.event == .end })
         let publisher = try LiveActivityPublisher(store: store, transports: WakeTransportRegistry([transport]), clock: clock)
-        try publisher.tokens.register(deviceID: "iphone", sessionID: "ses_1", agentID: "brief", token: Self.activityToken, environment: .production, now: clock.now())
+        try await publisher.tokens.register(deviceID: "iphone", sessionID: "ses_1", agentID: "brief", token: Self.activityToken, environment: .production, now: clock.now())
         func run(_ id: String) -> ActivityRun {
             ActivityRun(runID: id, sessionID: "ses_1", agentID: "brief", agentName: "Brief", subject: "owner", background: true, startedAt: clock.now())
         }
@@ -150,7 +150,7 @@ struct RelayAndLiveActivityTests {
                                               "updated_at": .number(1_800_000_000)])
         #expect(started?["alert"] == nil && started?["timestamp"] == .number(1_800_000_000))
 
-        try f.publisher.tokens.register(deviceID: "iphone", sessionID: "ses_1", agentID: "brief", token: Self.activityToken, environment: .production, now: f.clock.now())
+        try await f.publisher.tokens.register(deviceID: "iphone", sessionID: "ses_1", agentID: "brief", token: Self.activityToken, environment: .production, now: f.clock.now())
         for (second, tool) in [(1, "read"), (2, "write"), (3, "calendar"), (4, "email")] {
             f.clock.advance(to: Date(timeIntervalSince1970: 1_800_000_000 + Double(second)))
             await f.publisher.toolCalled(sessionID: "ses_1", tool: tool)

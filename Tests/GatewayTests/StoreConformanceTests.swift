@@ -15,6 +15,7 @@ import Mobile
 import Storage
 import PostgreSQL
 import PostgresStores
+import SQLite
 import RelayCarriage
 import SQLiteStores
 import Testing
@@ -155,6 +156,18 @@ struct StoreConformanceTests {
                 let inbox = PostgresInbox(pool: fixture.pool, listenURL: fixture.database.url)
                 let other = PostgresInbox(pool: try PostgresPool(url: fixture.database.url, size: 4), listenURL: fixture.database.url)
                 return (inbox, inbox, PostgresPushOutbox(pool: fixture.pool), other)
+            }
+        }
+
+        /// Live Activity tokens with the devices registry of the same engine (the targets join the devices).
+        func liveActivityTokens(_ fixture: any StorageEngineFixture) throws -> (tokens: any LiveActivityTokenStore, devices: any DeviceRegistry) {
+            switch self {
+            case .sqlite:
+                let store = try MobileStore(database: try #require(fixture as? SQLiteEngineFixture).database)
+                return (SQLiteLiveActivityTokenStore(database: store.database), store.devices.registry)
+            case .postgresql:
+                let fixture = try #require(fixture as? PostgresEngineFixture)
+                return (PostgresLiveActivityTokenStore(pool: fixture.pool), PostgresInbox(pool: fixture.pool, listenURL: nil))
             }
         }
 
@@ -360,6 +373,44 @@ struct StoreConformanceTests {
         let failures = await InboxConformance(fixture: fixture, inbox: Careless(real: inbox), devices: devices, outbox: outbox).run()
         let rules = Set(failures.map(\.rule))
         #expect(rules.isSuperset(of: ["a device's view", "unread", "a feed misses nothing"]), "\(failures)")
+    }
+
+    @Test("Live Activity tokens: a session's token reaches its person's iOS device, replaced by a later one, with the caller's transaction, never after the device is gone", arguments: Engine.allCases)
+    func liveActivityTokens(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let (tokens, devices) = try engine.liveActivityTokens(fixture)
+        let failures = await LiveActivityTokenStoreConformance(fixture: fixture, tokens: tokens, devices: devices).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the Live Activity suite itself catches a store that targets any person's devices, Android ones included")
+    func catchesACarelessLiveActivityStore() async throws {
+        /// Looks up a session's tokens as if every device were the caller's iPhone.
+        struct Careless: LiveActivityTokenStore {
+            let real: any LiveActivityTokenStore
+            let database: DatabasePool
+            var transactions: any TransactionalStorage { real.transactions }
+            func register(deviceID: String, sessionID: String, agentID: String, token: String, environment: WakeTarget.Environment, now: Date,
+                          in session: any StorageSession) throws {
+                try real.register(deviceID: deviceID, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: now, in: session)
+            }
+            func targets(sessionID: String, subject: String) async throws -> [WakeTarget] {
+                try await database.asyncRead { db in
+                    try db.query("SELECT device_id, token FROM mobile_live_activities WHERE session_id = ? ORDER BY device_id", sessionID).map {
+                        WakeTarget(deviceID: $0.string("device_id") ?? "", platform: .ios, pushToken: $0.string("token") ?? "", environment: .production,
+                                   bundleID: Device.iosBundleID)
+                    }
+                }
+            }
+            func startTargets(subject: String) async throws -> [WakeTarget] { try await real.startTargets(subject: subject) }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let (tokens, devices) = try Engine.sqlite.liveActivityTokens(fixture)
+        let database = try #require(fixture as? SQLiteEngineFixture).database
+        let failures = await LiveActivityTokenStoreConformance(fixture: fixture, tokens: Careless(real: tokens, database: database), devices: devices).run()
+        let rules = Set(failures.map(\.rule))
+        #expect(rules.isSuperset(of: ["only the device's person", "never an Android device", "a removed device gets nothing"]), "\(failures)")
+        #expect(!rules.contains("no errors"), "\(failures)")
     }
 
     @Test("the push outbox: claims shared by nobody, settles fenced by their claim", arguments: Engine.allCases)

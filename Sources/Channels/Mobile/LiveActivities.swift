@@ -27,7 +27,7 @@ public actor LiveActivityPublisher: RunProgressObserver {
         var finished = false
     }
 
-    public nonisolated let tokens: LiveActivityTokens
+    public nonisolated let tokens: any LiveActivityTokenStore
     nonisolated let transports: WakeTransportRegistry
     let clock: any WallClock
     let log: Log
@@ -35,9 +35,16 @@ public actor LiveActivityPublisher: RunProgressObserver {
     public let dismissAfter: TimeInterval
     private var sessions: [String: State] = [:]
 
+    /// A publisher over the SQLite inbox's tokens.
     public init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock, log: Log = Log(),
                 progressInterval: TimeInterval = 2, dismissAfter: TimeInterval = 300) throws {
-        tokens = LiveActivityTokens(database: store.database)
+        self.init(tokens: SQLiteLiveActivityTokenStore(database: store.database), transports: transports, clock: clock, log: log,
+                  progressInterval: progressInterval, dismissAfter: dismissAfter)
+    }
+
+    public init(tokens: any LiveActivityTokenStore, transports: WakeTransportRegistry, clock: any WallClock, log: Log = Log(),
+                progressInterval: TimeInterval = 2, dismissAfter: TimeInterval = 300) {
+        self.tokens = tokens
         self.transports = transports
         self.clock = clock
         self.log = log
@@ -151,7 +158,8 @@ public actor LiveActivityPublisher: RunProgressObserver {
         let now = clock.now()
         let targets: [WakeTarget]
         do {
-            targets = event == .start ? try tokens.startTargets(subject: state.run.subject) : try tokens.targets(sessionID: sessionID, subject: state.run.subject)
+            targets = event == .start ? try await tokens.startTargets(subject: state.run.subject)
+                : try await tokens.targets(sessionID: sessionID, subject: state.run.subject)
         } catch {
             log.error("live activity: cannot read tokens: \(error)")
             return
