@@ -78,9 +78,13 @@ struct ApprovalsAcrossNodesTests {
         try await a.broker.followOtherWriters()
         try await ask(on: a, "call_cut")
         let waiter = Task { await a.broker.wait(callID: "call_cut") }
-        // Cut every listening connection of node A; the decision is taken while it is down or coming back.
+        // Cut every listening connection of node A; the decision is taken while it is down or coming back. Only this
+        // test's database: the cluster is shared with other suites running now, whose listeners must not be cut.
         _ = try await c.pool.withConnection { db in
-            try db.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'soulacy-approvals'")
+            try db.query("""
+                SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE application_name = 'soulacy-approvals' AND datname = current_database()
+                """)
         }
         #expect(try await decide(on: c, "call_cut", approve: true).decidedNow)
         #expect(try await withTimeout(.seconds(20)) { await waiter.value } == .approved)
