@@ -11,17 +11,26 @@ public final class PushDispatcher: Sendable {
     /// A lease owner name that says which process holds it: host|pid|instance.
     public static func leaseOwnerName() -> String { OutboxDispatcher<PushLane>.leaseOwnerName() }
 
-    public let store: MobileStore
     public let transports: WakeTransportRegistry
     public var owner: String { engine.owner }
     let engine: OutboxDispatcher<PushLane>
 
-    public init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock = SystemWallClock(), policy: RetryPolicy = RetryPolicy(),
-                log: Log = Log(), lease: TimeInterval = 60, batchSize: Int = 256, pollInterval: Duration = .seconds(1), metrics: MobileMetrics? = nil) {
-        self.store = store
+    /// A dispatcher over any engine's outbox and devices (several gateways on one PostgreSQL database each run one:
+    /// their claims never share a row). `consoleEvents`: this node's live console updates.
+    public init(outbox: any PushOutbox, devices: any DeviceRegistry, consoleEvents: ConsoleEventHub, transports: WakeTransportRegistry,
+                clock: any WallClock = SystemWallClock(), policy: RetryPolicy = RetryPolicy(), log: Log = Log(), lease: TimeInterval = 60,
+                batchSize: Int = 256, pollInterval: Duration = .seconds(1), metrics: MobileMetrics? = nil) {
         self.transports = transports
-        engine = OutboxDispatcher(lane: PushLane(store: store, transports: transports, clock: clock, policy: policy, log: log, metrics: metrics),
+        engine = OutboxDispatcher(lane: PushLane(outbox: outbox, devices: devices, consoleEvents: consoleEvents, transports: transports, clock: clock,
+                                                 policy: policy, log: log, metrics: metrics),
                                   clock: clock, log: log, lease: lease, batchSize: batchSize, pollInterval: pollInterval)
+    }
+
+    /// A dispatcher over the SQLite inbox's outbox and devices.
+    public convenience init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock = SystemWallClock(), policy: RetryPolicy = RetryPolicy(),
+                            log: Log = Log(), lease: TimeInterval = 60, batchSize: Int = 256, pollInterval: Duration = .seconds(1), metrics: MobileMetrics? = nil) {
+        self.init(outbox: store.outbox, devices: store.devices.registry, consoleEvents: store.consoleEvents, transports: transports, clock: clock,
+                  policy: policy, log: log, lease: lease, batchSize: batchSize, pollInterval: pollInterval, metrics: metrics)
     }
 
     /// Wakes the dispatcher now (a delivery was just written); otherwise it polls every `pollInterval`.
@@ -41,7 +50,9 @@ public final class PushDispatcher: Sendable {
 /// One wake-up attempt: the device's transport, and the outcome recorded on the row.
 public final class PushLane: OutboxLane {
     public let name = "push"
-    let store: MobileStore
+    let outbox: any PushOutbox
+    let devices: any DeviceRegistry
+    let consoleEvents: ConsoleEventHub
     let transports: WakeTransportRegistry
     let clock: any WallClock
     let policy: RetryPolicy
@@ -49,22 +60,25 @@ public final class PushLane: OutboxLane {
     private let warnedPlatforms = Mutex<Set<WakeTarget.Platform>>([])
     let metrics: MobileMetrics?
 
-    init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock, policy: RetryPolicy, log: Log, metrics: MobileMetrics?) {
+    init(outbox: any PushOutbox, devices: any DeviceRegistry, consoleEvents: ConsoleEventHub, transports: WakeTransportRegistry, clock: any WallClock,
+         policy: RetryPolicy, log: Log, metrics: MobileMetrics?) {
         self.metrics = metrics
-        self.store = store
+        self.outbox = outbox
+        self.devices = devices
+        self.consoleEvents = consoleEvents
         self.transports = transports
         self.clock = clock
         self.policy = policy
         self.log = log
     }
 
-    public func releaseAbandonedLeases(ownOwner owner: String) async throws -> Int { try await store.outbox.releaseAbandonedLeases(ownOwner: owner) }
+    public func releaseAbandonedLeases(ownOwner owner: String) async throws -> Int { try await outbox.releaseAbandonedLeases(ownOwner: owner) }
 
     public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry] {
-        try await store.outbox.claimDue(owner: owner, now: now, lease: lease, limit: limit)
+        try await outbox.claimDue(owner: owner, now: now, lease: lease, limit: limit)
     }
 
-    public func nextDue() async throws -> Date? { try await store.outbox.nextDue() }
+    public func nextDue() async throws -> Date? { try await outbox.nextDue() }
 
     private func noteMissingTransport(_ platform: WakeTarget.Platform) {
         if warnedPlatforms.withLock({ $0.insert(platform).inserted }) {
@@ -73,7 +87,6 @@ public final class PushLane: OutboxLane {
     }
 
     public func attempt(_ entry: OutboxEntry, owner: String) async {
-        let outbox = store.outbox
         let now = clock.now()
         // The row's first settle also records when it was queued, and through which transport: that costs the line's
         // own transaction nothing, and until then the timeline reads the pending row itself.
@@ -88,7 +101,7 @@ public final class PushLane: OutboxLane {
             announce(entry, subject: subject)
         }
         do {
-            guard let device = try store.devices.device(id: entry.deviceID) else {
+            guard let device = try await devices.device(id: entry.deviceID) else {
                 try await skip("device removed", subject: nil)
                 return
             }
@@ -149,7 +162,7 @@ public final class PushLane: OutboxLane {
 
     /// The console's live updates after a settle: the line's timeline moved, and the device's last wake-up changed.
     private func announce(_ entry: OutboxEntry, subject: String?) {
-        let hub = store.consoleEvents
+        let hub = consoleEvents
         guard let subject, hub.subscriberCount > 0 else { return }
         if let line = entry.deliveryID { hub.publish(.delivery(line), to: .subject(subject)) }
         hub.publish(.device(entry.deviceID), to: .subjectAndAdmins(subject))
