@@ -58,6 +58,9 @@ public final class PushLane: OutboxLane {
     let policy: RetryPolicy
     let log: Log
     private let warnedPlatforms = Mutex<Set<WakeTarget.Platform>>([])
+    /// Each claimed row's device as read with its batch (nil: the device is gone), taken by the row's attempt: one
+    /// read per claim instead of one per wake-up.
+    private let claimedDevices = Mutex<[Int64: Device?]>([:])
     let metrics: MobileMetrics?
 
     init(outbox: any PushOutbox, devices: any DeviceRegistry, consoleEvents: ConsoleEventHub, transports: WakeTransportRegistry, clock: any WallClock,
@@ -75,7 +78,21 @@ public final class PushLane: OutboxLane {
     public func releaseAbandonedLeases(ownOwner owner: String) async throws -> Int { try await outbox.releaseAbandonedLeases(ownOwner: owner) }
 
     public func claimDue(owner: String, now: Date, lease: TimeInterval, limit: Int) async throws -> [OutboxEntry] {
-        try await outbox.claimDue(owner: owner, now: now, lease: lease, limit: limit)
+        let claimed = try await outbox.claimDue(owner: owner, now: now, lease: lease, limit: limit)
+        guard !claimed.isEmpty else { return claimed }
+        // Read just after the claim, so a wake-up still goes to the device as it is when the row is sent.
+        if let found = try? await devices.devices(ids: Set(claimed.map(\.deviceID))) {
+            claimedDevices.withLock { prefetched in
+                for entry in claimed { prefetched[entry.id] = .some(found[entry.deviceID]) }
+            }
+        }
+        return claimed
+    }
+
+    /// The row's device: the one read with its claim, or read now.
+    private func device(for entry: OutboxEntry) async throws -> Device? {
+        if let prefetched = claimedDevices.withLock({ $0.removeValue(forKey: entry.id) }) { return prefetched }
+        return try await devices.device(id: entry.deviceID)
     }
 
     public func nextDue() async throws -> Date? { try await outbox.nextDue() }
@@ -101,7 +118,7 @@ public final class PushLane: OutboxLane {
             announce(entry, subject: subject)
         }
         do {
-            guard let device = try await devices.device(id: entry.deviceID) else {
+            guard let device = try await device(for: entry) else {
                 try await skip("device removed", subject: nil)
                 return
             }

@@ -89,6 +89,15 @@ public struct SQLiteDeviceRegistry: DeviceRegistry {
         try await onStorageThreads { try devices.device(id: id) }
     }
 
+    /// Every id read in one visit to SQLite's threads.
+    public func devices(ids: Set<String>) async throws -> [String: Device] {
+        try await onStorageThreads {
+            var found: [String: Device] = [:]
+            for id in ids { if let device = try devices.device(id: id) { found[id] = device } }
+            return found
+        }
+    }
+
     public func list(subject: String) async throws -> [Device] {
         try await onStorageThreads { try devices.list(subject: subject) }
     }
