@@ -100,7 +100,7 @@ public struct PostgresPushOutbox: PushOutbox {
     }
 
     /// A row's timeline steps, written with its settle; with the claim lost, only the attempts (they happened).
-    private static func appendEvents(_ events: [DeliveryEvent], settled: Bool, in db: PostgresConnection) throws {
+    static func appendEvents(_ events: [DeliveryEvent], settled: Bool, in db: PostgresConnection) throws {
         for event in settled ? events : events.filter({ $0.kind == .attempt }) where event.kind != .read && event.kind != .stored {
             try db.run("""
                 INSERT INTO mobile_delivery_events (delivery_id, device_id, wake_id, kind, at, transport, outcome, status, reason, service_id,

@@ -383,6 +383,49 @@ struct StoreConformanceTests {
         #expect(failures.isEmpty, "\(failures)")
     }
 
+    @Test("delivery timelines: recipients, skipped and queued steps, a settle's path, receipts, a device's latest wake-up, test pushes", arguments: Engine.allCases)
+    func deliveryTimelines(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let (inbox, devices, outbox, _) = try engine.inboxes(fixture)
+        let (tokens, _) = try engine.liveActivityTokens(fixture)
+        let timeline: any DeliveryTimelineStore = switch engine {
+        case .sqlite: SQLiteDeliveryTimelineStore(events: DeliveryEventStore(database: try #require(fixture as? SQLiteEngineFixture).database))
+        case .postgresql: PostgresDeliveryTimelineStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
+        }
+        let failures = await DeliveryTimelineStoreConformance(fixture: fixture, timeline: timeline, inbox: inbox, devices: devices, outbox: outbox,
+                                                              tokens: tokens).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the timeline suite itself catches a store that loses the order of steps and files one line's steps under another")
+    func catchesACarelessTimeline() async throws {
+        /// Newest step first, and every step under the first id asked for.
+        struct Careless: DeliveryTimelineStore {
+            let real: any DeliveryTimelineStore
+            func events(deliveryIDs: [String]) async throws -> [String: [DeliveryEvent]] {
+                let all = try await real.events(deliveryIDs: deliveryIDs).values.flatMap { $0 }.sorted { $0.at > $1.at }
+                return deliveryIDs.first.map { [$0: all] } ?? [:]
+            }
+            func waitingWakeUps(deliveryIDs: [String]) async throws -> [String: [DeliveryEvent]] { try await real.waitingWakeUps(deliveryIDs: deliveryIDs) }
+            func recipients(deliveryIDs: [String]) async throws -> [String: [String]] { try await real.recipients(deliveryIDs: deliveryIDs) }
+            func receipts(deliveryIDs: [String]) async throws -> [String: [String: Date]] { try await real.receipts(deliveryIDs: deliveryIDs) }
+            func wakeSummary(deviceID: String) async throws -> DeviceWakeSummary { try await real.wakeSummary(deviceID: deviceID) }
+            func recordTestPush(_ attempt: WakeAttempt, deviceID: String, token: String, transport: String, at now: Date) async throws {
+                try await real.recordTestPush(attempt, deviceID: deviceID, token: token, transport: transport, at: now)
+            }
+            func liveActivityTokenCount(deviceID: String) async throws -> Int { try await real.liveActivityTokenCount(deviceID: deviceID) }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let (inbox, devices, outbox, _) = try Engine.sqlite.inboxes(fixture)
+        let (tokens, _) = try Engine.sqlite.liveActivityTokens(fixture)
+        let real = SQLiteDeliveryTimelineStore(events: DeliveryEventStore(database: try #require(fixture as? SQLiteEngineFixture).database))
+        let failures = await DeliveryTimelineStoreConformance(fixture: fixture, timeline: Careless(real: real), inbox: inbox, devices: devices,
+                                                              outbox: outbox, tokens: tokens).run()
+        let rules = Set(failures.map(\.rule))
+        #expect(rules.isSuperset(of: ["a settle's path in order", "lines kept apart"]), "\(failures)")
+        #expect(!rules.contains("no errors"), "\(failures)")
+    }
+
     @Test("the Live Activity suite itself catches a store that targets any person's devices, Android ones included")
     func catchesACarelessLiveActivityStore() async throws {
         /// Looks up a session's tokens as if every device were the caller's iPhone.

@@ -63,6 +63,17 @@ public struct DeliveryEvent: Sendable, Equatable {
                       transport: transport, reason: reason.map(Self.bounded), nextAttemptAt: nextAttemptAt)
     }
 
+    /// A test push's steps (no line): its attempt and, when the service rejected the token, the rejection.
+    public static func testPush(_ attempt: WakeAttempt, deviceID: String, transport: String, at now: Date) -> [DeliveryEvent] {
+        var steps = [DeliveryEvent(kind: .attempt, at: now, deliveryID: nil, deviceID: deviceID, transport: transport, outcome: attempt.outcome.label,
+                                   status: attempt.status, reason: attempt.reason.map(bounded), serviceID: attempt.serviceID.map(bounded),
+                                   latencyMilliseconds: attempt.latencyMilliseconds)]
+        if case .tokenRejected(let reason) = attempt.outcome {
+            steps.append(DeliveryEvent(kind: .tokenRejected, at: now, deliveryID: nil, deviceID: deviceID, transport: transport, reason: bounded(reason)))
+        }
+        return steps
+    }
+
     /// Services' texts are kept short: a timeline names a reason, it does not archive an answer.
     static func bounded(_ text: String) -> String { text.count <= 300 ? text : String(text.prefix(300)) }
 }
@@ -197,12 +208,8 @@ public struct DeliveryEventStore: Sendable {
     /// in one transaction (the same clearing the outbox does, so the console says why the token went).
     public func recordTestPush(_ attempt: WakeAttempt, deviceID: String, token: String, transport: String, at now: Date) throws {
         try database.transaction { db in
-            try Self.append([DeliveryEvent(kind: .attempt, at: now, deliveryID: nil, deviceID: deviceID, transport: transport, outcome: attempt.outcome.label,
-                                           status: attempt.status, reason: attempt.reason.map(DeliveryEvent.bounded),
-                                           serviceID: attempt.serviceID.map(DeliveryEvent.bounded), latencyMilliseconds: attempt.latencyMilliseconds)], in: db)
-            if case .tokenRejected(let reason) = attempt.outcome {
-                try Self.append([DeliveryEvent(kind: .tokenRejected, at: now, deliveryID: nil, deviceID: deviceID, transport: transport,
-                                               reason: DeliveryEvent.bounded(reason))], in: db)
+            try Self.append(DeliveryEvent.testPush(attempt, deviceID: deviceID, transport: transport, at: now), in: db)
+            if case .tokenRejected = attempt.outcome {
                 try db.run("UPDATE mobile_devices SET push_token = NULL WHERE id = ? AND push_token = ?", deviceID, token)
             }
         }
