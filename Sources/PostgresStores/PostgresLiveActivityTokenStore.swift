@@ -31,8 +31,8 @@ public struct PostgresLiveActivityTokenStore: LiveActivityTokenStore {
                 JOIN mobile_devices d ON d.id = a.device_id WHERE a.session_id = $1 AND d.subject = $2 AND d.platform = 'ios'
                 ORDER BY a.device_id
                 """, sessionID, subject).map {
-                WakeTarget(deviceID: $0.string("device_id") ?? "", platform: .ios, pushToken: $0.string("token") ?? "",
-                           environment: WakeTarget.Environment(rawValue: $0.string("environment") ?? "") ?? .production, bundleID: $0.string("bundle_id") ?? Device.iosBundleID)
+                WakeTarget.liveActivity(deviceID: $0.string("device_id"), token: $0.string("token"), environment: $0.string("environment"),
+                                        bundleID: $0.string("bundle_id"))
             }
         }
     }
@@ -43,8 +43,8 @@ public struct PostgresLiveActivityTokenStore: LiveActivityTokenStore {
                 SELECT id, live_start_token, push_environment, bundle_id FROM mobile_devices
                 WHERE subject = $1 AND platform = 'ios' AND live_start_token IS NOT NULL ORDER BY id
                 """, subject).map {
-                WakeTarget(deviceID: $0.string("id") ?? "", platform: .ios, pushToken: $0.string("live_start_token") ?? "",
-                           environment: WakeTarget.Environment(rawValue: $0.string("push_environment") ?? "") ?? .production, bundleID: $0.string("bundle_id") ?? Device.iosBundleID)
+                WakeTarget.liveActivity(deviceID: $0.string("id"), token: $0.string("live_start_token"), environment: $0.string("push_environment"),
+                                        bundleID: $0.string("bundle_id"))
             }
         }
     }

@@ -91,9 +91,6 @@ public final class Connection {
         SQLiteError(code: SQLITE_MISUSE, message: "the database connection is closed (the gateway is stopping)", sql: sql)
     }
 
-    /// Whether `close()` has not been called.
-    public var isOpen: Bool { handle != nil }
-
     /// Rows changed by INSERT, UPDATE and DELETE on this connection since it opened (0 once closed).
     public var totalChanges: Int64 { handle.map { sqlite3_total_changes64($0) } ?? 0 }
 

@@ -46,6 +46,12 @@ public final class DatabasePool: Sendable {
         }
     }
 
+    /// `body` on the pool's own threads: a store's synchronous calls (each its own read or transaction) made without
+    /// a cooperative thread waiting on SQLite.
+    public func onStorageThreads<T: Sendable>(_ body: () throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(executor) { try body() }
+    }
+
     /// `read` on the pool's own threads.
     public func asyncRead<T: Sendable>(_ body: @Sendable (Connection) throws -> T) async throws -> T {
         try await withTaskExecutorPreference(executor) { try self.read(body) }

@@ -66,6 +66,6 @@ public struct SQLiteIdempotencyStore: IdempotencyStore {
     }
 
     public func forget(before cutoff: Date) async throws -> Int {
-        try await withTaskExecutorPreference(database.executor) { try database.deleteInBatches(from: "idempotency_log", where: "created_at < ?", arguments: [cutoff.sqliteMillis]) }
+        try await database.asyncDeleteInBatches(from: "idempotency_log", where: "created_at < ?", arguments: [cutoff.sqliteMillis])
     }
 }

@@ -33,3 +33,12 @@ extension LiveActivityTokenStore {
         }
     }
 }
+
+extension WakeTarget {
+    /// A Live Activity token's target as a store reads it back: an iOS device, production unless stored as
+    /// development, the app's own bundle unless the device registered another.
+    public static func liveActivity(deviceID: String?, token: String?, environment: String?, bundleID: String?) -> WakeTarget {
+        WakeTarget(deviceID: deviceID ?? "", platform: .ios, pushToken: token ?? "",
+                   environment: environment.flatMap(Environment.init(rawValue:)) ?? .production, bundleID: bundleID ?? Device.iosBundleID)
+    }
+}

@@ -14,10 +14,6 @@ public struct SQLiteInbox: Inbox {
 
     public var inboxGenerations: InboxGenerations { store.inboxGenerations }
 
-    private func onStorageThreads<T: Sendable>(_ body: () throws -> T) async throws -> T {
-        try await withTaskExecutorPreference(store.database.executor) { try body() }
-    }
-
     public func insertDelivery(_ output: Output, destination: Destination) async throws -> StoredDelivery {
         try await store.insertDeliveryGrouped(output, destination: destination)
     }
@@ -29,20 +25,20 @@ public struct SQLiteInbox: Inbox {
     }
 
     public func deliveries(subject: String, deviceID: String?, before cursor: Int64?, limit: Int) async throws -> InboxPage {
-        let page = try await onStorageThreads { try store.deliveries(subject: subject, deviceID: deviceID, before: cursor, limit: limit) }
+        let page = try await store.database.onStorageThreads { try store.deliveries(subject: subject, deviceID: deviceID, before: cursor, limit: limit) }
         return InboxPage(items: page.items, unreadCount: page.unreadCount, hasMore: page.hasMore)
     }
 
     public func lines(subject: String, after seq: Int64, limit: Int) async throws -> [Delivery] {
-        try await onStorageThreads { try store.lines(subject: subject, after: seq, limit: limit) }
+        try await store.database.onStorageThreads { try store.lines(subject: subject, after: seq, limit: limit) }
     }
 
     public func delivery(id: String, subject: String, deviceID: String?) async throws -> Delivery? {
-        try await onStorageThreads { try store.delivery(id: id, subject: subject, deviceID: deviceID) }
+        try await store.database.onStorageThreads { try store.delivery(id: id, subject: subject, deviceID: deviceID) }
     }
 
     public func markRead(deliveryID: String, deviceID: String, subject: String) async throws -> Bool {
-        try await onStorageThreads { try store.markRead(deliveryID: deliveryID, deviceID: deviceID, subject: subject) }
+        try await store.database.onStorageThreads { try store.markRead(deliveryID: deliveryID, deviceID: deviceID, subject: subject) }
     }
 
     public func markRead(deliveryID: String, deviceID: String, subject: String, in session: any StorageSession) throws -> Bool {
@@ -52,15 +48,15 @@ public struct SQLiteInbox: Inbox {
 
     /// SQLite has one writer at a time and commits in sequence order, so the newest committed line is the answer.
     public func latestDeliverySeq() async throws -> Int64 {
-        try await onStorageThreads { try store.latestDeliverySeq() }
+        try await store.database.onStorageThreads { try store.latestDeliverySeq() }
     }
 
     public func queueWakeUps(_ signal: WakeSignal, subject: String) async throws -> Int {
-        try await onStorageThreads { try store.queueWakeUps(signal, subject: subject) }
+        try await store.database.onStorageThreads { try store.queueWakeUps(signal, subject: subject) }
     }
 
     public func queueWakeUp(_ signal: WakeSignal, deviceID: String) async throws -> Bool {
-        try await onStorageThreads { try store.queueWakeUp(signal, deviceID: deviceID) }
+        try await store.database.onStorageThreads { try store.queueWakeUp(signal, deviceID: deviceID) }
     }
 }
 
@@ -72,12 +68,8 @@ public struct SQLiteDeviceRegistry: DeviceRegistry {
         self.devices = devices
     }
 
-    private func onStorageThreads<T: Sendable>(_ body: () throws -> T) async throws -> T {
-        try await withTaskExecutorPreference(devices.database.executor) { try body() }
-    }
-
     public func register(_ registration: DeviceRegistration, subject: String, keyID: String?) async throws -> Bool {
-        try await onStorageThreads { try devices.register(registration, subject: subject, keyID: keyID) }
+        try await devices.database.onStorageThreads { try devices.register(registration, subject: subject, keyID: keyID) }
     }
 
     public func register(_ registration: DeviceRegistration, subject: String, keyID: String?, in session: any StorageSession) throws -> Bool {
@@ -86,12 +78,12 @@ public struct SQLiteDeviceRegistry: DeviceRegistry {
     }
 
     public func device(id: String) async throws -> Device? {
-        try await onStorageThreads { try devices.device(id: id) }
+        try await devices.database.onStorageThreads { try devices.device(id: id) }
     }
 
     /// Every id read in one visit to SQLite's threads.
     public func devices(ids: Set<String>) async throws -> [String: Device] {
-        try await onStorageThreads {
+        try await devices.database.onStorageThreads {
             var found: [String: Device] = [:]
             for id in ids { if let device = try devices.device(id: id) { found[id] = device } }
             return found
@@ -99,15 +91,15 @@ public struct SQLiteDeviceRegistry: DeviceRegistry {
     }
 
     public func list(subject: String) async throws -> [Device] {
-        try await onStorageThreads { try devices.list(subject: subject) }
+        try await devices.database.onStorageThreads { try devices.list(subject: subject) }
     }
 
     public func allDevices() async throws -> [Device] {
-        try await onStorageThreads { try devices.allDevices() }
+        try await devices.database.onStorageThreads { try devices.allDevices() }
     }
 
     public func deleteDevice(id: String, subject: String) async throws -> Bool {
-        try await onStorageThreads { try devices.deleteDevice(id: id, subject: subject) }
+        try await devices.database.onStorageThreads { try devices.deleteDevice(id: id, subject: subject) }
     }
 
     public func deleteDevice(id: String, subject: String, in session: any StorageSession) throws -> Bool {
@@ -116,7 +108,7 @@ public struct SQLiteDeviceRegistry: DeviceRegistry {
     }
 
     public func removeDevices(registeredByKey keyID: String) async throws -> Int {
-        try await onStorageThreads { try devices.removeDevices(registeredByKey: keyID) }
+        try await devices.database.onStorageThreads { try devices.removeDevices(registeredByKey: keyID) }
     }
 
     public func removeDevices(registeredByKey keyID: String, in session: any StorageSession) throws -> Int {

@@ -1,6 +1,5 @@
 import ChannelAPI
 import Foundation
-import JSON
 import Mobile
 import Storage
 
@@ -29,14 +28,6 @@ public struct DeliveryTimelineStoreConformance: Sendable {
         self.tokens = tokens
     }
 
-    static let token = String(repeating: "ab", count: 32)
-
-    static func registration(_ id: String, token: String?) throws -> DeviceRegistration {
-        var body: [String: JSONValue] = ["id": .string(id), "name": .string(id), "platform": "ios", "notifications_enabled": true]
-        if let token { body["push_token"] = .string(token) }
-        return try DeviceRegistration(json: JSONObject(body))
-    }
-
     public func run() async -> [ConformanceFailure] {
         var failures: [ConformanceFailure] = []
         let engine = fixture.engine
@@ -44,8 +35,8 @@ public struct DeliveryTimelineStoreConformance: Sendable {
             if !holds { failures.append(ConformanceFailure(rule: rule, detail: "\(engine): \(detail())")) }
         }
         do {
-            _ = try await devices.register(try Self.registration("alice-phone", token: Self.token), subject: "alice", keyID: nil)
-            _ = try await devices.register(try Self.registration("alice-tablet", token: nil), subject: "alice", keyID: nil)
+            _ = try await devices.register(try InboxConformance.registration("alice-phone", token: InboxConformance.token, notifications: true), subject: "alice", keyID: nil)
+            _ = try await devices.register(try InboxConformance.registration("alice-tablet", token: nil, notifications: true), subject: "alice", keyID: nil)
             let output = Output(agentID: "brief", agentName: "Brief", sessionID: "ses_timeline", parts: ["the line"])
             let line = try await inbox.insertDelivery(output, destination: .user("alice")).id
             let other = try await inbox.insertDelivery(output, destination: .device("alice-tablet")).id
@@ -91,22 +82,22 @@ public struct DeliveryTimelineStoreConformance: Sendable {
             let summary = try await timeline.wakeSummary(deviceID: "alice-phone")
             check("a device's latest attempt", summary.lastAttempt?.status == 200 && summary.lastRejection == nil, "\(summary)")
             try await timeline.recordTestPush(WakeAttempt(outcome: .tokenRejected(reason: "BadDeviceToken"), status: 400, reason: "BadDeviceToken"),
-                                              deviceID: "alice-phone", token: Self.token, transport: "apns", at: Date())
+                                              deviceID: "alice-phone", token: InboxConformance.token, transport: "apns", at: Date())
             let rejected = try await timeline.wakeSummary(deviceID: "alice-phone")
             check("a test push rejected", rejected.lastAttempt?.status == 400 && rejected.lastRejection?.reason == "BadDeviceToken", "\(rejected)")
             let cleared = try await devices.device(id: "alice-phone")
             check("a rejected token is cleared", cleared?.pushToken == nil, "the token is \(String(describing: cleared?.pushToken))")
             // A rejection of an old token leaves the one the app registered since.
             let fresh = String(repeating: "cd", count: 32)
-            _ = try await devices.register(try Self.registration("alice-phone", token: fresh), subject: "alice", keyID: nil)
+            _ = try await devices.register(try InboxConformance.registration("alice-phone", token: fresh, notifications: true), subject: "alice", keyID: nil)
             try await timeline.recordTestPush(WakeAttempt(outcome: .tokenRejected(reason: "Unregistered"), status: 410, reason: "Unregistered"),
-                                              deviceID: "alice-phone", token: Self.token, transport: "apns", at: Date())
+                                              deviceID: "alice-phone", token: InboxConformance.token, transport: "apns", at: Date())
             let kept = try await devices.device(id: "alice-phone")
             check("a newer token stays", kept?.pushToken == fresh, "the token is \(String(describing: kept?.pushToken))")
 
             let none = try await timeline.liveActivityTokenCount(deviceID: "alice-phone")
-            try await tokens.register(deviceID: "alice-phone", sessionID: "ses_a", agentID: "brief", token: Self.token, environment: .production, now: Date())
-            try await tokens.register(deviceID: "alice-phone", sessionID: "ses_b", agentID: "brief", token: Self.token, environment: .production, now: Date())
+            try await tokens.register(deviceID: "alice-phone", sessionID: "ses_a", agentID: "brief", token: InboxConformance.token, environment: .production, now: Date())
+            try await tokens.register(deviceID: "alice-phone", sessionID: "ses_b", agentID: "brief", token: InboxConformance.token, environment: .production, now: Date())
             let two = try await timeline.liveActivityTokenCount(deviceID: "alice-phone")
             check("Live Activity tokens counted", none == 0 && two == 2, "before \(none), after two sessions \(two)")
         } catch {

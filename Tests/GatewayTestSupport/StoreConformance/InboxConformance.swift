@@ -32,9 +32,14 @@ public struct InboxConformance: Sendable {
 
     static let token = String(repeating: "ab", count: 32)
 
-    static func registration(_ id: String, token: String?, notifications: Bool, platform: String = "ios") throws -> DeviceRegistration {
+    /// A phone's registration as the app sends it (the store suites' devices): `environment` its push environment,
+    /// `startToken` its Live Activity push-to-start token.
+    static func registration(_ id: String, token: String?, notifications: Bool, platform: String = "ios", environment: String? = nil,
+                             startToken: String? = nil) throws -> DeviceRegistration {
         var body: [String: JSONValue] = ["id": .string(id), "name": .string("\(id) ✓"), "platform": .string(platform), "notifications_enabled": .bool(notifications)]
         if let token { body["push_token"] = .string(token) }
+        if let environment { body["push_environment"] = .string(environment) }
+        if let startToken { body["live_start_token"] = .string(startToken) }
         return try DeviceRegistration(json: JSONObject(body))
     }
 

@@ -1,6 +1,5 @@
 import ChannelAPI
 import Foundation
-import JSON
 import Mobile
 import Storage
 
@@ -26,10 +25,7 @@ public struct LiveActivityTokenStoreConformance: Sendable {
     static func hex(_ byte: String, _ count: Int = 32) -> String { String(repeating: byte, count: count) }
 
     static func registration(_ id: String, platform: String, startToken: String?) throws -> DeviceRegistration {
-        var body: [String: JSONValue] = ["id": .string(id), "name": .string(id), "platform": .string(platform), "notifications_enabled": true,
-                                         "push_token": .string(hex("ab")), "push_environment": "development"]
-        if let startToken { body["live_start_token"] = .string(startToken) }
-        return try DeviceRegistration(json: JSONObject(body))
+        try InboxConformance.registration(id, token: hex("ab"), notifications: true, platform: platform, environment: "development", startToken: startToken)
     }
 
     public func run() async -> [ConformanceFailure] {
