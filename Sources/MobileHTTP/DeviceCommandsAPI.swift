@@ -11,11 +11,11 @@ import Identity
 
 public struct DeviceCommandsAPI: Sendable {
     public static let defaultExpiry = 120
-    let store: MobileStore
+    let devices: any DeviceRegistry
     let nodes: DeviceNodes
 
-    public init(store: MobileStore, nodes: DeviceNodes) {
-        self.store = store
+    public init(devices: any DeviceRegistry, nodes: DeviceNodes) {
+        self.devices = devices
         self.nodes = nodes
     }
 
@@ -50,9 +50,9 @@ public struct DeviceCommandsAPI: Sendable {
         guard command == "canvas.present" else {
             throw APIError.invalidField("command", "'\(command)' is not a command of this route; use canvas.present (the others go through /api/v1/mobile/nodes)")
         }
-        let device = try store.devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id"), subject: caller.subject)
+        let device = try await devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id"), subject: caller.subject)
         // The device first, then the card: a phone without the canvas switched on is told so whatever the card.
-        guard try nodes.adoptCanvasCapability(of: device) else {
+        guard try await nodes.adoptCanvasCapability(of: device) else {
             throw APIError(status: 409, code: "capability_off", message: "device_id: \(device.id) does not have the Soulacy canvas capability on", field: "device_id")
         }
         guard let params = body.params else { throw APIError.missingField("params") }
@@ -61,14 +61,15 @@ public struct DeviceCommandsAPI: Sendable {
         let expiresAt = nodes.clock.now().addingTimeInterval(TimeInterval(expiresIn))
         guard body.wait ?? true else {
             // Not waiting: the queued command is the answer, committed with it.
-            return try await store.transactions.answer { _ in
-                .json(CommandView(try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json, expiresAt: expiresAt)), status: 202)
+            return try await nodes.transactions.answer { session in
+                .json(CommandView(try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: nil, command: command, params: card.json,
+                                                    expiresAt: expiresAt, in: session)), status: 202)
             }
         }
         // Waiting: the answer is the phone's, known only later; a retry after a crash waits for it again (`resumer`).
         let commandID = UUID().uuidString.lowercased()
         CommitHook.current?.resume(from: AnswerResumer.reference(kind: Self.resumeKind, device.id, commandID))
-        let queued = try nodes.enqueue(deviceID: device.id, subject: caller.subject, id: commandID, command: command, params: card.json, expiresAt: expiresAt)
+        let queued = try await nodes.enqueue(deviceID: device.id, subject: caller.subject, id: commandID, command: command, params: card.json, expiresAt: expiresAt)
         return Self.settledAnswer(try await nodes.settle(id: queued.id, deviceID: device.id, subject: caller.subject))
     }
 
@@ -100,27 +101,27 @@ public struct DeviceCommandsAPI: Sendable {
     }
 
     @Sendable func pending(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let device = try store.devices.ownedDevice(request.query["device_id"], subject: caller.subject)
-        guard try nodes.node(deviceID: device.id, subject: caller.subject) != nil else { return .json(["commands": [CommandView]()]) }
-        return .json(["commands": try nodes.pending(deviceID: device.id, subject: caller.subject).map(CommandView.init)])
+        let device = try await devices.ownedDevice(request.query["device_id"], subject: caller.subject)
+        guard try await nodes.node(deviceID: device.id, subject: caller.subject) != nil else { return .json(["commands": [CommandView]()]) }
+        return .json(["commands": try await nodes.pending(deviceID: device.id, subject: caller.subject).map(CommandView.init)])
     }
 
     /// The answer claims the command and settles it as completed, in one step of the node protocol's rules.
     @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try request.decode(CardAnswer.self)
-        let device = try store.devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id"), subject: caller.subject)
-        return try await store.transactions.answer { _ in
+        let device = try await devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id"), subject: caller.subject)
+        return try await nodes.transactions.answer { session in
             let existing: DeviceNodes.Command
             do {
-                existing = try nodes.command(id: request.parameter("id"), deviceID: device.id, subject: caller.subject)
+                existing = try nodes.command(id: request.parameter("id"), deviceID: device.id, subject: caller.subject, in: session)
             } catch {
                 throw APIError.notFound("no command \(request.parameter("id")) for device \(device.id)")
             }
             let result = try Self.validateResult(body, for: existing)
-            if existing.status == .queued { _ = try? nodes.claim(id: existing.id, deviceID: device.id, subject: caller.subject) }
-            let current = try nodes.command(id: existing.id, deviceID: device.id, subject: caller.subject)
+            if existing.status == .queued { _ = try? nodes.claim(id: existing.id, deviceID: device.id, subject: caller.subject, in: session) }
+            let current = try nodes.command(id: existing.id, deviceID: device.id, subject: caller.subject, in: session)
             guard current.status == .running,
-                  let settled = try? nodes.finish(id: existing.id, deviceID: device.id, subject: caller.subject, status: .completed, result: result, error: nil) else {
+                  let settled = try? nodes.finish(id: existing.id, deviceID: device.id, subject: caller.subject, status: .completed, result: result, error: nil, in: session) else {
                 throw APIError.conflict("this command is already \(current.status); the first answer stands", code: "command_\(current.status)")
             }
             return .json(Accepted(commandID: settled.id, state: settled.status))

@@ -90,18 +90,18 @@ public struct DeviceNodesAPI: Sendable {
             deviceID: deviceID, subject: caller.subject, name: try Self.text(body.name, "name", max: 200), platform: platform.isEmpty ? "ios" : platform,
             model: try Self.text(body.model, "model", max: 200, inBytes: false), osVersion: try Self.text(body.osVersion, "os_version", max: 64, inBytes: false),
             appVersion: try Self.text(body.appVersion, "app_version", max: 64, inBytes: false), capabilities: capabilities, permissions: permissions, updatedAt: clock.now())
-        return try await nodes.store.transactions.answer { _ in
-            let registered = try nodes.register(node)
+        return try await nodes.transactions.answer { session in
+            let registered = try nodes.register(node, in: session)
             return .json(Registered(deviceID: registered.deviceID, pollIntervalSeconds: DeviceNodes.pollIntervalSeconds), status: 201)
         }
     }
 
     @Sendable func list(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return .json(NodeList(nodes: try nodes.nodes(subject: caller.subject).map(DeviceNodes.NodeView.init), supportedCommands: DeviceNodes.commands))
+        return .json(NodeList(nodes: try await nodes.nodes(subject: caller.subject).map(DeviceNodes.NodeView.init), supportedCommands: DeviceNodes.commands))
     }
 
     @Sendable func pending(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return .json(["commands": try nodes.pending(deviceID: request.parameter("device"), subject: caller.subject).map(DeviceNodes.CommandView.init)])
+        return .json(["commands": try await nodes.pending(deviceID: request.parameter("device"), subject: caller.subject).map(DeviceNodes.CommandView.init)])
     }
 
     /// `POST …/nodes/:device/commands`: a command for a node (its id is the Idempotency-Key, else `id`).
@@ -129,8 +129,9 @@ public struct DeviceNodesAPI: Sendable {
             guard let date = Self.rfc3339(text) else { throw NodeError.invalid("expires_at must be an RFC 3339 time", field: "expires_at") }
             expiresAt = date
         }
-        return try await nodes.store.transactions.answer { _ in
-            let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params, expiresAt: expiresAt)
+        return try await nodes.transactions.answer { session in
+            let queued = try nodes.enqueue(deviceID: request.parameter("device"), subject: caller.subject, id: id, command: command, params: params,
+                                           expiresAt: expiresAt, in: session)
             return .json(DeviceNodes.CommandView(queued), status: 201)
         }
     }
@@ -152,12 +153,13 @@ public struct DeviceNodesAPI: Sendable {
     }
 
     @Sendable func get(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return .json(DeviceNodes.CommandView(try nodes.command(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+        return .json(DeviceNodes.CommandView(try await nodes.command(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
     }
 
     @Sendable func claim(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return try await nodes.store.transactions.answer { _ in
-            .json(DeviceNodes.CommandView(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject)))
+        return try await nodes.transactions.answer { session in
+            .json(DeviceNodes.CommandView(try nodes.claim(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
+                                                          in: session)))
         }
     }
 
@@ -171,9 +173,9 @@ public struct DeviceNodesAPI: Sendable {
     @Sendable func result(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let outcome = try request.decode(CommandOutcome.self)
         let (status, error, result) = (try outcome.status.limited(to: 16, field: "status"), outcome.error, outcome.result)
-        return try await nodes.store.transactions.answer { _ in
+        return try await nodes.transactions.answer { session in
             .json(DeviceNodes.CommandView(try nodes.finish(id: request.parameter("id"), deviceID: request.parameter("device"), subject: caller.subject,
-                                                   status: DeviceNodes.CommandStatus(rawValue: status), result: result, error: error)))
+                                                           status: DeviceNodes.CommandStatus(rawValue: status), result: result, error: error, in: session)))
         }
     }
 }

@@ -173,14 +173,19 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
     }
 
     public func queueWakeUp(_ signal: WakeSignal, deviceID: String) async throws -> Bool {
-        let now = clock.now(), outbox = outbox
-        return try await pool.transaction { db in
-            guard try !db.query("SELECT 1 FROM mobile_devices WHERE id = $1 AND notifications_enabled AND push_token IS NOT NULL", deviceID).isEmpty else {
-                return false
-            }
-            try outbox.enqueue(signal, deliveryID: nil, deviceIDs: [deviceID], now: now, in: db)
-            return true
+        try await pool.transaction { db in try queueWakeUp(signal, deviceID: deviceID, in: db) }
+    }
+
+    public func queueWakeUp(_ signal: WakeSignal, deviceID: String, in session: any StorageSession) throws -> Bool {
+        try queueWakeUp(signal, deviceID: deviceID, in: try session.postgresConnection())
+    }
+
+    private func queueWakeUp(_ signal: WakeSignal, deviceID: String, in db: PostgresConnection) throws -> Bool {
+        guard try !db.query("SELECT 1 FROM mobile_devices WHERE id = $1 AND notifications_enabled AND push_token IS NOT NULL", deviceID).isEmpty else {
+            return false
         }
+        try outbox.enqueue(signal, deliveryID: nil, deviceIDs: [deviceID], now: clock.now(), in: db)
+        return true
     }
 
     // MARK: Devices
@@ -246,6 +251,12 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
     }
 
     private func deleteDevice(id: String, subject: String, in db: PostgresConnection) throws -> Bool {
+        // Its node goes too, and what was waiting for it expires (as on SQLite, whether or not the device row was there).
+        try db.run("""
+            UPDATE mobile_node_commands SET status = 'expired', error = $1, completed_at = $2
+            WHERE device_id = $3 AND subject = $4 AND status IN ('queued', 'running')
+            """, Array("device registration removed".utf8), clock.now().postgresMillis, id, subject)
+        try db.run("DELETE FROM mobile_nodes WHERE device_id = $1 AND subject = $2", id, subject)
         guard try db.run("DELETE FROM mobile_devices WHERE id = $1 AND subject = $2", id, subject) > 0 else { return false }
         try db.run("DELETE FROM mobile_receipts WHERE device_id = $1", id)
         try Self.announce(everyone: false, subject: subject, generations: inboxGenerations, in: db)

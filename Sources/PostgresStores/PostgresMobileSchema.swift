@@ -114,5 +114,37 @@ public enum PostgresMobileSchema {
             );
             CREATE INDEX mobile_live_activities_by_session ON mobile_live_activities (session_id);
             """),
+        // Phones as nodes and their command queue (PostgresDeviceNodeStore), the same rows as SQLite's. What the
+        // phone writes in its own words is BYTEA (UTF-8), since text cannot hold NUL; JSON this gateway serialized is text.
+        PostgresMigration(module: "mobile", version: 4, sql: """
+            CREATE TABLE mobile_nodes (
+                device_id TEXT PRIMARY KEY,
+                subject TEXT NOT NULL,
+                name BYTEA NOT NULL,
+                platform BYTEA NOT NULL,
+                model BYTEA NOT NULL,
+                os_version BYTEA NOT NULL,
+                app_version BYTEA NOT NULL,
+                capabilities TEXT NOT NULL,
+                permissions TEXT NOT NULL,
+                updated_at BIGINT NOT NULL
+            );
+            CREATE INDEX mobile_nodes_by_subject ON mobile_nodes (subject, updated_at);
+            CREATE TABLE mobile_node_commands (
+                id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                command TEXT NOT NULL,
+                params TEXT NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed', 'declined', 'expired')),
+                result TEXT,
+                error BYTEA,
+                created_at BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL,
+                completed_at BIGINT,
+                PRIMARY KEY (device_id, id)
+            );
+            CREATE INDEX mobile_node_commands_queued ON mobile_node_commands (device_id, status, created_at);
+            """),
     ]
 }

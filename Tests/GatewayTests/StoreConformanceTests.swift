@@ -367,6 +367,9 @@ struct StoreConformanceTests {
             func latestDeliverySeq() async throws -> Int64 { try await real.latestDeliverySeq() }
             func queueWakeUps(_ signal: WakeSignal, subject: String) async throws -> Int { try await real.queueWakeUps(signal, subject: subject) }
             func queueWakeUp(_ signal: WakeSignal, deviceID: String) async throws -> Bool { try await real.queueWakeUp(signal, deviceID: deviceID) }
+            func queueWakeUp(_ signal: WakeSignal, deviceID: String, in session: any StorageSession) throws -> Bool {
+                try real.queueWakeUp(signal, deviceID: deviceID, in: session)
+            }
         }
         let fixture = try await Engine.sqlite.fixture()
         let (inbox, devices, outbox, _) = try Engine.sqlite.inboxes(fixture)
@@ -381,6 +384,58 @@ struct StoreConformanceTests {
         let (tokens, devices) = try engine.liveActivityTokens(fixture)
         let failures = await LiveActivityTokenStoreConformance(fixture: fixture, tokens: tokens, devices: devices).run()
         #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("phones as nodes: registration, one holder per id, the queue and its limit, one claim wins, outcomes once, across gateways", arguments: Engine.allCases)
+    func deviceNodes(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let (inbox, devices, outbox, _) = try engine.inboxes(fixture)
+        let (store, other): (any DeviceNodeStore, (any DeviceNodeStore)?) = switch engine {
+        case .sqlite: (SQLiteDeviceNodeStore(database: try #require(fixture as? SQLiteEngineFixture).database), nil)
+        case .postgresql: (PostgresDeviceNodeStore(pool: try #require(fixture as? PostgresEngineFixture).pool),
+                           PostgresDeviceNodeStore(pool: try PostgresPool(url: try #require(fixture as? PostgresEngineFixture).database.url, size: 4)))
+        }
+        let failures = await DeviceNodeStoreConformance(fixture: fixture, store: store, inbox: inbox, devices: devices, outbox: outbox, otherNode: other).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the node suite itself catches a store whose claims all win and whose outcomes overwrite")
+    func catchesACarelessNodeStore() async throws {
+        /// Claims and settles whatever the command's status.
+        struct Careless: DeviceNodeStore {
+            let real: SQLiteDeviceNodeStore
+            var transactions: any TransactionalStorage { real.transactions }
+            func register(_ node: DeviceNodes.Node, in session: any StorageSession) throws { try real.register(node, in: session) }
+            func node(deviceID: String, subject: String, in session: any StorageSession) throws -> DeviceNodes.Node? {
+                try real.node(deviceID: deviceID, subject: subject, in: session)
+            }
+            func node(deviceID: String, subject: String) async throws -> DeviceNodes.Node? { try await real.node(deviceID: deviceID, subject: subject) }
+            func nodes(subject: String, limit: Int) async throws -> [DeviceNodes.Node] { try await real.nodes(subject: subject, limit: limit) }
+            func insert(_ command: DeviceNodes.Command, queueLimit: Int, now: Date, in session: any StorageSession) throws -> (command: DeviceNodes.Command, created: Bool) {
+                try real.insert(command, queueLimit: queueLimit, now: now, in: session)
+            }
+            func command(id: String, deviceID: String, subject: String, in session: any StorageSession) throws -> DeviceNodes.Command? {
+                try real.command(id: id, deviceID: deviceID, subject: subject, in: session)
+            }
+            func command(id: String, deviceID: String, subject: String) async throws -> DeviceNodes.Command? {
+                try await real.command(id: id, deviceID: deviceID, subject: subject)
+            }
+            func pending(deviceID: String, now: Date, limit: Int) async throws -> [DeviceNodes.Command] { try await real.pending(deviceID: deviceID, now: now, limit: limit) }
+            func claim(id: String, deviceID: String, now: Date, in session: any StorageSession) throws -> Bool {
+                try session.sqliteConnection().run("UPDATE mobile_node_commands SET status = 'running' WHERE device_id = ? AND id = ?", deviceID, id) == 1
+            }
+            func finish(id: String, deviceID: String, status: DeviceNodes.CommandStatus, resultJSON: String?, error: String?, at: Date,
+                        in session: any StorageSession) throws -> Bool {
+                try session.sqliteConnection().run("UPDATE mobile_node_commands SET status = ?, result = ?, error = ?, completed_at = ? WHERE device_id = ? AND id = ?",
+                                                   status.rawValue, resultJSON, error, at.sqliteMillis, deviceID, id) == 1
+            }
+            func expire(id: String, deviceID: String, at: Date) async throws { try await real.expire(id: id, deviceID: deviceID, at: at) }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let (inbox, devices, outbox, _) = try Engine.sqlite.inboxes(fixture)
+        let careless = Careless(real: SQLiteDeviceNodeStore(database: try #require(fixture as? SQLiteEngineFixture).database))
+        let rules = Set(await DeviceNodeStoreConformance(fixture: fixture, store: careless, inbox: inbox, devices: devices, outbox: outbox).run().map(\.rule))
+        #expect(rules.isSuperset(of: ["one claim wins", "an expired command cannot be claimed", "an outcome settles once"]), "\(rules)")
     }
 
     @Test("delivery timelines: recipients, skipped and queued steps, a settle's path, receipts, a device's latest wake-up, test pushes", arguments: Engine.allCases)

@@ -181,14 +181,12 @@ struct CanvasTests {
         let directory = TestGateway.makeTemporaryDirectory()
         let database = try DatabasePool(path: directory + "/old.db")
         try database.migrate(Array(MobileSchema.migrations.prefix { $0.id != "mobile.8-nodes" }))
-        let store = try MobileStore(database: database)
         try database.transaction { db in
             for (id, state) in [("cmd_a", "delivered"), ("cmd_b", "completed")] {
                 try db.run("INSERT INTO mobile_device_commands (id, device_id, subject, command, params, waits, state, result, created_at, expires_at) VALUES (?, 'phone', 'owner', 'canvas.present', '{\"title\":\"Hi\"}', 0, ?, NULL, 1, 9999999999999)", id, state)
             }
         }
         try database.migrate(MobileSchema.migrations)
-        _ = try DeviceNodes(store: store, dispatcher: nil, clock: SystemWallClock())
         let moved = try database.read { try $0.query("SELECT id, status FROM mobile_node_commands ORDER BY id").map { "\($0.string("id")!)=\($0.string("status")!)" } }
         #expect(moved == ["cmd_a=queued", "cmd_b=completed"])
         let old = try database.read { try $0.query("SELECT name FROM sqlite_master WHERE name = 'mobile_device_commands'") }

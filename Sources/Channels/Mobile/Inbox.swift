@@ -37,6 +37,8 @@ public protocol Inbox: Sendable {
     func queueWakeUps(_ signal: WakeSignal, subject: String) async throws -> Int
     /// Queues a wake-up for one device if it takes pushes.
     func queueWakeUp(_ signal: WakeSignal, deviceID: String) async throws -> Bool
+    /// The same inside the caller's transaction (a phone command's wake-up commits with the command).
+    func queueWakeUp(_ signal: WakeSignal, deviceID: String, in session: any StorageSession) throws -> Bool
     /// Starts hearing other processes' writes to the same database, so this process's cached pages go stale when
     /// theirs would (a no-op for an engine only one process writes).
     func followOtherWriters() async throws

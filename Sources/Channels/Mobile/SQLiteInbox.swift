@@ -58,6 +58,11 @@ public struct SQLiteInbox: Inbox {
     public func queueWakeUp(_ signal: WakeSignal, deviceID: String) async throws -> Bool {
         try await store.database.onStorageThreads { try store.queueWakeUp(signal, deviceID: deviceID) }
     }
+
+    public func queueWakeUp(_ signal: WakeSignal, deviceID: String, in session: any StorageSession) throws -> Bool {
+        _ = try session.sqliteConnection()
+        return try store.queueWakeUp(signal, deviceID: deviceID)
+    }
 }
 
 /// The SQLite devices aggregate (`DeviceStore`) behind the engine seam, on SQLite's own threads.

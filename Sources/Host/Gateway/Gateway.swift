@@ -296,12 +296,7 @@ public final class Gateway: Sendable {
                 }
             }
         }
-        let nodes: DeviceNodes
-        do {
-            nodes = try DeviceNodes(store: mobileStore, dispatcher: dispatcher, clock: options.clock)
-        } catch {
-            throw .storage("cannot open the device node tables: \(error)")
-        }
+        let nodes = DeviceNodes(store: SQLiteDeviceNodeStore(database: database), inbox: mobileStore.inbox, dispatcher: dispatcher, clock: options.clock)
         let runsBox = LateBound<AgentRuns>()
         let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(nodes: nodes, clock: options.clock),
                                                  approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox,
@@ -361,7 +356,7 @@ public final class Gateway: Sendable {
         }).routes)
         router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
         router.add(ConsoleInboxAPI(store: mobileStore, transports: transports, clock: options.clock).routes)
-        let commandsAPI = DeviceCommandsAPI(store: mobileStore, nodes: nodes)
+        let commandsAPI = DeviceCommandsAPI(devices: mobileStore.devices.registry, nodes: nodes)
         router.add(commandsAPI.routes)
         router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
         router.add(WebPushAPI(transport: transports.transports.lazy.compactMap { $0 as? WebPushTransport }.first, devices: mobileStore.devices).routes)

@@ -26,7 +26,7 @@ public enum PhoneTools {
         }
 
         func call(_ arguments: JSONValue, run: ToolRunContext) async -> String {
-            do { return try JSONCoding.text(nodes.nodes(subject: run.subject).map(DeviceNodes.NodeView.init)) } catch { return PhoneTools.failure(error) }
+            do { return try JSONCoding.text(await nodes.nodes(subject: run.subject).map(DeviceNodes.NodeView.init)) } catch { return PhoneTools.failure(error) }
         }
     }
 
@@ -53,7 +53,7 @@ public enum PhoneTools {
             var expiresIn = DeviceNodes.defaultExpiry
             if let asked = arguments["expires_in_seconds"]?.numberValue, (30...900).contains(asked) { expiresIn = asked }
             do {
-                let queued = try nodes.enqueue(deviceID: deviceID, subject: run.subject, id: nil, command: command,
+                let queued = try await nodes.enqueue(deviceID: deviceID, subject: run.subject, id: nil, command: command,
                                                params: arguments["params"] ?? .object([:]), expiresAt: clock.now().addingTimeInterval(expiresIn))
                 return try JSONCoding.text(DeviceNodes.CommandView(queued))
             } catch {
