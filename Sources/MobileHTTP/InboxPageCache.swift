@@ -49,11 +49,6 @@ public final class InboxPageCache: Sendable {
         self.budgetBytes = budgetBytes
     }
 
-    /// The generation a page for `subject` is rendered and looked up at: read it before the page's queries run.
-    public static func generation(of subject: String, in store: MobileStore) -> UInt64 {
-        store.inboxGenerations.generation(of: subject)
-    }
-
     public func page(for key: Key, generation: UInt64) -> Page? {
         state.withLock { state in
             guard let page = state.pages[key], page.generation == generation else { return nil }

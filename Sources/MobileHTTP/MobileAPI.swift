@@ -10,15 +10,26 @@ public struct MobileAPI: Sendable {
     public static let defaultPageSize = 100
     public static let maximumPageSize = 200
 
-    let store: MobileStore
+    let storage: MobileStorage
     let channel: MobileChannel
     let liveActivities: LiveActivityPublisher?
     let inboxPages = InboxPageCache()
 
-    public init(store: MobileStore, channel: MobileChannel, liveActivities: LiveActivityPublisher? = nil) {
-        self.store = store
+    public init(storage: MobileStorage, channel: MobileChannel, liveActivities: LiveActivityPublisher? = nil) {
+        self.storage = storage
         self.channel = channel
         self.liveActivities = liveActivities
+    }
+
+    /// The inbox GET: answered on the server thread where the engine reads on the calling thread (SQLite), else async.
+    var listDeliveriesRoute: Route {
+        let summary = "The caller's inbox, newest first"
+        if let immediate = storage.inbox as? any ImmediateInboxReads {
+            return Route.answeredAtOnce(.GET, "/api/v1/mobile/deliveries", role: .viewer, summary: summary) { request, caller in
+                try listDeliveries(request, caller: caller, reading: immediate)
+            }
+        }
+        return Route(.GET, "/api/v1/mobile/deliveries", role: .viewer, summary: summary, handler: listDeliveries)
     }
 
     public var routes: [Route] {
@@ -26,7 +37,7 @@ public struct MobileAPI: Sendable {
             Route(.POST, "/api/v1/mobile/devices", role: .viewer, summary: "Register or update this phone", handler: registerDevice),
             Route(.GET, "/api/v1/mobile/devices", role: .viewer, summary: "The caller's registered phones", handler: listDevices),
             Route(.DELETE, "/api/v1/mobile/devices/:id", role: .viewer, summary: "Remove one of the caller's phones", handler: deleteDevice),
-            Route.answeredAtOnce(.GET, "/api/v1/mobile/deliveries", role: .viewer, summary: "The caller's inbox, newest first", handler: listDeliveries),
+            listDeliveriesRoute,
             Route(.GET, "/api/v1/mobile/deliveries/:id", role: .viewer, summary: "One inbox line with its full content", handler: getDelivery),
             Route(.POST, "/api/v1/mobile/deliveries/:id/read", role: .viewer, summary: "Mark a line read on one phone", handler: markRead),
             Route(.POST, "/api/v1/channels/mobile/test", access: .role(.admin), summary: "Send a test line through the mobile channel", handler: sendTest),
@@ -36,10 +47,10 @@ public struct MobileAPI: Sendable {
 
     @Sendable func registerDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let registration = try DeviceRegistration(json: JSONObject(body: request.body))
-        return try await store.transactions.answer { _ in
+        return try await storage.transactions.answer { session in
             let created: Bool
             do {
-                created = try store.devices.register(registration, subject: caller.subject, keyID: caller.keyID)
+                created = try storage.devices.register(registration, subject: caller.subject, keyID: caller.keyID, in: session)
             } catch DeviceOwnershipError.ownedByAnotherSubject {
                 throw APIError(status: 403, code: "device_owned_by_another_user", message: "device is registered to another user", field: "id")
             }
@@ -49,24 +60,25 @@ public struct MobileAPI: Sendable {
     }
 
     @Sendable func listDevices(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        return .json(["devices": try store.devices.list(subject: caller.subject).map(DeviceView.init)])
+        return .json(["devices": try await storage.devices.list(subject: caller.subject).map(DeviceView.init)])
     }
 
     @Sendable func deleteDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         // 204 always, as the original: an unknown or foreign id deletes nothing and says nothing about who has it.
-        return try await store.transactions.answer { _ in
-            _ = try store.devices.deleteDevice(id: request.parameter("id"), subject: caller.subject)
+        return try await storage.transactions.answer { session in
+            _ = try storage.devices.deleteDevice(id: request.parameter("id"), subject: caller.subject, in: session)
             return .noContent
         }
     }
 
     /// An optional `device_id`: nil when absent, else the caller's own device.
-    private func ownDevice(_ id: String?, caller: Principal) throws -> String? {
-        if let id { try store.devices.checkOwnership(of: id, subject: caller.subject) }
+    private func ownDevice(_ id: String?, caller: Principal) async throws -> String? {
+        if let id { _ = try await storage.devices.ownedDevice(id, subject: caller.subject) }
         return id
     }
 
-    @Sendable func listDeliveries(_ request: HTTPRequest, caller: Principal) throws -> HTTPResponse {
+    /// What an inbox GET asks for: its page's cache key.
+    private static func pageKey(_ request: HTTPRequest, caller: Principal) throws -> InboxPageCache.Key {
         // As the original: a limit that is not a number from 1 to 200 means the default 100 (never an error).
         var limit = Self.defaultPageSize
         if let text = request.query["limit"], let n = Int(text), (1...Self.maximumPageSize).contains(n) { limit = n }
@@ -77,22 +89,46 @@ public struct MobileAPI: Sendable {
         }
         // As the original reads it: an empty (or blank) device_id is no device_id, the caller's feed across phones.
         let deviceID = request.query["device_id"].map(SchemaWhitespace.trim).flatMap { $0.isEmpty ? nil : $0 }
-        // A page rendered since the last write to this person's inbox is still the answer; the device check it passed holds too.
-        let key = InboxPageCache.Key(subject: caller.subject, deviceID: deviceID, cursor: cursor, limit: limit)
-        let generation = InboxPageCache.generation(of: caller.subject, in: store)
-        let page = try inboxPages.page(for: key, generation: generation) ?? {
-            let rendered = try renderInboxPage(caller: caller, deviceID: key.deviceID, cursor: cursor, limit: limit)
-            return inboxPages.store(rendered.body, deliveryIDs: rendered.ids, for: key, generation: generation)
-        }()
+        return InboxPageCache.Key(subject: caller.subject, deviceID: deviceID, cursor: cursor, limit: limit)
+    }
+
+    /// A page rendered since the last write to this person's inbox is still the answer; the device check it passed holds too.
+    private func cachedPage(_ key: InboxPageCache.Key) -> (page: InboxPageCache.Page?, generation: UInt64) {
+        let generation = storage.inbox.inboxGenerations.generation(of: key.subject)
+        return (inboxPages.page(for: key, generation: generation), generation)
+    }
+
+    private func respond(_ request: HTTPRequest, page: InboxPageCache.Page, key: InboxPageCache.Key) -> HTTPResponse {
         // That phone now holds these lines: noted in memory once per rendered page, written later in the background.
-        if let deviceID, page.claimFetchNote() { store.fetches.note(deviceID: deviceID, subject: caller.subject, deliveryIDs: page.deliveryIDs) }
+        if let deviceID = key.deviceID, page.claimFetchNote() { storage.fetches.note(deviceID: deviceID, subject: key.subject, deliveryIDs: page.deliveryIDs) }
         let headers = [("ETag", page.etag), ("Cache-Control", "private, no-cache")]
         if request.alreadyHas(etag: page.etag) { return HTTPResponse(status: 304, headers: headers) }
         return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")] + headers, body: page.body)
     }
 
-    private func renderInboxPage(caller: Principal, deviceID: String?, cursor: Int64?, limit: Int) throws -> (body: [UInt8], ids: [String]) {
-        let page = try store.deliveries(subject: caller.subject, deviceID: ownDevice(deviceID, caller: caller), before: cursor, limit: limit)
+    /// The inbox GET on the server thread (an engine that reads on the calling thread).
+    func listDeliveries(_ request: HTTPRequest, caller: Principal, reading inbox: any ImmediateInboxReads) throws -> HTTPResponse {
+        let key = try Self.pageKey(request, caller: caller)
+        let (cached, generation) = cachedPage(key)
+        let page = try cached ?? {
+            if let deviceID = key.deviceID { try inbox.checkOwnershipNow(of: deviceID, subject: caller.subject) }
+            let rendered = Self.render(try inbox.deliveriesNow(subject: caller.subject, deviceID: key.deviceID, before: key.cursor, limit: key.limit))
+            return inboxPages.store(rendered.body, deliveryIDs: rendered.ids, for: key, generation: generation)
+        }()
+        return respond(request, page: page, key: key)
+    }
+
+    /// The inbox GET, async (an engine over the network).
+    @Sendable func listDeliveries(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
+        let key = try Self.pageKey(request, caller: caller)
+        let (cached, generation) = cachedPage(key)
+        if let cached { return respond(request, page: cached, key: key) }
+        let deviceID = try await ownDevice(key.deviceID, caller: caller)
+        let rendered = Self.render(try await storage.inbox.deliveries(subject: caller.subject, deviceID: deviceID, before: key.cursor, limit: key.limit))
+        return respond(request, page: inboxPages.store(rendered.body, deliveryIDs: rendered.ids, for: key, generation: generation), key: key)
+    }
+
+    private static func render(_ page: InboxPage) -> (body: [UInt8], ids: [String]) {
         // The inbox is the hottest route: written straight to bytes, keys sorted as everywhere else.
         var out = JSONWriter(capacity: 512 * max(1, page.items.count))
         out.beginObject()
@@ -111,14 +147,14 @@ public struct MobileAPI: Sendable {
     @Sendable func getDelivery(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         // As the original: one line is always read as one phone sees it (its read_at is that phone's receipt).
         guard let named = request.query["device_id"].map(SchemaWhitespace.trim), !named.isEmpty else { throw APIError.missingField("device_id") }
-        let deviceID = try ownDevice(named, caller: caller)
-        guard let delivery = try store.delivery(id: request.parameter("id"), subject: caller.subject, deviceID: deviceID) else {
+        let deviceID = try await ownDevice(named, caller: caller)
+        guard let delivery = try await storage.inbox.delivery(id: request.parameter("id"), subject: caller.subject, deviceID: deviceID) else {
             throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
         }
-        if let deviceID { store.fetches.note(deviceID: deviceID, subject: caller.subject, deliveryIDs: [delivery.id]) }
+        if let deviceID { storage.fetches.note(deviceID: deviceID, subject: caller.subject, deliveryIDs: [delivery.id]) }
         // How each of the caller's phones was woken for this line (never other people's).
-        let own = Set(try store.devices.list(subject: caller.subject).map(\.id))
-        let wakeUps = try await store.outbox.entries(deliveryID: delivery.id).filter { own.contains($0.deviceID) }.map(DeliveryView.WithWakeUps.WakeUp.init)
+        let own = Set(try await storage.devices.list(subject: caller.subject).map(\.id))
+        let wakeUps = try await storage.outbox.entries(deliveryID: delivery.id).filter { own.contains($0.deviceID) }.map(DeliveryView.WithWakeUps.WakeUp.init)
         // The single line as the original sends it (no presentation), plus how each of the caller's phones was woken.
         return .json(DeliveryView.WithWakeUps(view: DeliveryView(delivery), wakeUps: wakeUps))
     }
@@ -131,11 +167,11 @@ public struct MobileAPI: Sendable {
 
     @Sendable func markRead(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let body = try request.decode(ReadReceipt.self, allowEmpty: true)
-        guard let deviceID = try ownDevice(body.deviceID ?? request.query["device_id"], caller: caller) else {
+        guard let deviceID = try await ownDevice(body.deviceID ?? request.query["device_id"], caller: caller) else {
             throw APIError.missingField("device_id")
         }
-        return try await store.transactions.answer { _ in
-            guard try store.markRead(deliveryID: request.parameter("id"), deviceID: deviceID, subject: caller.subject) else {
+        return try await storage.transactions.answer { session in
+            guard try storage.inbox.markRead(deliveryID: request.parameter("id"), deviceID: deviceID, subject: caller.subject, in: session) else {
                 throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
             }
             return .json(["read": true])
@@ -164,9 +200,9 @@ public struct MobileAPI: Sendable {
                             metadata: ["trigger": "test"])
         // The line and its answer commit together, so a retry after a crash gets this answer, not a second line.
         let dispatcher = channel.dispatcher
-        return try await store.transactions.answer { _ in
-            let stored = try store.insertDelivery(output, destination: destination)
-            if stored.wakeUps > 0, let dispatcher { store.transactions.afterCommit { dispatcher.poke() } }
+        return try await storage.transactions.answer { session in
+            let stored = try storage.inbox.insertDelivery(output, destination: destination, in: session)
+            if stored.wakeUps > 0, let dispatcher { storage.transactions.afterCommit { dispatcher.poke() } }
             return .json(TestDelivered(deliveryID: stored.id, destination: to, recipients: stored.recipients.count), status: 201)
         }
     }
@@ -203,7 +239,7 @@ public struct MobileAPI: Sendable {
         }
         let device: Device
         do {
-            device = try store.devices.ownedDevice(deviceID, subject: caller.subject)
+            device = try await storage.devices.ownedDevice(deviceID, subject: caller.subject)
         } catch DeviceError.notYours {
             throw APIError(status: 403, code: "unknown_device", message: "device is registered to another user", field: "device_id")
         }
@@ -214,7 +250,7 @@ public struct MobileAPI: Sendable {
         // As the original: development is kept, anything else is production.
         let environment: WakeTarget.Environment = SchemaWhitespace.trim(try body.environment.limited(to: 64, field: "environment") ?? "") == "development" ? .development : .production
         guard let liveActivities else { throw APIError.unavailable("Live Activities are not enabled on this gateway") }
-        return try await store.transactions.answer { session in
+        return try await storage.transactions.answer { session in
             try liveActivities.tokens.register(deviceID: device.id, sessionID: sessionID, agentID: agentID, token: token, environment: environment, now: Date(),
                                                in: session)
             return .json(ActivityRegistered(runKey: LiveActivityPublisher.runKey(agentID: agentID, sessionID: sessionID), deviceID: device.id,

@@ -5,6 +5,43 @@ import Metrics
 import SQLite
 import Synchronization
 
+/// One `fetched` step to write: that phone was given that line at that moment.
+public struct FetchedStep: Sendable, Hashable {
+    public let deliveryID: String
+    public let deviceID: String
+    public let at: Date
+}
+
+/// Where `fetched` steps are written, on each engine: a batch in one transaction, a step already stored ignored.
+/// Returns the steps written now, each with how long after its line was stored it was fetched (when asked).
+public protocol FetchedStepWriter: Sendable {
+    func write(_ steps: [FetchedStep], measuringDelay: Bool) async throws -> [(step: FetchedStep, delay: Double?)]
+}
+
+/// `fetched` steps in SQLite's `mobile_delivery_events`, on SQLite's own threads.
+public struct SQLiteFetchedStepWriter: FetchedStepWriter {
+    let database: DatabasePool
+
+    public init(database: DatabasePool) {
+        self.database = database
+    }
+
+    public func write(_ steps: [FetchedStep], measuringDelay: Bool) async throws -> [(step: FetchedStep, delay: Double?)] {
+        try await database.asyncTransaction { db in
+            var written: [(step: FetchedStep, delay: Double?)] = []
+            for step in steps {
+                let inserted = try db.run("""
+                    INSERT OR IGNORE INTO mobile_delivery_events (delivery_id, device_id, kind, at) VALUES (?, ?, 'fetched', ?)
+                    """, step.deliveryID, step.deviceID, step.at.sqliteMillis)
+                guard inserted > 0 else { continue }
+                let stored = measuringDelay ? try db.query("SELECT created_at FROM mobile_deliveries WHERE id = ?", step.deliveryID).first?.int("created_at") : nil
+                written.append((step, stored.map { max(0, step.at.timeIntervalSince(Date(sqliteMillis: $0))) }))
+            }
+            return written
+        }
+    }
+}
+
 /// "Fetched by that phone": the inbox reads note which device read which lines, and a background flush writes
 /// them, a batch at a time in one transaction, as `fetched` steps of those lines' timelines. The inbox reads are
 /// the hottest path and are answered on the server thread, so noting is a short lock on a set in memory and
@@ -28,7 +65,7 @@ public final class DeliveryFetchStore: Sendable {
     static let rememberedPairs = 65_536
     static let maximumPending = 65_536
 
-    let database: DatabasePool
+    let writer: any FetchedStepWriter
     let clock: any WallClock
     let events: ConsoleEventHub
     let interval: Duration
@@ -37,10 +74,10 @@ public final class DeliveryFetchStore: Sendable {
     let fetchDelay: Histogram?
     private let state = Mutex(State())
 
-    public init(database: DatabasePool, clock: any WallClock, events: ConsoleEventHub, interval: Duration = DeliveryFetchStore.defaultInterval,
+    public init(writer: any FetchedStepWriter, clock: any WallClock, events: ConsoleEventHub, interval: Duration = DeliveryFetchStore.defaultInterval,
                 log: Log = Log(), fetchDelay: Histogram? = nil) {
         self.fetchDelay = fetchDelay
-        self.database = database
+        self.writer = writer
         self.clock = clock
         self.events = events
         self.interval = interval
@@ -89,29 +126,15 @@ public final class DeliveryFetchStore: Sendable {
             return s.pending
         }
         guard !batch.isEmpty else { return }
-        let rows = batch.map { (pair: $0.key, at: $0.value.at, subject: $0.value.subject) }
+        let steps = batch.map { FetchedStep(deliveryID: $0.key.deliveryID, deviceID: $0.key.deviceID, at: $0.value.at) }
         do {
-            // Off the cooperative pool, on the database's own threads; a pair already stored is ignored by the unique index.
-            let measure = fetchDelay != nil
-            let (written, delays): ([Pair], [Double]) = try await database.asyncTransaction { db in
-                var written: [Pair] = []
-                var delays: [Double] = []
-                for row in rows {
-                    let inserted = try db.run("""
-                        INSERT OR IGNORE INTO mobile_delivery_events (delivery_id, device_id, kind, at) VALUES (?, ?, 'fetched', ?)
-                        """, row.pair.deliveryID, row.pair.deviceID, row.at.sqliteMillis)
-                    guard inserted > 0 else { continue }
-                    written.append(row.pair)
-                    if measure, let stored = try db.query("SELECT created_at FROM mobile_deliveries WHERE id = ?", row.pair.deliveryID).first?.int("created_at") {
-                        delays.append(max(0, row.at.timeIntervalSince(Date(sqliteMillis: stored))))
-                    }
-                }
-                return (written, delays)
-            }
+            // Off the cooperative pool, on the engine's own threads; a pair already stored is ignored.
+            let written = try await writer.write(steps, measuringDelay: fetchDelay != nil)
             state.withLock { $0.flushes += 1 }
-            if let fetchDelay { for delay in delays { fetchDelay.observe(delay, labels: []) } }
-            let subjects = Dictionary(rows.map { ($0.pair, $0.subject) }, uniquingKeysWith: { first, _ in first })
-            for pair in written { events.publish(.delivery(pair.deliveryID), to: .subject(subjects[pair] ?? "")) }
+            if let fetchDelay { for case let delay? in written.map(\.delay) { fetchDelay.observe(delay, labels: []) } }
+            for (step, _) in written {
+                events.publish(.delivery(step.deliveryID), to: .subject(batch[Pair(deliveryID: step.deliveryID, deviceID: step.deviceID)]?.subject ?? ""))
+            }
         } catch {
             // Lost: a fetched step is a convenience of the timeline, never worth retrying a broken database for.
             state.withLock { s in for pair in batch.keys { s.recorded.remove(pair) } }

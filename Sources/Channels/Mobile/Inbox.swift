@@ -161,3 +161,35 @@ public struct PreparedInboxLine: Sendable {
         notificationsOn ? "no push token" : "notifications turned off"
     }
 }
+
+/// An inbox that can answer a page on the calling thread, without a hop (SQLite's reads are quick and local): the
+/// inbox GET, the hottest route, is then answered on the server thread. An engine without it is read async.
+public protocol ImmediateInboxReads: Sendable {
+    /// `deliveries(subject:deviceID:before:limit:)` on the calling thread.
+    func deliveriesNow(subject: String, deviceID: String?, before cursor: Int64?, limit: Int) throws -> InboxPage
+    /// Throws `DeviceError.notYours` unless `deviceID` is `subject`'s device, on the calling thread.
+    func checkOwnershipNow(of deviceID: String, subject: String) throws
+}
+
+/// The mobile channel's stores on one engine, as the routes take them: one value the composition root builds for
+/// SQLite (`MobileStore.storage`) or PostgreSQL.
+public struct MobileStorage: Sendable {
+    public var transactions: any TransactionalStorage
+    public var inbox: any Inbox
+    public var devices: any DeviceRegistry
+    public var outbox: any PushOutbox
+    /// Which phone read which line, written off the inbox's hot path.
+    public var fetches: DeliveryFetchStore
+    /// The console's live updates.
+    public var consoleEvents: ConsoleEventHub
+
+    public init(transactions: any TransactionalStorage, inbox: any Inbox, devices: any DeviceRegistry, outbox: any PushOutbox, fetches: DeliveryFetchStore,
+                consoleEvents: ConsoleEventHub) {
+        self.transactions = transactions
+        self.inbox = inbox
+        self.devices = devices
+        self.outbox = outbox
+        self.fetches = fetches
+        self.consoleEvents = consoleEvents
+    }
+}

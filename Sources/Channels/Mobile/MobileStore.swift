@@ -116,7 +116,7 @@ public final class MobileStore: Sendable {
         events = DeliveryEventStore(database: database)
         let hub = ConsoleEventHub()
         consoleEvents = hub
-        fetches = DeliveryFetchStore(database: database, clock: clock, events: hub, fetchDelay: metrics?.fetchDelay)
+        fetches = DeliveryFetchStore(writer: SQLiteFetchedStepWriter(database: database), clock: clock, events: hub, fetchDelay: metrics?.fetchDelay)
     }
 
     static func millis(_ date: Date) -> Int64 { date.sqliteMillis }

@@ -125,6 +125,21 @@ public struct SQLiteDeviceRegistry: DeviceRegistry {
 extension MobileStore {
     /// This store behind the engine seam.
     public var inbox: SQLiteInbox { SQLiteInbox(store: self) }
+    /// Every mobile store of this database, as the routes take them.
+    public var storage: MobileStorage {
+        MobileStorage(transactions: transactions, inbox: inbox, devices: devices.registry, outbox: outbox, fetches: fetches, consoleEvents: consoleEvents)
+    }
+}
+
+extension SQLiteInbox: ImmediateInboxReads {
+    public func deliveriesNow(subject: String, deviceID: String?, before cursor: Int64?, limit: Int) throws -> InboxPage {
+        let page = try store.deliveries(subject: subject, deviceID: deviceID, before: cursor, limit: limit)
+        return InboxPage(items: page.items, unreadCount: page.unreadCount, hasMore: page.hasMore)
+    }
+
+    public func checkOwnershipNow(of deviceID: String, subject: String) throws {
+        try store.devices.checkOwnership(of: deviceID, subject: subject)
+    }
 }
 
 extension DeviceStore {

@@ -354,7 +354,7 @@ public final class Gateway: Sendable {
         }, revoked: { keyID in
             await carriageBox.value?.revoke(keyID: keyID)
         }).routes)
-        router.add(MobileAPI(store: mobileStore, channel: mobile, liveActivities: liveActivities).routes)
+        router.add(MobileAPI(storage: mobileStore.storage, channel: mobile, liveActivities: liveActivities).routes)
         router.add(ConsoleInboxAPI(store: mobileStore, transports: transports, clock: options.clock).routes)
         let commandsAPI = DeviceCommandsAPI(devices: mobileStore.devices.registry, nodes: nodes)
         router.add(commandsAPI.routes)
