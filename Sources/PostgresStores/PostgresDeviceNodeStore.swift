@@ -18,21 +18,19 @@ public struct PostgresDeviceNodeStore: DeviceNodeStore {
 
     public var transactions: any TransactionalStorage { pool }
 
-    static func decode<T: Decodable>(_ text: String?, as: T.Type) -> T? { text.flatMap { try? JSONCoding.decode(T.self, from: Data($0.utf8)) } }
-
     static func node(_ row: PostgresRow) -> DeviceNodes.Node {
         DeviceNodes.Node(deviceID: row.string("device_id") ?? "", subject: row.string("subject") ?? "", name: row.string("name") ?? "",
                          platform: row.string("platform") ?? "ios", model: row.string("model") ?? "", osVersion: row.string("os_version") ?? "",
-                         appVersion: row.string("app_version") ?? "", capabilities: decode(row.string("capabilities"), as: [String].self) ?? [],
-                         permissions: decode(row.string("permissions"), as: [String: String].self) ?? [:],
+                         appVersion: row.string("app_version") ?? "", capabilities: DeviceNodes.Node.capabilities(stored: row.string("capabilities")),
+                         permissions: DeviceNodes.Node.permissions(stored: row.string("permissions")),
                          updatedAt: Date(postgresMillis: row.int("updated_at") ?? 0))
     }
 
     static func command(_ row: PostgresRow) -> DeviceNodes.Command {
         DeviceNodes.Command(id: row.string("id") ?? "", deviceID: row.string("device_id") ?? "", subject: row.string("subject") ?? "",
-                            command: row.string("command") ?? "", params: (try? JSONValue.parse(Array((row.string("params") ?? "{}").utf8))) ?? [:],
+                            command: row.string("command") ?? "", params: DeviceNodes.Command.params(stored: row.string("params")),
                             status: DeviceNodes.CommandStatus(rawValue: row.string("status") ?? "queued"),
-                            result: row.string("result").flatMap { try? JSONValue.parse(Array($0.utf8)) }, error: row.string("error"),
+                            result: DeviceNodes.Command.result(stored: row.string("result")), error: row.string("error"),
                             createdAt: Date(postgresMillis: row.int("created_at") ?? 0), expiresAt: Date(postgresMillis: row.int("expires_at") ?? 0),
                             completedAt: row.int("completed_at").map(Date.init(postgresMillis:)))
     }
@@ -50,8 +48,7 @@ public struct PostgresDeviceNodeStore: DeviceNodeStore {
                 permissions = excluded.permissions, updated_at = excluded.updated_at
             WHERE mobile_nodes.subject = excluded.subject
             """, node.deviceID, node.subject, Array(node.name.utf8), Array(node.platform.utf8), Array(node.model.utf8), Array(node.osVersion.utf8),
-            Array(node.appVersion.utf8), JSONValue.array(node.capabilities.map(JSONValue.string)).serialized(),
-            JSONValue.object(node.permissions.mapValues(JSONValue.string)).serialized(), node.updatedAt.postgresMillis)
+            Array(node.appVersion.utf8), node.capabilitiesJSON, node.permissionsJSON, node.updatedAt.postgresMillis)
         guard written == 1 else { throw NodeError.notFound }
     }
 

@@ -17,7 +17,7 @@ import Testing
 @Suite("Mobile routes across nodes")
 struct MobileRoutesAcrossNodesTests {
     /// One gateway's phone routes over its own pool on the shared database.
-    struct Node {
+    struct Node: Sendable {
         let inbox: PostgresInbox
         let router: Router
 
@@ -64,23 +64,19 @@ struct MobileRoutesAcrossNodesTests {
         #expect(sent.status == 201 && sent.json["recipients"] == 1, "\(sent)")
         let deliveryID = try #require(sent.json["delivery_id"]?.stringValue)
 
-        let page = try await eventually { () -> JSONValue? in
-            let page = await b.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"])
-            // (Not `cond ? json : nil`: JSONValue takes a nil literal, which would be `.null`, not "not yet".)
-            guard page.json["deliveries"]?.arrayValue?.isEmpty == false else { return Optional<JSONValue>.none }
-            return page.json
-        }
+        // A's write reaches B's cached page by a NOTIFY: B shows the line within the wait.
+        let shown = await eventually { await b.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"]).json["deliveries"]?.arrayValue?.isEmpty == false }
+        let page = await b.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"]).json
+        #expect(shown, "B never showed the line written on A")
         #expect(page["deliveries"]?[0]?["id"]?.stringValue == deliveryID && page["unread_count"] == 1, "\(page)")
         let one = await b.call("GET", "/api/v1/mobile/deliveries/\(deliveryID)", query: ["device_id": "alice-phone"])
         #expect(one.status == 200 && one.json["title"] == "Hello" && one.json["wake_ups"]?.arrayValue?.count == 1, "\(one)")
 
         let read = await b.call("POST", "/api/v1/mobile/deliveries/\(deliveryID)/read", body: ["device_id": "alice-phone"])
         #expect(read.status == 200 && read.json["read"] == true, "\(read)")
-        let unread = try await eventually { () -> JSONValue? in
-            let page = await a.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"])
-            guard page.json["unread_count"] == 0 else { return Optional<JSONValue>.none }
-            return page.json
-        }
+        let readOnA = await eventually { await a.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"]).json["unread_count"] == 0 }
+        let unread = await a.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"]).json
+        #expect(readOnA, "A never showed the line read on B: \(unread)")
         #expect(unread["deliveries"]?[0]?["read_at"]?.stringValue != nil, "\(unread)")
 
         // Someone else's device is refused by name on either node; the phone removed on B is gone on A.
@@ -90,16 +86,5 @@ struct MobileRoutesAcrossNodesTests {
         #expect(removed.status == 204)
         let after = await a.call("GET", "/api/v1/mobile/devices")
         #expect(after.json["devices"]?.arrayValue?.isEmpty == true, "\(after)")
-    }
-
-    /// The value once `probe` returns one, within 10 s (another node's write reaches this node's cache by a NOTIFY).
-    func eventually(_ probe: () async throws -> JSONValue?) async throws -> JSONValue {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            if let value = try await probe() { return value }
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        struct TimedOut: Error {}
-        throw TimedOut()
     }
 }

@@ -288,3 +288,19 @@ public enum NodeError: Error, Equatable, CustomStringConvertible {
         }
     }
 }
+
+/// Nodes and commands as every engine stores them: lists, maps, params and results as JSON text this gateway wrote,
+/// read back leniently (a column no longer readable is empty, never an error that hides the rest of the row).
+extension DeviceNodes.Node {
+    public var capabilitiesJSON: String { JSONValue.array(capabilities.map(JSONValue.string)).serialized() }
+    public var permissionsJSON: String { JSONValue.object(permissions.mapValues(JSONValue.string)).serialized() }
+    public static func capabilities(stored: String?) -> [String] { stored.flatMap { try? JSONCoding.decode([String].self, from: Data($0.utf8)) } ?? [] }
+    public static func permissions(stored: String?) -> [String: String] {
+        stored.flatMap { try? JSONCoding.decode([String: String].self, from: Data($0.utf8)) } ?? [:]
+    }
+}
+
+extension DeviceNodes.Command {
+    public static func params(stored: String?) -> JSONValue { (try? JSONValue.parse(Array((stored ?? "{}").utf8))) ?? [:] }
+    public static func result(stored: String?) -> JSONValue? { stored.flatMap { try? JSONValue.parse(Array($0.utf8)) } }
+}

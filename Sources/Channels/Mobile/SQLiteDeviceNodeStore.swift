@@ -14,21 +14,19 @@ public struct SQLiteDeviceNodeStore: DeviceNodeStore {
 
     public var transactions: any TransactionalStorage { database }
 
-    static func decode<T: Decodable>(_ text: String?, as: T.Type) -> T? { text.flatMap { try? JSONCoding.decode(T.self, from: Data($0.utf8)) } }
-
     static func node(_ row: Row) -> DeviceNodes.Node {
         DeviceNodes.Node(deviceID: row.string("device_id") ?? "", subject: row.string("subject") ?? "", name: row.string("name") ?? "",
                          platform: row.string("platform") ?? "ios", model: row.string("model") ?? "", osVersion: row.string("os_version") ?? "",
-                         appVersion: row.string("app_version") ?? "", capabilities: decode(row.string("capabilities"), as: [String].self) ?? [],
-                         permissions: decode(row.string("permissions"), as: [String: String].self) ?? [:],
+                         appVersion: row.string("app_version") ?? "", capabilities: DeviceNodes.Node.capabilities(stored: row.string("capabilities")),
+                         permissions: DeviceNodes.Node.permissions(stored: row.string("permissions")),
                          updatedAt: row.date("updated_at") ?? Date(sqliteMillis: 0))
     }
 
     static func command(_ row: Row) -> DeviceNodes.Command {
         DeviceNodes.Command(id: row.string("id") ?? "", deviceID: row.string("device_id") ?? "", subject: row.string("subject") ?? "",
-                            command: row.string("command") ?? "", params: (try? JSONValue.parse(Array((row.string("params") ?? "{}").utf8))) ?? [:],
+                            command: row.string("command") ?? "", params: DeviceNodes.Command.params(stored: row.string("params")),
                             status: DeviceNodes.CommandStatus(rawValue: row.string("status") ?? "queued"),
-                            result: row.string("result").flatMap { try? JSONValue.parse(Array($0.utf8)) }, error: row.string("error"),
+                            result: DeviceNodes.Command.result(stored: row.string("result")), error: row.string("error"),
                             createdAt: row.date("created_at") ?? Date(sqliteMillis: 0), expiresAt: row.date("expires_at") ?? Date(sqliteMillis: 0),
                             completedAt: row.date("completed_at"))
     }
@@ -45,8 +43,7 @@ public struct SQLiteDeviceNodeStore: DeviceNodeStore {
                 os_version = excluded.os_version, app_version = excluded.app_version, capabilities = excluded.capabilities,
                 permissions = excluded.permissions, updated_at = excluded.updated_at
             """, node.deviceID, node.subject, node.name, node.platform, node.model, node.osVersion, node.appVersion,
-            JSONValue.array(node.capabilities.map(JSONValue.string)).serialized(),
-            JSONValue.object(node.permissions.mapValues(JSONValue.string)).serialized(), node.updatedAt.sqliteMillis)
+            node.capabilitiesJSON, node.permissionsJSON, node.updatedAt.sqliteMillis)
     }
 
     public func node(deviceID: String, subject: String, in session: any StorageSession) throws -> DeviceNodes.Node? {
