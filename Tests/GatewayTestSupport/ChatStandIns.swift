@@ -70,6 +70,11 @@ public final class DiscordStandIn: StandInProcess, @unchecked Sendable {
         try await control("GET", "/control/messages")["messages"]?.arrayValue ?? []
     }
 
+    /// Ends every channel's bucket window now, as if its reset time had come.
+    public func refillBuckets() async throws {
+        try await control("POST", "/control/bucket/refill")
+    }
+
     /// Adds or changes channels: `{"id", "access", "send"}`.
     public func channels(_ channels: [JSONValue]) async throws {
         try await control("POST", "/control/channels", json: ["channels": .array(channels)])

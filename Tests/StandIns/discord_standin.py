@@ -32,6 +32,7 @@ Rules enforced, from Discord's developer docs (https://discord.com/developers/do
 Control port (plain HTTP), besides the shared routes (health, requests, script, delay, reset):
   GET  /control/messages -> {"messages": [Message...]}
   POST /control/channels {"channels": [{"id": "123", "access": true, "send": true}]}
+  POST /control/bucket/refill -> {"ok": true}   every channel's window ends now, as if its reset time had come
   Script steps: {"status": 429, "retry_after": 1.5, "global": false, "scope": "user"}, {"status": 500|502|503},
   {"error": "missing_access"|"missing_permissions"|"unknown_channel"|"invalid_form_body"}, {"hang": true}, {"delay_ms": N}.
   ("invalid_form_body": the 400 50035 answer with a field error on content, for a client that cannot build an
@@ -220,6 +221,10 @@ class Discord(cc.ChannelStandIn):
     async def extra_control(self, path, method, data, send):
         if path == "/control/messages":
             await cc.respond_json(send, 200, {"messages": self.sent.list()})
+        elif path == "/control/bucket/refill":
+            # Ends every channel's window now, as if its reset time had come (tests need no wall-clock race).
+            self.buckets = {}
+            await cc.respond_json(send, 200, {"ok": True})
         elif path == "/control/channels":
             for channel in data.get("channels", []):
                 # (`**channel` already holds "id": naming it again as a keyword raised TypeError, so this route always failed.)
