@@ -63,7 +63,7 @@ let package = Package(
         .target(name: "Lifecycle", path: "Sources/Lifecycle"),
         // The logger value and its handler seam (swift-log's shape), below everything that logs.
         .target(name: "Logging", path: "Sources/Logging"),
-        .target(name: "ChannelAPI", dependencies: ["Logging"], path: "Sources/ChannelAPI"),
+        .target(name: "ChannelAPI", dependencies: ["Logging", "Storage"], path: "Sources/ChannelAPI"),
         // Test kit for channels and transports: controllable clock (and, with the dispatcher, recording transports).
         .target(name: "ChannelTesting", dependencies: ["ChannelAPI"], path: "Sources/ChannelTesting"),
         // The outbox loop every lane shares (wake-ups, channel sends): leases, the window, retry policy.

@@ -16,18 +16,19 @@ extension ConsoleInboxAPI {
     }
 
     @Sendable func listDevices(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let devices = caller.role == .admin ? try store.devices.allDevices() : try store.devices.list(subject: caller.subject)
-        let views = try devices.map { device in
-            let wakes = try store.events.wakeSummary(deviceID: device.id)
-            return DeviceView(device, lastAttempt: wakes.lastAttempt, lastRejection: wakes.lastRejection,
-                              liveActivityTokens: try store.events.liveActivityTokenCount(deviceID: device.id))
+        let devices = caller.role == .admin ? try await store.devices.allDevices() : try await store.devices.list(subject: caller.subject)
+        var views: [DeviceView] = []
+        for device in devices {
+            let wakes = try await store.timelines.wakeSummary(deviceID: device.id)
+            views.append(DeviceView(device, lastAttempt: wakes.lastAttempt, lastRejection: wakes.lastRejection,
+                                    liveActivityTokens: try await store.timelines.liveActivityTokenCount(deviceID: device.id)))
         }
         return .json(DeviceList(devices: views))
     }
 
     @Sendable func testPush(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         // Only one's own phone, whatever the role; another's and none are the same answer.
-        guard let device = try store.devices.device(id: request.parameter("id")), device.subject == caller.subject else {
+        guard let device = try await store.devices.device(id: request.parameter("id")), device.subject == caller.subject else {
             throw APIError(status: 404, code: "not_found", message: "device not found", field: "id")
         }
         guard device.notificationsEnabled else {
@@ -42,7 +43,7 @@ extension ConsoleInboxAPI {
         }
         // Sent now, not through the outbox: the answer is the service's own, whatever it is.
         let attempt = await transport.attempt(Self.testSignal(), to: target)
-        try store.events.recordTestPush(attempt, deviceID: device.id, token: target.pushToken, transport: transport.name, at: clock.now())
+        try await store.timelines.recordTestPush(attempt, deviceID: device.id, token: target.pushToken, transport: transport.name, at: clock.now())
         store.consoleEvents.publish(.device(device.id), to: .subjectAndAdmins(device.subject))
         return .json(TestPushAnswer(outcome: attempt.outcome.label, transport: transport.name, status: attempt.status, reason: attempt.reason,
                                     serviceID: attempt.serviceID, latencyMS: attempt.latencyMilliseconds))

@@ -13,7 +13,7 @@ public struct ConsoleInboxAPI: Sendable {
     /// Lines looked at for one page when filters drop most of them; the page then ends early with `next_before`.
     static let scanBudget = 1000
 
-    let store: MobileStore
+    let store: MobileStorage
     let transports: WakeTransportRegistry
     let clock: any WallClock
     /// Between comment lines on an idle event stream (proxies close a silent connection).
@@ -21,7 +21,7 @@ public struct ConsoleInboxAPI: Sendable {
     /// Bytes an event stream may hold unsent before its writer waits for the browser.
     let streamBufferLimit: Int
 
-    public init(store: MobileStore, transports: WakeTransportRegistry, clock: any WallClock = SystemWallClock(), keepAlive: Duration = .seconds(15),
+    public init(store: MobileStorage, transports: WakeTransportRegistry, clock: any WallClock = SystemWallClock(), keepAlive: Duration = .seconds(15),
                 streamBufferLimit: Int = 64 * 1024) {
         self.store = store
         self.transports = transports
@@ -90,7 +90,7 @@ public struct ConsoleInboxAPI: Sendable {
 
     @Sendable func listDeliveries(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let query = try LineQuery(request.query)
-        let devices = Dictionary(try store.devices.list(subject: caller.subject).map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        let devices = Dictionary(try await store.devices.list(subject: caller.subject).map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         if let named = query.deviceID, devices[named] == nil {
             throw APIError(status: 404, code: "not_found", message: "device not found", field: "device")
         }
@@ -103,9 +103,9 @@ public struct ConsoleInboxAPI: Sendable {
         // lines run out, or the scan budget is spent (then `next_before` says where to go on).
         while true {
             let batchSize = filtered ? 100 : query.limit + 1
-            let batch = try store.consoleLines(subject: caller.subject, agentID: query.agentID, idPrefix: query.idPrefix, before: cursor, limit: batchSize)
+            let batch = try await store.inbox.consoleLines(subject: caller.subject, agentID: query.agentID, idPrefix: query.idPrefix, before: cursor, limit: batchSize)
             var unread = false
-            for line in try store.consoleTimelines(batch, devices: devices.mapValues(\.createdAt)) {
+            for line in try await store.timelines.consoleTimelines(batch, devices: devices.mapValues(\.createdAt)) {
                 if page.count == query.limit {
                     unread = true
                     break
@@ -137,11 +137,11 @@ public struct ConsoleInboxAPI: Sendable {
     @Sendable func getDelivery(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let id = request.parameter("id")
         // Someone else's line and no line are the same answer.
-        guard let line = try store.delivery(id: id, subject: caller.subject, deviceID: nil) else {
+        guard let line = try await store.inbox.delivery(id: id, subject: caller.subject, deviceID: nil) else {
             throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
         }
-        let devices = Dictionary(try store.devices.list(subject: caller.subject).map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        guard let timeline = try store.consoleTimelines([line], devices: devices.mapValues(\.createdAt)).first else {
+        let devices = Dictionary(try await store.devices.list(subject: caller.subject).map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        guard let timeline = try await store.timelines.consoleTimelines([line], devices: devices.mapValues(\.createdAt)).first else {
             throw APIError(status: 404, code: "not_found", message: "delivery not found", field: "id")
         }
         return .json(LineDetail(delivery: LineView(timeline, devices: devices, body: true),

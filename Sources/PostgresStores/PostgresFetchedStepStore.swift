@@ -41,6 +41,6 @@ extension MobileStorage {
         return MobileStorage(transactions: pool, inbox: inbox, devices: inbox, outbox: PostgresPushOutbox(pool: pool),
                              fetches: DeliveryFetchStore(writer: PostgresFetchedStepWriter(pool: pool), clock: clock, events: events, log: log,
                                                          fetchDelay: fetchDelay),
-                             consoleEvents: events)
+                             timelines: PostgresDeliveryTimelineStore(pool: pool), consoleEvents: events)
     }
 }

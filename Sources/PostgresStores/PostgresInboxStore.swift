@@ -162,13 +162,47 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
     }
 
     public func queueWakeUps(_ signal: WakeSignal, subject: String) async throws -> Int {
-        let now = clock.now(), outbox = outbox
-        return try await pool.transaction { db in
-            let devices = try db.query("""
-                SELECT id FROM mobile_devices WHERE subject = $1 AND notifications_enabled AND push_token IS NOT NULL ORDER BY id
-                """, subject).compactMap { $0.string("id") }
-            try outbox.enqueue(signal, deliveryID: nil, deviceIDs: devices, now: now, in: db)
-            return devices.count
+        try await pool.transaction { db in try queueWakeUps(signal, subject: subject, in: db) }
+    }
+
+    public func queueWakeUps(_ signal: WakeSignal, subject: String, in session: any StorageSession) throws -> Int {
+        try queueWakeUps(signal, subject: subject, in: try session.postgresConnection())
+    }
+
+    private func queueWakeUps(_ signal: WakeSignal, subject: String, in db: PostgresConnection) throws -> Int {
+        let devices = try db.query("""
+            SELECT id FROM mobile_devices WHERE subject = $1 AND notifications_enabled AND push_token IS NOT NULL ORDER BY id
+            """, subject).compactMap { $0.string("id") }
+        try outbox.enqueue(signal, deliveryID: nil, deviceIDs: devices, now: clock.now(), in: db)
+        return devices.count
+    }
+
+    public func consoleLines(subject: String, agentID: String?, idPrefix: String?, before: Int64?, limit: Int) async throws -> [Delivery] {
+        try await pool.withConnection { db in
+            var query = Parameters()
+            let kinds = Self.lineKinds(subject: subject, deviceID: nil, &query)
+            let cursor = query.add(before ?? Int64.max), take = query.add(max(0, limit))
+            var extra = ""
+            if let agentID { extra += " AND agent_id = \(query.add(agentID))" }
+            if let idPrefix {
+                // Byte-wise, whatever the database's collation (ids are ASCII): every id that starts with the prefix
+                // sorts between it and it followed by U+10FFFF, along mobile_deliveries_id_pattern.
+                extra += " AND id ~>=~ \(query.add(idPrefix)) AND id ~<~ \(query.add(idPrefix + "\u{10FFFF}"))"
+            }
+            if idPrefix != nil {
+                return try db.query("""
+                    SELECT d.*, NULL::BIGINT AS read_at FROM mobile_deliveries d
+                    WHERE (\(kinds.map { "(\($0))" }.joined(separator: " OR "))) AND seq < \(cursor)\(extra)
+                    ORDER BY seq DESC LIMIT \(take)
+                    """, arguments: query.values).map(Self.delivery)
+            }
+            // As the inbox reads a page: each kind of destination backwards along its index, `limit` of each at most.
+            let newest = kinds.map { "(SELECT seq FROM mobile_deliveries WHERE \($0) AND seq < \(cursor)\(extra) ORDER BY seq DESC LIMIT \(take))" }
+            return try db.query("""
+                SELECT d.*, NULL::BIGINT AS read_at FROM mobile_deliveries d
+                WHERE d.seq IN (\(newest.joined(separator: " UNION ALL ")))
+                ORDER BY d.seq DESC LIMIT \(take)
+                """, arguments: query.values).map(Self.delivery)
         }
     }
 

@@ -146,5 +146,9 @@ public enum PostgresMobileSchema {
             );
             CREATE INDEX mobile_node_commands_queued ON mobile_node_commands (device_id, status, created_at);
             """),
+        // The console's search by id prefix: a byte-wise index, so a range over ids needs no collation's order.
+        PostgresMigration(module: "mobile", version: 5, sql: """
+            CREATE INDEX mobile_deliveries_id_pattern ON mobile_deliveries (id text_pattern_ops);
+            """),
     ]
 }

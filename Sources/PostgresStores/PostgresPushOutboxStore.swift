@@ -139,4 +139,23 @@ public struct PostgresPushOutbox: PushOutbox {
             return result
         }
     }
+
+    public func health(transports: [String]) async throws -> PushOutboxHealth {
+        try await pool.withConnection { db in
+            let pending = try db.query("SELECT count(*) AS n, min(created_at) AS oldest FROM mobile_push_outbox WHERE state = 'pending'").first
+            var last: [String: PushOutboxHealth.LastOutcome] = [:]
+            for transport in transports {
+                let row = try db.query("""
+                    SELECT state, outcome, finished_at FROM mobile_push_outbox
+                    WHERE id > (SELECT coalesce(max(id), 0) - $1 FROM mobile_push_outbox) AND transport = $2 AND finished_at IS NOT NULL
+                    ORDER BY finished_at DESC LIMIT 1
+                    """, PushOutboxHealth.window, transport).first
+                if let row, let at = row.int("finished_at") {
+                    last[transport] = .init(state: row.string("state") ?? "", outcome: row.string("outcome"), at: Date(postgresMillis: at))
+                }
+            }
+            return PushOutboxHealth(pending: Int(pending?.int("n") ?? 0), oldestPendingAt: pending?.int("oldest").map(Date.init(postgresMillis:)),
+                                    lastOutcomes: last)
+        }
+    }
 }

@@ -41,20 +41,22 @@ extension MobileStore {
                 """, arguments: newest.flatMap(\.args) + [limit]).map(Self.delivery)
         }
     }
+}
 
+extension DeliveryTimelineStore {
     /// These lines with the timelines of the caller's phones (`devices`, each with when it was registered): each phone
     /// the line was written for, or that fetched or read it since. A phone registered after a line was written was
     /// not its recipient, whatever an earlier registration of its id was.
-    public func consoleTimelines(_ lines: [Delivery], devices: [String: Date]) throws -> [ConsoleLine] {
+    public func consoleTimelines(_ lines: [Delivery], devices: [String: Date]) async throws -> [ConsoleLine] {
         let ids = lines.map(\.id)
-        let events = try self.events.events(deliveryIDs: ids)
-        let recipients = try self.events.recipients(deliveryIDs: ids)
-        let receipts = try self.events.receipts(deliveryIDs: ids)
-        let waiting = try self.events.waitingWakeUps(deliveryIDs: ids)
+        let allEvents = try await events(deliveryIDs: ids)
+        let allRecipients = try await recipients(deliveryIDs: ids)
+        let allReceipts = try await receipts(deliveryIDs: ids)
+        let allWaiting = try await waitingWakeUps(deliveryIDs: ids)
         return lines.map { line in
-            let lineEvents = (waiting[line.id] ?? []) + (events[line.id] ?? [])
-            let lineReceipts = receipts[line.id] ?? [:]
-            var involved = Set((recipients[line.id] ?? []).filter { devices[$0].map { line.createdAt >= $0 } ?? false })
+            let lineEvents = (allWaiting[line.id] ?? []) + (allEvents[line.id] ?? [])
+            let lineReceipts = allReceipts[line.id] ?? [:]
+            var involved = Set((allRecipients[line.id] ?? []).filter { devices[$0].map { line.createdAt >= $0 } ?? false })
             involved.formUnion(lineEvents.compactMap { event in event.deviceID.flatMap { id in devices[id].map { event.at >= $0 } == true ? id : nil } })
             involved.formUnion(lineReceipts.keys)
             let timelines = involved.filter { devices[$0] != nil }.sorted().map {

@@ -33,8 +33,13 @@ public protocol Inbox: Sendable {
     /// The newest line's sequence (0 with none), taken after every line being written now is committed: a feed that
     /// starts after it misses no line written from then on.
     func latestDeliverySeq() async throws -> Int64
+    /// A person's lines newest first, as far as `limit`, for the console: optionally one agent's, or those whose id
+    /// starts with `idPrefix`, below the store sequence `before`. Visibility is the inbox's own; no read state.
+    func consoleLines(subject: String, agentID: String?, idPrefix: String?, before: Int64?, limit: Int) async throws -> [Delivery]
     /// Queues a wake-up for every phone of `subject` that takes pushes; returns how many.
     func queueWakeUps(_ signal: WakeSignal, subject: String) async throws -> Int
+    /// The same inside the caller's transaction (an approval's wake-ups commit with the approval).
+    func queueWakeUps(_ signal: WakeSignal, subject: String, in session: any StorageSession) throws -> Int
     /// Queues a wake-up for one device if it takes pushes.
     func queueWakeUp(_ signal: WakeSignal, deviceID: String) async throws -> Bool
     /// The same inside the caller's transaction (a phone command's wake-up commits with the command).
@@ -180,16 +185,19 @@ public struct MobileStorage: Sendable {
     public var outbox: any PushOutbox
     /// Which phone read which line, written off the inbox's hot path.
     public var fetches: DeliveryFetchStore
+    /// Each line's path to each phone, as the console reads it.
+    public var timelines: any DeliveryTimelineStore
     /// The console's live updates.
     public var consoleEvents: ConsoleEventHub
 
     public init(transactions: any TransactionalStorage, inbox: any Inbox, devices: any DeviceRegistry, outbox: any PushOutbox, fetches: DeliveryFetchStore,
-                consoleEvents: ConsoleEventHub) {
+                timelines: any DeliveryTimelineStore, consoleEvents: ConsoleEventHub) {
         self.transactions = transactions
         self.inbox = inbox
         self.devices = devices
         self.outbox = outbox
         self.fetches = fetches
+        self.timelines = timelines
         self.consoleEvents = consoleEvents
     }
 }

@@ -396,26 +396,29 @@ public enum DeviceError: Error, Equatable, CustomStringConvertible {
     }
 }
 
-/// The mobile channel's side of `DeviceAlerts`: wake-ups queued in the outbox, and the dispatcher told once they
-/// are committed.
+/// The mobile channel's side of `DeviceAlerts`: wake-ups queued in the outbox (on any engine), and the dispatcher
+/// told once they are committed.
 public struct MobileDeviceAlerts: DeviceAlerts {
-    public let store: MobileStore
+    public let inbox: any Inbox
+    public let transactions: any TransactionalStorage
     public let dispatcher: PushDispatcher?
 
-    public init(store: MobileStore, dispatcher: PushDispatcher?) {
-        self.store = store
+    public init(storage: MobileStorage, dispatcher: PushDispatcher?) {
+        inbox = storage.inbox
+        transactions = storage.transactions
         self.dispatcher = dispatcher
     }
 
-    public func alert(_ signal: WakeSignal, deviceID: String) throws -> Bool {
-        let queued = try store.queueWakeUp(signal, deviceID: deviceID)
-        if queued, let dispatcher { store.database.afterCommit { dispatcher.poke() } }
+    /// Committed when it returns: the dispatcher is told at once.
+    public func alert(_ signal: WakeSignal, deviceID: String) async throws -> Bool {
+        let queued = try await inbox.queueWakeUp(signal, deviceID: deviceID)
+        if queued { dispatcher?.poke() }
         return queued
     }
 
-    public func alert(_ signal: WakeSignal, subject: String) throws -> Int {
-        let queued = try store.queueWakeUps(signal, subject: subject)
-        if queued > 0, let dispatcher { store.database.afterCommit { dispatcher.poke() } }
+    public func alert(_ signal: WakeSignal, subject: String, in session: any StorageSession) throws -> Int {
+        let queued = try inbox.queueWakeUps(signal, subject: subject, in: session)
+        if queued > 0, let dispatcher { transactions.afterCommit { dispatcher.poke() } }
         return queued
     }
 }

@@ -76,6 +76,8 @@ public protocol PushOutbox: Sendable {
     func releaseAbandonedLeases(ownOwner: String) async throws -> Int
     func entries(deliveryID: String?) async throws -> [OutboxEntry]
     func counts() async throws -> [OutboxEntry.State: Int]
+    /// What waits, since when, and each of `transports`' latest finished wake-up (the health page, the metrics).
+    func health(transports: [String]) async throws -> PushOutboxHealth
 }
 
 extension PushOutbox {

@@ -55,6 +55,17 @@ public struct SQLiteInbox: Inbox {
         try await store.database.onStorageThreads { try store.queueWakeUps(signal, subject: subject) }
     }
 
+    public func consoleLines(subject: String, agentID: String?, idPrefix: String?, before: Int64?, limit: Int) async throws -> [Delivery] {
+        try await store.database.onStorageThreads {
+            try store.consoleLines(subject: subject, agentID: agentID, idPrefix: idPrefix, before: before, limit: limit)
+        }
+    }
+
+    public func queueWakeUps(_ signal: WakeSignal, subject: String, in session: any StorageSession) throws -> Int {
+        _ = try session.sqliteConnection()
+        return try store.queueWakeUps(signal, subject: subject)
+    }
+
     public func queueWakeUp(_ signal: WakeSignal, deviceID: String) async throws -> Bool {
         try await store.database.onStorageThreads { try store.queueWakeUp(signal, deviceID: deviceID) }
     }
@@ -127,7 +138,8 @@ extension MobileStore {
     public var inbox: SQLiteInbox { SQLiteInbox(store: self) }
     /// Every mobile store of this database, as the routes take them.
     public var storage: MobileStorage {
-        MobileStorage(transactions: transactions, inbox: inbox, devices: devices.registry, outbox: outbox, fetches: fetches, consoleEvents: consoleEvents)
+        MobileStorage(transactions: transactions, inbox: inbox, devices: devices.registry, outbox: outbox, fetches: fetches,
+                      timelines: SQLiteDeliveryTimelineStore(events: events), consoleEvents: consoleEvents)
     }
 }
 

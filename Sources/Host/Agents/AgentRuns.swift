@@ -313,7 +313,7 @@ public actor AgentRuns {
             // A run someone stopped on purpose is not a failure anyone needs to be told about.
             if error != .cancelled {
                 await notifyFailure(agent: agent, record: record, error: error)
-                alertFiringDevice(agent: agent, record: record, destination: destination)
+                await alertFiringDevice(agent: agent, record: record, destination: destination)
             }
         } catch {
             // The reply existed but no channel took it: the run failed to deliver.
@@ -374,11 +374,11 @@ public actor AgentRuns {
     /// The original app's contract (§5.1, §11): a run a region crossing started that fails sends the firing device,
     /// and only it, a `SOULACY_TRIGGER` alert at priority 10. The body stays generic: an error's text can carry a
     /// provider's message or a command's output, and nothing of a run travels in a push.
-    private func alertFiringDevice(agent: AgentConfig, record: RunRecord, destination: RunDestination?) {
+    private func alertFiringDevice(agent: AgentConfig, record: RunRecord, destination: RunDestination?) async {
         guard record.trigger == .location, let alerts, let to = destination?.to, case .device(let device)? = try? Destination(parsing: to) else { return }
         let signal = WakeSignal(category: .trigger, title: "\(agent.name) could not run", body: "The run did not finish. Open Soulacy to see why.",
                                 deepLink: "soulacy://activity", threadID: "trigger-\(agent.id)", priority: .high)
-        do { try alerts.alert(signal, deviceID: device) } catch {
+        do { try await alerts.alert(signal, deviceID: device) } catch {
             log.error("run \(record.id): the failed-run alert could not be queued: \(error)")
         }
     }

@@ -99,7 +99,7 @@ public actor ApprovalsBroker {
                                                                 sessionID: sessionID, tool: tool, arguments: arguments, state: .pending,
                                                                 createdAt: now, expiresAt: expires), in: session)
         if created {
-            try alerts?.alert(Self.signal(for: approval), subject: subject)
+            try alerts?.alert(Self.signal(for: approval), subject: subject, in: session)
             observers.tell(approval, after: store.storage)
         }
         return approval

@@ -275,9 +275,10 @@ public final class Gateway: Sendable {
             throw .storage("cannot open the Live Activity table: \(error)")
         }
         self.liveActivities = liveActivities
-        let mobile = MobileChannel(store: mobileStore.inbox, dispatcher: dispatcher)
+        let mobileStorage = mobileStore.storage
+        let mobile = MobileChannel(store: mobileStorage.inbox, dispatcher: dispatcher)
         // Approvals and failed location runs wake phones through this seam; only the assembly knows it is the mobile channel.
-        let deviceAlerts = MobileDeviceAlerts(store: mobileStore, dispatcher: dispatcher)
+        let deviceAlerts = MobileDeviceAlerts(storage: mobileStorage, dispatcher: dispatcher)
         approvals = ApprovalsBroker(store: SQLiteApprovalStore(database: database), alerts: deviceAlerts, clock: options.clock,
                                     defaultTimeout: options.approvalTimeout)
         approvals.observe { [events = mobileStore.consoleEvents] in events.publish(.approval($0.callID, state: $0.state.rawValue), to: .subject($0.subject)) }
@@ -327,7 +328,7 @@ public final class Gateway: Sendable {
         var router = Router(log: log)
         router.errorResponder = StorageFailureResponder(log: log).respond
         let carriageBox = CarriageBox()
-        var gatewayAPI = GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStore, scheduler: scheduler, clock: options.clock,
+        var gatewayAPI = GatewayAPI(catalog: catalog, runs: runs, runStore: runStore, mobile: mobileStorage, scheduler: scheduler, clock: options.clock,
                                     transportNames: transports.transports.map(\.name))
         gatewayAPI.relayStatus = { await carriageBox.value?.status() }
         gatewayAPI.disabledEndpoints = { [outbound] in
@@ -347,32 +348,32 @@ public final class Gateway: Sendable {
         self.consoleSessions = consoleSessions
         let consoleSession = ConsoleSessionAPI(sessions: consoleSessions, keys: keys)
         router.add(consoleSession.routes)
-        router.add(APIKeysAPI(keys: keys, mobile: mobileStore, revoking: { keyID, session in
+        router.add(APIKeysAPI(keys: keys, mobile: mobileStorage, revoking: { keyID, session in
             // A revoked key's console sessions end in its revocation's transaction (a key revoked below the API has
             // its sessions refused from the next request anyway).
             try consoleSessions.revoke(signedInWithKey: keyID, in: session)
         }, revoked: { keyID in
             await carriageBox.value?.revoke(keyID: keyID)
         }).routes)
-        router.add(MobileAPI(storage: mobileStore.storage, channel: mobile, liveActivities: liveActivities).routes)
-        router.add(ConsoleInboxAPI(store: mobileStore, transports: transports, clock: options.clock).routes)
+        router.add(MobileAPI(storage: mobileStorage, channel: mobile, liveActivities: liveActivities).routes)
+        router.add(ConsoleInboxAPI(store: mobileStorage, transports: transports, clock: options.clock).routes)
         let commandsAPI = DeviceCommandsAPI(devices: mobileStore.devices.registry, nodes: nodes)
         router.add(commandsAPI.routes)
         router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
-        router.add(WebPushAPI(transport: transports.transports.lazy.compactMap { $0 as? WebPushTransport }.first, devices: mobileStore.devices).routes)
+        router.add(WebPushAPI(transport: transports.transports.lazy.compactMap { $0 as? WebPushTransport }.first, mobile: mobileStorage).routes)
         let port = boundPort
         let publicURL = options.publicURL
         let identity = options.autoTLS || options.lanHost != nil
             ? try GatewayTLSIdentity.loadOrCreate(dataDirectory: options.dataDirectory, hosts: [options.host] + (options.lanHost.map { [$0] } ?? []))
             : nil
         tlsPin = identity?.pin
-        metrics.registerState(mobile: mobileStore, channelOutbox: channelOutbox, outbound: outbound, transports: transports, tlsCertificatePEM: identity?.certificatePEM, clock: options.clock)
+        metrics.registerState(pushOutbox: mobileStorage.outbox, channelOutbox: channelOutbox, outbound: outbound, transports: transports, tlsCertificatePEM: identity?.certificatePEM, clock: options.clock)
         let registry = options.metrics
         router.add(Route(.GET, "/metrics", role: .admin, summary: "Metrics in the Prometheus text format") { _, _ in await GatewayMetrics.response(registry) })
         let pinnedLink = self.pinnedLink
         let linkHost = LocalAddresses.linkHost(for: options.host)
         self.linkHost = linkHost
-        router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStore, limiter: PairingRateLimiter(),
+        router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStorage, limiter: PairingRateLimiter(),
                                 gatewayURL: { publicURL ?? "http://\(linkHost):\(port.value.load(ordering: .relaxed))" },
                                 pinned: { pinnedLink.value }, mainPortPin: options.autoTLS ? identity?.pin : nil, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) },
                                 relayConfigured: { carriageBox.value != nil }).routes)
@@ -382,7 +383,7 @@ public final class Gateway: Sendable {
         router.add(ConsoleRoutes().routes)
         router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
         router.add(AssistantAPI(runs: runs, catalog: catalog, sessions: ChatSessions()).routes)
-        router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStore, cooldowns: SQLiteTriggerCooldownStore(database: database), clock: options.clock).routes)
+        router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStorage, cooldowns: SQLiteTriggerCooldownStore(database: database), clock: options.clock).routes)
         let pluginContext = GatewayPluginContext(outbound: outbound, clock: options.clock, log: log)
         for plugin in options.plugins { router.add(plugin.routes(pluginContext)) }
         pluginServices = options.plugins.flatMap { $0.services(pluginContext) }

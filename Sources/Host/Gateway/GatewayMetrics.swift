@@ -33,12 +33,12 @@ struct GatewayMetrics: Sendable {
     }
 
     /// The gauges that read the gateway's state at scrape time: outbox depth and age, sidecars, credentials.
-    func registerState(mobile: MobileStore, channelOutbox: any ChannelOutbox, outbound: OutboundChannelRegistry, transports: WakeTransportRegistry,
+    func registerState(pushOutbox: any PushOutbox, channelOutbox: any ChannelOutbox, outbound: OutboundChannelRegistry, transports: WakeTransportRegistry,
                        tlsCertificatePEM: String?, clock: any WallClock) {
         // Read before each scrape (async: the outbox may be on another machine), shown by the gauges below.
         let snapshot = Mutex<(push: PushOutboxHealth?, channels: ChannelOutboxHealth?)>((nil, nil))
         registry.beforeScrape {
-            let push = try? await mobile.pushOutboxHealth(transports: [])
+            let push = try? await pushOutbox.health(transports: [])
             let channels = try? await channelOutbox.health(channels: [])
             snapshot.withLock { $0 = (push, channels) }
         }

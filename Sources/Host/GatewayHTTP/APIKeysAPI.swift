@@ -10,14 +10,14 @@ import Mobile
 /// revokes the keys of their own subject (and sees who minted each, and when).
 public struct APIKeysAPI: Sendable {
     let keys: any APIKeyStore
-    let mobile: MobileStore
+    let mobile: MobileStorage
     /// Told of every revoked key (the relay carriage forgets the phone).
     var revoked: @Sendable (String) async -> Void = { _ in }
     /// What else ends with a key, inside its revocation's transaction (the console sessions it signed in).
     var revoking: @Sendable (String, any StorageSession) throws -> Void = { _, _ in }
 
     /// `revoking`: writes that commit with a key's revocation; `revoked`: told after it committed.
-    public init(keys: any APIKeyStore, mobile: MobileStore, revoking: @escaping @Sendable (String, any StorageSession) throws -> Void = { _, _ in },
+    public init(keys: any APIKeyStore, mobile: MobileStorage, revoking: @escaping @Sendable (String, any StorageSession) throws -> Void = { _, _ in },
                 revoked: @escaping @Sendable (String) async -> Void = { _ in }) {
         self.keys = keys
         self.mobile = mobile
@@ -88,7 +88,7 @@ public struct APIKeysAPI: Sendable {
             let revoked = try keys.revoke(id: id, subject: subject, in: session)
             guard revoked else { throw APIError.notFound("no active key \(id)") }
             // Revoking a phone's key unpairs it: its next call is 401 and it gets no more wake-ups.
-            try mobile.devices.removeDevices(registeredByKey: id)
+            _ = try mobile.devices.removeDevices(registeredByKey: id, in: session)
             try revoking(id, session)
             return .noContent
         }

@@ -158,7 +158,7 @@ extension GatewayAPI {
         let now = clock.now()
         func age(_ date: Date?) -> Int? { date.map { max(0, Int(now.timeIntervalSince($0))) } }
         let transports = Array(Set(transportNames + Self.knownTransports)).sorted()
-        let push = try await mobile.pushOutboxHealth(transports: transportNames)
+        let push = try await mobile.outbox.health(transports: transportNames)
         let pushPaths = transports.map { name in
             ConsoleHealth.Path(name: name, configured: transportNames.contains(name), lastOutcome: push.lastOutcomes[name]?.state,
                                lastReason: push.lastOutcomes[name]?.outcome, lastAt: push.lastOutcomes[name].map { Timestamp($0.at) })

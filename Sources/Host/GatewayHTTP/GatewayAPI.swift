@@ -15,7 +15,7 @@ public struct GatewayAPI: Sendable {
     let catalog: AgentCatalog
     let runs: AgentRuns
     let runStore: any RunStore
-    let mobile: MobileStore
+    let mobile: MobileStorage
     let scheduler: Scheduler
     let clock: any WallClock
     /// The wake-up transports configured (apns, relay, fcm, …), for the readiness check.
@@ -28,7 +28,7 @@ public struct GatewayAPI: Sendable {
     /// health page); a channel that never disables one is not a key.
     public var disabledEndpoints: @Sendable () async throws -> [String: [DisabledEndpoint]] = { [:] }
 
-    public init(catalog: AgentCatalog, runs: AgentRuns, runStore: any RunStore, mobile: MobileStore, scheduler: Scheduler, clock: any WallClock, transportNames: [String] = []) {
+    public init(catalog: AgentCatalog, runs: AgentRuns, runStore: any RunStore, mobile: MobileStorage, scheduler: Scheduler, clock: any WallClock, transportNames: [String] = []) {
         self.catalog = catalog
         self.runs = runs
         self.runStore = runStore
@@ -77,7 +77,7 @@ public struct GatewayAPI: Sendable {
 
     /// The companion's readiness, in the original's shape: each check ok, warn or fail, with what to do next.
     @Sendable func mobileStatus(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
-        let devices = try mobile.devices.list(subject: caller.subject)
+        let devices = try await mobile.devices.list(subject: caller.subject)
         let notified = devices.filter { $0.wakeTarget != nil }
         let delivering = catalog.current.visibleAgents.filter { $0.isOn && $0.schedule?.output?.channel == "mobile" }
         var checks: [Readiness.Check] = []

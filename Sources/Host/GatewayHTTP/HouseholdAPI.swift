@@ -14,7 +14,7 @@ import ChannelAPI
 public struct HouseholdAPI: Sendable {
     let household: any HouseholdStore
     let keys: any APIKeyStore
-    let mobile: MobileStore
+    let mobile: MobileStorage
     let limiter: PairingRateLimiter
     /// The address a pairing link sends the phone to.
     let gatewayURL: @Sendable () -> String
@@ -28,7 +28,7 @@ public struct HouseholdAPI: Sendable {
     /// Whether a relay mailbox is configured (the redeem answer then says how to get onto it).
     var relayConfigured: @Sendable () -> Bool = { false }
 
-    public init(household: any HouseholdStore, keys: any APIKeyStore, mobile: MobileStore, limiter: PairingRateLimiter, gatewayURL: @escaping @Sendable () -> String, pinned: @escaping @Sendable () -> (address: String, pin: String)?, mainPortPin: String?, enroll: @escaping @Sendable (String, String) async -> RelayCarriage.Enrollment?, relayConfigured: @escaping @Sendable () -> Bool = { false }) {
+    public init(household: any HouseholdStore, keys: any APIKeyStore, mobile: MobileStorage, limiter: PairingRateLimiter, gatewayURL: @escaping @Sendable () -> String, pinned: @escaping @Sendable () -> (address: String, pin: String)?, mainPortPin: String?, enroll: @escaping @Sendable (String, String) async -> RelayCarriage.Enrollment?, relayConfigured: @escaping @Sendable () -> Bool = { false }) {
         self.household = household
         self.keys = keys
         self.mobile = mobile
@@ -208,7 +208,7 @@ public struct HouseholdAPI: Sendable {
                                   role: (keys.map(\.role).max() ?? .viewer).rawValue,
                                   keys: keys.map { Member.Key(id: $0.id, name: $0.name, role: $0.role.rawValue, createdAt: Timestamp($0.createdAt),
                                                                               mintedBy: Nullable($0.mintedBy)) },
-                                  devices: try mobile.devices.list(subject: subject).map { Member.Device(id: $0.id, name: $0.name, platform: $0.platform.rawValue) }))
+                                  devices: try await mobile.devices.list(subject: subject).map { Member.Device(id: $0.id, name: $0.name, platform: $0.platform.rawValue) }))
         }
         return .json(["members": members])
     }

@@ -13,11 +13,11 @@ public struct TriggersAPI: Sendable {
 
     let catalog: AgentCatalog
     let runs: AgentRuns
-    let mobile: MobileStore
+    let mobile: MobileStorage
     let cooldowns: any TriggerCooldownStore
     let clock: any WallClock
 
-    public init(catalog: AgentCatalog, runs: AgentRuns, mobile: MobileStore, cooldowns: any TriggerCooldownStore, clock: any WallClock) {
+    public init(catalog: AgentCatalog, runs: AgentRuns, mobile: MobileStorage, cooldowns: any TriggerCooldownStore, clock: any WallClock) {
         self.catalog = catalog
         self.runs = runs
         self.mobile = mobile
@@ -96,7 +96,7 @@ public struct TriggersAPI: Sendable {
             return .json(Ignored(reason: "agent runs on \(location.on.rawValue), not \(event.rawValue)"), status: 202)
         }
         // Beyond the original: the phone must be the caller's, since the reply is delivered to it.
-        let device = try mobile.devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id").map(SchemaWhitespace.trim), subject: caller.subject)
+        let device = try await mobile.devices.ownedDevice(try body.deviceID.limited(to: 128, field: "device_id").map(SchemaWhitespace.trim), subject: caller.subject)
         let (latitude, longitude) = (body.latitude, body.longitude)
         if let latitude, !(-90...90).contains(latitude) { throw APIError.invalidField("latitude", "must be from -90 to 90") }
         if let longitude, !(-180...180).contains(longitude) { throw APIError.invalidField("longitude", "must be from -180 to 180") }

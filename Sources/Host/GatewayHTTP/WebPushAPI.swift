@@ -10,11 +10,11 @@ import WebPush
 /// `web` that gets the same generic wake-ups as phones. Both answer 404 `webpush_off` with SOULACY_WEBPUSH=off.
 public struct WebPushAPI: Sendable {
     let transport: WebPushTransport?
-    let devices: DeviceStore
+    let mobile: MobileStorage
 
-    public init(transport: WebPushTransport?, devices: DeviceStore) {
+    public init(transport: WebPushTransport?, mobile: MobileStorage) {
         self.transport = transport
-        self.devices = devices
+        self.mobile = mobile
     }
 
     public var routes: [Route] {
@@ -46,9 +46,9 @@ public struct WebPushAPI: Sendable {
         let name = try Self.name(try body.optionalString("name"))
         let deviceID = transport.deviceID(for: subscription)
         let registration = DeviceRegistration(browserID: deviceID, name: name, sealedSubscription: try transport.seal(subscription, deviceID: deviceID))
-        return try await devices.transactions.answer { _ in
+        return try await mobile.transactions.answer { session in
             do {
-                try devices.register(registration, subject: caller.subject, keyID: caller.keyID)
+                _ = try mobile.devices.register(registration, subject: caller.subject, keyID: caller.keyID, in: session)
             } catch DeviceOwnershipError.ownedByAnotherSubject {
                 throw APIError(status: 409, code: "subscription_owned_by_another_user",
                                message: "endpoint: this browser is subscribed for another person of this gateway; they remove it first (DELETE /api/v1/mobile/devices/:id)",

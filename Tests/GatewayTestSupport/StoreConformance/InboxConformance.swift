@@ -63,6 +63,7 @@ public struct InboxConformance: Sendable {
             try await concurrentWriters(check)
             try await otherNodeWrites(check)
             try await callersTransactions(check)
+            try await consoleLines(check)
         } catch {
             failures.append(ConformanceFailure(rule: "no errors", detail: "\(engine): \(error)"))
         }
@@ -322,6 +323,52 @@ public struct InboxConformance: Sendable {
         let removed = try await fixture.storage.withTransaction { session in try devices.removeDevices(registeredByKey: "key_carol", in: session) }
         let gone = try await devices.device(id: "carol-phone") == nil
         check("the caller's transaction", removed == 1 && gone, "removing carol's key's phones in a transaction removed \(removed)")
+    }
+
+    /// The console's reads: the inbox's own visibility (never bob's line, never the System agent's), newest first,
+    /// one agent's lines, lines by id prefix (a prefix with LIKE's and regex's special characters matches nothing
+    /// else), a cursor, a limit; and wake-ups queued for a person inside the caller's transaction go with it.
+    private func consoleLines(_ check: Check) async throws {
+        let inbox = self.inbox
+        let other = try await inbox.insertDelivery(Self.output("console other agent", agent: "digest"), destination: .user("dave"))
+        let lines = [try await inbox.insertDelivery(Self.output("console 1"), destination: .user("dave")),
+                     try await inbox.insertDelivery(Self.output("console 2"), destination: .user("dave"))]
+        _ = try await inbox.insertDelivery(Self.output("console hidden", agent: MobileStore.systemAgentID), destination: .user("dave"))
+        _ = try await inbox.insertDelivery(Self.output("console erin"), destination: .user("erin"))
+        let mineLines = try await inbox.consoleLines(subject: "dave", agentID: nil, idPrefix: nil, before: nil, limit: 100)
+        let mine = mineLines.map(\.body)
+        let everyone = try await inbox.deliveries(subject: "dave", deviceID: nil, before: nil, limit: 100).items.map(\.body)
+        check("console lines", mine == everyone && mine.prefix(3) == ["console 2", "console 1", "console other agent"],
+              "dave's console lines are \(mine), his inbox \(everyone)")
+        let digest = try await inbox.consoleLines(subject: "dave", agentID: "digest", idPrefix: nil, before: nil, limit: 100).map(\.body)
+        check("console filters", digest == ["console other agent"], "dave's lines of agent digest are \(digest)")
+        let byID = try await inbox.consoleLines(subject: "dave", agentID: nil, idPrefix: String(lines[0].id.prefix(lines[0].id.count - 1)),
+                                                before: nil, limit: 100).map(\.id)
+        check("console filters", byID.contains(lines[0].id) && !byID.contains(other.id), "a prefix of \(lines[0].id) found \(byID)")
+        let exact = try await inbox.consoleLines(subject: "dave", agentID: nil, idPrefix: lines[1].id, before: nil, limit: 100).map(\.id)
+        check("console filters", exact == [lines[1].id], "the whole id \(lines[1].id) found \(exact)")
+        for pattern in ["%", "_", "dlv_%", ".*", "dlv\\"] {
+            let found = try await inbox.consoleLines(subject: "dave", agentID: nil, idPrefix: pattern, before: nil, limit: 100)
+            check("console filters", found.isEmpty, "the prefix \(pattern) found \(found.map(\.id))")
+        }
+        let erinsByID = try await inbox.consoleLines(subject: "dave", agentID: nil, idPrefix: "dlv_", before: nil, limit: 100).map(\.body)
+        check("console lines", !erinsByID.contains("console erin") && !erinsByID.contains("console hidden"), "dave's lines by prefix show \(erinsByID)")
+        let page = try await inbox.consoleLines(subject: "dave", agentID: nil, idPrefix: nil, before: mineLines.first { $0.id == lines[1].id }?.seq ?? 0, limit: 1).map(\.body)
+        check("console pages", page == ["console 1"], "one line before console 2 is \(page)")
+
+        _ = try await devices.register(try Self.registration("dave-phone", token: Self.token, notifications: true), subject: "dave", keyID: nil)
+        let signal = WakeSignal.delivery(id: "dlv_console", agentID: "brief")
+        do {
+            _ = try await fixture.storage.withTransaction { session -> Int in
+                _ = try inbox.queueWakeUps(signal, subject: "dave", in: session)
+                throw Rollback()
+            }
+        } catch is Rollback {}
+        let queuedBefore = try await outbox.entries().filter { $0.deviceID == "dave-phone" }.count
+        let queued = try await fixture.storage.withTransaction { session in try inbox.queueWakeUps(signal, subject: "dave", in: session) }
+        let queuedAfter = try await outbox.entries().filter { $0.deviceID == "dave-phone" }.count
+        check("queued wake-ups", queuedBefore == 0 && queued == 1 && queuedAfter == 1,
+              "in the caller's transaction: \(queuedBefore) after a rollback, \(queued) queued and \(queuedAfter) stored after a commit")
     }
 
     /// A second node's writes reach this node's pages, and its generations once it follows the other writers.
