@@ -35,7 +35,7 @@ struct SchemaTests {
         #expect(MigrationError.duplicate("x.1").description.contains("'x.1'"))
         // The gateway's own lists hold no duplicate.
         #expect(try GatewaySchema.migrator().migrations.count == MobileSchema.migrations.count + GatewaySchema.migrations.count
-                 + ChannelOutboxSchema.migrations.count + ChannelInboundStore.migrations.count)
+                 + ChannelOutboxSchema.migrations.count + SQLiteChannelInboundStore.migrations.count)
     }
 
     @Test("fresh and upgraded from the oldest shipped schema end with the same schema, and the old rows are kept")

@@ -37,7 +37,7 @@ struct StoreConformanceTests {
                                                                    + PostgresAPIKeyStore.migrations + PostgresEndpointStateStore.migrations
                                                                    + PostgresApprovalStore.migrations + PostgresRelayCarriageStore.migrations
                                                                    + PostgresMemoryFactStore.migrations + PostgresConsoleSessionStore.migrations
-                                                                   + PostgresHouseholdStore.migrations)
+                                                                   + PostgresHouseholdStore.migrations + PostgresChannelInboundStore.migrations)
             }
         }
 
@@ -171,6 +171,21 @@ struct StoreConformanceTests {
             }
         }
 
+        /// The inbound store with the run store of the same database, and for PostgreSQL two more handles as other
+        /// gateway processes hold them.
+        func channelInboundStores(_ fixture: any StorageEngineFixture) throws -> (store: any ChannelInboundStore, runs: any RunStore,
+                                                                                   otherNodes: [any ChannelInboundStore]) {
+            switch self {
+            case .sqlite:
+                let database = try #require(fixture as? SQLiteEngineFixture).database
+                return (SQLiteChannelInboundStore(database: database), try SQLiteRunStore(database: database), [])
+            case .postgresql:
+                let fixture = try #require(fixture as? PostgresEngineFixture)
+                let others: [any ChannelInboundStore] = try (0..<2).map { _ in PostgresChannelInboundStore(pool: try PostgresPool(url: fixture.database.url, size: 1)) }
+                return (PostgresChannelInboundStore(pool: fixture.pool), try runStore(fixture), others)
+            }
+        }
+
         func triggerCooldownStore(_ fixture: any StorageEngineFixture) throws -> any TriggerCooldownStore {
             switch self {
             case .sqlite: SQLiteTriggerCooldownStore(database: try #require(fixture as? SQLiteEngineFixture).database)
@@ -184,6 +199,33 @@ struct StoreConformanceTests {
         let fixture = try await engine.fixture()
         let failures = await TriggerCooldownStoreConformance(engine: engine.rawValue, store: try engine.triggerCooldownStore(fixture)).run()
         #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("channel inbound: cursors, a message taken once on any node, whole text, unstarted until its run is recorded", arguments: Engine.allCases)
+    func channelInbound(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let (store, runs, others) = try engine.channelInboundStores(fixture)
+        let failures = await ChannelInboundConformance(engine: engine.rawValue, store: store, runs: runs, otherNodes: others).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
+    @Test("the inbound suite itself catches a store that takes a message again and forgets its cursor")
+    func catchesACarelessInboundStore() async throws {
+        /// Takes every message it is given and never stores a cursor.
+        struct Forgetful: ChannelInboundStore {
+            let real: any ChannelInboundStore
+            func cursor(channel: String) async throws -> String? { nil }
+            func take(_ messages: [TakenMessage], channel: String, cursor: String?, now: Date) async throws -> [TakenMessage] {
+                _ = try await real.take(messages, channel: channel, cursor: nil, now: now)
+                return messages
+            }
+            func unstarted(channel: String) async throws -> [TakenMessage] { try await real.unstarted(channel: channel) }
+        }
+        let fixture = try await Engine.sqlite.fixture()
+        let (store, runs, _) = try Engine.sqlite.channelInboundStores(fixture)
+        let failures = await ChannelInboundConformance(engine: "sqlite", store: Forgetful(real: store), runs: runs).run()
+        let rules = Set(failures.map(\.rule))
+        #expect(rules.isSuperset(of: ["taken once", "cursors", "one of concurrent takes"]), "\(failures)")
     }
 
     @Test("the cooldown suite itself catches a store that lets every fire through")

@@ -8,7 +8,7 @@ import Synchronization
 /// reply back to that chat through the durable hand-off, in the original's session `<channel>-<chat>`.
 public struct ChannelInbound: Sendable {
     let pollers: [any InboundPoller]
-    let store: ChannelInboundStore
+    let store: any ChannelInboundStore
     let runs: AgentRuns
     let clock: any WallClock
     let log: Log
@@ -16,7 +16,7 @@ public struct ChannelInbound: Sendable {
     let pollTimeout: Duration
     let retryDelay: Duration
 
-    public init(pollers: [any InboundPoller], store: ChannelInboundStore, runs: AgentRuns, clock: any WallClock, log: Log,
+    public init(pollers: [any InboundPoller], store: any ChannelInboundStore, runs: AgentRuns, clock: any WallClock, log: Log,
                 pollTimeout: Duration = .seconds(25), retryDelay: Duration = .seconds(5)) {
         self.pollers = pollers
         self.store = store
@@ -39,18 +39,20 @@ public struct ChannelInbound: Sendable {
     func poll(_ poller: any InboundPoller) async {
         // Messages taken before a stop whose runs never started.
         do {
-            for taken in try store.unstarted(channel: poller.channel) { await start(taken, agentID: poller.agentID) }
+            for taken in try await store.unstarted(channel: poller.channel) { await start(taken, agentID: poller.agentID) }
         } catch {
             log.error("inbound: \(poller.channel): cannot read the messages taken before the last stop: \(error)")
         }
         while !Task.isCancelled {
             do {
-                let cursor = try store.cursor(channel: poller.channel)
+                let cursor = try await store.cursor(channel: poller.channel)
                 // A long poll is left to finish on its own at shutdown: what it brings is asked for again next time,
                 // since only the cursor stored below confirms it.
                 guard let batch = try await Self.abandoningOnCancel({ try await poller.poll(after: cursor, timeout: pollTimeout) }) else { return }
-                let taken = try store.take(batch.messages.map { ($0.id, $0.replyTo, $0.text) }, channel: poller.channel, cursor: batch.cursor,
-                                           runID: AgentRuns.newRunID, now: clock.now())
+                let messages = batch.messages.map {
+                    TakenMessage(channel: poller.channel, messageID: $0.id, runID: AgentRuns.newRunID(), replyTo: $0.replyTo, text: $0.text)
+                }
+                let taken = try await store.take(messages, channel: poller.channel, cursor: batch.cursor, now: clock.now())
                 for message in taken { await start(message, agentID: poller.agentID) }
             } catch {
                 if Task.isCancelled { return }
@@ -82,7 +84,7 @@ public struct ChannelInbound: Sendable {
     }
 
     /// One message's run: a conversation in the chat's session, whose reply goes back to that chat.
-    func start(_ message: ChannelInboundStore.Taken, agentID: String) async {
+    func start(_ message: TakenMessage, agentID: String) async {
         let session = "\(message.channel)-\(message.replyTo)"
         do {
             try await runs.start(agentID: agentID, input: message.text, trigger: .channel,

@@ -318,7 +318,7 @@ public final class Gateway: Sendable {
         }
         runsBox.set(runs)
         scheduler = Scheduler(catalog: catalog, runs: runs, store: runStore, clock: options.clock, log: log.component("scheduler"))
-        inbound = ChannelInbound(pollers: built.pollers, store: ChannelInboundStore(database: database), runs: runs, clock: options.clock, log: log)
+        inbound = ChannelInbound(pollers: built.pollers, store: SQLiteChannelInboundStore(database: database), runs: runs, clock: options.clock, log: log)
 
         let keys = self.keys
         let credentials = runs.credentials

@@ -218,7 +218,7 @@ public enum GatewaySchema {
         try migrator.register(MobileSchema.migrations)
         try migrator.register(migrations)
         try migrator.register(ChannelOutboxSchema.migrations)
-        try migrator.register(ChannelInboundStore.migrations)
+        try migrator.register(SQLiteChannelInboundStore.migrations)
         return migrator
     }
 }
