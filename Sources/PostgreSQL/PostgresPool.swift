@@ -41,6 +41,17 @@ public final class PostgresPool: Sendable {
         return try await onPoolThread { try connections[index].use(body) }
     }
 
+    /// Runs `body` (work outside the database, such as files several processes share) while this connection holds
+    /// the session advisory lock `key`: of all the processes on the database that ask for `key`, one runs at a time.
+    public func withAdvisoryLock<T: Sendable>(_ key: Int64, _ body: () throws -> T) async throws -> T {
+        try await withConnection { connection in
+            _ = try connection.query("SELECT pg_advisory_lock($1)", key)
+            // A broken connection has released the lock already; the body's error is the one that matters.
+            defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", key) }
+            return try body()
+        }
+    }
+
     /// Runs `body` in one transaction on a connection of its own: all of it commits, or none. Transactions nested
     /// inside (`connection.transaction`) are savepoints of it.
     public func transaction<T: Sendable>(isolation: PostgresIsolation? = nil, _ body: (PostgresConnection) throws -> T) async throws -> T {

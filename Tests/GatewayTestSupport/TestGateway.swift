@@ -78,7 +78,8 @@ public final class TestGateway: Sendable {
         let gatewayConfigPath = dir + "/gateway-config.yaml"
         try (gatewayConfig ?? "").write(toFile: gatewayConfigPath, atomically: true, encoding: .utf8)
         options.gatewayConfigPath = gatewayConfigPath
-        let gateway = try Gateway(options: options)
+        // SQLite in the data directory, or PostgreSQL when the environment names SOULACY_DATABASE_URL.
+        let gateway = try await Gateway.open(options: options)
         let bootstrap = try await gateway.bootstrapAdminKey()
         try gateway.start(listening: mode == .live)
         let keyFile = dir + "/admin.key"
@@ -339,5 +340,19 @@ extension TestGateway {
             if ContinuousClock.now >= deadline { return outputs }
             try await Task.sleep(for: .milliseconds(100))
         }
+    }
+}
+
+extension Gateway {
+    /// A SQLite gateway's mobile store (every `TestGateway` runs on SQLite unless a test says otherwise).
+    public var mobileStore: MobileStore {
+        guard let file = stores.sqlite else { preconditionFailure("mobileStore: this test's gateway runs on \(stores.engine), not SQLite") }
+        return file.mobileStore
+    }
+
+    /// A SQLite gateway's database file.
+    public var database: DatabasePool {
+        guard let file = stores.sqlite else { preconditionFailure("database: this test's gateway runs on \(stores.engine), not SQLite") }
+        return file.database
     }
 }

@@ -32,12 +32,7 @@ struct StoreConformanceTests {
         func fixture() async throws -> any StorageEngineFixture {
             switch self {
             case .sqlite: try SQLiteEngineFixture()
-            case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresIdempotencyStore.migrations + PostgresTriggerCooldownStore.migrations
-                                                                   + PostgresMobileSchema.migrations + PostgresChannelOutbox.migrations + PostgresRunStore.migrations
-                                                                   + PostgresAPIKeyStore.migrations + PostgresEndpointStateStore.migrations
-                                                                   + PostgresApprovalStore.migrations + PostgresRelayCarriageStore.migrations
-                                                                   + PostgresMemoryFactStore.migrations + PostgresConsoleSessionStore.migrations
-                                                                   + PostgresHouseholdStore.migrations + PostgresChannelInboundStore.migrations)
+            case .postgresql: try await PostgresEngineFixture.make(migrations: PostgresGatewaySchema.migrations)
             }
         }
 

@@ -8,7 +8,8 @@ public struct MobileMetrics: Sendable {
     let attempts: Counter
     let responses: Counter
     let sendDuration: Histogram
-    let fetchDelay: Histogram
+    /// From a line being stored to a phone fetching it: every engine's fetch log records it.
+    public let fetchDelay: Histogram
 
     public init(_ registry: MetricsRegistry) {
         queued = registry.counter("soulacy_wakeups_queued_total", "Wake-ups handed to a transport for the first time, by transport.", labels: ["transport"])

@@ -188,13 +188,17 @@ struct SoulacyCommand {
                 gatewayOptions.metricsHost = address.host
                 gatewayOptions.metricsPort = address.port
             }
-            gateway = try Gateway(options: gatewayOptions)
+            // SQLite in the data directory, or PostgreSQL at SOULACY_DATABASE_URL (one of several nodes, perhaps).
+            gateway = try await Gateway.open(options: gatewayOptions)
             let token = try await gateway.bootstrapAdminKey()
             if let token {
                 print("""
                     First start: created the owner's admin API key. It is shown this once; store it now.
                       SOULACY_ADMIN_KEY=\(token)
                     """)
+            } else if gateway.stores.engine == "postgresql" {
+                // Another node (or an earlier start) made it: the key printed then is the owner's.
+                print("The database already has an owner: use the admin key printed by the first node's first start.")
             }
             try gateway.start(signals: [SIGTERM, SIGINT])
             if token != nil {

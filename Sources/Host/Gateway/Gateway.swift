@@ -17,6 +17,8 @@ import MobileHTTP
 import Crypto
 import SQLite
 import SQLiteStores
+import PostgreSQL
+import PostgresStores
 import Synchronization
 
 public struct GatewayOptions: Sendable {
@@ -120,8 +122,8 @@ public final class Gateway: Sendable {
     public static func validator(of channel: any OutboundChannel) -> DestinationValidator {
         return { text throws(DestinationError) in try channel.validate(destination: text) }
     }
-    public let database: DatabasePool
-    public let mobileStore: MobileStore
+    /// Every store, on the engine the composition root picked.
+    public let stores: GatewayStores
     public let keys: any APIKeyStore
     public let runStore: any RunStore
     public let runs: AgentRuns
@@ -172,7 +174,66 @@ public final class Gateway: Sendable {
     /// The plugins' own services, run between the channels they need and the dispatcher that sends through them.
     let pluginServices: [ServiceGroup.Entry]
 
-    public init(options given: GatewayOptions) throws(GatewayStartError) {
+    /// A gateway on SQLite in the data directory (tests, embedders); `open(options:)` honours `SOULACY_DATABASE_URL`.
+    public convenience init(options: GatewayOptions) throws(GatewayStartError) {
+        try self.init(options: options, postgres: nil)
+    }
+
+    /// The gateway on the engine the settings name: PostgreSQL at `SOULACY_DATABASE_URL` (migrated once under an
+    /// advisory lock however many nodes start together; this node's interrupted runs marked; other nodes' writes
+    /// followed), else SQLite in the data directory.
+    public static func open(options: GatewayOptions) async throws(GatewayStartError) -> Gateway {
+        let settings: GatewaySettings
+        do { settings = try GatewaySettings.fromEnvironment(options.environment) } catch { throw .settings(error.description) }
+        guard let url = settings.databaseURL else { return try Gateway(options: options) }
+        let shown = PostgresURL.redacted(url)
+        let pool: PostgresPool
+        do {
+            pool = try PostgresPool(url: url, size: settings.databasePoolSize)
+            let applied = try await PostgresMigrator(PostgresGatewaySchema.migrations).migrate(pool)
+            if !applied.isEmpty { options.log.info("database: applied \(applied.count) migration(s) to \(shown)") }
+            // What every node shares is made once: the first node to get here writes the keys and the TLS identity
+            // into the data directory they all mount, the others read them.
+            try await pool.withAdvisoryLock(Self.identityLockKey) { try Self.prepareSharedIdentity(options: options, settings: settings) }
+        } catch let error as GatewayStartError {
+            throw error
+        } catch {
+            throw .storage("cannot open the PostgreSQL database \(shown): \(error)")
+        }
+        let gateway = try Gateway(options: options, postgres: pool)
+        do {
+            let interrupted = try await gateway.runStore.markInterrupted(at: options.clock.now())
+            if interrupted > 0 { options.log.warning("\(interrupted) run(s) of this node were interrupted by its last stop") }
+            // Other nodes' writes reach this node's cached pages, and their decisions this node's waiters.
+            try await gateway.stores.followOtherWriters()
+            try await gateway.approvals.followOtherWriters()
+        } catch {
+            gateway.stores.close()
+            throw .storage("cannot start on the PostgreSQL database \(shown): \(error)")
+        }
+        options.log.info("database: PostgreSQL at \(shown), node \(settings.resolvedNodeID(dataDirectory: options.dataDirectory))")
+        return gateway
+    }
+
+    /// Serializes the first start of several nodes over the files they share (an advisory lock's key).
+    static let identityLockKey: Int64 = 0x736F_756C_6163_7901
+
+    /// The data directory and what in it is the gateway's identity: the sealing key, the console code key, the TLS
+    /// certificate phones pin, the Web Push keys. Made when missing, read when there.
+    static func prepareSharedIdentity(options: GatewayOptions, settings: GatewaySettings) throws {
+        try FileManager.default.createDirectory(atPath: options.dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        _ = try SecretFile.key(at: options.dataDirectory + "/relay-secrets.key", variable: "relay secrets key")
+        _ = try SecretFile.key(at: ConsoleSessionPolicy.codeKeyPath(dataDirectory: options.dataDirectory), variable: "console code key")
+        let lanHost = options.lanHost ?? settings.lanListen?.host
+        if (options.autoTLS && settings.autoTLS) || lanHost != nil {
+            _ = try GatewayTLSIdentity.loadOrCreate(dataDirectory: options.dataDirectory, hosts: [options.host] + (lanHost.map { [$0] } ?? []))
+        }
+        if try WebPushConfiguration.fromEnvironment(options.environment) != nil {
+            _ = try WebPushKeys.loadOrCreate(dataDirectory: options.dataDirectory)
+        }
+    }
+
+    init(options given: GatewayOptions, postgres: PostgresPool?) throws(GatewayStartError) {
         let settings: GatewaySettings
         do { settings = try GatewaySettings.fromEnvironment(given.environment) } catch { throw .settings(error.description) }
         self.settings = settings
@@ -238,50 +299,52 @@ public final class Gateway: Sendable {
         } catch {
             throw .dataDirectory("cannot read the key that seals secrets in the database: \(error)")
         }
-        // The channel hand-off's outbox: the run store records a run's sends in it, in the transaction of the run's end.
-        let sqliteChannelOutbox: SQLiteChannelOutbox
-        do {
-            database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes,
-                                        metrics: metrics.database)
-            // The schema is brought up to date once, here, before any store exists.
-            try GatewaySchema.migrator().migrate(database)
-            mobileStore = try MobileStore(database: database, clock: options.clock, metrics: metrics.mobile)
-            sqliteChannelOutbox = SQLiteChannelOutbox(database: database, destinationSeal: DestinationSeal(key: sealingKey))
-            let sqliteKeys = try SQLiteAPIKeyStore(database: database)
-            keys = sqliteKeys
-            let sqliteRunStore = try SQLiteRunStore(database: database, channelOutbox: sqliteChannelOutbox)
-            runStore = sqliteRunStore
-            household = SQLiteHouseholdStore(database: database, keys: sqliteKeys)
-            memory = SQLiteMemoryFactStore(database: database, clock: options.clock)
-            let interrupted = try sqliteRunStore.markInterruptedAtStart(at: options.clock.now())
-            if interrupted > 0 { log.warning("\(interrupted) run(s) were interrupted by the last stop") }
-        } catch {
-            throw .storage("cannot open the database in \(options.dataDirectory): \(error)")
+        let codeKey: [UInt8]
+        do { codeKey = try SecretFile.key(at: ConsoleSessionPolicy.codeKeyPath(dataDirectory: options.dataDirectory), variable: "console code key") } catch {
+            throw .storage("cannot open the console code key: \(error)")
         }
+        let storeKeys = GatewayStores.Keys(sealing: sealingKey, consoleCodes: codeKey)
+        let stores: GatewayStores
+        if let postgres {
+            stores = GatewayStores.postgres(pool: postgres, listenURL: settings.databaseURL, node: settings.resolvedNodeID(dataDirectory: options.dataDirectory),
+                                            keys: storeKeys, clock: options.clock, metrics: metrics.mobile, log: log.component("database"))
+        } else {
+            do {
+                let database = try DatabasePool(path: options.dataDirectory + "/soulacy.db", durability: options.durability, maximumBytes: settings.databaseMaximumBytes,
+                                                metrics: metrics.database)
+                // The schema is brought up to date once, here, before any store exists.
+                let opened = try GatewayStores.sqlite(database: database, keys: storeKeys, clock: options.clock, metrics: metrics.mobile)
+                stores = opened.stores
+                if opened.interrupted > 0 { log.warning("\(opened.interrupted) run(s) were interrupted by the last stop") }
+            } catch {
+                throw .storage("cannot open the database in \(options.dataDirectory): \(error)")
+            }
+        }
+        self.stores = stores
+        keys = stores.keys
+        runStore = stores.runs
+        household = stores.household
+        memory = stores.memory
         let transports = try Self.wakeTransports(options: options, log: log)
-        channelOutbox = sqliteChannelOutbox
+        channelOutbox = stores.channelOutbox
+        let mobileStorage = stores.mobile
         // The endpoints channels disabled: each attempt reads them, and the console's health page lists them.
-        let endpointStates = SQLiteEndpointStateStore(database: database)
+        let endpointStates = stores.endpointStates
         channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log.component("channels"),
                                                                   endpoints: endpointStates, metrics: metrics.channels),
-                                              clock: options.clock, log: log)
-        dispatcher = PushDispatcher(store: mobileStore, transports: transports, clock: options.clock, policy: options.retryPolicy, log: log.component("push"),
+                                              clock: options.clock, log: log, lease: settings.outboxLease)
+        dispatcher = PushDispatcher(outbox: mobileStorage.outbox, devices: mobileStorage.devices, consoleEvents: mobileStorage.consoleEvents, transports: transports,
+                                    clock: options.clock, policy: options.retryPolicy, log: log.component("push"), lease: settings.outboxLease,
                                     metrics: metrics.mobile)
-        let liveActivities: LiveActivityPublisher
-        do {
-            liveActivities = try LiveActivityPublisher(store: mobileStore, transports: transports, clock: options.clock, log: log,
-                                                       progressInterval: options.liveActivityInterval)
-        } catch {
-            throw .storage("cannot open the Live Activity table: \(error)")
-        }
+        let liveActivities = LiveActivityPublisher(tokens: stores.liveActivityTokens, transports: transports, clock: options.clock, log: log,
+                                                   progressInterval: options.liveActivityInterval)
         self.liveActivities = liveActivities
-        let mobileStorage = mobileStore.storage
         let mobile = MobileChannel(store: mobileStorage.inbox, dispatcher: dispatcher)
         // Approvals and failed location runs wake phones through this seam; only the assembly knows it is the mobile channel.
         let deviceAlerts = MobileDeviceAlerts(storage: mobileStorage, dispatcher: dispatcher)
-        approvals = ApprovalsBroker(store: SQLiteApprovalStore(database: database), alerts: deviceAlerts, clock: options.clock,
+        approvals = ApprovalsBroker(store: stores.approvals, alerts: deviceAlerts, clock: options.clock,
                                     defaultTimeout: options.approvalTimeout)
-        approvals.observe { [events = mobileStore.consoleEvents] in events.publish(.approval($0.callID, state: $0.state.rawValue), to: .subject($0.subject)) }
+        approvals.observe { [events = mobileStorage.consoleEvents] in events.publish(.approval($0.callID, state: $0.state.rawValue), to: .subject($0.subject)) }
         // The mobile channel is the durable sink every gateway has; an embedder's own channel may not replace it.
         channels = ChannelRegistry([mobile] + options.extraChannels.filter { $0.name != "mobile" })
         let boundPort = self.boundPort
@@ -297,13 +360,13 @@ public final class Gateway: Sendable {
                 }
             }
         }
-        let nodes = DeviceNodes(store: SQLiteDeviceNodeStore(database: database), inbox: mobileStore.inbox, dispatcher: dispatcher, clock: options.clock)
+        let nodes = DeviceNodes(store: stores.deviceNodes, inbox: mobileStorage.inbox, dispatcher: dispatcher, clock: options.clock)
         let runsBox = LateBound<AgentRuns>()
         let llmEnvironment = Self.llmEnvironment(tools: PhoneTools.all(nodes: nodes, clock: options.clock),
                                                  approvals: approvals, memory: memory, liveActivities: liveActivities, runs: runsBox,
                                                  runStore: runStore, clock: options.clock, log: log)
         runs = AgentRuns(catalog: catalog, channels: channels, store: runStore, clock: options.clock, log: log,
-                         progress: ConsoleRunProgress(liveActivities, events: mobileStore.consoleEvents),
+                         progress: ConsoleRunProgress(liveActivities, events: mobileStorage.consoleEvents),
                          alerts: deviceAlerts, outbound: outbound, channelOutbox: channelOutbox,
                          defaultOutputs: built.defaults,
                          sendsRecorded: { [channelDispatcher] in channelDispatcher.poke() }, metrics: metrics.agents) { agent in
@@ -318,7 +381,7 @@ public final class Gateway: Sendable {
         }
         runsBox.set(runs)
         scheduler = Scheduler(catalog: catalog, runs: runs, store: runStore, clock: options.clock, log: log.component("scheduler"))
-        inbound = ChannelInbound(pollers: built.pollers, store: SQLiteChannelInboundStore(database: database), runs: runs, clock: options.clock, log: log)
+        inbound = ChannelInbound(pollers: built.pollers, store: stores.channelInbound, runs: runs, clock: options.clock, log: log)
 
         let keys = self.keys
         let credentials = runs.credentials
@@ -339,12 +402,7 @@ public final class Gateway: Sendable {
         gatewayAPI.nodeID = settings.resolvedNodeID(dataDirectory: options.dataDirectory)
         router.add(gatewayAPI.routes)
         // The web console's sign-in; its codes are kept under a key beside the database, never in it.
-        let consoleSessions: any ConsoleSessionStore
-        do {
-            let codeKey = try SecretFile.key(at: ConsoleSessionPolicy.codeKeyPath(dataDirectory: options.dataDirectory), variable: "console code key")
-            let clock = options.clock
-            consoleSessions = SQLiteConsoleSessionStore(database: database, codeKey: codeKey, now: { clock.now() })
-        } catch { throw .storage("cannot open the console code key: \(error)") }
+        let consoleSessions = stores.consoleSessions
         self.consoleSessions = consoleSessions
         let consoleSession = ConsoleSessionAPI(sessions: consoleSessions, keys: keys)
         router.add(consoleSession.routes)
@@ -357,7 +415,7 @@ public final class Gateway: Sendable {
         }).routes)
         router.add(MobileAPI(storage: mobileStorage, channel: mobile, liveActivities: liveActivities).routes)
         router.add(ConsoleInboxAPI(store: mobileStorage, transports: transports, clock: options.clock).routes)
-        let commandsAPI = DeviceCommandsAPI(devices: mobileStore.devices.registry, nodes: nodes)
+        let commandsAPI = DeviceCommandsAPI(devices: mobileStorage.devices, nodes: nodes)
         router.add(commandsAPI.routes)
         router.add(DeviceNodesAPI(nodes: nodes, clock: options.clock).routes)
         router.add(WebPushAPI(transport: transports.transports.lazy.compactMap { $0 as? WebPushTransport }.first, mobile: mobileStorage).routes)
@@ -383,17 +441,17 @@ public final class Gateway: Sendable {
         router.add(ConsoleRoutes().routes)
         router.add(MemoryAPI(memory: memory, catalog: catalog).routes)
         router.add(AssistantAPI(runs: runs, catalog: catalog, sessions: ChatSessions()).routes)
-        router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStorage, cooldowns: SQLiteTriggerCooldownStore(database: database), clock: options.clock).routes)
+        router.add(TriggersAPI(catalog: catalog, runs: runs, mobile: mobileStorage, cooldowns: stores.triggerCooldowns, clock: options.clock).routes)
         let pluginContext = GatewayPluginContext(outbound: outbound, clock: options.clock, log: log)
         for plugin in options.plugins { router.add(plugin.routes(pluginContext)) }
         pluginServices = options.plugins.flatMap { $0.services(pluginContext) }
         self.router = router
         let routerCopy = router
         // Calls that wait after their effect (for a run, a person, a phone) rebuild their answer on a retry after a crash.
-        let idempotency = IdempotencyLog(store: SQLiteIdempotencyStore(database: database), clock: options.clock, killAfterEffect: settings.killAfterEffect,
+        let idempotency = IdempotencyLog(store: stores.idempotency, clock: options.clock, killAfterEffect: settings.killAfterEffect,
                                          resumers: [AgentRuns.interruptedRunResumer(store: runStore), approvalsAPI.resumer, commandsAPI.resumer])
         self.idempotency = idempotency
-        housekeeping = Housekeeping(outbox: mobileStore.outbox, idempotency: idempotency, clock: options.clock, log: log)
+        housekeeping = Housekeeping(outbox: mobileStorage.outbox, idempotency: idempotency, clock: options.clock, log: log)
         // What each listener serves: the routes behind their middleware. Quick reads (the inbox) are answered on the
         // server thread; mutating calls always take the idempotent path.
         let idempotent = IdempotencyMiddleware(log: idempotency)
@@ -412,17 +470,17 @@ public final class Gateway: Sendable {
         serverConfiguration.acceptsPlainHTTP = true
         // Handlers run on the database's own threads: a store call that waits on the write lock or an fsync holds
         // one of those, never one of Swift's few cooperative threads (quick reads still answer on the server thread).
-        serverConfiguration.handlerExecutor = database.executor
+        serverConfiguration.handlerExecutor = stores.handlerExecutor
         server = api.server(serverConfiguration)
         if let relayURL = settings.relayMailboxURL {
-            let store: SQLiteRelayCarriageStore
+            let store: any RelayCarriageStore
             do {
-                store = try SQLiteRelayCarriageStore(database: database, sealingKey: sealingKey)
+                store = try stores.relayCarriage()
             } catch {
                 throw .storage("cannot open the relay tables: \(error)")
             }
             carriage = RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, store: store, node: settings.resolvedNodeID(dataDirectory: options.dataDirectory),
-                                     mobile: mobileStore.inbox, keys: keys, log: log) { request, principal, secret in
+                                     mobile: mobileStorage.inbox, keys: keys, log: log) { request, principal, secret in
                 await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }
             }
             log.info("relay: phones can reach this gateway through the mailbox at \(relayURL)")
@@ -435,7 +493,7 @@ public final class Gateway: Sendable {
             let door = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, LANDoorMiddleware(), idempotent])
             var doorConfiguration = HTTPServerConfiguration(host: lanHost, port: options.lanPort, maximumBodyBytes: options.maximumBodyBytes,
                                                             tls: (identity.keyPEM, identity.certificatePEM))
-            doorConfiguration.handlerExecutor = database.executor
+            doorConfiguration.handlerExecutor = stores.handlerExecutor
             lanServer = door.server(doorConfiguration)
         } else {
             lanServer = nil
@@ -605,11 +663,12 @@ public final class Gateway: Sendable {
             }), at: 0)
         }
         let group = ServiceGroup(services: services, signals: signals, report: { log.info($0) })
-        let database = self.database
+        let (close, approvals) = (stores.close, self.approvals)
         let task = Task {
             do { try await group.run() } catch { log.error("the gateway stopped on an error: \(error)") }
-            // Nothing of this gateway uses its files any more.
-            database.close()
+            // Nothing of this gateway uses its files or connections any more.
+            await approvals.stopFollowing()
+            close()
         }
         running.withLock { $0 = (group, task) }
         options.log.info("soulacy \(GatewayVersion.current) listening on \(options.host):\(port) with \(config.agents.count) agent(s) from \(catalog.path)")
@@ -621,7 +680,7 @@ public final class Gateway: Sendable {
         let (scheduler, catalog, runs, dispatcher, housekeeping) = (self.scheduler, self.catalog, self.runs, self.dispatcher, self.housekeeping)
         var list: [ServiceGroup.Entry] = []
         // Lines phones fetched during the drain are written last, before the database closes.
-        let (fetches, consoleEvents) = (mobileStore.fetches, mobileStore.consoleEvents)
+        let (fetches, consoleEvents) = (stores.mobile.fetches, stores.mobile.consoleEvents)
         list.append(("inbox fetch log", OnShutdown { await fetches.flush() }))
         if let carriage { list.append(("relay carriage", CancelledOnShutdown { await carriage.run() })) }
         list.append(("push dispatcher", CancelledOnShutdown { await dispatcher.run() }))
@@ -671,7 +730,8 @@ public final class Gateway: Sendable {
     /// Shuts the services down gracefully (as SIGTERM does) and returns when the gateway has stopped.
     public func stop() async {
         guard let current = running.withLock({ $0 }) else {
-            database.close()
+            await approvals.stopFollowing()
+            stores.close()
             return
         }
         current.group.triggerGracefulShutdown()
@@ -680,7 +740,7 @@ public final class Gateway: Sendable {
 
     /// Returns when the gateway has stopped (after a signal or `stop()`).
     /// Whether the gateway can still do its work: its database answers a read (the watchdog's question).
-    public func isHealthy() async -> Bool { (try? await database.checkReadable()) != nil }
+    public func isHealthy() async -> Bool { (try? await stores.transactions.checkReadable()) != nil }
 
     public func waitUntilStopped() async {
         await running.withLock({ $0 })?.task.value

@@ -1,4 +1,5 @@
 import Foundation
+import PostgreSQL
 
 /// Every `SOULACY_*` setting the gateway itself reads, parsed once from an environment dictionary (the process's
 /// in `soulacy serve`, a literal one in tests). Transports and model providers read their own variables through
@@ -40,6 +41,14 @@ public struct GatewaySettings: Sendable, Equatable {
     public var killAfterEffect = false
     /// `SOULACY_NODE_ID`: this process's name among the gateway's nodes (default: the host name and the data directory).
     public var nodeID: String?
+    /// `SOULACY_DATABASE_URL` (`postgres://…`): the gateway's stores on PostgreSQL, which several gateway processes
+    /// may share; without it, SQLite in the data directory. Never printed whole (it may hold a password).
+    public var databaseURL: String?
+    /// `SOULACY_DATABASE_POOL_SIZE`: connections this node holds to PostgreSQL (default 8).
+    public var databasePoolSize = 8
+    /// `SOULACY_OUTBOX_LEASE_SECONDS`: how long a claimed wake-up or channel send is this node's (default 60). When a
+    /// node dies, another takes its claimed rows over once this has passed.
+    public var outboxLease: TimeInterval = 60
 
     public struct Invalid: Error, CustomStringConvertible, Equatable {
         public let variable: String
@@ -106,6 +115,21 @@ public struct GatewaySettings: Sendable, Equatable {
                 throw Invalid(variable: "SOULACY_NODE_ID", message: "must be 1 to 128 visible ASCII characters, got '\(node.prefix(40))'")
             }
             settings.nodeID = node
+        }
+        if let url = value("SOULACY_DATABASE_URL") {
+            // The value is never echoed: a database URL may carry its password.
+            guard PostgresURL.isPostgresURL(url) else {
+                throw Invalid(variable: "SOULACY_DATABASE_URL", message: "must be a postgres:// or postgresql:// URL (unset it for SQLite in the data directory)")
+            }
+            settings.databaseURL = url
+        }
+        if let size = try positive("SOULACY_DATABASE_POOL_SIZE", unit: "connections") {
+            guard size <= 200 else { throw Invalid(variable: "SOULACY_DATABASE_POOL_SIZE", message: "must be at most 200, got '\(size)'") }
+            settings.databasePoolSize = size
+        }
+        if let lease = try positive("SOULACY_OUTBOX_LEASE_SECONDS", unit: "seconds") {
+            guard lease <= 3600 else { throw Invalid(variable: "SOULACY_OUTBOX_LEASE_SECONDS", message: "must be at most 3600, got '\(lease)'") }
+            settings.outboxLease = TimeInterval(lease)
         }
         if let text = value("SOULACY_RATE_LIMIT_PER_MINUTE") {
             guard let limit = Int(text), limit >= 0 else {

@@ -348,3 +348,16 @@ func percentile(_ values: [Double], _ p: Double) -> Double {
     let sorted = values.sorted()
     return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
 }
+
+extension Gateway {
+    /// The benchmark's gateways run on SQLite in a temporary data directory.
+    var mobileStore: MobileStore {
+        guard let file = stores.sqlite else { preconditionFailure("the benchmark's gateway runs on \(stores.engine), not SQLite") }
+        return file.mobileStore
+    }
+
+    var database: DatabasePool {
+        guard let file = stores.sqlite else { preconditionFailure("the benchmark's gateway runs on \(stores.engine), not SQLite") }
+        return file.database
+    }
+}
