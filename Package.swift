@@ -131,7 +131,7 @@ let package = Package(
         // The relay mailbox server, deployable on its own (`soulacy-relay`).
         .target(name: "RelayMailbox", dependencies: ["SQLite", "HTTPServer", "APIKit", "RelayProtocol", "Crypto", "Identity", "ChannelAPI"], path: "Sources/RelayMailbox"),
         .executableTarget(name: "soulacy-relay", dependencies: ["Lifecycle", "RelayMailbox", "HTTPServer", "APIKit", "APNs", "Crypto"], path: "Sources/RelayServerCLI"),
-        .executableTarget(name: "soulacy", dependencies: ["Gateway", "Lifecycle", "SQLite", "SQLiteStores", "Identity", "Crypto", "QRCode", "Sidecar"], path: "Sources/Host/CLI"),
+        .executableTarget(name: "soulacy", dependencies: ["Gateway", "Lifecycle", "SQLite", "SQLiteStores", "PostgreSQL", "Identity", "Crypto", "QRCode", "Sidecar"], path: "Sources/Host/CLI"),
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
         .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit",

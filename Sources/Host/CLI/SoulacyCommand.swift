@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import PostgreSQL
 import Gateway
 import Glibc
 import Crypto
@@ -32,6 +33,9 @@ struct SoulacyCommand {
           soulacy backup [--data DIR] DEST                              an online, consistent copy of the data directory (database,
                                                                         TLS identity, keys) into the new directory DEST, owner-only
           soulacy restore SRC --data DIR                                restore a backup into a new or empty data directory
+          soulacy migrate --from DIR [--to URL]                         copy a stopped SQLite gateway (its data directory) into an empty
+                                                                        PostgreSQL database (--to, else $SOULACY_DATABASE_URL), then check
+                                                                        every table's rows and every person's inbox on both engines
           soulacy doctor [--data DIR] [--config PATH] [--gateway-config FILE]
                                                                         check permissions, the database, push services, channels
                                                                         and the clock: OK/WARN/FAIL with fixes, exit 1 on a FAIL
@@ -53,9 +57,30 @@ struct SoulacyCommand {
         case "backup": backup(arguments)
         case "restore": restore(arguments)
         case "doctor": await doctor(arguments)
+        case "migrate": await migrate(arguments)
         case "version", "--version": print("soulacy \(GatewayVersion.current)")
         case "help", "--help", "-h": print(usage)
         default: fail("unknown command '\(command)'\n\(usage)", code: 64)
+        }
+    }
+
+    /// `soulacy migrate --from DIR [--to URL]`: the SQLite gateway in DIR copied into an empty PostgreSQL database.
+    /// The URL may come from the environment, so its password need not appear in the process list.
+    static func migrate(_ arguments: [String]) async {
+        let opts = options(arguments, allowed: ["from", "to"])
+        guard let from = opts["from"] else { fail("migrate needs --from DIR (the gateway's data directory)\n\(usage)", code: 64) }
+        guard let url = opts["to"] ?? ProcessInfo.processInfo.environment["SOULACY_DATABASE_URL"], PostgresURL.isPostgresURL(url) else {
+            fail("migrate needs --to postgres://… (or SOULACY_DATABASE_URL)", code: 64)
+        }
+        do {
+            let report = try await GatewayMigrationStore.copy(sqlitePath: from + "/soulacy.db", to: url)
+            for (table, rows) in report.rows.sorted(by: { $0.key < $1.key }) where rows > 0 { print("  \(table): \(rows) rows") }
+            print("""
+                Copied \(report.rows.values.reduce(0, +)) rows into \(PostgresURL.redacted(url)); every table's count matches, and \(report.inboxesCompared) people's inboxes read the same on both engines.
+                Start the gateway with SOULACY_DATABASE_URL and this data directory (\(from)): it holds the keys the copied secrets are sealed with.
+                """)
+        } catch {
+            fail("soulacy migrate: \(error)")
         }
     }
 
