@@ -77,7 +77,7 @@ struct GatewayMigrateTests {
         }
     }
 
-    @Test("soulacy migrate: the command copies into an empty database and prints no password; without a URL it says what it needs")
+    @Test("soulacy migrate copies into an empty database, prints no password, and without a URL says what it needs; soulacy pair and console-code write to the PostgreSQL database a gateway redeems from")
     func command() async throws {
         let directory = TestGateway.makeTemporaryDirectory()
         let gateway = try await TestGateway.start(directory: directory, mode: .router)
@@ -98,5 +98,23 @@ struct GatewayMigrateTests {
         #expect(again.status == 1 && again.output.contains("not empty"), "\(again.output)")
         let missing = try await runSoulacy(["migrate", "--from", directory + "/data"])
         #expect(missing.status == 64 && missing.output.contains("--to"), "\(missing.output)")
+
+        // `soulacy pair` and `soulacy console-code` write to the gateway's PostgreSQL database, not a file beside it:
+        // what they print is redeemed through a gateway on that database.
+        let onPostgres = environment.merging(["SOULACY_DATABASE_URL": database.url]) { $1 }
+        let paired = try await runProgram(RepositoryPaths.soulacyBinary, ["pair", "--data", directory + "/data", "--name", "Robin"], environment: onPostgres)
+        let pairingCode = paired.output.split(separator: "\n").drop { !$0.hasPrefix("Pairing code for Robin") }.dropFirst().first
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+        let consoleCode = try await runProgram(RepositoryPaths.soulacyBinary, ["console-code", "--data", directory + "/data"], environment: onPostgres)
+        let signInCode = consoleCode.output.split(separator: "\n").drop { !$0.hasPrefix("Console sign-in code") }.dropFirst().first
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+        #expect(paired.status == 0 && pairingCode != nil && consoleCode.status == 0 && signInCode != nil, "\(paired.output)\n\(consoleCode.output)")
+        let served = try await TestGateway.start(directory: directory, environment: ["SOULACY_DATABASE_URL": database.url], mode: .router)
+        let redeemed = try await served.request("POST", "/api/v1/pairing/redeem", json: ["code": .string(pairingCode ?? ""), "name": "Robin's phone"], key: .none)
+        #expect(redeemed.status == 200 || redeemed.status == 201, "\(redeemed.status) \(redeemed.json)")
+        #expect(redeemed.json["token"]?.stringValue != nil, "\(redeemed.json)")
+        let signedIn = try await served.request("POST", "/api/v1/console/session", json: ["code": .string(signInCode ?? "")], key: .none)
+        #expect(signedIn.status == 200, "\(signedIn.status) \(signedIn.json)")
+        await served.stop()
     }
 }

@@ -51,7 +51,7 @@ struct SoulacyCommand {
         switch command {
         case "serve": await serve(arguments)
         case "check": check(arguments)
-        case "pair": pair(arguments)
+        case "pair": await pair(arguments)
         case "console-code": await consoleCode(arguments)
         case "channel-check": await channelCheck(arguments)
         case "backup": backup(arguments)
@@ -278,12 +278,10 @@ struct SoulacyCommand {
         // As with keys and pairing codes: only the owner is ever an admin.
         guard role != .admin || subject == Principal.ownerSubject else { fail("--role admin is the owner's alone; use operator or viewer for \(subject)", code: 64) }
         do {
-            try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            let database = try DatabasePool(path: data + "/soulacy.db", readerCount: 1)
-            try GatewaySchema.migrator().migrate(database)
-            let key = try SecretFile.key(at: ConsoleSessionPolicy.codeKeyPath(dataDirectory: data), variable: "console code key")
-            let code = try await SQLiteConsoleSessionStore(database: database, codeKey: key).createCode(subject: subject, role: role)
-            database.close()
+            // The gateway's own database: SQLite in the data directory, or PostgreSQL at SOULACY_DATABASE_URL.
+            let storage = try await CommandStorage.open(dataDirectory: data, environment: ProcessInfo.processInfo.environment)
+            defer { storage.close() }
+            let code = try await storage.consoleSessions.createCode(subject: subject, role: role)
             print("""
                 Console sign-in code for \(code.subject) (\(code.role.rawValue)), valid \(Int(ConsoleSessionPolicy.codeLifetime / 60)) minutes, one use:
                   \(code.code)
@@ -294,27 +292,27 @@ struct SoulacyCommand {
         }
     }
 
-    static func pair(_ arguments: [String]) {
+    static func pair(_ arguments: [String]) async {
         let opts = options(arguments, allowed: ["data", "name", "role", "url", "lan"])
         let data = opts["data"] ?? ".soulacy"
         do {
-            try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            let database = try DatabasePool(path: data + "/soulacy.db", readerCount: 1)
-            try GatewaySchema.migrator().migrate(database)
-            let household = SQLiteHouseholdStore(database: database, keys: try SQLiteAPIKeyStore(database: database))
+            // The gateway's own database: SQLite in the data directory, or PostgreSQL at SOULACY_DATABASE_URL.
+            let storage = try await CommandStorage.open(dataDirectory: data, environment: ProcessInfo.processInfo.environment)
+            defer { storage.close() }
+            let household = storage.household
             let offer: PairingOffer
             if let name = opts["name"] {
                 let roleText = opts["role"] ?? "viewer"
                 guard let role = Role(rawValue: roleText), role != .admin else { fail("--role must be operator or viewer", code: 64) }
-                offer = try database.transaction { db in
-                    try household.createOffer(subject: try household.subject(forName: name, in: db), name: name, role: role, createdBy: nil,
-                                              madeBy: Principal.ownerSubject, now: Date(), in: db)
+                offer = try await storage.transactions.withTransaction { session in
+                    try household.createOffer(subject: try household.subject(forName: name, in: session), name: name, role: role, createdBy: nil,
+                                              madeBy: Principal.ownerSubject, now: Date(), in: session)
                 }
             } else {
                 guard opts["role"] == nil else { fail("--role goes with --name (your own phone gets your role)", code: 64) }
-                offer = try database.transaction { db in
+                offer = try await storage.transactions.withTransaction { session in
                     try household.createOffer(subject: Principal.ownerSubject, name: HouseholdNames.ownerName, role: .admin, createdBy: nil,
-                                              madeBy: Principal.ownerSubject, now: Date(), in: db)
+                                              madeBy: Principal.ownerSubject, now: Date(), in: session)
                 }
             }
             let settings = try GatewaySettings.fromEnvironment(ProcessInfo.processInfo.environment)

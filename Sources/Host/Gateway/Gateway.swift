@@ -200,7 +200,11 @@ public final class Gateway: Sendable {
         } catch {
             throw .storage("cannot open the PostgreSQL database \(shown): \(error)")
         }
-        let gateway = try Gateway(options: options, postgres: pool)
+        let gateway: Gateway
+        do { gateway = try Gateway(options: options, postgres: pool) } catch {
+            pool.close()
+            throw error
+        }
         do {
             let interrupted = try await gateway.runStore.markInterrupted(at: options.clock.now())
             if interrupted > 0 { options.log.warning("\(interrupted) run(s) of this node were interrupted by its last stop") }

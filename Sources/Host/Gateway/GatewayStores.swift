@@ -2,6 +2,7 @@ import Agents
 import Approvals
 import ChannelAPI
 import ChannelDelivery
+import Crypto
 import Foundation
 import GatewayHTTP
 import Household
@@ -103,5 +104,35 @@ public struct GatewayStores: Sendable {
             relayCarriage: { PostgresRelayCarriageStore(pool: pool, sealingKey: keys.sealing) },
             handlerExecutor: nil, followOtherWriters: { try await inbox.followOtherWriters() },
             close: { inbox.stopFollowing(); pool.close() }, sqlite: nil)
+    }
+}
+
+/// What the one-shot commands (`soulacy pair`, `soulacy console-code`) write to: the database the gateway itself
+/// uses (PostgreSQL at `SOULACY_DATABASE_URL`, else the data directory's SQLite file), migrated, so a code made here
+/// is one every node of the gateway redeems.
+public struct CommandStorage: Sendable {
+    public let transactions: any TransactionalStorage
+    public let household: any HouseholdStore
+    public let consoleSessions: any ConsoleSessionStore
+    /// Releases the file or the connections.
+    public let close: @Sendable () -> Void
+
+    public static func open(dataDirectory: String, environment: [String: String]) async throws -> CommandStorage {
+        let settings = try GatewaySettings.fromEnvironment(environment)
+        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let codeKey = try SecretFile.key(at: ConsoleSessionPolicy.codeKeyPath(dataDirectory: dataDirectory), variable: "console code key")
+        if let url = settings.databaseURL {
+            let pool = try PostgresPool(url: url, size: 2)
+            do { _ = try await PostgresMigrator(PostgresGatewaySchema.migrations).migrate(pool) } catch {
+                pool.close()
+                throw error
+            }
+            return CommandStorage(transactions: pool, household: PostgresHouseholdStore(pool: pool, keys: PostgresAPIKeyStore(pool: pool)),
+                                  consoleSessions: PostgresConsoleSessionStore(pool: pool, codeKey: codeKey), close: { pool.close() })
+        }
+        let database = try DatabasePool(path: dataDirectory + "/soulacy.db", readerCount: 1)
+        try GatewaySchema.migrator().migrate(database)
+        return CommandStorage(transactions: database, household: SQLiteHouseholdStore(database: database, keys: try SQLiteAPIKeyStore(database: database)),
+                              consoleSessions: SQLiteConsoleSessionStore(database: database, codeKey: codeKey), close: { database.close() })
     }
 }
