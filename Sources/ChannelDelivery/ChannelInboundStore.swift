@@ -32,6 +32,10 @@ public protocol ChannelInboundStore: Sendable {
     func take(_ messages: [TakenMessage], channel: String, cursor: String?, now: Date) async throws -> [TakenMessage]
     /// Messages taken whose run was never recorded (the process died between taking and starting them), oldest first.
     func unstarted(channel: String) async throws -> [TakenMessage]
+    /// Whether `node` may poll `channel` now: it renews the channel's poll lease, or takes it once it ran out. Of several
+    /// gateways on one database one polls each channel at a time (a bot's long poll from two places at once is
+    /// refused by Telegram); a dead poller costs the lease.
+    func holdPoll(channel: String, node: String, lease: Duration) async throws -> Bool
 }
 
 /// The inbound store in the gateway's SQLite file.
@@ -74,6 +78,9 @@ public struct SQLiteChannelInboundStore: ChannelInboundStore {
             return taken
         }
     }
+
+    /// One process holds a SQLite file: it always polls.
+    public func holdPoll(channel: String, node: String, lease: Duration) async throws -> Bool { true }
 
     public func unstarted(channel: String) async throws -> [TakenMessage] {
         try await database.asyncRead { db in

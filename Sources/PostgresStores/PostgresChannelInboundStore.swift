@@ -21,6 +21,10 @@ public struct PostgresChannelInboundStore: ChannelInboundStore {
                 PRIMARY KEY (channel, message_id)
             );
             """),
+        // Which node polls each channel, on a lease from the database's clock.
+        PostgresMigration(module: "channel-inbound", version: 2, sql: """
+            CREATE TABLE channel_pollers (channel TEXT PRIMARY KEY, node TEXT NOT NULL, lease_until BIGINT NOT NULL);
+            """),
     ]
 
     let pool: PostgresPool
@@ -51,6 +55,20 @@ public struct PostgresChannelInboundStore: ChannelInboundStore {
                     """, channel, Array(cursor.utf8))
             }
             return taken
+        }
+    }
+
+    public func holdPoll(channel: String, node: String, lease: Duration) async throws -> Bool {
+        let leaseMS = lease.components.seconds * 1000 + lease.components.attoseconds / 1_000_000_000_000_000
+        return try await pool.transaction { db in
+            // The holder renews; anyone takes a lease that ran out. Racing takers queue on the row's lock, and each
+            // re-checks the condition against the winner's row.
+            !(try db.query("""
+                INSERT INTO channel_pollers (channel, node, lease_until) VALUES ($1, $2, (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT + $3)
+                ON CONFLICT (channel) DO UPDATE SET node = excluded.node, lease_until = excluded.lease_until
+                WHERE channel_pollers.node = excluded.node OR channel_pollers.lease_until < (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT
+                RETURNING node
+                """, channel, node, leaseMS).isEmpty)
         }
     }
 

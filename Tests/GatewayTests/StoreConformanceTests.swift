@@ -196,7 +196,7 @@ struct StoreConformanceTests {
         #expect(failures.isEmpty, "\(failures)")
     }
 
-    @Test("channel inbound: cursors, a message taken once on any node, whole text, unstarted until its run is recorded", arguments: Engine.allCases)
+    @Test("channel inbound: cursors, a message taken once on any node, whole text, unstarted until its run is recorded, one poller per channel", arguments: Engine.allCases)
     func channelInbound(engine: Engine) async throws {
         let fixture = try await engine.fixture()
         let (store, runs, others) = try engine.channelInboundStores(fixture)
@@ -204,7 +204,7 @@ struct StoreConformanceTests {
         #expect(failures.isEmpty, "\(failures)")
     }
 
-    @Test("the inbound suite itself catches a store that takes a message again and forgets its cursor")
+    @Test("the inbound suite itself catches a store that takes a message again, forgets its cursor and lets every node poll")
     func catchesACarelessInboundStore() async throws {
         /// Takes every message it is given and never stores a cursor.
         struct Forgetful: ChannelInboundStore {
@@ -215,12 +215,15 @@ struct StoreConformanceTests {
                 return messages
             }
             func unstarted(channel: String) async throws -> [TakenMessage] { try await real.unstarted(channel: channel) }
+            /// Lets every node poll every channel.
+            func holdPoll(channel: String, node: String, lease: Duration) async throws -> Bool { true }
         }
-        let fixture = try await Engine.sqlite.fixture()
-        let (store, runs, _) = try Engine.sqlite.channelInboundStores(fixture)
-        let failures = await ChannelInboundConformance(engine: "sqlite", store: Forgetful(real: store), runs: runs).run()
+        let fixture = try await Engine.postgresql.fixture()
+        let (store, runs, others) = try Engine.postgresql.channelInboundStores(fixture)
+        let failures = await ChannelInboundConformance(engine: "postgresql", store: Forgetful(real: store), runs: runs,
+                                                       otherNodes: others.map { Forgetful(real: $0) }).run()
         let rules = Set(failures.map(\.rule))
-        #expect(rules.isSuperset(of: ["taken once", "cursors", "one of concurrent takes"]), "\(failures)")
+        #expect(rules.isSuperset(of: ["taken once", "cursors", "one of concurrent takes", "one poller"]), "\(failures)")
     }
 
     @Test("the cooldown suite itself catches a store that lets every fire through")

@@ -15,9 +15,15 @@ public struct ChannelInbound: Sendable {
     /// How long one poll waits for messages (Telegram's long poll), and how long to wait after trouble.
     let pollTimeout: Duration
     let retryDelay: Duration
+    /// This gateway process among the nodes on one database, and how long its hold on a channel's polling lasts
+    /// (longer than a poll: renewed before each).
+    let node: String
+    let pollLease: Duration
 
     public init(pollers: [any InboundPoller], store: any ChannelInboundStore, runs: AgentRuns, clock: any WallClock, log: Log,
-                pollTimeout: Duration = .seconds(25), retryDelay: Duration = .seconds(5)) {
+                pollTimeout: Duration = .seconds(25), retryDelay: Duration = .seconds(5), node: String = "local", pollLease: Duration = .seconds(60)) {
+        self.node = node
+        self.pollLease = pollLease
         self.pollers = pollers
         self.store = store
         self.runs = runs
@@ -45,6 +51,11 @@ public struct ChannelInbound: Sendable {
         }
         while !Task.isCancelled {
             do {
+                // Another node polls this channel: stand by, and take over once its lease runs out.
+                guard try await store.holdPoll(channel: poller.channel, node: node, lease: pollLease) else {
+                    try? await Task.sleep(for: min(pollLease / 4, .seconds(15)))
+                    continue
+                }
                 let cursor = try await store.cursor(channel: poller.channel)
                 // A long poll is left to finish on its own at shutdown: what it brings is asked for again next time,
                 // since only the cursor stored below confirms it.

@@ -385,7 +385,8 @@ public final class Gateway: Sendable {
         }
         runsBox.set(runs)
         scheduler = Scheduler(catalog: catalog, runs: runs, store: runStore, clock: options.clock, log: log.component("scheduler"))
-        inbound = ChannelInbound(pollers: built.pollers, store: stores.channelInbound, runs: runs, clock: options.clock, log: log)
+        inbound = ChannelInbound(pollers: built.pollers, store: stores.channelInbound, runs: runs, clock: options.clock, log: log,
+                                  node: settings.resolvedNodeID(dataDirectory: options.dataDirectory))
 
         let keys = self.keys
         let credentials = runs.credentials

@@ -74,6 +74,21 @@ public struct ChannelInboundConformance: Sendable {
                 return try await group.reduce(0, +)
             }
             check("one of concurrent takes", wins == 1, "\(wins) of \(contenders.count) concurrent takes of one message won")
+
+            // With other nodes on the database, one polls a channel at a time; a lease that ran out passes on.
+            if let other = otherNodes.first {
+                let polled = "poll-\(UUID().uuidString.prefix(8))"
+                let first = try await store.holdPoll(channel: polled, node: "node-a", lease: .seconds(1))
+                let refused = try await other.holdPoll(channel: polled, node: "node-b", lease: .seconds(1))
+                let renewed = try await store.holdPoll(channel: polled, node: "node-a", lease: .seconds(1))
+                let elsewhere = try await other.holdPoll(channel: polled + "-other", node: "node-b", lease: .seconds(1))
+                check("one poller", first && !refused && renewed && elsewhere,
+                      "a: \(first), b while a holds: \(refused), a again: \(renewed), b on another channel: \(elsewhere)")
+                try await Task.sleep(for: .milliseconds(1300))
+                let takenOver = try await other.holdPoll(channel: polled, node: "node-b", lease: .seconds(30))
+                let lost = try await store.holdPoll(channel: polled, node: "node-a", lease: .seconds(1))
+                check("one poller", takenOver && !lost, "after a's lease ran out: b took it \(takenOver), a still held it \(lost)")
+            }
         } catch {
             failures.append(ConformanceFailure(rule: "no errors", detail: "\(engine): \(error)"))
         }
