@@ -20,6 +20,8 @@ public enum GatewayMigrationStore {
         public var inboxesCompared = 0
         /// Tables of the SQLite file that have no PostgreSQL counterpart (bookkeeping only), left behind.
         public var skipped: [String] = []
+        /// Runs the SQLite file still had running (a crash), copied as interrupted.
+        public var interruptedRuns = 0
     }
 
     public enum Failure: Error, CustomStringConvertible, Equatable {
@@ -68,6 +70,13 @@ public enum GatewayMigrationStore {
                 try target.transaction { target in
                     for table in sourceTables where targetTables.contains(table) {
                         report.rows[table] = try copyTable(table, from: source, to: target)
+                    }
+                    // Runs a crashed gateway left running: what its next start on SQLite would mark. No node would on
+                    // PostgreSQL, where each marks only its own.
+                    if report.rows["runs"] != nil {
+                        report.interruptedRuns = try target.run("""
+                            UPDATE runs SET status = 'interrupted', finished_at = $1, error = 'the gateway stopped during the run' WHERE status = 'running'
+                            """, Date().postgresMillis)
                     }
                 }
             }
