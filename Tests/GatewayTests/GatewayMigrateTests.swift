@@ -52,6 +52,12 @@ struct GatewayMigrateTests {
         // A run a crash left running, as the file holds it after a kill -9.
         let file = try Connection(path: directory + "/data/soulacy.db")
         _ = try file.run("INSERT INTO runs (id, agent_id, session_id, trigger, status, started_at, subject) VALUES ('run_crashed', 'echo', 'ses_crashed', 'api', 'running', 1, 'owner')")
+        // More rows than one statement copies (7,500 of run_events' four columns): the copy goes page by page.
+        let eventsBefore = try file.query("SELECT count(*) AS n FROM run_events").first?.int("n") ?? 0
+        _ = try file.run("""
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+            INSERT INTO run_events (run_id, at, kind, detail) SELECT 'run_crashed', i, 'progress', 'step ' || i FROM n
+            """)
         file.close()
 
         let database = try await PostgresCluster.shared().makeDatabase()
@@ -61,6 +67,7 @@ struct GatewayMigrateTests {
         #expect(report.inboxesCompared >= 1, "\(report)")
         #expect(report.skipped.isEmpty, "tables of the SQLite file left behind: \(report.skipped)")
         #expect(report.interruptedRuns == 1 && report.rows["runs"] == 2, "\(report)")
+        #expect(report.rows["run_events"] == Int(eventsBefore) + 20000, "\(String(describing: report.rows["run_events"])) run events copied")
 
         // The same data directory (its keys) on PostgreSQL: nothing new minted, everything as it was.
         let postgres = try await TestGateway.start(directory: directory, environment: ["SOULACY_DATABASE_URL": database.url], mode: .router)

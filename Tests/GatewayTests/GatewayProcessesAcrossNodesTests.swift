@@ -12,13 +12,9 @@ import Testing
 /// claimed wake-ups taken over once its lease runs out.
 @Suite("Gateway processes across nodes", .serialized)
 struct GatewayProcessesAcrossNodesTests {
-    static let config = """
-        agents:
-          - id: echo
-            name: Echo
-            runner:
-              command: ["/bin/cat"]
-              timeout: 10s
+    /// The test kit's echo agent, and a once-a-second cron.
+    static let config = TestGateway.defaultConfig + """
+
           - id: ticker
             name: Ticker
             runner:

@@ -187,18 +187,20 @@ public final class Gateway: Sendable {
         do { settings = try GatewaySettings.fromEnvironment(options.environment) } catch { throw .settings(error.description) }
         guard let url = settings.databaseURL else { return try Gateway(options: options) }
         let shown = PostgresURL.redacted(url)
-        let pool: PostgresPool
+        let opened: (pool: PostgresPool, applied: [PostgresMigration])
+        do { opened = try await PostgresGatewaySchema.openPool(url: url, size: settings.databasePoolSize) } catch {
+            throw .storage("cannot open the PostgreSQL database \(shown): \(error)")
+        }
+        let pool = opened.pool
+        if !opened.applied.isEmpty { options.log.info("database: applied \(opened.applied.count) migration(s) to \(shown)") }
         do {
-            pool = try PostgresPool(url: url, size: settings.databasePoolSize)
-            let applied = try await PostgresMigrator(PostgresGatewaySchema.migrations).migrate(pool)
-            if !applied.isEmpty { options.log.info("database: applied \(applied.count) migration(s) to \(shown)") }
             // What every node shares is made once: the first node to get here writes the keys and the TLS identity
             // into the data directory they all mount, the others read them.
             try await pool.withAdvisoryLock(Self.identityLockKey) { try Self.prepareSharedIdentity(options: options, settings: settings) }
-        } catch let error as GatewayStartError {
-            throw error
         } catch {
-            throw .storage("cannot open the PostgreSQL database \(shown): \(error)")
+            pool.close()
+            if let error = error as? GatewayStartError { throw error }
+            throw .dataDirectory("cannot make the keys and certificate every node shares in \(options.dataDirectory): \(error)")
         }
         let gateway: Gateway
         do { gateway = try Gateway(options: options, postgres: pool) } catch {
@@ -308,9 +310,11 @@ public final class Gateway: Sendable {
             throw .storage("cannot open the console code key: \(error)")
         }
         let storeKeys = GatewayStores.Keys(sealing: sealingKey, consoleCodes: codeKey)
+        // This process among the gateway's nodes: its runs, leases and log lines carry it.
+        let node = settings.resolvedNodeID(dataDirectory: options.dataDirectory)
         let stores: GatewayStores
         if let postgres {
-            stores = GatewayStores.postgres(pool: postgres, listenURL: settings.databaseURL, node: settings.resolvedNodeID(dataDirectory: options.dataDirectory),
+            stores = GatewayStores.postgres(pool: postgres, listenURL: settings.databaseURL, node: node,
                                             keys: storeKeys, clock: options.clock, metrics: metrics.mobile, log: log.component("database"))
         } else {
             do {
@@ -386,7 +390,7 @@ public final class Gateway: Sendable {
         runsBox.set(runs)
         scheduler = Scheduler(catalog: catalog, runs: runs, store: runStore, clock: options.clock, log: log.component("scheduler"))
         inbound = ChannelInbound(pollers: built.pollers, store: stores.channelInbound, runs: runs, clock: options.clock, log: log,
-                                  node: settings.resolvedNodeID(dataDirectory: options.dataDirectory))
+                                  node: node)
 
         let keys = self.keys
         let credentials = runs.credentials
@@ -404,7 +408,7 @@ public final class Gateway: Sendable {
             for case let channel as any EndpointDisablingChannel in outbound.all { disabled[channel.name] = try await channel.disabledEndpoints(in: endpointStates) }
             return disabled
         }
-        gatewayAPI.nodeID = settings.resolvedNodeID(dataDirectory: options.dataDirectory)
+        gatewayAPI.nodeID = node
         router.add(gatewayAPI.routes)
         // The web console's sign-in; its codes are kept under a key beside the database, never in it.
         let consoleSessions = stores.consoleSessions
@@ -484,7 +488,7 @@ public final class Gateway: Sendable {
             } catch {
                 throw .storage("cannot open the relay tables: \(error)")
             }
-            carriage = RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, store: store, node: settings.resolvedNodeID(dataDirectory: options.dataDirectory),
+            carriage = RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, store: store, node: node,
                                      mobile: mobileStorage.inbox, keys: keys, log: log) { request, principal, secret in
                 await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }
             }

@@ -51,9 +51,8 @@ public enum GatewayMigrationStore {
     /// read in one snapshot and never written; stop the gateway first, or lines written after the snapshot stay behind.
     public static func copy(sqlitePath: String, to url: String) async throws -> Report {
         guard FileManager.default.fileExists(atPath: sqlitePath) else { throw Failure.sourceMissing(sqlitePath) }
-        let pool = try PostgresPool(url: url, size: 2)
+        let pool = try await PostgresGatewaySchema.openPool(url: url, size: 2).pool
         defer { pool.close() }
-        _ = try await PostgresMigrator(PostgresGatewaySchema.migrations).migrate(pool)
         let source = try Connection(path: sqlitePath, readOnly: true)
         defer { source.close() }
         var report = Report()
@@ -117,18 +116,21 @@ public enum GatewayMigrationStore {
         let quotedTable = try target.quoteIdentifier(table)
         let names = try (columns.map(\.name) + filled.map(\.name)).map { try target.quoteIdentifier($0) }
         let sourceNames = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
-        let rows = try source.query("SELECT \(sourceNames) FROM \"\(table)\"")
-        // A few hundred rows a statement: fewer round trips, far below PostgreSQL's 65,535 parameters.
+        // A few hundred rows a statement: fewer round trips, far below PostgreSQL's 65,535 parameters. The file is read
+        // a statement's worth at a time along its rowid (in the caller's snapshot), so a large inbox is never held whole.
         let perStatement = max(1, 30_000 / names.count)
-        var start = 0
-        while start < rows.count {
-            let batch = rows[start..<min(rows.count, start + perStatement)]
+        var copied = 0
+        var lastRowID = Int64.min
+        while true {
+            let rows = try source.query("SELECT rowid AS soulacy_rowid, \(sourceNames) FROM \"\(table)\" WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                                        lastRowID, perStatement)
+            guard let last = rows.last?.int("soulacy_rowid") else { break }
             var arguments: [any PostgresBindable] = []
             var tuples: [String] = []
-            for row in batch {
+            for row in rows {
                 var placeholders: [String] = []
                 for (index, column) in columns.enumerated() {
-                    arguments.append(try value(row[index], as: column.type, table: table, column: column.name))
+                    arguments.append(try value(row[index + 1], as: column.type, table: table, column: column.name))
                     placeholders.append("$\(arguments.count)")
                 }
                 for fill in filled {
@@ -138,16 +140,17 @@ public enum GatewayMigrationStore {
                 tuples.append("(" + placeholders.joined(separator: ", ") + ")")
             }
             try target.run("INSERT INTO \(quotedTable) (\(names.joined(separator: ", "))) VALUES \(tuples.joined(separator: ", "))", arguments: arguments)
-            start += batch.count
+            copied += rows.count
+            lastRowID = last
         }
         // Serial columns given explicit values: the sequence goes on after the largest, or the next insert collides.
-        for column in columns {
+        for column in columns where copied > 0 {
             let sequence = try target.query("SELECT pg_get_serial_sequence($1, $2) AS s", quotedTable, column.name).first?.string("s")
-            if let sequence, !rows.isEmpty {
+            if let sequence {
                 _ = try target.query("SELECT setval($1, (SELECT max(\(try target.quoteIdentifier(column.name))) FROM \(quotedTable)))", sequence)
             }
         }
-        return rows.count
+        return copied
     }
 
     /// One SQLite value as the PostgreSQL column's type wants it.

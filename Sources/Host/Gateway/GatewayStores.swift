@@ -122,11 +122,7 @@ public struct CommandStorage: Sendable {
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let codeKey = try SecretFile.key(at: ConsoleSessionPolicy.codeKeyPath(dataDirectory: dataDirectory), variable: "console code key")
         if let url = settings.databaseURL {
-            let pool = try PostgresPool(url: url, size: 2)
-            do { _ = try await PostgresMigrator(PostgresGatewaySchema.migrations).migrate(pool) } catch {
-                pool.close()
-                throw error
-            }
+            let pool = try await PostgresGatewaySchema.openPool(url: url, size: 2).pool
             return CommandStorage(transactions: pool, household: PostgresHouseholdStore(pool: pool, keys: PostgresAPIKeyStore(pool: pool)),
                                   consoleSessions: PostgresConsoleSessionStore(pool: pool, codeKey: codeKey), close: { pool.close() })
         }
