@@ -8,13 +8,13 @@ import Identity
 /// The relay's HTTP routes. The gateway authenticates with its mailbox bearer, each phone with its own;
 /// the relay compares SHA-256 hashes in constant time and never sees a key that opens anything.
 public struct MailboxAPI: Sendable {
-    public let store: MailboxStore
+    public let store: any MailboxStore
     /// Larger down items are stored as a too_large marker; larger commands are refused with 413.
     public let maximumItemBytes: Int
     /// Wakes phones for new items when the relay has APNs credentials; the push carries only a sealed payload.
     public let push: (any WakeTransport)?
 
-    public init(store: MailboxStore, maximumItemBytes: Int = 256 * 1024, push: (any WakeTransport)? = nil) {
+    public init(store: any MailboxStore, maximumItemBytes: Int = 256 * 1024, push: (any WakeTransport)? = nil) {
         self.store = store
         self.maximumItemBytes = maximumItemBytes
         self.push = push
@@ -44,18 +44,18 @@ public struct MailboxAPI: Sendable {
         return String(header.dropFirst(7))
     }
 
-    private func requireGateway(_ request: HTTPRequest) throws(APIError) -> String {
+    private func requireGateway(_ request: HTTPRequest) async throws -> String {
         let mailbox = request.parameter("mb")
-        guard let presented = Self.bearer(request), let expected = (try? store.mailboxSecret(mailbox)) ?? nil,
+        guard let presented = Self.bearer(request), let expected = try await store.mailboxSecret(mailbox),
               SecureBytes.constantTimeEqual(SHA256.hash(presented), expected) else {
             throw APIError.unauthorized("not this mailbox's bearer")
         }
         return mailbox
     }
 
-    private func requirePhone(_ request: HTTPRequest) throws(APIError) -> (String, String) {
+    private func requirePhone(_ request: HTTPRequest) async throws -> (String, String) {
         let mailbox = request.parameter("mb"), device = request.parameter("dev")
-        guard let presented = Self.bearer(request), let expected = (try? store.deviceSecret(mailbox: mailbox, device: device)) ?? nil,
+        guard let presented = Self.bearer(request), let expected = try await store.deviceSecret(mailbox: mailbox, device: device),
               SecureBytes.constantTimeEqual(SHA256.hash(presented), expected) else {
             throw APIError.unauthorized("not this phone's bearer")
         }
@@ -116,57 +116,61 @@ public struct MailboxAPI: Sendable {
 
     @Sendable func createMailbox(_ request: HTTPRequest) async throws -> HTTPResponse {
         let body = try request.decode(SecretHash.self)
-        let id = try store.createMailbox(secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"))
+        let id = try await store.createMailbox(secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"))
         return .json(["mailbox_id": id], status: 201)
     }
 
     @Sendable func putDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let mailbox = try requireGateway(request)
+        let mailbox = try await requireGateway(request)
         let body = try request.decode(SecretHash.self)
         let cursor = Int64(try body.cursor.wholeNumber(in: Self.sequenceRange, field: "cursor") ?? 0)
-        try store.putDevice(mailbox: mailbox, device: request.parameter("dev"), secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"), cursor: cursor)
+        try await store.putDevice(mailbox: mailbox, device: request.parameter("dev"), secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"), cursor: cursor)
         return .noContent
     }
 
     @Sendable func deleteDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
-        try store.deleteDevice(mailbox: try requireGateway(request), device: request.parameter("dev"))
+        try await store.deleteDevice(mailbox: try await requireGateway(request), device: request.parameter("dev"))
         return .noContent
     }
 
     @Sendable func postItem(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let mailbox = try requireGateway(request)
+        let mailbox = try await requireGateway(request)
         let device = request.parameter("dev")
-        guard store.carriageOn(mailbox: mailbox, device: device) else {
+        guard try await store.carriageOn(mailbox: mailbox, device: device) else {
             return .json(Stored(stored: false, reason: "carriage off"))
         }
         let body = try request.decode(Item.self)
         let ciphertext = body.ciphertext
-        let kindText = body.kind ?? MailboxStore.ItemKind.record.rawValue
-        guard let kind = MailboxStore.ItemKind(rawValue: kindText) else { throw APIError.invalidField("kind", "must be \"record\" or \"result\", got \"\(kindText)\"") }
+        let kindText = body.kind ?? MailboxItemKind.record.rawValue
+        guard let kind = MailboxItemKind(rawValue: kindText) else { throw APIError.invalidField("kind", "must be \"record\" or \"result\", got \"\(kindText)\"") }
         let seq = try body.seq.wholeNumber(in: Self.sequenceRange, field: "seq").map(Int64.init)
         let tooLarge = ciphertext.utf8.count > maximumItemBytes
-        let n = try store.appendItem(mailbox: mailbox, device: device, ciphertext: tooLarge ? nil : ciphertext, tooLarge: tooLarge, kind: kind, seq: seq)
+        let item = NewMailboxItem(ciphertext: tooLarge ? nil : ciphertext, tooLarge: tooLarge, kind: kind, seq: seq)
+        // The carriage may have been turned off since the check: then nothing was stored.
+        guard let n = try await store.appendItem(mailbox: mailbox, device: device, item) else {
+            return .json(Stored(stored: false, reason: "carriage off"))
+        }
         return .json(Stored(stored: true, n: n, tooLarge: tooLarge), status: 201)
     }
 
     @Sendable func items(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let (mailbox, device) = try requirePhone(request)
+        let (mailbox, device) = try await requirePhone(request)
         guard let after = Int64(request.query["after"] ?? "0"), after >= 0 else { throw APIError.invalidField("after", "must be a sequence number") }
-        let list = try store.items(mailbox: mailbox, device: device, after: after).map { item in
+        let list = try await store.items(mailbox: mailbox, device: device, after: after).map { item in
             item.tooLarge ? MailboxItemPage.Item(n: item.n, tooLarge: true) : MailboxItemPage.Item(n: item.n, ciphertext: item.ciphertext ?? "")
         }
-        return .json(MailboxItemPage(items: list, inboxOnline: store.isOnline(mailbox: mailbox)))
+        return .json(MailboxItemPage(items: list, inboxOnline: try await store.isOnline(mailbox: mailbox)))
     }
 
     @Sendable func ack(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let (mailbox, device) = try requirePhone(request)
+        let (mailbox, device) = try await requirePhone(request)
         let body = try request.decode(Ack.self)
         // {through: n}: items up to number n were read. {cursor: seq}: records up to the gateway's store
         // sequence seq are had; results stay until read.
         if let through = try body.through.wholeNumber(in: Self.sequenceRange, field: "through") {
-            try store.ack(mailbox: mailbox, device: device, through: Int64(through))
+            try await store.ack(mailbox: mailbox, device: device, through: Int64(through))
         } else if let cursor = try body.cursor.wholeNumber(in: Self.sequenceRange, field: "cursor") {
-            try store.ack(mailbox: mailbox, device: device, recordsThroughSeq: Int64(cursor))
+            try await store.ack(mailbox: mailbox, device: device, recordsThroughSeq: Int64(cursor))
         } else {
             throw APIError.missingField("through")
         }
@@ -177,8 +181,8 @@ public struct MailboxAPI: Sendable {
     static let sequenceRange = 0...(1 << 53) - 1
 
     @Sendable func postCommand(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let (mailbox, device) = try requirePhone(request)
-        guard store.carriageOn(mailbox: mailbox, device: device) else {
+        let (mailbox, device) = try await requirePhone(request)
+        guard try await store.carriageOn(mailbox: mailbox, device: device) else {
             throw APIError.conflict("the relay is off for this phone; nothing is held", code: "carriage_off")
         }
         let body = try request.decode(HeldCommand.self)
@@ -187,41 +191,41 @@ public struct MailboxAPI: Sendable {
         guard ciphertext.utf8.count <= maximumItemBytes else {
             throw APIError(status: 413, code: "too_large", message: "ciphertext: commands are at most \(maximumItemBytes) bytes", field: "ciphertext")
         }
-        let queued = try store.holdCommand(mailbox: mailbox, device: device, id: id, ciphertext: ciphertext)
-        return .json(Queued(queued: queued, inboxOnline: store.isOnline(mailbox: mailbox)), status: queued ? 202 : 200)
+        let queued = try await store.holdCommand(mailbox: mailbox, device: device, id: id, ciphertext: ciphertext)
+        return .json(Queued(queued: queued, inboxOnline: try await store.isOnline(mailbox: mailbox)), status: queued ? 202 : 200)
     }
 
     @Sendable func carriage(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let (mailbox, device) = try requirePhone(request)
+        let (mailbox, device) = try await requirePhone(request)
         let body = try request.decode(Carriage.self)
         let on = body.on
         let cursor = try body.cursor.wholeNumber(in: Self.sequenceRange, field: "cursor").map(Int64.init)
-        try store.setCarriage(mailbox: mailbox, device: device, on: on, cursor: cursor)
+        try await store.setCarriage(mailbox: mailbox, device: device, on: on, cursor: cursor)
         return .noContent
     }
 
     @Sendable func putAPNs(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let (mailbox, device) = try requirePhone(request)
+        let (mailbox, device) = try await requirePhone(request)
         let body = try request.decode(APNsToken.self)
         let token = try body.token.limited(to: 200, field: "token")
         guard token.utf8.count == 64, Hex.decode(token) != nil else { throw APIError.invalidField("token", "an APNs device token is 64 hex digits") }
         let environment = body.environment ?? "production"
         guard ["production", "development"].contains(environment) else { throw APIError.invalidField("environment", "must be production or development") }
-        try store.setAPNs(mailbox: mailbox, device: device, token: token, environment: environment)
+        try await store.setAPNs(mailbox: mailbox, device: device, token: MailboxAPNsToken(token: token, environment: environment))
         return .noContent
     }
 
     /// POST …/push {device_id, collapse_id, ciphertext}: a generic alert with the sealed payload in a custom key,
     /// cut to fit 4 KB by dropping the payload first. Nothing is sent while the phone's relay is off.
     @Sendable func sendPush(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let mailbox = try requireGateway(request)
+        let mailbox = try await requireGateway(request)
         let body = try request.decode(Push.self)
         let device = try body.deviceID.limited(to: 200, field: "device_id")
         let collapse = try body.collapseID.limited(to: 64, field: "collapse_id")
         let ciphertext = body.ciphertext
-        guard store.carriageOn(mailbox: mailbox, device: device) else { return .json(Sent(sent: false, reason: "carriage off")) }
+        guard try await store.carriageOn(mailbox: mailbox, device: device) else { return .json(Sent(sent: false, reason: "carriage off")) }
         guard let push else { return .json(Sent(sent: false, reason: "no push service on this relay")) }
-        guard let apns = try store.apns(mailbox: mailbox, device: device) else { return .json(Sent(sent: false, reason: "no APNs token for this phone")) }
+        guard let apns = try await store.apns(mailbox: mailbox, device: device) else { return .json(Sent(sent: false, reason: "no APNs token for this phone")) }
         let target = WakeTarget(deviceID: device, platform: .ios, pushToken: apns.token,
                                 environment: apns.environment == "development" ? .development : .production, bundleID: "dev.soulacy.ios")
         var signal = WakeSignal(category: .delivery, title: "Soulacy", body: "New in your Inbox", deepLink: "soulacy://inbox", threadID: "relay", collapseID: collapse)
@@ -234,13 +238,13 @@ public struct MailboxAPI: Sendable {
     }
 
     @Sendable func heldCommands(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let mailbox = try requireGateway(request)
-        try store.touch(mailbox: mailbox)
-        return .json(["commands": try store.heldCommands(mailbox: mailbox).map { HeldView(deviceID: $0.device, id: $0.id, ciphertext: $0.ciphertext) }])
+        let mailbox = try await requireGateway(request)
+        try await store.touch(mailbox: mailbox)
+        return .json(["commands": try await store.heldCommands(mailbox: mailbox).map { HeldView(deviceID: $0.device, id: $0.id, ciphertext: $0.ciphertext) }])
     }
 
     @Sendable func applied(_ request: HTTPRequest) async throws -> HTTPResponse {
-        try store.applied(mailbox: try requireGateway(request), device: request.parameter("dev"), id: request.parameter("id"))
+        try await store.applied(mailbox: try await requireGateway(request), device: request.parameter("dev"), id: request.parameter("id"))
         return .noContent
     }
 }

@@ -226,28 +226,6 @@ struct DefectRegressionTests {
 
     // MARK: Relay mailbox
 
-    @Test("relay acks: a cursor ack drops records up to the store sequence and never an unread result; item numbers pass 2^31")
-    func relayAckSemantics() throws {
-        let directory = TestGateway.makeTemporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let store = try MailboxStore(path: directory + "/relay.db")
-        let box = try store.createMailbox(secretSHA256: SHA256.hash(Array("gateway".utf8)))
-        try store.putDevice(mailbox: box, device: "phone", secretSHA256: SHA256.hash(Array("phone".utf8)), cursor: 0)
-        let first = try store.appendItem(mailbox: box, device: "phone", ciphertext: "r1", tooLarge: false, kind: .record, seq: 5)
-        let result = try store.appendItem(mailbox: box, device: "phone", ciphertext: "res", tooLarge: false, kind: .result)
-        let later = try store.appendItem(mailbox: box, device: "phone", ciphertext: "r2", tooLarge: false, kind: .record, seq: 9)
-        #expect((first, result, later) == (1, 2, 3))
-        try store.ack(mailbox: box, device: "phone", recordsThroughSeq: 5)
-        #expect(try store.items(mailbox: box, device: "phone", after: 0).map(\.n) == [2, 3])
-        try store.ack(mailbox: box, device: "phone", recordsThroughSeq: 100)
-        #expect(try store.items(mailbox: box, device: "phone", after: 0).map(\.n) == [2])  // the unread result stays
-        try store.ack(mailbox: box, device: "phone", through: 2_147_483_647)
-        let next = try store.appendItem(mailbox: box, device: "phone", ciphertext: "r3", tooLarge: false, seq: 10)
-        #expect(next == 2_147_483_648)
-        try store.ack(mailbox: box, device: "phone", through: next)
-        #expect(try store.items(mailbox: box, device: "phone", after: 0).isEmpty)
-    }
-
     @Test("a push's sealed payload is its own type: it never opens as a down item, nor an item as a push")
     func pushesSealedAsTheirOwnType() throws {
         let keys = try RelayKeys(secret: SecureBytes.random(count: 32), deviceID: "phone")

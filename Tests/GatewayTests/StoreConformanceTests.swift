@@ -17,6 +17,8 @@ import PostgreSQL
 import PostgresStores
 import SQLite
 import RelayCarriage
+import RelayMailbox
+import RelayMailboxStores
 import SQLiteStores
 import Testing
 
@@ -187,6 +189,38 @@ struct StoreConformanceTests {
             case .postgresql: PostgresTriggerCooldownStore(pool: try #require(fixture as? PostgresEngineFixture).pool)
             }
         }
+    }
+
+    @Test("the relay's mailboxes, with three relay processes on PostgreSQL", arguments: Engine.allCases)
+    func relayMailboxes(engine: Engine) async throws {
+        switch engine {
+        case .sqlite:
+            let fixture = try SQLiteEngineFixture()
+            let failures = await MailboxStoreConformance(fixture: fixture, store: try SQLiteMailboxStore(database: fixture.database)).run()
+            #expect(failures.isEmpty, "\(failures)")
+        case .postgresql:
+            let fixture = try await PostgresEngineFixture.make(migrations: PostgresMailboxStore.migrations)
+            let others: [any MailboxStore] = try (0..<2).map { _ in PostgresMailboxStore(pool: try PostgresPool(url: fixture.database.url, size: 2)) }
+            defer { for other in others { other.close() } }
+            let failures = await MailboxStoreConformance(fixture: fixture, store: PostgresMailboxStore(pool: fixture.pool), otherNodes: others).run()
+            #expect(failures.isEmpty, "\(failures)")
+        }
+    }
+
+    @Test("a relay file from before numbers on past the newest item it holds, and past a cursor beyond it")
+    func relayFileFromBefore() async throws {
+        let path = TestGateway.makeTemporaryDirectory() + "/relay.db"
+        let old = try DatabasePool(path: path)
+        try old.migrate(Array(SQLiteMailboxStore.migrations.prefix(2)))
+        try old.write { db in
+            try db.run("INSERT INTO mailbox_devices (mailbox_id, device_id, secret_sha256, cursor) VALUES ('mbx_a', 'held', x'00', 3), ('mbx_a', 'acked', x'00', 40)")
+            try db.run("INSERT INTO mailbox_items (mailbox_id, device_id, n, ciphertext) VALUES ('mbx_a', 'held', 7, 'c'), ('mbx_a', 'acked', 12, 'c')")
+        }
+        old.close()
+        let store = try SQLiteMailboxStore(path: path)
+        defer { store.close() }
+        #expect(try await store.appendItem(mailbox: "mbx_a", device: "held", NewMailboxItem(ciphertext: "next")) == 8)
+        #expect(try await store.appendItem(mailbox: "mbx_a", device: "acked", NewMailboxItem(ciphertext: "next")) == 41)
     }
 
     @Test("location triggers' cooldowns", arguments: Engine.allCases)

@@ -63,6 +63,9 @@ struct TargetGraphTests {
                            "SQLite", "CSQLite", "PostgreSQL", "CPostgres"]),
             ("Household", ["HTTPServer", "APIKit", "CMicroHTTPD", "Mobile", "Gateway", "Agents", "Approvals"]),
             ("RelayCarriage", ["APIKit", "MobileHTTP", "GatewayHTTP", "Gateway", "Agents", "Approvals"]),
+            // The relay's routes work on any engine: its SQLite and PostgreSQL stores are RelayMailboxStores.
+            ("RelayMailbox", ["SQLite", "CSQLite", "PostgreSQL", "CPostgres", "Gateway", "Mobile", "MobileHTTP"]),
+            ("RelayMailboxStores", ["Gateway", "Mobile", "MobileHTTP", "GatewayHTTP"]),
             // Channels are plugins: the contract and the HTTP client, never the server, the database or the host.
             ("Telegram", serverSide), ("Slack", serverSide), ("Discord", serverSide), ("WhatsApp", serverSide),
             ("Webhooks", serverSide), ("Email", serverSide), ("Sidecar", serverSide.union(["HTTPClient"])),

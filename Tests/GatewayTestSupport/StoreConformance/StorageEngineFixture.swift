@@ -28,3 +28,15 @@ public struct ConformanceFailure: Sendable, CustomStringConvertible {
         self.detail = detail
     }
 }
+
+/// Whether `needle` occurs in `haystack` (a stored value holding a secret in any form).
+func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+    guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+    let first = needle[0]
+    var index = 0
+    while index <= haystack.count - needle.count {
+        if haystack[index] == first, haystack[index..<index + needle.count].elementsEqual(needle) { return true }
+        index += 1
+    }
+    return false
+}
