@@ -347,8 +347,12 @@ public final class RelayServerProcess: @unchecked Sendable {
     public let tls: Bool
     public var certificatePath: String { directory + "/relay-cert.pem" }
 
-    public init(tls: Bool = false) {
+    /// With a URL, the relay keeps its mailboxes on that PostgreSQL database (`--database-url`), as several relays do.
+    public let databaseURL: String?
+
+    public init(tls: Bool = false, databaseURL: String? = nil) {
         self.tls = tls
+        self.databaseURL = databaseURL
     }
 
     public var url: String { "\(tls ? "https" : "http")://127.0.0.1:\(port)" }
@@ -368,7 +372,8 @@ public final class RelayServerProcess: @unchecked Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.relayBinary)
         process.environment = ["PATH": "/usr/bin:/bin"].merging(sanitizerEnvironment()) { $1 }.merging(environment) { $1 }
-        process.arguments = ["--data", directory, "--listen", "127.0.0.1:\(port)", "--max-item-bytes", "65536"]
+        process.arguments = ["--listen", "127.0.0.1:\(port)", "--max-item-bytes", "65536"]
+            + (databaseURL.map { ["--database-url", $0, "--database-pool-size", "2"] } ?? ["--data", directory])
         if tls {
             let made = try SelfSignedCertificate.generate(commonName: "test relay", ipAddresses: ["127.0.0.1"])
             try SecretFile.write(made.keyPEM, to: directory + "/relay-key.pem")
@@ -413,6 +418,42 @@ public final class RelayServerProcess: @unchecked Sendable {
     public func storedBytes() -> Data {
         ["", "-wal", "-shm"].compactMap { try? Data(contentsOf: URL(fileURLWithPath: databasePath + $0)) }.reduce(Data(), +)
     }
+}
+
+/// One address in front of several relays (`tcp_front.py`), as a TCP load balancer puts it: each connection goes to
+/// the next backend in turn, skipping one that refuses.
+public final class TCPFront: @unchecked Sendable {
+    public let port = freePort()
+    private let process = Process()
+    public var url: String { "http://127.0.0.1:\(port)" }
+
+    public init(backends: [UInt16]) throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "\(RepositoryPaths.standIns)/tcp_front.py", "--port", String(port)] + backends.flatMap { ["--backend", "127.0.0.1:\($0)"] }
+        process.standardOutput = FileHandle.nullDevice
+        try launch(process)
+    }
+
+    /// Until the front accepts connections.
+    public func waitUntilListening() async throws {
+        for _ in 0..<100 {
+            if let socket = RawHTTP.connect(port: port) {
+                close(socket)
+                return
+            }
+            guard process.isRunning else { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw TestFailure("the TCP front did not listen on \(port)")
+    }
+
+    public func stop() {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    deinit { stop() }
 }
 
 /// The model-provider stand-in: OpenAI chat completions, Ollama chat and Anthropic Messages on one TLS port,
