@@ -137,7 +137,7 @@ let package = Package(
 
         // MARK: Benchmarks (benchmarks/run builds this in release mode)
         .executableTarget(name: "soulacy-bench", dependencies: ["Mobile", "APNs", "Crypto", "ChannelAPI", "SQLite", "HTTPServer", "APIKit",
-                                                      "Gateway", "ChannelDelivery", "HTTPClient", "Identity", "JSON"], path: "benchmarks/Sources/SoulacyBench"),
+                                                      "Gateway", "ChannelDelivery", "HTTPClient", "Identity", "JSON", "SoulacyClient"], path: "benchmarks/Sources/SoulacyBench"),
 
         // MARK: Example: a transport added from outside the core, with its own tests
         .target(name: "UnifiedPushTransport", dependencies: ["ChannelAPI", "HTTPClient"], path: "examples/UnifiedPushTransport/Sources"),

@@ -90,12 +90,32 @@ def backlog(data, directory, suffix):
 
 
 def channels(data, directory, suffix):
-    fig, ax = plt.subplots(figsize=(5, 4))
-    values = [data["plain"]["per_second"], data["webhook"]["per_second"]]
-    ax.bar(["libcurl, same bodies", "webhook, durable hand-off"], values, color=["tab:gray", "tab:blue"])
-    ax.annotate(f"{values[1] / values[0]:.2f}", (1, values[1]), ha="center", va="bottom")
-    ax.set(ylabel="sends per second", title="Webhook sends to nginx (204)")
+    pairs = [("webhook to nginx (204)", "plain", "webhook", "libcurl, same bodies")]
+    if "sidecar" in data:
+        pairs.append(("sidecar (acks at once)", "plain_sidecar", "sidecar", "plain writer, same frames"))
+    fig, axes = plt.subplots(1, len(pairs), figsize=(5 * len(pairs), 4), squeeze=False)
+    for ax, (title, plain, ours, plain_label) in zip(axes[0], pairs):
+        values = [data[plain]["per_second"], data[ours]["per_second"]]
+        ax.bar([plain_label, "durable hand-off"], values, color=["tab:gray", "tab:blue"])
+        ax.annotate(f"{values[1] / values[0]:.2f}", (1, values[1]), ha="center", va="bottom")
+        ax.set(ylabel="sends per second", title=title)
     return _save(fig, directory, "channels", suffix)
+
+
+def relay(data, directory, suffix):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    labels = ["records\n(gateway -> relay -> phone)", "held commands\n(after a restart)"]
+    ours = [data["records"]["per_second"], data["held"]["per_second"]]
+    plain = [data["plain_reads"]["per_second"], data["plain_commands"]["per_second"]]
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], plain, width=0.4, color="tab:gray", label="the same, directly")
+    ax.bar([x + 0.2 for x in xs], ours, width=0.4, color="tab:blue", label="through soulacy-relay")
+    for x, (o, p) in enumerate(zip(ours, plain)):
+        ax.annotate(f"{o / p:.2f}", (x + 0.2, o), ha="center", va="bottom")
+    ax.set_xticks(list(xs), labels)
+    ax.set(ylabel="per second", yscale="log", title="The relay path beside the direct one")
+    ax.legend(fontsize=8)
+    return _save(fig, directory, "relay", suffix)
 
 
 def llm(data, directory, suffix):
@@ -111,7 +131,7 @@ def llm(data, directory, suffix):
 def draw(results, directory, suffix=""):
     os.makedirs(directory, exist_ok=True)
     drawn = []
-    for key, plot in (("inbox_size", inbox_size), ("wakeups", wakeups), ("backlog", backlog), ("channels", channels), ("llm", llm)):
+    for key, plot in (("inbox_size", inbox_size), ("wakeups", wakeups), ("backlog", backlog), ("channels", channels), ("llm", llm), ("relay", relay)):
         if key in results:
             drawn.append(plot(results[key], directory, suffix))
     if "reads_during_writes" in results:

@@ -187,6 +187,43 @@ class Harness:
             self.proc.kill()
 
 
+SIDECAR = os.path.join(ROOT, "benchmarks/bench_sidecar.py")
+
+
+def plain_sidecar(count, window):
+    """The sidecar reference: benchmarks/bench_sidecar.py started as the gateway starts it, given `count` send frames
+    (the bodies the gateway sends, one write each) with at most `window` unacknowledged, until every ack is read."""
+    proc = subprocess.Popen(["python3", SIDECAR], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    try:
+        proc.stdout.readline()  # hello
+        os.write(proc.stdin.fileno(), b'{"type":"hello_ack","protocol":1}\n')
+        frames = [json.dumps({"type": "send", "to": "chat-1", "id": f"snd_{n:026d}",
+                              "text": f"Send {n}: a result of ordinary length for a webhook, about as long as an agent's summary of its run."}).encode() + b"\n"
+                  for n in range(count)]
+        room = threading.Semaphore(window)
+        acked = [0]
+
+        def read_acks():
+            for line in proc.stdout:
+                if b'"ack"' in line:
+                    acked[0] += 1
+                    room.release()
+                    if acked[0] == count:
+                        return
+        reader = threading.Thread(target=read_acks)
+        start = time.time()
+        reader.start()
+        for frame in frames:
+            room.acquire()
+            os.write(proc.stdin.fileno(), frame)
+        reader.join(timeout=120)
+        seconds = time.time() - start
+        return {"count": count, "acked": acked[0], "seconds": seconds, "per_second": acked[0] / seconds}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def h2load(url, body_file, headers, requests, connections, streams=100):
     args = ["h2load", "-n", str(requests), "-c", str(connections), "-m", str(streams), "-d", body_file]
     for h in headers:
@@ -434,6 +471,10 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
     enabled: true
     endpoints:
       bench: {{url: "http://127.0.0.1:{nginx2_port}/hook", secret: "{secret}"}}
+  sidecars:
+    - channel: benchcar
+      command: python3
+      args: ["{SIDECAR}"]
 """
         harness = Harness("backlog", talker, hook, dict(env, OPENAI_API_KEY="sk-bench-standin"))
         try:
@@ -493,7 +534,17 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
             f"{sends['per_second']:,.0f}/s ({sends['states'].get('delivered', 0):,} of {sends['count']:,} delivered)",
             f"libcurl posting the same bodies: {plain_posts['per_second']:,.0f}/s", f"{ratio:.2f}", ">= 0.5",
             ratio >= 0.5 and sends["states"].get("delivered", 0) == sends["count"])
-        row("[5] sidecar sends/s", "not measured (left out for time)", "-", "-", ">= 0.5", None)
+        # The sidecar: the same sends to a sidecar that acks each at once, beside a plain writer giving the same
+        # sidecar program the same frames with as many unacknowledged (the dispatcher's window of 256).
+        progress("channels: sidecar sends")
+        car = harness("webhooks", channel="benchcar", destination="chat-1", count=count)
+        plain_frames = plain_sidecar(count, window=256)
+        results["channels"].update({"sidecar": car, "plain_sidecar": plain_frames})
+        ratio = car["per_second"] / plain_frames["per_second"]
+        row("[5] sidecar sends/s through the durable hand-off (written, claimed, framed, acked, settled)",
+            f"{car['per_second']:,.0f}/s ({car['states'].get('delivered', 0):,} of {car['count']:,} delivered)",
+            f"a plain writer, the same frames to the same sidecar: {plain_frames['per_second']:,.0f}/s", f"{ratio:.2f}", ">= 0.5",
+            ratio >= 0.5 and car["states"].get("delivered", 0) == car["count"])
 
     def llm_runs(harness, llm_port):
         # [8] The LLM runner's overhead: from the stand-in's last token to the inbox line and to its wake-up.
@@ -531,8 +582,40 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
             f"SQLite (2. above): {sqlite_get:,.0f} req/s" if sqlite_get else "-", f"{get['rps'] / sqlite_get:.2f}" if sqlite_get else "-", "(no target)", None)
 
     guarded("[7] PostgreSQL", postgres)
-    # [6]: not measured, never a made-up figure.
-    row("[6] relay: records/s gateway -> soulacy-relay -> phone client", "not measured (left out for time)", "-", "-", "-", None)
+
+    def relay():
+        # [6] The relay: a gateway carrying through a real soulacy-relay to the phone's own client (sealed records,
+        # pages, acknowledgements; held sends), beside the same phone reading and sending directly.
+        progress("relay: records and held commands through soulacy-relay")
+        port = free_port()
+        relay_proc = subprocess.Popen([os.path.join(BIN, "soulacy-relay"), "--data", os.path.join(work, "relay"), "--listen", f"127.0.0.1:{port}"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(relay_proc)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        agents = os.path.join(work, "relay-agents.yaml")
+        open(agents, "w").write("agents:\n  - id: echo\n    name: Echo\n    system_prompt: You answer briefly.\n")
+        lines, commands = scaled(2000, 200), scaled(1000, 100)
+        figures = bench("relay", agents, lines, commands, env=dict(os.environ, SOULACY_RELAY_MAILBOX_URL=f"http://127.0.0.1:{port}"))
+        relay_proc.terminate()
+        results["relay"] = figures
+        records, reads = figures["records"], figures["plain_reads"]
+        row(f"[6] relay: records/s gateway -> soulacy-relay -> phone client ({lines:,} lines written at once; each sealed, posted, paged, opened, acknowledged)",
+            f"{records['per_second']:,.0f}/s ({records['read']:,} of {records['count']:,} read, {'in order' if records['in_order'] else 'OUT OF ORDER'})",
+            f"the phone reading the same lines directly (pages of 100): {reads['per_second']:,.0f}/s", f"{records['per_second'] / reads['per_second']:.2f}",
+            "(no target)", None if records["read"] == records["count"] and records["in_order"] else False)
+        held, direct = figures["held"], figures["plain_commands"]
+        row(f"[6] relay: held commands applied after the gateway restarts ({held['count']:,} sent while it was down; each applied once, its answer read back)",
+            f"{held['per_second']:,.0f}/s ({held['settled']:,} of {held['held']:,} held settled in {held['seconds']:.1f} s)",
+            f"the same commands sent directly (16 at a time): {direct['per_second']:,.0f}/s", f"{held['per_second'] / direct['per_second']:.2f}",
+            "(no target)", None if held["settled"] == held["count"] else False)
+
+    guarded("[6] relay", relay)
 finally:
     for p in procs:
         p.terminate()

@@ -20,8 +20,9 @@ struct SoulacyBench {
         case "dispatch": try await dispatch(env: ProcessInfo.processInfo.environment, count: Int(args[safe: 1] ?? "") ?? 50000, connections: Int(args[safe: 2] ?? "") ?? 1)
         case "fanout": try await fanout(env: ProcessInfo.processInfo.environment, devices: Int(args[safe: 1] ?? "") ?? 10000)
         case "serve": try await GatewayHarness.run(arguments: Array(args.dropFirst()))
+        case "relay": try await RelayBench.run(arguments: Array(args.dropFirst()))
         default:
-            FileHandle.standardError.write(Data("usage: soulacy-bench inbox N C | plain-sqlite N | apns N C | latency RATE SECONDS | dispatch N CONNECTIONS | fanout DEVICES | serve AGENTS GATEWAY-CONFIG\n".utf8))
+            FileHandle.standardError.write(Data("usage: soulacy-bench inbox N C | plain-sqlite N | apns N C | latency RATE SECONDS | dispatch N CONNECTIONS | fanout DEVICES | serve AGENTS GATEWAY-CONFIG | relay AGENTS LINES COMMANDS\n".utf8))
             exit(64)
         }
     }
