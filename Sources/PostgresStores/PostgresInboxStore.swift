@@ -88,7 +88,7 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
             try Self.announce(everyone: false, subject: owner, generations: generations, in: db)
         }
         let stored = StoredDelivery(id: line.id, recipients: recipients.map(\.id), wakeUps: wakeable.count, audience: line.audience(owner: owner))
-        if hub.isHeard { db.afterCommit { hub.publish(.delivery(stored.id), to: stored.audience) } }
+        if hub.subscriberCount > 0 { db.afterCommit { hub.publish(.delivery(stored.id), to: stored.audience) } }
         return stored
     }
 
@@ -148,7 +148,7 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
         if try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                       deliveryID, deviceID, now) > 0 {
             try Self.announce(everyone: false, subject: subject, generations: generations, in: db)
-            if hub.isHeard { db.afterCommit { hub.publish(.delivery(deliveryID), to: .subject(subject)) } }
+            if hub.subscriberCount > 0 { db.afterCommit { hub.publish(.delivery(deliveryID), to: .subject(subject)) } }
         }
         return true
     }

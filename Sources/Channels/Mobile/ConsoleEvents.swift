@@ -64,33 +64,17 @@ public enum ConsoleAudience: Sendable, Hashable {
 /// The console's live updates in this process: stores and brokers publish what changed, each open event stream
 /// subscribes for its caller. Publishing never waits: each subscriber has a bounded queue where an event already
 /// waiting is not queued twice, and a subscriber whose queue is full (a browser that stopped reading) is ended, so
-/// it reconnects and reads afresh instead of holding memory or a writer. Where several gateway processes share one
-/// database, a forwarder (`forward(to:)`) carries what this process publishes to the others, and what they publish
-/// arrives through `publishFromElsewhere`.
+/// it reconnects and reads afresh instead of holding memory or a writer.
 public final class ConsoleEventHub: Sendable {
     public static let defaultCapacity = 256
-    /// Takes this process's events to the other nodes; it must never wait.
-    public typealias Forwarder = @Sendable (ConsoleEvent, ConsoleAudience) -> Void
 
     private let state = Mutex<(subscribers: [Int: ConsoleSubscription], nextID: Int, closed: Bool)>(([:], 0, false))
     /// Read without the lock: a write path with nobody listening pays one atomic load.
     private let count = Atomic<Int>(0)
-    private let forwarder = Mutex<Forwarder?>(nil)
-    private let forwarding = Atomic<Bool>(false)
 
     public init() {}
 
     public var subscriberCount: Int { count.load(ordering: .acquiring) }
-
-    /// Whether anyone may hear an event published now: a subscriber in this process, or other nodes. Write paths
-    /// check it before building an event.
-    public var isHeard: Bool { forwarding.load(ordering: .acquiring) || count.load(ordering: .acquiring) > 0 }
-
-    /// Sends every event published from now on to `forwarder` as well (nil stops it).
-    public func forward(to forwarder: Forwarder?) {
-        self.forwarder.withLock { $0 = forwarder }
-        forwarding.store(forwarder != nil, ordering: .releasing)
-    }
 
     /// A subscription for one caller; it ends when cancelled, when it overflows, or when the hub closes.
     public func subscribe(subject: String, isAdmin: Bool, capacity: Int = ConsoleEventHub.defaultCapacity) -> ConsoleSubscription {
@@ -108,12 +92,6 @@ public final class ConsoleEventHub: Sendable {
 
     /// Tells every subscriber in `audience` (never blocks; see the type's note).
     public func publish(_ event: ConsoleEvent, to audience: ConsoleAudience) {
-        if forwarding.load(ordering: .acquiring), let forward = forwarder.withLock({ $0 }) { forward(event, audience) }
-        publishFromElsewhere(event, to: audience)
-    }
-
-    /// Tells this process's subscribers only: an event another node published and forwarded here.
-    public func publishFromElsewhere(_ event: ConsoleEvent, to audience: ConsoleAudience) {
         guard count.load(ordering: .acquiring) > 0 else { return }
         let targets = state.withLock { $0.subscribers.values.filter { audience.includes(subject: $0.subject, isAdmin: $0.isAdmin) } }
         for subscription in targets { subscription.offer(event) }
@@ -121,7 +99,6 @@ public final class ConsoleEventHub: Sendable {
 
     /// Ends every subscription and refuses new ones (the gateway stops): open streams finish so the listener can drain.
     public func close() {
-        forward(to: nil)
         let all = state.withLock { s -> [ConsoleSubscription] in
             s.closed = true
             defer { s.subscribers = [:] }
