@@ -133,24 +133,13 @@ enum ChannelBench {
                        ("webhook-timestamp", "1767225600"), ("webhook-signature", signature), ("X-Soulacy-Timestamp", "1767225600"),
                        ("X-Soulacy-Signature", "sha256=" + String(repeating: "0", count: 64))]
         _ = try? await client.send(ClientRequest(method: "POST", url: url, headers: headers, body: bodies[0]))  // warm up
-        let counters = Counters()
         let start = ContinuousClock.now
-        await withTaskGroup(of: Void.self) { group in
-            for _ in 0..<concurrency {
-                group.addTask {
-                    while true {
-                        let n = counters.next.add(1, ordering: .relaxed).oldValue
-                        guard n < count else { return }
-                        if let response = try? await client.send(ClientRequest(method: "POST", url: url, headers: headers, body: bodies[n])),
-                           (200..<300).contains(response.status) {
-                            counters.delivered.add(1, ordering: .relaxed)
-                        }
-                    }
-                }
-            }
+        let ok = await SoulacyBench.inTurn(count: count, concurrency: concurrency) { n in
+            guard let response = try? await client.send(ClientRequest(method: "POST", url: url, headers: headers, body: bodies[n])) else { return false }
+            return (200..<300).contains(response.status)
         }
         let seconds = SoulacyBench.seconds(ContinuousClock.now - start)
-        return ["count": count, "ok": counters.delivered.load(ordering: .relaxed), "seconds": seconds, "per_second": Double(count) / seconds]
+        return ["count": count, "ok": ok, "seconds": seconds, "per_second": Double(count) / seconds]
     }
 }
 

@@ -138,25 +138,15 @@ enum RelayBench {
 
     /// The same commands sent directly, 16 at a time, each with its own Idempotency-Key as the phone sends them.
     static func commandsDirectly(base: String, token: String, client: HTTP2Client, count: Int) async throws -> [String: Any] {
-        let next = Counters()
         let start = ContinuousClock.now
-        await withTaskGroup(of: Void.self) { group in
-            for _ in 0..<16 {
-                group.addTask {
-                    while true {
-                        let n = next.next.add(1, ordering: .relaxed).oldValue
-                        guard n < count else { return }
-                        let answer = try? await client.send(ClientRequest(method: "POST", url: "\(base)/api/v1/memory/facts",
-                                                                          headers: [("authorization", "Bearer \(token)"), ("content-type", "application/json"),
-                                                                                    ("idempotency-key", UUID().uuidString.lowercased())],
-                                                                          body: Array(#"{"text":"direct fact \#(n)"}"#.utf8)))
-                        if answer?.status == 201 { next.delivered.add(1, ordering: .relaxed) }
-                    }
-                }
-            }
+        let ok = await SoulacyBench.inTurn(count: count, concurrency: 16) { n in
+            let answer = try? await client.send(ClientRequest(method: "POST", url: "\(base)/api/v1/memory/facts",
+                                                              headers: [("authorization", "Bearer \(token)"), ("content-type", "application/json"),
+                                                                        ("idempotency-key", UUID().uuidString.lowercased())],
+                                                              body: Array(#"{"text":"direct fact \#(n)"}"#.utf8)))
+            return answer?.status == 201
         }
         let seconds = SoulacyBench.seconds(ContinuousClock.now - start)
-        let ok = next.delivered.load(ordering: .relaxed)
         return ["count": count, "ok": ok, "seconds": seconds, "per_second": Double(ok) / seconds]
     }
 }

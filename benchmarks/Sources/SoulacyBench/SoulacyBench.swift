@@ -41,6 +41,24 @@ struct SoulacyBench {
     }
 
 
+    /// Numbered jobs 0..<count taken in turn by `concurrency` workers (each takes the next number when it is free);
+    /// returns how many `job` counted as done.
+    static func inTurn(count: Int, concurrency: Int, _ job: @escaping @Sendable (Int) async -> Bool) async -> Int {
+        let counters = Counters()
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<concurrency {
+                group.addTask {
+                    while true {
+                        let n = counters.next.add(1, ordering: .relaxed).oldValue
+                        guard n < count else { return }
+                        if await job(n) { counters.delivered.add(1, ordering: .relaxed) }
+                    }
+                }
+            }
+        }
+        return counters.delivered.load(ordering: .relaxed)
+    }
+
     static func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
 
     static func store(path: String) throws -> MobileStore {
@@ -117,21 +135,13 @@ struct SoulacyBench {
         let idleRSS = residentMegabytes()
         let counters = Counters()
         let start = ContinuousClock.now
-        await withTaskGroup(of: Void.self) { group in
-            for _ in 0..<concurrency {
-                group.addTask {
-                    while true {
-                        let n = counters.next.add(1, ordering: .relaxed).oldValue
-                        guard n < count else { return }
-                        if await transport.send(.delivery(id: "dlv_\(n)", agentID: "a"), to: target) == .delivered { counters.delivered.add(1, ordering: .relaxed) }
-                        if n % 1000 == 0 { counters.notePeak() }
-                    }
-                }
-            }
+        let delivered = await inTurn(count: count, concurrency: concurrency) { n in
+            if n % 1000 == 0 { counters.notePeak() }
+            return await transport.send(.delivery(id: "dlv_\(n)", agentID: "a"), to: target) == .delivered
         }
         let elapsed = seconds(ContinuousClock.now - start)
         counters.notePeak()
-        emit(["bench": "apns", "sent": count, "delivered": counters.delivered.load(ordering: .relaxed), "per_second": Double(count) / elapsed,
+        emit(["bench": "apns", "sent": count, "delivered": delivered, "per_second": Double(count) / elapsed,
               "connections": transport.connectionsOpened, "rss_before_mb": idleRSS, "rss_peak_mb": Double(counters.peak.load(ordering: .relaxed))])
     }
 
