@@ -5,7 +5,10 @@ acknowledged once it is on disk, as on SQLite.
 
 Each delivery is what POST /api/v1/channels/mobile/test writes for a person with two phones that take no pushes:
 the line, two recipients and two `skipped` steps, in one transaction. pgbench's script writes those five rows
-in one statement per transaction, over as many connections."""
+in one statement per transaction, over as many connections.
+
+Two shapes of load: every line to one person (whose feed lock orders their lines one commit at a time), and lines
+spread over PEOPLE people with two phones each (a hosted gateway's shape: their locks do not wait on each other)."""
 import glob
 import json
 import os
@@ -19,30 +22,55 @@ import urllib.request
 
 CLUSTER_USER = "soulacy-bench-pg"
 
+PEOPLE = 100
+
 # What one delivery writes, as pgbench sends it: the line (phone-written text as BYTEA), two recipients, two steps.
-PGBENCH_SCRIPT = r"""WITH d AS (
+# PERSON and PHONE_PREFIX are filled in for the shape of load (one person, or one of PEOPLE drawn per transaction).
+PGBENCH_TEMPLATE = r"""WITH d AS (
   INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, destination_subject, agent_id, agent_name,
                                  session_id, title, body, parts, metadata, created_at)
-  VALUES ('dlv_' || md5(random()::text || clock_timestamp()::text), 'user:owner', 'user', 'owner', NULL, 'mobile-test',
+  VALUES ('dlv_' || md5(random()::text || clock_timestamp()::text), 'user:' || PERSON, 'user', PERSON, PERSON, 'mobile-test',
           convert_to('Soulacy', 'UTF8'), convert_to('test-' || gen_random_uuid()::text, 'UTF8'), convert_to('Bench', 'UTF8'),
           convert_to('a benchmark line', 'UTF8'), '[{"type":"text","text":"a benchmark line"}]', '{}',
           (extract(epoch from clock_timestamp()) * 1000)::bigint)
   RETURNING id),
-r AS (INSERT INTO mobile_delivery_recipients (delivery_id, device_id) SELECT id, x FROM d, (VALUES ('phone-1'), ('phone-2')) v(x))
+r AS (INSERT INTO mobile_delivery_recipients (delivery_id, device_id) SELECT id, PHONE_PREFIX || x FROM d, (VALUES ('phone-1'), ('phone-2')) v(x))
 INSERT INTO mobile_delivery_events (delivery_id, device_id, kind, at, reason)
-SELECT id, x, 'skipped', (extract(epoch from clock_timestamp()) * 1000)::bigint, 'notifications turned off'
+SELECT id, PHONE_PREFIX || x, 'skipped', (extract(epoch from clock_timestamp()) * 1000)::bigint, 'notifications turned off'
 FROM d, (VALUES ('phone-1'), ('phone-2')) v(x);
 """
 
 # The same rows under the locks the inbox takes for a line to one person, held to commit: share on the feed, exclusive
 # on the person (PostgresInbox.lockFeed), so one person's lines commit one at a time and a feed reader misses none.
-PGBENCH_LOCKED_SCRIPT = ("BEGIN;\nSELECT pg_advisory_xact_lock_shared(hashtext('mobile_inbox_feed'), 0);\n"
-                         "SELECT pg_advisory_xact_lock(hashtext('mobile_inbox_person'), hashtext('owner'));\n" + PGBENCH_SCRIPT + "END;\n")
+LOCKS = ("SELECT pg_advisory_xact_lock_shared(hashtext('mobile_inbox_feed'), 0);\n"
+         "SELECT pg_advisory_xact_lock(hashtext('mobile_inbox_person'), hashtext(PERSON));\n")
+
+
+def pgbench_script(many, locked):
+    """The delivery's rows for pgbench: to the owner, or to one of PEOPLE people drawn per transaction; with or
+    without the inbox's locks."""
+    person, prefix = ("'p-' || lpad(:p::text, 3, '0')", "'p-' || lpad(:p::text, 3, '0') || '-'") if many else ("'owner'", "''")
+    body = PGBENCH_TEMPLATE.replace("PHONE_PREFIX", prefix).replace("PERSON", person)
+    if locked:
+        body = "BEGIN;\n" + LOCKS.replace("PERSON", person) + body + "END;\n"
+    return (f"\\set p random(1, {PEOPLE})\n" if many else "") + body
+
 
 POST_LUA = """wrk.method = "POST"
 wrk.body = '{"to": "user:owner", "title": "Bench", "body": "a benchmark line"}'
 wrk.headers["Content-Type"] = "application/json"
 """
+
+# Each request to the next of PEOPLE people in turn (each wrk thread counts on its own).
+POST_MANY_LUA = """wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+counter = 0
+request = function()
+  counter = counter + 1
+  local body = string.format('{"to": "user:p-%03d", "title": "Bench", "body": "a benchmark line"}', counter % PEOPLE + 1)
+  return wrk.format(nil, nil, nil, body)
+end
+""".replace("PEOPLE", str(PEOPLE))
 
 
 def server_binaries():
@@ -160,26 +188,44 @@ def wrk_posts(urls, key, lua, duration, connections):
     return {"per_second": total, "p99_ms": worst, "errors": errors}
 
 
+def add_people(cluster, database):
+    """PEOPLE people with two phones each that take no pushes, as the device registration stores them (written
+    directly: a registration needs each person's own key)."""
+    cluster.psql(database, f"""
+        INSERT INTO mobile_devices (id, subject, name, platform, bundle_id, notifications_enabled, created_at, updated_at)
+        SELECT 'p-' || lpad(p::text, 3, '0') || '-' || phone, 'p-' || lpad(p::text, 3, '0'), phone, 'ios', '', false,
+               (extract(epoch from now()) * 1000)::bigint, (extract(epoch from now()) * 1000)::bigint
+        FROM generate_series(1, {PEOPLE}) p, (VALUES ('phone-1'), ('phone-2')) v(phone)""")
+
+
 def measure(work, bin_dir, free_port, procs, duration, wrk_run):
-    """Every figure of [7]: {gateways: {1: ..., 3: ...}, pgbench: ..., get: ...}."""
-    lua = os.path.join(work, "pg-post.lua")
-    with open(lua, "w") as f:
-        f.write(POST_LUA)
+    """Every figure of [7]: {gateways: {1: ..., 3: ...} (one person), gateways_many: {1: ..., 3: ...} (PEOPLE people),
+    pgbench, pgbench_person_locked, pgbench_many, pgbench_many_locked, get}."""
+    luas = {}
+    for name, text in (("one", POST_LUA), ("many", POST_MANY_LUA)):
+        luas[name] = os.path.join(work, f"pg-post-{name}.lua")
+        with open(luas[name], "w") as f:
+            f.write(text)
     cluster = Cluster(work, free_port())
     try:
-        figures = {"gateways": {}}
+        figures = {"gateways": {}, "gateways_many": {}, "people": PEOPLE}
         for count in (1, 3):
             database = f"g{count}"
             cluster.create(database)
             ports, key = start_gateways(bin_dir, work, cluster, database, count, free_port, procs)
             for phone in ("phone-1", "phone-2"):
                 call(ports[0], key, "POST", "/api/v1/mobile/devices", {"id": phone, "name": phone, "platform": "ios", "notifications_enabled": False})
+            add_people(cluster, database)
             # 32 connections in all, spread over the gateways.
             urls = [f"http://127.0.0.1:{port}/api/v1/channels/mobile/test" for port in ports]
-            posted = wrk_posts(urls, key, lua, duration, max(1, 32 // count))
-            stored = int(cluster.psql(database, "SELECT count(*) FROM mobile_deliveries"))
-            posted["stored"] = stored
-            figures["gateways"][count] = posted
+            for shape, lua, destination in (("gateways", luas["one"], "destination_value = 'owner'"),
+                                            ("gateways_many", luas["many"], "destination_value LIKE 'p-%'")):
+                posted = wrk_posts(urls, key, lua, duration, max(1, 32 // count))
+                posted["stored"] = int(cluster.psql(database, f"SELECT count(*) FROM mobile_deliveries WHERE {destination}"))
+                # Each line with both its phones: what the gateway wrote is the five rows pgbench writes.
+                posted["recipients"] = int(cluster.psql(database, "SELECT count(*) FROM mobile_delivery_recipients r JOIN mobile_deliveries d "
+                                                                  f"ON d.id = r.delivery_id WHERE d.{destination}"))
+                figures[shape][count] = posted
             if count == 1:
                 page = f"http://127.0.0.1:{ports[0]}/api/v1/mobile/deliveries?device_id=phone-1&limit=20"
                 figures["get"] = wrk_run(page, [f"Authorization: Bearer {key}"])
@@ -187,14 +233,15 @@ def measure(work, bin_dir, free_port, procs, duration, wrk_run):
                 process.terminate()
                 process.wait(timeout=20)
         # The engine's limit: the same rows, one transaction each, over the same 32 connections, on a fresh database
-        # with the same schema (copied from the one the gateways migrated).
+        # with the same schema and devices (copied from one the gateways used).
         cluster.psql("postgres", "CREATE DATABASE pgb TEMPLATE g1")
         seconds = int(duration.rstrip("s"))
-        for name, text in (("pgbench", PGBENCH_SCRIPT), ("pgbench_person_locked", PGBENCH_LOCKED_SCRIPT)):
+        for name, many, locked in (("pgbench", False, False), ("pgbench_person_locked", False, True),
+                                   ("pgbench_many", True, False), ("pgbench_many_locked", True, True)):
             cluster.psql("pgb", "TRUNCATE mobile_deliveries, mobile_delivery_recipients, mobile_delivery_events CASCADE")
             script = os.path.join(work, f"{name}.sql")
             with open(script, "w") as f:
-                f.write(text)
+                f.write(pgbench_script(many, locked))
             out = subprocess.run(["pgbench", "-n", "-c", "32", "-j", "2", "-T", str(seconds), "-f", script, cluster.url("pgb")],
                                  capture_output=True, text=True, check=True).stdout
             tps = float(re.search(r"tps = ([\d.]+)", out).group(1))

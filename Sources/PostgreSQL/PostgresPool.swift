@@ -91,6 +91,9 @@ public final class PostgresPool: Sendable {
         try await withTaskExecutorPreference(executor) { try work() }
     }
 
+    /// Whether `close()` was called: every later call fails.
+    public var isClosed: Bool { slots.isClosed }
+
     /// Refuses new work and fails the tasks waiting for a connection; each connection closes now if free, else once
     /// its holder is done.
     public func close() {
@@ -192,6 +195,8 @@ final class ConnectionSlots: Sendable {
         waiter?.continuation.resume(returning: index)
         return closed
     }
+
+    var isClosed: Bool { state.withLock { $0.closed } }
 
     /// Refuses every later acquire and fails the waiters; returns the free connections (to close now).
     func close() -> [Int] {

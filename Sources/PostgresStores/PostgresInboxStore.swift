@@ -13,10 +13,12 @@ import Synchronization
 /// person's lines after the last `seq` it saw (the relay carriage) never skips a line that committed late with a
 /// lower number. Lines for different people are written in parallel.
 ///
-/// Each write sends a NOTIFY naming the person whose pages it changes (`*` for everyone); `followOtherWriters()` turns
-/// other nodes' notifications into bumps of this node's `InboxGenerations`, so no node serves a page cached before
-/// another node's write. After a lost listening connection every page is stale; with no listener (`listenURL`
-/// nil, behind a pooler that breaks LISTEN) every page is stale after `pollInterval`.
+/// Each write, once committed, is announced with a NOTIFY naming the person whose pages it changes (`*` for
+/// everyone; sent by `PostgresAnnouncer`, batched, outside the writing transaction); `followOtherWriters()` turns
+/// other nodes' notifications into bumps of this node's `InboxGenerations`, so no node keeps serving a page cached
+/// before another node's write. After a lost listening connection, or when any connection to the database has
+/// closed (a node that died may not have announced its last writes), every page is stale within `pollInterval`;
+/// with no listener (`listenURL` nil, behind a pooler that breaks LISTEN) every page is stale after `pollInterval`.
 public final class PostgresInbox: Inbox, DeviceRegistry {
     /// The NOTIFY channel inbox writes are announced on.
     public static let channel = "soulacy_inbox"
@@ -31,12 +33,15 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
     public let inboxGenerations: InboxGenerations
     /// The console's live updates on this node.
     public let consoleEvents: ConsoleEventHub
+    /// Sends this node's NOTIFYs once their writes have committed.
+    let announcer: PostgresAnnouncer
     private let following = FollowState()
 
     public init(pool: PostgresPool, listenURL: String?, clock: any WallClock = SystemWallClock(), pollInterval: Duration = .milliseconds(1500),
                 inboxGenerations: InboxGenerations = InboxGenerations(), consoleEvents: ConsoleEventHub = ConsoleEventHub()) {
         self.pool = pool
         outbox = PostgresPushOutbox(pool: pool)
+        announcer = PostgresAnnouncer(pool: pool, channel: Self.channel)
         self.clock = clock
         self.listenURL = listenURL
         self.pollInterval = pollInterval
@@ -59,7 +64,7 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
 
     private func write(_ line: PreparedInboxLine, in db: PostgresConnection) throws -> StoredDelivery {
         let output = line.output
-        let generations = inboxGenerations, hub = consoleEvents
+        let hub = consoleEvents
         let deviceOwner = line.kind == "device" ? try Self.owner(ofDevice: line.value, in: db) : nil
         let owner = line.owner(deviceOwner: deviceOwner)
         try Self.lockFeed(of: line.kind == "all" ? nil : owner, everyone: line.kind == "all", in: db)
@@ -83,9 +88,9 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
         }
         // A line for a device nobody owns is shown to no one: no page changes.
         if line.kind == "all" {
-            try Self.announce(everyone: true, subject: nil, generations: generations, in: db)
+            announce(everyone: true, subject: nil, in: db)
         } else if let owner {
-            try Self.announce(everyone: false, subject: owner, generations: generations, in: db)
+            announce(everyone: false, subject: owner, in: db)
         }
         let stored = StoredDelivery(id: line.id, recipients: recipients.map(\.id), wakeUps: wakeable.count, audience: line.audience(owner: owner))
         if hub.subscriberCount > 0 { db.afterCommit { hub.publish(.delivery(stored.id), to: stored.audience) } }
@@ -142,12 +147,12 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
     /// in between.
     private func markRead(deliveryID: String, deviceID: String, subject: String, in db: PostgresConnection) throws -> Bool {
         let now = clock.now().postgresMillis
-        let generations = inboxGenerations, hub = consoleEvents
+        let hub = consoleEvents
         guard try db.query("SELECT subject FROM mobile_devices WHERE id = $1 FOR SHARE", deviceID).first?.string("subject") == subject,
               try Self.delivery(id: deliveryID, subject: subject, deviceID: deviceID, in: db) != nil else { return false }
         if try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                       deliveryID, deviceID, now) > 0 {
-            try Self.announce(everyone: false, subject: subject, generations: generations, in: db)
+            announce(everyone: false, subject: subject, in: db)
             if hub.subscriberCount > 0 { db.afterCommit { hub.publish(.delivery(deliveryID), to: .subject(subject)) } }
         }
         return true
@@ -235,7 +240,6 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
     private func register(_ registration: DeviceRegistration, subject: String, keyID: String?, in db: PostgresConnection) throws -> Bool {
         let now = clock.now().postgresMillis
         let capabilities = String(decoding: try JSONEncoder().encode(registration.capabilities.sorted()), as: UTF8.self)
-        let generations = inboxGenerations
         // A new id's insert, or the existing row locked: a racing registration of the same id by someone else
         // waits here and then sees the owner.
         let inserted = try db.run("""
@@ -258,7 +262,7 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
                 """, registration.id, registration.name, registration.platform.rawValue, registration.bundleID, registration.pushToken,
                 registration.pushEnvironment?.rawValue, registration.notificationsEnabled, registration.liveStartToken, now, keyID, capabilities)
         }
-        try Self.announce(everyone: false, subject: subject, generations: generations, in: db)
+        announce(everyone: false, subject: subject, in: db)
         return inserted
     }
 
@@ -293,7 +297,7 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
         try db.run("DELETE FROM mobile_nodes WHERE device_id = $1 AND subject = $2", id, subject)
         guard try db.run("DELETE FROM mobile_devices WHERE id = $1 AND subject = $2", id, subject) > 0 else { return false }
         try db.run("DELETE FROM mobile_receipts WHERE device_id = $1", id)
-        try Self.announce(everyone: false, subject: subject, generations: inboxGenerations, in: db)
+        announce(everyone: false, subject: subject, in: db)
         return true
     }
 
@@ -306,11 +310,10 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
     }
 
     private func removeDevices(registeredByKey keyID: String, in db: PostgresConnection) throws -> Int {
-        let generations = inboxGenerations
         let removed = try db.query("DELETE FROM mobile_devices WHERE registered_by_key = $1 RETURNING id, subject", keyID)
         for row in removed { try db.run("DELETE FROM mobile_receipts WHERE device_id = $1", row.string("id") ?? "") }
         for owner in Set(removed.compactMap { $0.string("subject") }) {
-            try Self.announce(everyone: false, subject: owner, generations: generations, in: db)
+            announce(everyone: false, subject: owner, in: db)
         }
         return removed.count
     }
@@ -330,15 +333,45 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
             return
         }
         let listener = try await PostgresListener.start(url: listenURL, channels: [Self.channel], applicationName: "soulacy-inbox")
+        let pool = pool, interval = pollInterval
+        let open = (try? await Self.connections(in: pool)) ?? []
         following.replace(Task {
-            for await event in listener.events {
-                switch event {
-                case .notification(let note) where note.payload == "*": generations.changedForEveryone()
-                case .notification(let note): generations.changed(subject: note.payload)
-                case .reconnected: generations.changedForEveryone()
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await event in listener.events {
+                        switch event {
+                        case .notification(let note) where note.payload == "*": generations.changedForEveryone()
+                        case .notification(let note): generations.changed(subject: note.payload)
+                        case .reconnected: generations.changedForEveryone()
+                        }
+                    }
                 }
+                // A node announces its writes after they commit; one that died in between never will. Its
+                // connections close with it, so a connection to the database gone since the last look makes every
+                // page stale (a pool reconnecting or a psql session ending costs a few cache misses, nothing more).
+                group.addTask {
+                    var connections = open
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: interval)
+                        guard let now = try? await Self.connections(in: pool) else {
+                            generations.changedForEveryone()
+                            continue
+                        }
+                        if !connections.isSubset(of: now) { generations.changedForEveryone() }
+                        connections = now
+                    }
+                }
+                await group.waitForAll()
             }
         }, listener: listener)
+    }
+
+    /// The server processes of the connections to this database now.
+    static func connections(in pool: PostgresPool) async throws -> Set<Int64> {
+        try await pool.withConnection { db in
+            Set(try db.query("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'")
+                .compactMap { $0.int("pid") })
+        }
     }
 
     public func stopFollowing() {
@@ -362,15 +395,21 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
         if let subject { _ = try db.query("SELECT pg_advisory_xact_lock(hashtext('mobile_inbox_person'), hashtext($1::text))", subject) }
     }
 
-    /// Bumps this node's generation after the commit, and tells the other nodes in the same transaction (PostgreSQL
-    /// delivers a NOTIFY only on commit).
-    static func announce(everyone: Bool, subject: String?, generations: InboxGenerations, in db: PostgresConnection) throws {
+    /// Once the write commits: bumps this node's generation, and tells the other nodes through `announcer` (after
+    /// the commit, not inside it, so writers do not queue on PostgreSQL's notification lock).
+    func announce(everyone: Bool, subject: String?, in db: PostgresConnection) {
+        let generations = inboxGenerations, announcer = announcer
         if everyone || subject == nil {
-            try db.notify(channel: channel, payload: "*")
-            db.afterCommit { generations.changedForEveryone() }
+            db.afterCommit {
+                generations.changedForEveryone()
+                announcer.announce("*")
+            }
         } else if let subject {
-            try db.notify(channel: channel, payload: subject.utf8.count <= longestAnnouncedSubject && subject != "*" ? subject : "*")
-            db.afterCommit { generations.changed(subject: subject) }
+            let payload = subject.utf8.count <= Self.longestAnnouncedSubject && subject != "*" && !subject.contains("\n") ? subject : "*"
+            db.afterCommit {
+                generations.changed(subject: subject)
+                announcer.announce(payload)
+            }
         }
     }
 

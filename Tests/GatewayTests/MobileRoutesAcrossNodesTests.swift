@@ -87,4 +87,37 @@ struct MobileRoutesAcrossNodesTests {
         let after = await a.call("GET", "/api/v1/mobile/devices")
         #expect(after.json["devices"]?.arrayValue?.isEmpty == true, "\(after)")
     }
+
+    @Test("a line committed by a node that died before announcing it: the other node's cached page stays as it was until that node's connections close, then shows it")
+    func deadNodesUnannouncedWrite() async throws {
+        let fixture = try await PostgresEngineFixture.make(migrations: PostgresMobileSchema.migrations)
+        let a = try await Node(url: fixture.database.url), b = try await Node(url: fixture.database.url)
+        defer { a.inbox.stopFollowing(); b.inbox.stopFollowing() }
+        let registered = await a.call("POST", "/api/v1/mobile/devices", body: ["id": "alice-phone", "name": "Alice's phone", "platform": "ios"])
+        #expect(registered.status == 201, "\(registered)")
+        let cached = await eventually { await b.call("GET", "/api/v1/mobile/devices").json["devices"]?.arrayValue?.count == 1 }
+        #expect(cached)
+        // The registration's own announcement heard before B caches the page.
+        try await Task.sleep(for: .milliseconds(300))
+        let empty = await b.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"])
+        #expect(empty.json["deliveries"]?.arrayValue?.isEmpty == true, "\(empty)")
+
+        // Node C: the line committed, and no NOTIFY ever sent (it died in between).
+        let c = try PostgresPool(url: fixture.database.url, size: 1)
+        try await c.transaction { db in
+            _ = try db.run("""
+                INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, destination_subject, agent_id, agent_name,
+                                               session_id, title, body, parts, metadata, created_at)
+                VALUES ('dlv_from_c', 'user:alice', 'user', 'alice', 'alice', 'brief', $1, $2, $3, $4, '[{"type":"text","text":"from C"}]', '{}', $5)
+                """, Array("Brief".utf8), Array("s1".utf8), Array("From C".utf8), Array("from C".utf8), Date().postgresMillis)
+        }
+        // While C's connection is open, B has no reason to look again: its cached page (empty) is what it serves.
+        try await Task.sleep(for: .seconds(2))
+        let stale = await b.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"])
+        #expect(stale.json["deliveries"]?.arrayValue?.isEmpty == true, "B re-read without a reason; this test proves nothing: \(stale)")
+        // C's connections close (its process is gone): B's pages are stale within its poll interval.
+        c.close()
+        let shown = await eventually { await b.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"]).json["deliveries"]?[0]?["id"] == "dlv_from_c" }
+        #expect(shown, "B kept serving the page cached before C's line after C's connections closed")
+    }
 }

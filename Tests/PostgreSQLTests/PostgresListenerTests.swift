@@ -67,4 +67,46 @@ struct PostgresListenerTests {
             try await PostgresListener.start(url: database.url, channels: [String(repeating: "c", count: 64)])
         }
     }
+
+    @Test("the announcer sends every payload once committed, many in one statement, each as its own notification; odd payloads go alone")
+    func announcer() async throws {
+        let (pool, database) = try await freshPool(size: 2)
+        defer { pool.close() }
+        let listener = try await PostgresListener.start(url: database.url, channels: ["inbox_changed"])
+        defer { listener.stop() }
+        let log = EventLog(listener)
+        let announcer = PostgresAnnouncer(pool: pool, channel: "inbox_changed")
+        // A burst: 2,500 distinct payloads (more than one statement carries), each queued twice, and two that
+        // cannot ride in the joined list (the separator inside, or empty).
+        let expected = (0..<2_500).map { "person-\($0)" } + ["two\nlines", ""]
+        for payload in expected + expected { announcer.announce(payload) }
+        #expect(try await log.wait { $0.count >= expected.count })
+        try await Task.sleep(for: .milliseconds(200))
+        let received = log.notifications.map(\.payload)
+        #expect(Set(received) == Set(expected), "missing: \(Set(expected).subtracting(received).sorted().prefix(5))")
+        // Duplicates queued together are sent once; a payload queued again after its batch went may come twice.
+        #expect(received.count < expected.count * 2, "\(received.count) notifications for \(expected.count) payloads queued twice")
+        #expect(announcer.unsent == 0)
+        // A pool that closes stops it: nothing is retried for ever, nothing is sent.
+        pool.close()
+        announcer.announce("after close")
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(!log.notifications.map(\.payload).contains("after close"))
+    }
+
+    @Test("a payload whose send failed is sent again once the database answers")
+    func announcerRetries() async throws {
+        let (pool, database) = try await freshPool(size: 1)
+        defer { pool.close() }
+        let listener = try await PostgresListener.start(url: database.url, channels: ["retry_me"])
+        defer { listener.stop() }
+        let log = EventLog(listener)
+        // The pool's only connection is cut: the first send meets the break, the retry reconnects.
+        let pid = try await pool.withConnection { db in try db.query("SELECT pg_backend_pid() AS p").first?.int("p") ?? 0 }
+        try await ConnectionBox.open(database.url).step { db in _ = try db.query("SELECT pg_terminate_backend($1::int)", pid) }
+        let announcer = PostgresAnnouncer(pool: pool, channel: "retry_me", retryDelay: .milliseconds(20))
+        announcer.announce("late, not lost")
+        #expect(try await log.wait { $0.count >= 1 })
+        #expect(log.notifications.map(\.payload) == ["late, not lost"])
+    }
 }
