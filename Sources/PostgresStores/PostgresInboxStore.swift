@@ -68,24 +68,26 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
         let deviceOwner = line.kind == "device" ? try Self.owner(ofDevice: line.value, in: db) : nil
         let owner = line.owner(deviceOwner: deviceOwner)
         try Self.lockFeed(of: line.kind == "all" ? nil : owner, everyone: line.kind == "all", in: db)
-        try db.run("""
-            INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, destination_subject, agent_id, agent_name,
-                                           session_id, title, body, parts, metadata, created_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+        // The line, its recipients and their `skipped` steps in one statement (one round trip, not one per row);
+        // the recipients come back for the answer and the wake-ups.
+        let recipients = try db.query("""
+            WITH line AS (
+                INSERT INTO mobile_deliveries (id, destination, destination_kind, destination_value, destination_subject, agent_id, agent_name,
+                                               session_id, title, body, parts, metadata, created_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)),
+            recipient AS (\(Self.recipientQuery(kind: line.kind, value: "$4"))),
+            listed AS (INSERT INTO mobile_delivery_recipients (delivery_id, device_id) SELECT $1, id FROM recipient),
+            skipped AS (
+                INSERT INTO mobile_delivery_events (delivery_id, device_id, kind, at, reason)
+                SELECT $1, id, 'skipped', $13, CASE WHEN notifications_on THEN $15 ELSE $16 END FROM recipient
+                WHERE $14 AND NOT wakeable ORDER BY id)
+            SELECT * FROM recipient ORDER BY id
             """, line.id, line.destination.description, line.kind, line.value, owner, output.agentID, Self.text(output.agentName),
-            Self.text(output.sessionID), Self.text(output.title), Self.text(output.body), line.partsJSON, line.metadataJSON, line.now.postgresMillis)
-        let recipients = try Self.recipients(kind: line.kind, value: line.value, in: db)
-        for device in recipients {
-            try db.run("INSERT INTO mobile_delivery_recipients (delivery_id, device_id) VALUES ($1, $2)", line.id, device.id)
-        }
+            Self.text(output.sessionID), Self.text(output.title), Self.text(output.body), line.partsJSON, line.metadataJSON, line.now.postgresMillis,
+            line.wakes, PreparedInboxLine.skipReason(notificationsOn: true), PreparedInboxLine.skipReason(notificationsOn: false))
+            .compactMap { row in row.string("id").map { (id: $0, wakeable: row.bool("wakeable") ?? false) } }
         let wakeable = line.wakes ? recipients.filter(\.wakeable).map(\.id) : []
         try outbox.enqueue(.delivery(id: line.id, agentID: output.agentID), deliveryID: line.id, deviceIDs: wakeable, now: line.now, in: db)
-        if line.wakes {
-            for device in recipients where !device.wakeable {
-                try db.run("INSERT INTO mobile_delivery_events (delivery_id, device_id, kind, at, reason) VALUES ($1, $2, 'skipped', $3, $4)",
-                           line.id, device.id, line.now.postgresMillis, PreparedInboxLine.skipReason(notificationsOn: device.notificationsOn))
-            }
-        }
         // A line for a device nobody owns is shown to no one: no page changes.
         if line.kind == "all" {
             announce(everyone: true, subject: nil, in: db)
@@ -389,10 +391,15 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
     static func lockFeed(of subject: String?, everyone: Bool, in db: PostgresConnection) throws {
         if everyone {
             _ = try db.query("SELECT pg_advisory_xact_lock(hashtext('mobile_inbox_feed'), 0)")
-            return
+        } else if let subject {
+            // Both in one round trip (no order between them can deadlock: the only exclusive feed lock is taken
+            // alone).
+            _ = try db.query("""
+                SELECT pg_advisory_xact_lock_shared(hashtext('mobile_inbox_feed'), 0), pg_advisory_xact_lock(hashtext('mobile_inbox_person'), hashtext($1::text))
+                """, subject)
+        } else {
+            _ = try db.query("SELECT pg_advisory_xact_lock_shared(hashtext('mobile_inbox_feed'), 0)")
         }
-        _ = try db.query("SELECT pg_advisory_xact_lock_shared(hashtext('mobile_inbox_feed'), 0)")
-        if let subject { _ = try db.query("SELECT pg_advisory_xact_lock(hashtext('mobile_inbox_person'), hashtext($1::text))", subject) }
     }
 
     /// Once the write commits: bumps this node's generation, and tells the other nodes through `announcer` (after
@@ -417,16 +424,17 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
         try db.query("SELECT subject FROM mobile_devices WHERE id = $1", id).first?.string("subject")
     }
 
-    static func recipients(kind: String, value: String, in db: PostgresConnection) throws -> [(id: String, wakeable: Bool, notificationsOn: Bool)] {
+    /// The devices a line to `kind` reaches, with whether each can be woken: `value` is the SQL (a parameter) naming
+    /// the person or device.
+    static func recipientQuery(kind: String, value: String) -> String {
         let columns = """
             SELECT id, notifications_enabled AND push_token IS NOT NULL AS wakeable, notifications_enabled AS notifications_on FROM mobile_devices
             """
-        let rows = switch kind {
-        case "all": try db.query("\(columns) ORDER BY id")
-        case "user": try db.query("\(columns) WHERE subject = $1 ORDER BY id", value)
-        default: try db.query("\(columns) WHERE id = $1", value)
+        return switch kind {
+        case "all": columns
+        case "user": "\(columns) WHERE subject = \(value)"
+        default: "\(columns) WHERE id = \(value)"
         }
-        return rows.compactMap { row in row.string("id").map { ($0, row.bool("wakeable") ?? false, row.bool("notifications_on") ?? false) } }
     }
 
     /// Positional parameters for a statement built from parts.
