@@ -123,7 +123,7 @@ let package = Package(
         // SQLite's implementations of the host's store protocols (the composition root picks them for a data directory).
         .target(name: "SQLiteStores", dependencies: ["Approvals", "RelayCarriage", "GatewayHTTP", "Household", "Identity", "SQLite", "Storage", "Memory", "ChannelAPI"], path: "Sources/SQLiteStores"),
         .target(name: "Gateway", dependencies: ["SQLiteStores", "PostgresStores", "PostgreSQL", "Console", "Metrics", "ChannelDelivery", "PhoneTools", "Discord", "Email", "Sidecar", "Slack", "Telegram", "Webhooks", "WhatsApp", "GatewayHTTP", "Memory", "Lifecycle", "LLM", "JSON", "ChannelAPI", "Identity", "APIKit", "Mobile", "MobileHTTP",
-                                                "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "WebPush", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims"], path: "Sources/Host/Gateway"),
+                                                "Agents", "Approvals", "Household", "RelayCarriage", "APNs", "FCM", "Relay", "WebPush", "RelayProtocol", "HTTPClient", "SQLite", "YAML", "HTTPServer", "Crypto", "CProcessShims", "Subprocess"], path: "Sources/Host/Gateway"),
         // Keys and sealed envelopes shared by the gateway's carriage and the phone-side client.
         .target(name: "RelayProtocol", dependencies: ["Crypto", "JSON"], path: "Sources/RelayProtocol"),
         // The phone side: path choice, pinned Wi-Fi, relay sends and held sends (used by apps and by our tests).

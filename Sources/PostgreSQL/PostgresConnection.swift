@@ -555,6 +555,25 @@ public final class PostgresConnection {
         return secrets.filter { !$0.isEmpty }.sorted { $0.count > $1.count }
     }
 
+    /// The URL's settings as the environment variables libpq's programs read (`PGHOST`, `PGPASSWORD`, `PGSSLMODE`,
+    /// …), so `pg_dump` and `pg_restore` connect where the gateway does without the password on a command line.
+    static func environment(for url: String) throws(PostgresError) -> [String: String] {
+        try validate(url)
+        var error: UnsafeMutablePointer<CChar>?
+        guard let options = PQconninfoParse(url, &error) else {
+            PQfreemem(error)
+            throw PostgresError(kind: .other, message: "the database URL \(PostgresURL.redacted(url)) is not valid")
+        }
+        defer { PQconninfoFree(options) }
+        var environment: [String: String] = [:]
+        var option = options
+        while option.pointee.keyword != nil {
+            if let name = option.pointee.envvar, let value = option.pointee.val { environment[String(cString: name)] = String(cString: value) }
+            option += 1
+        }
+        return environment
+    }
+
     /// Checks `url` as libpq would read it, without connecting.
     static func validate(_ url: String) throws(PostgresError) {
         guard PostgresURL.isPostgresURL(url) else {

@@ -80,6 +80,12 @@ public enum PostgresURL {
         return text + url[from...]
     }
 
+    /// The URL's settings as libpq's environment variables (`PGHOST`, `PGPASSWORD`, …), for `pg_dump` and its kin;
+    /// a URL libpq cannot read throws, its password never in the message.
+    public static func environment(for url: String) throws(PostgresError) -> [String: String] {
+        try PostgresConnection.environment(for: url)
+    }
+
     /// Whether `url` is a URL libpq reads as one (`postgres://` or `postgresql://`).
     public static func isPostgresURL(_ url: String) -> Bool {
         url.hasPrefix("postgres://") || url.hasPrefix("postgresql://")

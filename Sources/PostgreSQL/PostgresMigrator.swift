@@ -72,6 +72,24 @@ public struct PostgresMigrator: Sendable {
         return try await pool.withConnection { db in try Self.migrate(migrations, on: db) }
     }
 
+    /// What the database has of this list, read only (`soulacy doctor`): nil when it has no `soulacy_migrations`
+    /// table (never migrated, or not a gateway's database).
+    public func status(on db: PostgresConnection) throws(PostgresError) -> (missing: [String], unknown: [String])? {
+        guard try db.query("SELECT to_regclass('soulacy_migrations') IS NOT NULL AS found").first?.bool("found") == true else { return nil }
+        var listed: [String: Set<Int>] = [:]
+        for migration in migrations { listed[migration.module, default: []].insert(migration.version) }
+        var recorded: Set<String> = []
+        var unknown: [String] = []
+        for row in try db.query("SELECT module, version FROM soulacy_migrations ORDER BY module, version") {
+            guard let module = row.string("module"), let version = row.int("version").map(Int.init) else { continue }
+            // Another program's module is its own business; a version of ours this binary lacks is a newer one's.
+            guard let versions = listed[module] else { continue }
+            if versions.contains(version) { recorded.insert("\(module).\(version)") } else { unknown.append("\(module).\(version)") }
+        }
+        let missing = migrations.map { "\($0.module).\($0.version)" }.filter { !recorded.contains($0) }
+        return (missing, unknown)
+    }
+
     /// `migrate` on a connection the caller holds (it blocks the calling thread).
     public static func migrate(_ migrations: [PostgresMigration], on db: PostgresConnection) throws -> [PostgresMigration] {
         _ = try db.query("SELECT pg_advisory_lock($1)", advisoryLockKey)

@@ -99,6 +99,66 @@ struct BackupRestoreTests {
         source.terminate()
     }
 
+    @Test("on PostgreSQL: a backup during a burst (pg_dump beside the data directory) restores into an empty database and a new directory that serve the same inbox, key and pin; a database with tables is refused, so is a SQLite restore of it; no password is printed")
+    func backupOnPostgres() async throws {
+        let database = try await PostgresCluster.shared().makeDatabase()
+        let target = try await PostgresCluster.shared().makeDatabase()
+        let password = String(database.url.split(separator: "@")[0].split(separator: ":").last ?? "")
+        #expect(password.count >= 8)
+        let root = TestGateway.makeTemporaryDirectory()
+        try FileManager.default.createDirectory(atPath: root + "/source", withIntermediateDirectories: true)
+        let source = try GatewayProcess(directory: root + "/source", environment: ["SOULACY_DATABASE_URL": database.url])
+        let key = try #require(try await source.start())
+        var before: Set<String> = []
+        for index in 0..<40 {
+            let sent = try await source.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["title": .string("before \(index)")])
+            if sent.status == 201, let id = sent.json["delivery_id"]?.stringValue { before.insert(id) }
+        }
+        #expect(before.count == 40)
+        let burst = Task {
+            var acknowledged: Set<String> = []
+            for index in 0..<200 {
+                guard let sent = try? await source.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["title": .string("during \(index)")]),
+                      sent.status == 201, let id = sent.json["delivery_id"]?.stringValue else { continue }
+                acknowledged.insert(id)
+            }
+            return acknowledged
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        let environment = ProcessInfo.processInfo.environment.merging(["SOULACY_DATABASE_URL": database.url]) { $1 }
+        let backup = root + "/backup"
+        let taken = try await runProgram(RepositoryPaths.soulacyBinary, ["backup", "--data", source.dataDirectory, backup], environment: environment)
+        let during = await burst.value
+        #expect(taken.status == 0, "\(taken.output)")
+        #expect(!taken.output.contains(password), "the backup printed the database password")
+        #expect(FileManager.default.fileExists(atPath: backup + "/soulacy.pgdump") && FileManager.default.fileExists(atPath: backup + "/tls/gateway.crt"),
+                "\((try? FileManager.default.subpathsOfDirectory(atPath: backup)) ?? [])")
+        #expect(mode(backup + "/soulacy.pgdump") == 0o600 && mode(backup) == 0o700)
+
+        // Not into the database it came from (it has tables), and not as a SQLite gateway.
+        let intoFull = try await runProgram(RepositoryPaths.soulacyBinary, ["restore", backup, "--data", root + "/r0"], environment: environment)
+        #expect(intoFull.status != 0 && intoFull.output.contains("already has tables") && !intoFull.output.contains(password), "\(intoFull.output)")
+        #expect(!FileManager.default.fileExists(atPath: root + "/r0/relay-secrets.key"), "nothing restored beside a refused database")
+        let asSQLite = try await runProgram(RepositoryPaths.soulacyBinary, ["restore", backup, "--data", root + "/r1"],
+                                           environment: ProcessInfo.processInfo.environment.filter { $0.key != "SOULACY_DATABASE_URL" })
+        #expect(asSQLite.status != 0 && asSQLite.output.contains("PostgreSQL"), "\(asSQLite.output)")
+
+        let restoreEnvironment = ProcessInfo.processInfo.environment.merging(["SOULACY_DATABASE_URL": target.url]) { $1 }
+        let restored = try await runProgram(RepositoryPaths.soulacyBinary, ["restore", backup, "--data", root + "/restored/data"], environment: restoreEnvironment)
+        #expect(restored.status == 0 && !restored.output.contains(password), "\(restored.output)")
+        let copy = try GatewayProcess(directory: root + "/restored", environment: ["SOULACY_DATABASE_URL": target.url])
+        #expect(try await copy.start() == nil, "a restored gateway has its owner: no new admin key is minted")
+        defer { copy.terminate() }
+        let lines = try await inbox(copy, key: key)
+        #expect(before.isSubset(of: lines), "lines acknowledged before the backup are missing: \(before.subtracting(lines).count)")
+        #expect(lines.isSubset(of: before.union(during)), "the restored inbox has lines nobody wrote")
+        #expect(pin(copy.output) != nil && pin(copy.output) == pin(source.output), "\(copy.output)")
+        // The restored database takes new lines (its sequences carried over).
+        let after = try await copy.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["title": "after the restore"])
+        #expect(after.status == 201, "\(after.json)")
+        source.terminate()
+    }
+
     @Test("a damaged backup is refused naming the file; a backup never writes into a non-empty directory; a missing database is named")
     func refusals() async throws {
         let root = TestGateway.makeTemporaryDirectory()

@@ -110,6 +110,31 @@ struct DoctorTests {
         #expect(missing.status == 1 && missing.output.contains("no data directory at \(data)-nowhere"), "\(missing.output)")
     }
 
+    @Test("on PostgreSQL: the database a gateway runs on is OK (server, migrations, one node); an empty database FAILs naming migrations; a wrong password FAILs without printing it")
+    func postgres() async throws {
+        let database = try await PostgresCluster.shared().makeDatabase()
+        let empty = try await PostgresCluster.shared().makeDatabase()
+        let root = TestGateway.makeTemporaryDirectory()
+        let gateway = try GatewayProcess(directory: root, environment: ["SOULACY_DATABASE_URL": database.url])
+        _ = try await gateway.start()
+        defer { gateway.terminate() }
+
+        let running = try await doctor(["--data", gateway.dataDirectory], environment: environment(["SOULACY_DATABASE_URL": database.url]))
+        #expect(running.status == 0, "\(running.output)")
+        #expect(line(running.output, "database")?.hasPrefix("OK") == true && running.output.contains("PostgreSQL 1"), "\(running.output)")
+        #expect(line(running.output, "migrations")?.hasPrefix("OK    migrations: all") == true, "\(running.output)")
+        #expect(line(running.output, "nodes")?.contains("1 gateway node(s)") == true, "\(running.output)")
+        #expect(!running.output.contains("soulacy.db"), "a PostgreSQL gateway's doctor looked for a SQLite file: \(running.output)")
+
+        let unmigrated = try await doctor(["--data", gateway.dataDirectory], environment: environment(["SOULACY_DATABASE_URL": empty.url]))
+        #expect(unmigrated.status == 1 && line(unmigrated.output, "migrations")?.hasPrefix("FAIL") == true, "\(unmigrated.output)")
+
+        let wrong = "wrong-pass-7781"
+        let refused = try await doctor(["--data", gateway.dataDirectory], environment: environment(["SOULACY_DATABASE_URL": database.url(password: wrong)]))
+        #expect(refused.status == 1 && line(refused.output, "database")?.hasPrefix("FAIL") == true, "\(refused.output)")
+        #expect(!refused.output.contains(wrong), "the doctor printed the password")
+    }
+
     @Test("against the stand-ins: a good configuration is OK with nothing delivered, a wrong key FAILs with the service's reason, no secret is printed")
     func services() async throws {
         let apns = try await APNsStandIn.start()

@@ -31,8 +31,10 @@ struct SoulacyCommand {
           soulacy channel-check -- COMMAND [ARGS…]                      run a sidecar (External Channel Protocol v1) through the
                                                                         protocol's checklist: each rule PASS or FAIL, exit 1 on a FAIL
           soulacy backup [--data DIR] DEST                              an online, consistent copy of the data directory (database,
-                                                                        TLS identity, keys) into the new directory DEST, owner-only
-          soulacy restore SRC --data DIR                                restore a backup into a new or empty data directory
+                                                                        TLS identity, keys) into the new directory DEST, owner-only;
+                                                                        with $SOULACY_DATABASE_URL, the database as a pg_dump archive
+          soulacy restore SRC --data DIR                                restore a backup into a new or empty data directory (and one
+                                                                        made on PostgreSQL into the empty $SOULACY_DATABASE_URL)
           soulacy migrate --from DIR [--to URL]                         copy a stopped SQLite gateway (its data directory) into an empty
                                                                         PostgreSQL database (--to, else $SOULACY_DATABASE_URL), then check
                                                                         every table's rows and every person's inbox on both engines
@@ -54,8 +56,8 @@ struct SoulacyCommand {
         case "pair": await pair(arguments)
         case "console-code": await consoleCode(arguments)
         case "channel-check": await channelCheck(arguments)
-        case "backup": backup(arguments)
-        case "restore": restore(arguments)
+        case "backup": await backup(arguments)
+        case "restore": await restore(arguments)
         case "doctor": await doctor(arguments)
         case "migrate": await migrate(arguments)
         case "version", "--version": print("soulacy \(GatewayVersion.current)")

@@ -34,9 +34,17 @@ public enum DataBackup {
         public var version: String
         public var takenAt: String
         public var files: [Entry]
+        /// `postgresql` for a gateway on PostgreSQL (its database as a `pg_dump` archive); absent for SQLite.
+        public var engine: String?
+
+        init(version: String, takenAt: String, files: [Entry]) {
+            self.version = version
+            self.takenAt = takenAt
+            self.files = files
+        }
 
         enum CodingKeys: String, CodingKey {
-            case format, version, files
+            case format, version, files, engine
             case takenAt = "taken_at"
         }
     }
@@ -79,20 +87,11 @@ public enum DataBackup {
     /// gateways' files. Every file is checked against the manifest, and the database against SQLite's integrity check.
     @discardableResult
     public static func restore(from backup: String, into dataDirectory: String) throws(DataBackupError) -> Manifest {
-        let manifest: Manifest
-        do {
-            manifest = try JSONDecoder().decode(Manifest.self, from: Data(contentsOf: URL(fileURLWithPath: backup + "/" + manifestName)))
-        } catch {
-            throw DataBackupError("\(backup) is not a soulacy backup (its \(manifestName) cannot be read: \(error.localizedDescription))")
+        let manifest = try verified(backup)
+        guard manifest.engine == nil else {
+            throw DataBackupError("the backup in \(backup) is of a gateway on PostgreSQL: set SOULACY_DATABASE_URL to a new, empty database to restore it into")
         }
         guard manifest.files.contains(where: { $0.path == databaseName }) else { throw DataBackupError("the backup in \(backup) holds no \(databaseName)") }
-        for file in manifest.files {
-            guard !file.path.hasPrefix("/"), !file.path.split(separator: "/").contains("..") else {
-                throw DataBackupError("the manifest names a path outside the backup: \(file.path)")
-            }
-            let found = try entry(backup, file.path)
-            guard found == file else { throw DataBackupError("\(file.path) in the backup does not match its manifest (damaged or changed)") }
-        }
         try prepareEmptyDirectory(dataDirectory)
         for file in manifest.files {
             try copy(backup + "/" + file.path, to: dataDirectory + "/" + file.path)
@@ -106,6 +105,24 @@ public enum DataBackup {
             throw DataBackupError("cannot open the restored database: \(error)")
         }
         try syncFile(dataDirectory)
+        return manifest
+    }
+
+    /// The backup's manifest, once every file it lists is found unchanged (its size and SHA-256) inside the backup.
+    static func verified(_ backup: String) throws(DataBackupError) -> Manifest {
+        let manifest: Manifest
+        do {
+            manifest = try JSONDecoder().decode(Manifest.self, from: Data(contentsOf: URL(fileURLWithPath: backup + "/" + manifestName)))
+        } catch {
+            throw DataBackupError("\(backup) is not a soulacy backup (its \(manifestName) cannot be read: \(error.localizedDescription))")
+        }
+        for file in manifest.files {
+            guard !file.path.hasPrefix("/"), !file.path.split(separator: "/").contains("..") else {
+                throw DataBackupError("the manifest names a path outside the backup: \(file.path)")
+            }
+            let found = try entry(backup, file.path)
+            guard found == file else { throw DataBackupError("\(file.path) in the backup does not match its manifest (damaged or changed)") }
+        }
         return manifest
     }
 

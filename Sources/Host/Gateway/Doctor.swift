@@ -71,7 +71,13 @@ public enum Doctor {
         var options = options
         options.environment = SystemdCredentials.apply(to: options.environment)
         var findings = DoctorFiles.permissions(dataDirectory: options.dataDirectory, userID: options.userID)
-        findings += DoctorFiles.database(dataDirectory: options.dataDirectory)
+        // The database the gateway would use: PostgreSQL when the URL is set (the data directory then holds only the
+        // gateway's identity), else the SQLite file in the data directory.
+        if let url = (try? GatewaySettings.fromEnvironment(options.environment))?.databaseURL ?? options.environment["SOULACY_DATABASE_URL"], !url.isEmpty {
+            findings += await DoctorPostgres.database(url: url)
+        } else {
+            findings += DoctorFiles.database(dataDirectory: options.dataDirectory)
+        }
         let services = await DoctorServices.check(options)
         findings += services.findings
         findings.append(clock(services.readings))
