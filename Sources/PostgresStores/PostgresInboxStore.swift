@@ -95,7 +95,7 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
             announce(everyone: false, subject: owner, in: db)
         }
         let stored = StoredDelivery(id: line.id, recipients: recipients.map(\.id), wakeUps: wakeable.count, audience: line.audience(owner: owner))
-        if hub.subscriberCount > 0 { db.afterCommit { hub.publish(.delivery(stored.id), to: stored.audience) } }
+        if hub.isHeard { db.afterCommit { hub.publish(.delivery(stored.id), to: stored.audience) } }
         return stored
     }
 
@@ -155,7 +155,7 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
         if try db.run("INSERT INTO mobile_receipts (delivery_id, device_id, read_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                       deliveryID, deviceID, now) > 0 {
             announce(everyone: false, subject: subject, in: db)
-            if hub.subscriberCount > 0 { db.afterCommit { hub.publish(.delivery(deliveryID), to: .subject(subject)) } }
+            if hub.isHeard { db.afterCommit { hub.publish(.delivery(deliveryID), to: .subject(subject)) } }
         }
         return true
     }

@@ -5,6 +5,7 @@ import JSON
 import PostgreSQL
 import PostgresStores
 import ChannelAPI
+import Mobile
 import Testing
 
 /// Whole gateways (`Gateway.open` with `SOULACY_DATABASE_URL`) on one PostgreSQL database: the composition root
@@ -60,6 +61,74 @@ struct GatewayAcrossNodesTests {
         let retried = try await b.request("POST", "/api/v1/mobile/devices", json: tablet, headers: ["Idempotency-Key": "register-tablet"])
         #expect(first.status == 201 && retried.status == 201 && retried.headers["idempotent-replayed"] == "true" && retried.body == first.body,
                 "first \(first.status) \(first.json), retried \(retried.status) \(retried.headers)")
+        await a.stop()
+        await b.stop()
+    }
+
+    @Test("a console open on one node hears what happens on another: a line written, an approval asked and decided; its own events once; bursts arrive whole and in order; nothing is carried while no other node has a console open")
+    func consoleEventsAcrossNodes() async throws {
+        let database = try await PostgresCluster.shared().makeDatabase()
+        let directory = TestGateway.makeTemporaryDirectory()
+        let a = try await TestGateway.start(directory: directory, environment: Self.environment(database.url, node: "node-a"), mode: .router)
+        let b = try await TestGateway.start(directory: directory, environment: Self.environment(database.url, node: "node-b"), mode: .router)
+        let (hubA, hubB) = (a.gateway.stores.mobile.consoleEvents, b.gateway.stores.mobile.consoleEvents)
+        // With no console open anywhere, nothing is carried (a gateway nobody watches pays nothing).
+        try await Task.sleep(for: .milliseconds(1_200))
+        #expect(!hubA.isForwarding && !hubB.isForwarding)
+        let onA = a.gateway.stores.mobile.consoleEvents.subscribe(subject: "owner", isAdmin: true, capacity: 1_000)
+        let onB = b.gateway.stores.mobile.consoleEvents.subscribe(subject: "owner", isAdmin: true, capacity: 1_000)
+        let priyaOnB = b.gateway.stores.mobile.consoleEvents.subscribe(subject: "priya", isAdmin: false, capacity: 1_000)
+        // Each node sees the other's open console within a few looks, and forwards from then on.
+        #expect(await eventually { hubA.isForwarding && hubB.isForwarding })
+
+        /// The next event within 10 s (nil if none came).
+        func next(_ subscription: ConsoleSubscription) async -> ConsoleEvent? {
+            await withTaskGroup(of: ConsoleEvent?.self) { group in
+                group.addTask { await subscription.next() }
+                group.addTask { try? await Task.sleep(for: .seconds(10)); return nil }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first
+            }
+        }
+
+        let tablet: JSONValue = ["id": "owner-tablet", "name": "Tablet", "platform": "ios", "notifications_enabled": false]
+        #expect(try await a.request("POST", "/api/v1/mobile/devices", json: tablet).status == 201)
+        let sent = try await a.request("POST", "/api/v1/channels/mobile/test", json: ["to": "user:owner", "title": "Across", "body": "Written on A"])
+        let deliveryID = try #require(sent.json["delivery_id"]?.stringValue, "\(sent.json)")
+        let heardOnB = await next(onB)
+        #expect(heardOnB == .delivery(deliveryID), "node B's console heard \(String(describing: heardOnB))")
+        #expect(await next(onA) == .delivery(deliveryID), "node A's own console")
+
+        // An approval asked on A and decided on B: both consoles hear it pending and then approved.
+        async let asked = a.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "call_id": "call_console", "timeout_seconds": 600])
+        let pending = await next(onB)
+        #expect(pending == .approval("call_console", state: "pending"), "node B heard \(String(describing: pending))")
+        #expect(try await b.request("POST", "/approvals/call_console/approve").json["state"] == "approved")
+        _ = try await asked
+        var onAEvents: [ConsoleEvent] = []
+        while onAEvents.last != .approval("call_console", state: "approved"), let event = await next(onA) { onAEvents.append(event) }
+        #expect(onAEvents == [.approval("call_console", state: "pending"), .approval("call_console", state: "approved")],
+                "node A's console heard \(onAEvents) (its own events once, B's decision once)")
+        let decidedOnB = await next(onB)
+        #expect(decidedOnB == .approval("call_console", state: "approved"), "node B heard \(String(describing: decidedOnB))")
+
+        // 400 events for one person with names long enough that they take several NOTIFYs, and one too long for any:
+        // every one that fits arrives, in order, and to nobody else.
+        let longName = String(repeating: "o", count: 9_000)
+        a.gateway.stores.mobile.consoleEvents.publish(.device("too-long"), to: .subjectAndAdmins(longName))
+        let burst = (0..<400).map { ConsoleEvent.delivery("dlv_burst_\($0)_" + String(repeating: "x", count: 60)) }
+        for event in burst { a.gateway.stores.mobile.consoleEvents.publish(event, to: .subject("owner")) }
+        var heard: [ConsoleEvent] = []
+        while heard.count < burst.count, let event = await next(onB) { heard.append(event) }
+        let misplaced = zip(heard, burst).filter { $0 != $1 }.count
+        #expect(heard.count == burst.count && misplaced == 0, "node B heard \(heard.count) of \(burst.count), \(misplaced) out of order or foreign")
+        #expect(priyaOnB.queuedCount == 0, "another person heard the owner's events")
+        // B's consoles close: A stops forwarding.
+        onB.cancel()
+        priyaOnB.cancel()
+        #expect(await eventually { !hubA.isForwarding }, "node A kept forwarding with no console open elsewhere")
+        #expect(hubB.isForwarding, "node A's console is still open: B forwards")
         await a.stop()
         await b.stop()
     }

@@ -70,6 +70,35 @@ struct ConsoleEventsTests {
 
     // MARK: The hub
 
+    @Test("a forwarder gets every event published, in order, however many: 200,000 publishes through one forwarder, no growth of the call")
+    func forwarderUnderLoad() async throws {
+        // Kept as a bare closure in the hub's lock, each publish wrapped it in two more thunks; at a few thousand
+        // publishes a call through it overflowed the stack of the thread that published (a gateway on PostgreSQL
+        // with a console open on another node died under load). A thread of the pool's own stack size publishes.
+        let hub = ConsoleEventHub()
+        let counted = Atomic<Int>(0)
+        let lastID = Mutex<String?>(nil)
+        hub.forward(to: { event, _ in
+            counted.add(1, ordering: .relaxed)
+            lastID.withLock { $0 = event.id }
+        })
+        #expect(hub.isForwarding && hub.isHeard && hub.subscriberCount == 0)
+        let total = 200_000
+        let done = Atomic<Bool>(false)
+        let thread = Thread {
+            for index in 0..<total { hub.publish(.delivery("dlv_\(index)"), to: .subject("owner")) }
+            done.store(true, ordering: .releasing)
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+        while !done.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(counted.load(ordering: .relaxed) == total)
+        #expect(lastID.withLock { $0 } == "dlv_\(total - 1)")
+        hub.forward(to: nil)
+        hub.publish(.delivery("after"), to: .everyone)
+        #expect(!hub.isForwarding && counted.load(ordering: .relaxed) == total)
+    }
+
     @Test("an event reaches its audience only: one person, everyone, or a person and the admins")
     func audiences() async throws {
         let hub = ConsoleEventHub()

@@ -64,17 +64,44 @@ public enum ConsoleAudience: Sendable, Hashable {
 /// The console's live updates in this process: stores and brokers publish what changed, each open event stream
 /// subscribes for its caller. Publishing never waits: each subscriber has a bounded queue where an event already
 /// waiting is not queued twice, and a subscriber whose queue is full (a browser that stopped reading) is ended, so
-/// it reconnects and reads afresh instead of holding memory or a writer.
+/// it reconnects and reads afresh instead of holding memory or a writer. Where several gateway processes share one
+/// database, a forwarder (`forward(to:)`) carries what this process publishes to the others, and what they publish
+/// arrives through `publishFromElsewhere`.
 public final class ConsoleEventHub: Sendable {
     public static let defaultCapacity = 256
+    /// Takes this process's events to the other nodes; it must never wait.
+    public typealias Forwarder = @Sendable (ConsoleEvent, ConsoleAudience) -> Void
 
     private let state = Mutex<(subscribers: [Int: ConsoleSubscription], nextID: Int, closed: Bool)>(([:], 0, false))
     /// Read without the lock: a write path with nobody listening pays one atomic load.
     private let count = Atomic<Int>(0)
+    /// The closure is kept in a box: a bare closure read through `Mutex.withLock`'s `inout` is reabstracted and
+    /// written back, gaining two thunks each time, until a call through it overflows the stack.
+    private final class ForwarderBox: Sendable {
+        let forward: Forwarder
+        init(_ forward: @escaping Forwarder) { self.forward = forward }
+    }
+
+    private let forwarder = Mutex<ForwarderBox?>(nil)
+    private let forwarding = Atomic<Bool>(false)
 
     public init() {}
 
     public var subscriberCount: Int { count.load(ordering: .acquiring) }
+
+    /// Whether anyone may hear an event published now: a subscriber in this process, or other nodes. Write paths
+    /// check it before building an event.
+    public var isHeard: Bool { forwarding.load(ordering: .acquiring) || count.load(ordering: .acquiring) > 0 }
+
+    /// Whether a forwarder takes this process's events to other nodes now.
+    public var isForwarding: Bool { forwarding.load(ordering: .acquiring) }
+
+    /// Sends every event published from now on to `forwarder` as well (nil stops it).
+    public func forward(to forwarder: Forwarder?) {
+        let box = forwarder.map(ForwarderBox.init)
+        self.forwarder.withLock { $0 = box }
+        forwarding.store(forwarder != nil, ordering: .releasing)
+    }
 
     /// A subscription for one caller; it ends when cancelled, when it overflows, or when the hub closes.
     public func subscribe(subject: String, isAdmin: Bool, capacity: Int = ConsoleEventHub.defaultCapacity) -> ConsoleSubscription {
@@ -92,6 +119,12 @@ public final class ConsoleEventHub: Sendable {
 
     /// Tells every subscriber in `audience` (never blocks; see the type's note).
     public func publish(_ event: ConsoleEvent, to audience: ConsoleAudience) {
+        if forwarding.load(ordering: .acquiring), let box = forwarder.withLock({ $0 }) { box.forward(event, audience) }
+        publishFromElsewhere(event, to: audience)
+    }
+
+    /// Tells this process's subscribers only: an event another node published and forwarded here.
+    public func publishFromElsewhere(_ event: ConsoleEvent, to audience: ConsoleAudience) {
         guard count.load(ordering: .acquiring) > 0 else { return }
         let targets = state.withLock { $0.subscribers.values.filter { audience.includes(subject: $0.subject, isAdmin: $0.isAdmin) } }
         for subscription in targets { subscription.offer(event) }
@@ -99,6 +132,7 @@ public final class ConsoleEventHub: Sendable {
 
     /// Ends every subscription and refuses new ones (the gateway stops): open streams finish so the listener can drain.
     public func close() {
+        forward(to: nil)
         let all = state.withLock { s -> [ConsoleSubscription] in
             s.closed = true
             defer { s.subscribers = [:] }

@@ -178,7 +178,7 @@ public final class MobileStore: Sendable {
     /// Tells the console a line is stored, once it is committed (inside a caller's transaction, after its COMMIT).
     private func announce(_ stored: StoredDelivery) {
         let hub = consoleEvents
-        guard hub.subscriberCount > 0 else { return }
+        guard hub.isHeard else { return }
         database.afterCommit { hub.publish(.delivery(stored.id), to: stored.audience) }
     }
 
@@ -325,7 +325,7 @@ public final class MobileStore: Sendable {
                 database.afterCommit { generations.changed(subject: subject) }
                 // A receipt is the timeline's `read` step: the console's open line follows it, once it is committed.
                 let hub = consoleEvents
-                if hub.subscriberCount > 0 { database.afterCommit { hub.publish(.delivery(deliveryID), to: .subject(subject)) } }
+                if hub.isHeard { database.afterCommit { hub.publish(.delivery(deliveryID), to: .subject(subject)) } }
             }
             return true
         }

@@ -180,7 +180,7 @@ public final class PushLane: OutboxLane {
     /// The console's live updates after a settle: the line's timeline moved, and the device's last wake-up changed.
     private func announce(_ entry: OutboxEntry, subject: String?) {
         let hub = consoleEvents
-        guard let subject, hub.subscriberCount > 0 else { return }
+        guard let subject, hub.isHeard else { return }
         if let line = entry.deliveryID { hub.publish(.delivery(line), to: .subject(subject)) }
         hub.publish(.device(entry.deviceID), to: .subjectAndAdmins(subject))
     }

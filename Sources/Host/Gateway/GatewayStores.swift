@@ -91,6 +91,7 @@ public struct GatewayStores: Sendable {
         let inbox = PostgresInbox(pool: pool, listenURL: listenURL, clock: clock)
         let channelOutbox = PostgresChannelOutbox(pool: pool, destinationSeal: DestinationSeal(key: keys.sealing))
         let apiKeys = PostgresAPIKeyStore(pool: pool)
+        let consoleEvents = PostgresConsoleEvents(pool: pool, listenURL: listenURL, node: node, hub: inbox.consoleEvents)
         return GatewayStores(
             transactions: pool, mobile: .postgres(pool: pool, inbox: inbox, clock: clock, fetchDelay: metrics?.fetchDelay, log: log),
             keys: apiKeys, runs: PostgresRunStore(pool: pool, channelOutbox: channelOutbox, node: node),
@@ -102,8 +103,12 @@ public struct GatewayStores: Sendable {
             channelInbound: PostgresChannelInboundStore(pool: pool), deviceNodes: PostgresDeviceNodeStore(pool: pool),
             liveActivityTokens: PostgresLiveActivityTokenStore(pool: pool),
             relayCarriage: { PostgresRelayCarriageStore(pool: pool, sealingKey: keys.sealing) },
-            handlerExecutor: nil, followOtherWriters: { try await inbox.followOtherWriters() },
-            close: { inbox.stopFollowing(); pool.close() }, sqlite: nil)
+            handlerExecutor: nil,
+            followOtherWriters: {
+                try await inbox.followOtherWriters()
+                consoleEvents.start()
+            },
+            close: { consoleEvents.stop(); inbox.stopFollowing(); pool.close() }, sqlite: nil)
     }
 }
 
