@@ -22,10 +22,53 @@ public struct LogRecord: Sendable, Equatable {
 
     /// `2026-12-03T00:59:46Z info message component=push key=value …`, the line `StandardErrorLogHandler` writes.
     public var line: String {
-        var context = metadata
-        if label != Log.defaultLabel { context["component"] = label }
-        let pairs = context.sorted { $0.key < $1.key }.map { " \($0.key)=\($0.value)" }.joined()
-        return "\(date.formatted(.iso8601)) \(level.rawValue) \(message)\(pairs)"
+        // Built in one string (a line per request when the access log is on: this is on the hot path).
+        var pairs = metadata.map { (key: $0.key, value: $0.value) }
+        if label != Log.defaultLabel {
+            pairs.removeAll { $0.key == "component" }
+            pairs.append((key: "component", value: label))
+        }
+        pairs.sort { $0.key < $1.key }
+        var out = Self.utcSeconds(date)
+        out.reserveCapacity(out.utf8.count + message.utf8.count + 16 + pairs.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count + 2 })
+        out += " "
+        out += level.rawValue
+        out += " "
+        out += message
+        for pair in pairs {
+            out += " "
+            out += pair.key
+            out += "="
+            out += pair.value
+        }
+        return out
+    }
+
+    /// `2026-12-03T00:59:46Z`, as `Date.formatted(.iso8601)` writes it, from the C library's UTC calendar (no
+    /// formatter per line).
+    static func utcSeconds(_ date: Date) -> String {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        guard gmtime_r(&seconds, &parts) != nil, parts.tm_year + 1900 >= 0, parts.tm_year + 1900 <= 9999 else { return date.formatted(.iso8601) }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(20)
+        func digits(_ value: Int32, _ count: Int) {
+            var divisor: Int32 = 1
+            for _ in 1..<count { divisor *= 10 }
+            var rest = value
+            while divisor > 0 {
+                bytes.append(UInt8(48 + rest / divisor))
+                rest %= divisor
+                divisor /= 10
+            }
+        }
+        digits(parts.tm_year + 1900, 4); bytes.append(0x2D)
+        digits(parts.tm_mon + 1, 2); bytes.append(0x2D)
+        digits(parts.tm_mday, 2); bytes.append(0x54)
+        digits(parts.tm_hour, 2); bytes.append(0x3A)
+        digits(parts.tm_min, 2); bytes.append(0x3A)
+        digits(parts.tm_sec, 2); bytes.append(0x5A)
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// One JSON object: `time`, `level`, `component`, `message`, then the metadata as flat keys (a metadata key that
@@ -215,7 +258,7 @@ public struct Log: Sendable {
 
     public func log(_ level: Level, _ message: @autoclosure () -> String, metadata extra: [String: String] = [:]) {
         guard level >= minimum else { return }
-        var context = extra.isEmpty ? metadata : metadata.merging(extra) { $1 }
+        var context = extra.isEmpty ? metadata : metadata.isEmpty ? extra : metadata.merging(extra) { $1 }
         let inherited = Log.taskMetadata
         if !inherited.isEmpty { context.merge(inherited) { own, _ in own } }
         handler.write(LogRecord(date: Date(), level: level, label: label, message: message(), metadata: context))

@@ -30,11 +30,14 @@ struct SettingsAndEmbeddingTests {
         let set = try GatewaySettings.fromEnvironment([
             "SOULACY_PUBLIC_URL": "https://soulacy.example.com/", "SOULACY_TLS": "off", "SOULACY_LAN_LISTEN": "[::]:8443",
             "SOULACY_DB_MAX_MB": "64", "SOULACY_LONG_POLL_SECONDS": "5", "SOULACY_AGENT_WATCH": "no", "SOULACY_APPROVAL_TIMEOUT_SECONDS": "30",
+            "SOULACY_HTTP_THREADS": "12",
         ])
+        #expect(defaults.httpThreads >= 4 && set.httpThreads == 12)
         #expect(set.publicURL == "https://soulacy.example.com" && !set.autoTLS && set.lanListen?.host == "::" && set.lanListen?.port == 8443)
         #expect(set.databaseMaximumBytes == 64 * 1_048_576 && set.longPoll == .seconds(5) && !set.watchAgentFiles && set.approvalTimeout == 30)
         for (variable, value) in [("SOULACY_DB_MAX_MB", "lots"), ("SOULACY_TLS", "maybe"), ("SOULACY_LAN_LISTEN", "8443"),
-                                  ("SOULACY_PUBLIC_URL", "soulacy.example.com"), ("SOULACY_LONG_POLL_SECONDS", "-1")] {
+                                  ("SOULACY_PUBLIC_URL", "soulacy.example.com"), ("SOULACY_LONG_POLL_SECONDS", "-1"),
+                                  ("SOULACY_HTTP_THREADS", "0"), ("SOULACY_HTTP_THREADS", "1000")] {
             #expect(throws: GatewaySettings.Invalid.self) { _ = try GatewaySettings.fromEnvironment([variable: value]) }
             do { _ = try GatewaySettings.fromEnvironment([variable: value]) } catch {
                 #expect(error.variable == variable && error.description.contains(value), "\(error)")

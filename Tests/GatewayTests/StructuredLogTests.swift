@@ -5,6 +5,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import GatewayTestSupport
+import Logging
 import Testing
 
 /// SOULACY_LOG_FORMAT=json on the real binary: every stderr line one JSON object, the access log naming each
@@ -49,6 +50,18 @@ struct StructuredLogTests {
         #expect(access.contains { $0["route"] as? String == "/health" })
         let text = gateway.output.split(separator: "\n").filter { !$0.hasPrefix("SOULACY_ADMIN_KEY=") && !$0.hasPrefix("  ") }.joined(separator: "\n")
         for secret in [key, canary, deliveryID] { #expect(!text.contains(secret), "a log line carries \(secret.prefix(12))…") }
+    }
+
+    @Test("a plain line: the time exactly as Foundation's ISO 8601 writes it, then level, message and key=value pairs sorted, the component named by the logger")
+    func plainLine() {
+        for seconds in [0.0, 59.999, 951_782_400, 1_796_588_684.76, 4_102_444_799] {
+            let date = Date(timeIntervalSince1970: seconds)
+            let record = LogRecord(date: date, level: .info, label: "http", message: "GET /x 200",
+                                   metadata: ["status": "200", "component": "shadowed", "a": "1", "request_id": "req_1"])
+            #expect(record.line == "\(date.formatted(.iso8601)) info GET /x 200 a=1 component=http request_id=req_1 status=200", "\(record.line)")
+        }
+        let plain = LogRecord(date: Date(timeIntervalSince1970: 0), level: .warning, message: "m", metadata: [:])
+        #expect(plain.line == "1970-01-01T00:00:00Z warning m")
     }
 
     @Test("SOULACY_ACCESS_LOG=off stops the access lines, never the answers' request ids or the HTTP metrics")

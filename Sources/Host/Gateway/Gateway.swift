@@ -477,6 +477,7 @@ public final class Gateway: Sendable {
         var serverConfiguration = HTTPServerConfiguration(host: options.host, port: options.port, maximumBodyBytes: options.maximumBodyBytes,
                                                           tls: options.autoTLS ? identity.map { ($0.keyPEM, $0.certificatePEM) } : nil)
         serverConfiguration.acceptsPlainHTTP = true
+        serverConfiguration.threadPoolSize = settings.httpThreads
         // Handlers run on the database's own threads: a store call that waits on the write lock or an fsync holds
         // one of those, never one of Swift's few cooperative threads (quick reads still answer on the server thread).
         serverConfiguration.handlerExecutor = stores.handlerExecutor

@@ -46,6 +46,9 @@ public struct GatewaySettings: Sendable, Equatable {
     public var databaseURL: String?
     /// `SOULACY_DATABASE_POOL_SIZE`: connections this node holds to PostgreSQL (default 8).
     public var databasePoolSize = 8
+    /// `SOULACY_HTTP_THREADS`: threads that answer HTTP requests (default: one a CPU, at least 4, as quick reads are
+    /// answered on them and one that waits must not hold up the rest).
+    public var httpThreads = max(4, ProcessInfo.processInfo.activeProcessorCount)
     /// `SOULACY_OUTBOX_LEASE_SECONDS`: how long a claimed wake-up or channel send is this node's (default 60). When a
     /// node dies, another takes its claimed rows over once this has passed.
     public var outboxLease: TimeInterval = 60
@@ -126,6 +129,10 @@ public struct GatewaySettings: Sendable, Equatable {
         if let size = try positive("SOULACY_DATABASE_POOL_SIZE", unit: "connections") {
             guard size <= 200 else { throw Invalid(variable: "SOULACY_DATABASE_POOL_SIZE", message: "must be at most 200, got '\(size)'") }
             settings.databasePoolSize = size
+        }
+        if let threads = try positive("SOULACY_HTTP_THREADS", unit: "threads") {
+            guard threads <= 256 else { throw Invalid(variable: "SOULACY_HTTP_THREADS", message: "must be at most 256, got '\(threads)'") }
+            settings.httpThreads = threads
         }
         if let lease = try positive("SOULACY_OUTBOX_LEASE_SECONDS", unit: "seconds") {
             guard lease <= 3600 else { throw Invalid(variable: "SOULACY_OUTBOX_LEASE_SECONDS", message: "must be at most 3600, got '\(lease)'") }
