@@ -25,6 +25,17 @@ struct BackupRestoreTests {
         return ids
     }
 
+    /// Test lines titled `prefix N` sent one after another; the ids the gateway acknowledged (201).
+    func acknowledgedLines(_ gateway: GatewayProcess, key: String, prefix: String, count: Int) async -> Set<String> {
+        var acknowledged: Set<String> = []
+        for index in 0..<count {
+            guard let sent = try? await gateway.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["title": .string("\(prefix) \(index)")]),
+                  sent.status == 201, let id = sent.json["delivery_id"]?.stringValue else { continue }
+            acknowledged.insert(id)
+        }
+        return acknowledged
+    }
+
     func process(_ directory: String) throws -> GatewayProcess {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         return try GatewayProcess(directory: directory)
@@ -43,22 +54,9 @@ struct BackupRestoreTests {
         #expect(mode(source.dataDirectory) == 0o700 && mode(source.dataDirectory + "/soulacy.db") == 0o600, "data directory and database are owner-only")
 
         // Lines acknowledged before the backup starts must all be in it; lines written during it may or may not.
-        var before: Set<String> = []
-        for index in 0..<40 {
-            let sent = try await source.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["title": .string("before \(index)")])
-            #expect(sent.status == 201)
-            if let id = sent.json["delivery_id"]?.stringValue { before.insert(id) }
-        }
+        let before = await acknowledgedLines(source, key: key, prefix: "before", count: 40)
         #expect(before.count == 40)
-        let burst = Task {
-            var acknowledged: Set<String> = []
-            for index in 0..<300 {
-                guard let sent = try? await source.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["title": .string("during \(index)")]),
-                      sent.status == 201, let id = sent.json["delivery_id"]?.stringValue else { continue }
-                acknowledged.insert(id)
-            }
-            return acknowledged
-        }
+        let burst = Task { await acknowledgedLines(source, key: key, prefix: "during", count: 300) }
         try await Task.sleep(for: .milliseconds(100))
         let backupDirectory = root + "/backup"
         let taken = try await Task.detached { try runProgramBlocking(RepositoryPaths.soulacyBinary, ["backup", "--data", source.dataDirectory, backupDirectory]) }.value
@@ -109,21 +107,9 @@ struct BackupRestoreTests {
         try FileManager.default.createDirectory(atPath: root + "/source", withIntermediateDirectories: true)
         let source = try GatewayProcess(directory: root + "/source", environment: ["SOULACY_DATABASE_URL": database.url])
         let key = try #require(try await source.start())
-        var before: Set<String> = []
-        for index in 0..<40 {
-            let sent = try await source.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["title": .string("before \(index)")])
-            if sent.status == 201, let id = sent.json["delivery_id"]?.stringValue { before.insert(id) }
-        }
+        let before = await acknowledgedLines(source, key: key, prefix: "before", count: 40)
         #expect(before.count == 40)
-        let burst = Task {
-            var acknowledged: Set<String> = []
-            for index in 0..<200 {
-                guard let sent = try? await source.call("POST", "/api/v1/channels/mobile/test", key: key, json: ["title": .string("during \(index)")]),
-                      sent.status == 201, let id = sent.json["delivery_id"]?.stringValue else { continue }
-                acknowledged.insert(id)
-            }
-            return acknowledged
-        }
+        let burst = Task { await acknowledgedLines(source, key: key, prefix: "during", count: 200) }
         try await Task.sleep(for: .milliseconds(100))
         let environment = ProcessInfo.processInfo.environment.merging(["SOULACY_DATABASE_URL": database.url]) { $1 }
         let backup = root + "/backup"

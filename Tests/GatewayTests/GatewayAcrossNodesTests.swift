@@ -12,16 +12,22 @@ import Testing
 /// builds every store on PostgreSQL, and two nodes sharing the database and the data directory answer as one gateway.
 @Suite("Gateways across nodes")
 struct GatewayAcrossNodesTests {
+    /// Two gateways on a fresh database and one shared data directory, answering through their routers.
+    static func twoNodes() async throws -> (TestGateway, TestGateway) {
+        let database = try await PostgresCluster.shared().makeDatabase()
+        let directory = TestGateway.makeTemporaryDirectory()
+        let a = try await TestGateway.start(directory: directory, environment: environment(database.url, node: "node-a"), mode: .router)
+        let b = try await TestGateway.start(directory: directory, environment: environment(database.url, node: "node-b"), mode: .router)
+        return (a, b)
+    }
+
     static func environment(_ url: String, node: String) -> [String: String] {
         ["SOULACY_DATABASE_URL": url, "SOULACY_NODE_ID": node, "SOULACY_LONG_POLL_SECONDS": "10", "SOULACY_AGENT_WATCH": "off"]
     }
 
     @Test("two nodes on one database: health names each node, a phone and a line written on A are read on B, an approval asked on A is decided on B, an Idempotency-Key replays on the other node")
     func twoNodesAreOneGateway() async throws {
-        let database = try await PostgresCluster.shared().makeDatabase()
-        let directory = TestGateway.makeTemporaryDirectory()
-        let a = try await TestGateway.start(directory: directory, environment: Self.environment(database.url, node: "node-a"), mode: .router)
-        let b = try await TestGateway.start(directory: directory, environment: Self.environment(database.url, node: "node-b"), mode: .router)
+        let (a, b) = try await Self.twoNodes()
         #expect(a.adminKey == b.adminKey, "the second node read the owner's key the first minted")
         #expect(try await b.gateway.bootstrapAdminKey() == nil, "the second node minted another owner key")
 
@@ -67,10 +73,7 @@ struct GatewayAcrossNodesTests {
 
     @Test("a console open on one node hears what happens on another: a line written, an approval asked and decided; its own events once; bursts arrive whole and in order; nothing is carried while no other node has a console open")
     func consoleEventsAcrossNodes() async throws {
-        let database = try await PostgresCluster.shared().makeDatabase()
-        let directory = TestGateway.makeTemporaryDirectory()
-        let a = try await TestGateway.start(directory: directory, environment: Self.environment(database.url, node: "node-a"), mode: .router)
-        let b = try await TestGateway.start(directory: directory, environment: Self.environment(database.url, node: "node-b"), mode: .router)
+        let (a, b) = try await Self.twoNodes()
         let (hubA, hubB) = (a.gateway.stores.mobile.consoleEvents, b.gateway.stores.mobile.consoleEvents)
         // With no console open anywhere, nothing is carried (a gateway nobody watches pays nothing).
         try await Task.sleep(for: .milliseconds(1_200))

@@ -150,16 +150,22 @@ enum DoctorFiles {
         } catch {
             return DoctorFinding(.fail, "migrations", "cannot read schema_migrations: \(error.message)")
         }
-        let total = migrator.migrations.count
-        if !status.unknown.isEmpty {
-            return DoctorFinding(.fail, "migrations", "the database has \(status.unknown.count) migration(s) this soulacy (\(GatewayVersion.current)) does not know "
-                                 + "(\(status.unknown.prefix(5).joined(separator: ", "))): a newer soulacy wrote it",
-                                 fix: "run the newer soulacy again, or restore a backup this version took")
+        return migrationsFinding(missing: status.missing, unknown: status.unknown, total: migrator.migrations.count,
+                                 newerFix: "run the newer soulacy again, or restore a backup this version took",
+                                 olderFix: "restart the gateway with this soulacy (a backup first: soulacy backup --data DIR DEST)")
+    }
+
+    /// What the database's migrations say, on either engine: some unknown to this binary (a newer one wrote it) is a
+    /// FAIL, some not applied yet a WARN (the next start applies them).
+    static func migrationsFinding(missing: [String], unknown: [String], total: Int, newerFix: String, olderFix: String) -> DoctorFinding {
+        if !unknown.isEmpty {
+            return DoctorFinding(.fail, "migrations", "the database has \(unknown.count) migration(s) this soulacy (\(GatewayVersion.current)) does not know "
+                                 + "(\(unknown.prefix(5).joined(separator: ", "))): a newer soulacy wrote it", fix: newerFix)
         }
-        if !status.missing.isEmpty {
-            return DoctorFinding(.warn, "migrations", "\(status.missing.count) of \(total) migrations not applied yet "
-                                 + "(\(status.missing.prefix(5).joined(separator: ", "))\(status.missing.count > 5 ? ", …" : "")): the next soulacy serve applies them",
-                                 fix: "restart the gateway with this soulacy (a backup first: soulacy backup --data DIR DEST)")
+        if !missing.isEmpty {
+            return DoctorFinding(.warn, "migrations", "\(missing.count) of \(total) migrations not applied yet "
+                                 + "(\(missing.prefix(5).joined(separator: ", "))\(missing.count > 5 ? ", …" : "")): the next soulacy serve applies them",
+                                 fix: olderFix)
         }
         return DoctorFinding(.ok, "migrations", "all \(total) migrations applied")
     }

@@ -42,17 +42,7 @@ enum DoctorPostgres {
             return DoctorFinding(.fail, "migrations", "the database has no soulacy_migrations table: no gateway has started on it yet, or it is another program's",
                                  fix: "SOULACY_DATABASE_URL must name the gateway's database; a new one is set up by the first soulacy serve")
         }
-        let total = PostgresGatewaySchema.migrations.count
-        if !status.unknown.isEmpty {
-            return DoctorFinding(.fail, "migrations", "the database has \(status.unknown.count) migration(s) this soulacy (\(GatewayVersion.current)) does not know "
-                                 + "(\(status.unknown.prefix(5).joined(separator: ", "))): a newer soulacy wrote it",
-                                 fix: "run the newer soulacy on every node")
-        }
-        if !status.missing.isEmpty {
-            return DoctorFinding(.warn, "migrations", "\(status.missing.count) of \(total) migrations not applied yet "
-                                 + "(\(status.missing.prefix(5).joined(separator: ", "))\(status.missing.count > 5 ? ", …" : "")): the next soulacy serve applies them",
-                                 fix: "restart a node with this soulacy (take a pg_dump first)")
-        }
-        return DoctorFinding(.ok, "migrations", "all \(total) migrations applied")
+        return DoctorFiles.migrationsFinding(missing: status.missing, unknown: status.unknown, total: PostgresGatewaySchema.migrations.count,
+                                             newerFix: "run the newer soulacy on every node", olderFix: "restart a node with this soulacy (take a pg_dump first)")
     }
 }
