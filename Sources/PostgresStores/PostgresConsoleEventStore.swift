@@ -38,7 +38,7 @@ public final class PostgresConsoleEvents: Sendable {
     private let hub: ConsoleEventHub
     private let announcer: PostgresAnnouncer
     private let checkInterval: Duration
-    private let running = Mutex<(watcher: Task<Void, Never>?, listener: PostgresListener?, follower: Task<Void, Never>?)>((nil, nil, nil))
+    private let running = Mutex<(watcher: Task<Void, Never>?, listener: PostgresListener?, follower: Task<Void, Never>?, stopped: Bool)>((nil, nil, nil, false))
 
     public init(pool: PostgresPool, listenURL: String?, node: String, hub: ConsoleEventHub, checkInterval: Duration = .milliseconds(500)) {
         self.pool = pool
@@ -61,14 +61,17 @@ public final class PostgresConsoleEvents: Sendable {
                 try? await Task.sleep(for: self?.checkInterval ?? .seconds(1))
             }
         }
-        running.withLock { $0.watcher = watcher }
+        running.withLock { state in
+            state.watcher = watcher
+            state.stopped = false
+        }
     }
 
     /// Stops listening and forwarding.
     public func stop() {
         hub.forward(to: nil)
         let old = running.withLock { state in
-            defer { state = (nil, nil, nil) }
+            defer { state = (nil, nil, nil, true) }
             return state
         }
         old.watcher?.cancel()
@@ -89,9 +92,17 @@ public final class PostgresConsoleEvents: Sendable {
                         if case .notification(let note) = event { Self.receive(note.payload, ownNode: node, hub: hub) }
                     }
                 }
-                running.withLock { state in
+                // A stop that came while the listener was connecting wins: nothing is left running after it.
+                let kept = running.withLock { state -> Bool in
+                    guard !state.stopped else { return false }
                     state.listener = listener
                     state.follower = follower
+                    return true
+                }
+                if !kept {
+                    listener.stop()
+                    follower.cancel()
+                    return
                 }
             }
         } else if !local, let listening {
@@ -106,6 +117,7 @@ public final class PostgresConsoleEvents: Sendable {
             try db.query("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1 AND pid <> $2",
                          Self.listenerName, Int64(own)).first?.int("n") ?? 0
         }) else { return }
+        guard !running.withLock({ $0.stopped }) else { return }
         if others > 0, !hub.isForwarding {
             let announcer = announcer, node = node
             hub.forward(to: { event, audience in
