@@ -47,9 +47,13 @@ public struct LogRecord: Sendable, Equatable {
     /// `2026-12-03T00:59:46Z`, as `Date.formatted(.iso8601)` writes it, from the C library's UTC calendar (no
     /// formatter per line).
     static func utcSeconds(_ date: Date) -> String {
-        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        let interval = date.timeIntervalSince1970.rounded(.down)
+        // Foundation's calendar is Julian before 1582-10-15 and its years stop at four digits: outside those dates
+        // (and outside time_t, where the conversion would trap) the line is left to Foundation.
+        guard interval >= -12_219_292_800, interval < 253_402_300_800 else { return date.formatted(.iso8601) }
+        var seconds = time_t(interval)
         var parts = tm()
-        guard gmtime_r(&seconds, &parts) != nil, parts.tm_year + 1900 >= 0, parts.tm_year + 1900 <= 9999 else { return date.formatted(.iso8601) }
+        guard gmtime_r(&seconds, &parts) != nil else { return date.formatted(.iso8601) }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(20)
         func digits(_ value: Int32, _ count: Int) {

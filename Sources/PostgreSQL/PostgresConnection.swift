@@ -534,23 +534,31 @@ public final class PostgresConnection {
         return message
     }
 
-    /// The URL's password as written (percent-encoded, in the user info or a `password=` parameter) and as libpq
-    /// decodes it; parsing the URL here also refuses a malformed one before any connection is tried.
-    static func secrets(in url: String) throws(PostgresError) -> [String] {
-        var secrets = PostgresURL.passwordRanges(in: url).map { String(url[$0]) }
-        let redacted = PostgresURL.redacted(url)
+    /// Every setting of `url` as libpq reads it (its keyword, the environment variable libpq's programs read it
+    /// from, its value if set); a malformed URL throws here, its password never in the message.
+    private static func settings(of url: String) throws(PostgresError) -> [(keyword: String, variable: String?, value: String?)] {
         var error: UnsafeMutablePointer<CChar>?
         guard let options = PQconninfoParse(url, &error) else {
             let message = error.map { String(cString: $0) } ?? "out of memory"
             PQfreemem(error)
-            throw PostgresError(kind: .other, message: "the database URL \(redacted) is not valid: \(scrub(trimmed(message), secrets))")
+            let written = PostgresURL.passwordRanges(in: url).map { String(url[$0]) }
+            throw PostgresError(kind: .other, message: "the database URL \(PostgresURL.redacted(url)) is not valid: \(scrub(trimmed(message), written))")
         }
         defer { PQconninfoFree(options) }
+        var settings: [(keyword: String, variable: String?, value: String?)] = []
         var option = options
         while let keyword = option.pointee.keyword {
-            if String(cString: keyword) == "password", let value = option.pointee.val { secrets.append(String(cString: value)) }
+            settings.append((String(cString: keyword), option.pointee.envvar.map { String(cString: $0) }, option.pointee.val.map { String(cString: $0) }))
             option += 1
         }
+        return settings
+    }
+
+    /// The URL's password as written (percent-encoded, in the user info or a `password=` parameter) and as libpq
+    /// decodes it; parsing the URL here also refuses a malformed one before any connection is tried.
+    static func secrets(in url: String) throws(PostgresError) -> [String] {
+        let decoded = try settings(of: url).filter { $0.keyword == "password" }.compactMap(\.value)
+        let secrets = PostgresURL.passwordRanges(in: url).map { String(url[$0]) } + decoded
         // Longest first, so a password that contains another secret is replaced whole.
         return secrets.filter { !$0.isEmpty }.sorted { $0.count > $1.count }
     }
@@ -558,28 +566,24 @@ public final class PostgresConnection {
     /// The URL's settings as the environment variables libpq's programs read (`PGHOST`, `PGPASSWORD`, `PGSSLMODE`,
     /// …), so `pg_dump` and `pg_restore` connect where the gateway does without the password on a command line.
     static func environment(for url: String) throws(PostgresError) -> [String: String] {
-        try validate(url)
-        var error: UnsafeMutablePointer<CChar>?
-        guard let options = PQconninfoParse(url, &error) else {
-            PQfreemem(error)
-            throw PostgresError(kind: .other, message: "the database URL \(PostgresURL.redacted(url)) is not valid")
-        }
-        defer { PQconninfoFree(options) }
+        try checkScheme(url)
         var environment: [String: String] = [:]
-        var option = options
-        while option.pointee.keyword != nil {
-            if let name = option.pointee.envvar, let value = option.pointee.val { environment[String(cString: name)] = String(cString: value) }
-            option += 1
+        for setting in try settings(of: url) {
+            if let variable = setting.variable, let value = setting.value { environment[variable] = value }
         }
         return environment
     }
 
     /// Checks `url` as libpq would read it, without connecting.
     static func validate(_ url: String) throws(PostgresError) {
+        try checkScheme(url)
+        _ = try secrets(in: url)
+    }
+
+    private static func checkScheme(_ url: String) throws(PostgresError) {
         guard PostgresURL.isPostgresURL(url) else {
             throw PostgresError(kind: .other, message: "the database URL must start with postgres:// or postgresql://")
         }
-        _ = try secrets(in: url)
     }
 
     private static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {

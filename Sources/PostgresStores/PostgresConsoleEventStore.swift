@@ -129,11 +129,12 @@ public final class PostgresConsoleEvents: Sendable {
     }
 
     static func payload(_ event: ConsoleEvent, _ audience: ConsoleAudience, node: String) -> String? {
-        let item = switch audience {
-        case .everyone: Item(n: node, k: event.kind.rawValue, i: event.id, s: event.state, a: "e", p: nil)
-        case .subject(let person): Item(n: node, k: event.kind.rawValue, i: event.id, s: event.state, a: "s", p: person)
-        case .subjectAndAdmins(let person): Item(n: node, k: event.kind.rawValue, i: event.id, s: event.state, a: "a", p: person)
+        let (scope, person): (String, String?) = switch audience {
+        case .everyone: ("e", nil)
+        case .subject(let person): ("s", person)
+        case .subjectAndAdmins(let person): ("a", person)
         }
+        let item = Item(n: node, k: event.kind.rawValue, i: event.id, s: event.state, a: scope, p: person)
         guard let data = try? JSONEncoder().encode(item), data.count <= payloadLimit else { return nil }
         return String(decoding: data, as: UTF8.self)
     }

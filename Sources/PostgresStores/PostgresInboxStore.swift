@@ -406,17 +406,17 @@ public final class PostgresInbox: Inbox, DeviceRegistry {
     /// the commit, not inside it, so writers do not queue on PostgreSQL's notification lock).
     func announce(everyone: Bool, subject: String?, in db: PostgresConnection) {
         let generations = inboxGenerations, announcer = announcer
-        if everyone || subject == nil {
+        guard !everyone, let subject else {
             db.afterCommit {
                 generations.changedForEveryone()
                 announcer.announce("*")
             }
-        } else if let subject {
-            let payload = subject.utf8.count <= Self.longestAnnouncedSubject && subject != "*" && !subject.contains("\n") ? subject : "*"
-            db.afterCommit {
-                generations.changed(subject: subject)
-                announcer.announce(payload)
-            }
+            return
+        }
+        let payload = subject.utf8.count <= Self.longestAnnouncedSubject && subject != "*" && !subject.contains("\n") ? subject : "*"
+        db.afterCommit {
+            generations.changed(subject: subject)
+            announcer.announce(payload)
         }
     }
 

@@ -54,7 +54,8 @@ struct StructuredLogTests {
 
     @Test("a plain line: the time exactly as Foundation's ISO 8601 writes it, then level, message and key=value pairs sorted, the component named by the logger")
     func plainLine() {
-        for seconds in [0.0, 59.999, 951_782_400, 1_796_588_684.76, 4_102_444_799] {
+        for seconds in [0.0, 59.999, 951_782_400, 1_796_588_684.76, 4_102_444_799, Date.distantFuture.timeIntervalSince1970,
+                        Date.distantPast.timeIntervalSince1970, -12_219_292_800, -12_219_292_801, 253_402_300_799, 1e300, -1e16, .nan] {
             let date = Date(timeIntervalSince1970: seconds)
             let record = LogRecord(date: date, level: .info, label: "http", message: "GET /x 200",
                                    metadata: ["status": "200", "component": "shadowed", "a": "1", "request_id": "req_1"])
