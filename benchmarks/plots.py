@@ -59,10 +59,17 @@ def wakeups(data, directory, suffix):
     points = data["connections"]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     x = range(len(points))
-    ax.bar([i - 0.2 for i in x], [p["h2load"]["per_second"] for p in points], 0.4, label="h2load (the stand-in's limit)", color="tab:gray")
-    ax.bar([i + 0.2 for i in x], [p["dispatcher"]["per_second"] for p in points], 0.4, label="dispatcher", color="tab:blue")
+    # Older results have no libcurl reference: two bars then.
+    curl = all("libcurl" in p for p in points)
+    width = 0.27 if curl else 0.4
+    offsets = (-width, 0, width) if curl else (-0.2, None, 0.2)
+    ax.bar([i + offsets[0] for i in x], [p["h2load"]["per_second"] for p in points], width, label="h2load (the stand-in's limit)", color="tab:gray")
+    if curl:
+        ax.bar([i + offsets[1] for i in x], [p["libcurl"]["per_second"] for p in points], width, label="libcurl from C (the transport's library)",
+               color="tab:orange")
+    ax.bar([i + offsets[2] for i in x], [p["dispatcher"]["per_second"] for p in points], width, label="dispatcher", color="tab:blue")
     for i, p in enumerate(points):
-        ax.annotate(f"{p['ratio']:.2f}", (i + 0.2, p["dispatcher"]["per_second"]), ha="center", va="bottom", fontsize=9)
+        ax.annotate(f"{p['ratio']:.2f}", (i + offsets[2], p["dispatcher"]["per_second"]), ha="center", va="bottom", fontsize=9)
     ax.set_xticks(list(x), [f"{p['connections']} conn × 100 streams" for p in points])
     ax.set(ylabel="wake-ups (requests) per second", title="Wake-ups to the nghttpd APNs stand-in")
     ax.legend(fontsize=8)

@@ -292,16 +292,28 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
     uncached = wrk(f"http://127.0.0.1:{port}/api/v1/mobile/deliveries?device_id=phone&limit=20", [f"Authorization: Bearer {key}"], script=UNCACHED)
     theirs = wrk(f"http://127.0.0.1:{nginx_port}/deliveries.json")
     their_steady = wrk(f"http://127.0.0.1:{nginx_port}/deliveries.json", connections=23, paced=True)
+    # libmicrohttpd's own ceiling: the same page from memory by a C server in the gateway's mode (mhd_reference.c),
+    # with the gateway's default thread count.
+    mhd_port = free_port()
+    mhd = subprocess.Popen([os.path.join(ROOT, ".build/mhd-reference"), str(mhd_port), os.path.join(docroot, "deliveries.json"),
+                            str(max(4, os.cpu_count() or 1))], stdout=subprocess.PIPE)
+    procs.append(mhd)
+    mhd.stdout.readline()
+    library = wrk(f"http://127.0.0.1:{mhd_port}/api/v1/mobile/deliveries")
     ratio = ours["rps"] / theirs["rps"]
-    row(f"2. GET deliveries ({len(page)} B body): wrk 64 conns; paced to ~2,000/s", f"{ours['rps']:,.0f} req/s, p99 {ours['p99']:.2f} ms; at {steady['rps']:,.0f}/s p50 {steady['p50']:.2f} ms, p99 {steady['p99']:.2f} ms",
-        f"nginx {theirs['rps']:,.0f} req/s, p99 {theirs['p99']:.2f} ms; at {their_steady['rps']:,.0f}/s p99 {their_steady['p99']:.2f} ms", f"{ratio:.2f}",
+    row(f"2. GET deliveries ({len(page)} B body): wrk 64 conns; paced to ~2,000/s",
+        f"{ours['rps']:,.0f} req/s, p99 {ours['p99']:.2f} ms ({ours['rps'] / library['rps']:.2f} of libmicrohttpd from C); "
+        f"at {steady['rps']:,.0f}/s p50 {steady['p50']:.2f} ms, p99 {steady['p99']:.2f} ms",
+        f"nginx {theirs['rps']:,.0f} req/s, p99 {theirs['p99']:.2f} ms; at {their_steady['rps']:,.0f}/s p99 {their_steady['p99']:.2f} ms; "
+        f"libmicrohttpd from C, the same page from memory: {library['rps']:,.0f} req/s ({library['rps'] / theirs['rps']:.2f} of nginx)", f"{ratio:.2f}",
         "p99 < 5 ms at 2,000 req/s; >= 0.5 of nginx", steady["p99"] < 5 and steady["rps"] >= 1950 and steady["errors"] == 0 and ratio >= 0.5 and ours["errors"] == 0)
 
     row("2b. the same page rendered afresh for every request (no page cache)", f"{uncached['rps']:,.0f} req/s, p50 {uncached['p50']:.2f} ms, p99 {uncached['p99']:.2f} ms",
-        f"nginx {theirs['rps']:,.0f} req/s", f"{uncached['rps'] / theirs['rps']:.2f}", "(no target: what a changing inbox costs)", uncached["errors"] == 0)
+        f"nginx {theirs['rps']:,.0f} req/s; libmicrohttpd from C {library['rps']:,.0f} req/s", f"{uncached['rps'] / theirs['rps']:.2f}",
+        "(no target: what a changing inbox costs)", uncached["errors"] == 0)
 
-    # The gateway and nginx are done: stopped, so they take no CPU from the runs below.
-    for p in (gateway, nginx):
+    # The gateway, nginx and the C server are done: stopped, so they take no CPU from the runs below.
+    for p in (gateway, nginx, mhd):
         p.terminate()
         p.wait(timeout=10)
 
@@ -338,7 +350,7 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
     # 5. Resident memory.
     row("5. resident memory", f"gateway idle {idle_rss:.1f} MB, after load 2 {loaded_rss:.1f} MB; load 3 peak {ours3['rss_peak_mb']:.1f} MB",
         "-", "-", "< 40 MB idle, < 120 MB loaded", idle_rss < 40 and ours3["rss_peak_mb"] < 120 and loaded_rss < 120)
-    results["baseline"] = {"durable": inbox, "plain_sqlite": plain, "get": ours, "get_paced": steady, "get_uncached": uncached, "nginx": theirs,
+    results["baseline"] = {"durable": inbox, "plain_sqlite": plain, "get": ours, "get_paced": steady, "get_uncached": uncached, "nginx": theirs, "mhd": library,
                            "apns": ours3, "aioapns": ref, "latency": lat, "idle_rss_mb": idle_rss, "loaded_rss_mb": loaded_rss}
 
     # ---- How each cost grows with the size of the work, against the machine's limit (issue 28) ----
@@ -371,12 +383,18 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
         wake = []
         for connections in (1, 2, 4):
             limit = h2load(apns_url, apns_body, apns_headers, scaled(50000, 5000), connections)
+            # libcurl's own ceiling: the same requests from C over the same connections x streams (curl_reference.c).
+            libcurl = json.loads(subprocess.run([os.path.join(ROOT, ".build/curl-reference"), apns_url, f"{stand}/cert.pem", str(scaled(30000, 3000)),
+                                                 str(connections), "100"], capture_output=True, text=True, check=True).stdout)
             ours_d = bench("dispatch", scaled(30000, 3000), connections, env=env)
             ratio = ours_d["per_second"] / limit["per_second"]
-            wake.append({"connections": connections, "h2load": limit, "dispatcher": ours_d, "ratio": ratio})
+            wake.append({"connections": connections, "h2load": limit, "libcurl": libcurl, "dispatcher": ours_d, "ratio": ratio,
+                         "libcurl_ratio": libcurl["per_second"] / limit["per_second"]})
             row(f"[3] wake-ups/s over {connections} connection{'s' if connections > 1 else ''} (dispatcher: outbox claimed, sent, settled)",
-                f"{ours_d['per_second']:,.0f}/s ({ours_d['delivered']:,} of {ours_d['count']:,} accepted)",
-                f"h2load {limit['per_second']:,.0f}/s ({connections} x 100 streams)", f"{ratio:.2f}", ">= 0.8 of h2load",
+                f"{ours_d['per_second']:,.0f}/s ({ours_d['delivered']:,} of {ours_d['count']:,} accepted; "
+                f"{ours_d['per_second'] / libcurl['per_second']:.2f} of libcurl from C)",
+                f"h2load {limit['per_second']:,.0f}/s ({connections} x 100 streams); libcurl from C {libcurl['per_second']:,.0f}/s "
+                f"({libcurl['per_second'] / limit['per_second']:.2f} of h2load)", f"{ratio:.2f}", ">= 0.8 of h2load",
                 ratio >= 0.8 and ours_d["delivered"] == ours_d["count"])
         results["wakeups"] = {"connections": wake}
         fan_devices = scaled(10000, 1000)

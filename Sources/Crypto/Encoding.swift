@@ -39,17 +39,40 @@ public enum Hex {
 }
 
 public enum Base64URL {
+    /// RFC 4648 §5 without padding. The alphabet is swapped byte by byte: Foundation's string replacement cost a
+    /// tenth of a channel send's CPU (a destination is sealed on write and opened on every claim).
     public static func encode(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        let standard = Data(bytes).base64EncodedData()
+        var url = [UInt8]()
+        url.reserveCapacity(standard.count)
+        for byte in standard {
+            switch byte {
+            case UInt8(ascii: "+"): url.append(UInt8(ascii: "-"))
+            case UInt8(ascii: "/"): url.append(UInt8(ascii: "_"))
+            case UInt8(ascii: "="): continue
+            default: url.append(byte)
+            }
+        }
+        return String(decoding: url, as: UTF8.self)
     }
 
+    /// The bytes of base64url text, padded or not (nil: not base64url; padding anywhere but at the end).
     public static func decode(_ text: String) -> [UInt8]? {
-        var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        guard !s.contains("=") || text.hasSuffix("=") else { return nil }
-        while s.count % 4 != 0 { s += "=" }
-        return Data(base64Encoded: s).map { Array($0) }
+        var standard = [UInt8]()
+        standard.reserveCapacity(text.utf8.count + 3)
+        var padded = false
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "-"): standard.append(UInt8(ascii: "+"))
+            case UInt8(ascii: "_"): standard.append(UInt8(ascii: "/"))
+            case UInt8(ascii: "="):
+                padded = true
+                standard.append(byte)
+            default: standard.append(byte)
+            }
+        }
+        guard !padded || standard.last == UInt8(ascii: "=") else { return nil }
+        while standard.count % 4 != 0 { standard.append(UInt8(ascii: "=")) }
+        return Data(base64Encoded: Data(standard)).map { Array($0) }
     }
 }

@@ -28,6 +28,9 @@ public enum TimeOrderedID {
         return String(decoding: text, as: UTF8.self)
     }
 
+    /// The same 16 bytes as 32 lower-case hex digits, without the dashes (a channel send's id).
+    public static func uuidHex(now: Date = Date()) -> String { Hex.encode(uuidBytes(now: now)) }
+
     private static func uuidBytes(now: Date) -> [UInt8] {
         var bytes = SecureBytes.random(count: 16)
         let millis = UInt64(max(0, now.timeIntervalSince1970 * 1000))

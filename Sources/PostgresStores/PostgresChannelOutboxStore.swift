@@ -48,7 +48,7 @@ public struct PostgresChannelOutbox: ChannelOutbox {
 
     private func insert(_ sends: [PendingChannelSend], runID: String?, now: Date, in db: PostgresConnection) throws {
         for send in sends {
-            let output = String(decoding: try JSONCoding.encoder.encode(send.output), as: UTF8.self)
+            let output = StoredOutput.text(send.output)
             let destination = try destinationSeal?.seal(send.destination) ?? send.destination
             try db.run("""
                 INSERT INTO channel_outbox (id, run_id, subject, channel, destination, output, next_attempt_at, expires_at, created_at)

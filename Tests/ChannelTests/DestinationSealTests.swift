@@ -3,6 +3,7 @@ import ChannelDelivery
 import ChannelTesting
 import Foundation
 import GatewayTestSupport
+import JSON
 import Outbox
 import SQLite
 import Testing
@@ -76,5 +77,24 @@ struct DestinationSealTests {
         #expect(channel.sends.isEmpty, "the channel was handed \(channel.sends.map(\.destination))")
         let settled = try #require(try await outbox.entry(id: send.id))
         #expect(settled.state == .rejected && settled.lastReason?.contains("sealed under another key") == true, "\(settled)")
+    }
+}
+
+/// A send's output at rest: written directly in Output's Codable shape, read back by its decoder.
+@Suite("Stored outputs")
+struct StoredOutputTests {
+    @Test("every field reads back through Output's decoder, escapes and all")
+    func roundTrip() throws {
+        let awkward = "quote \" backslash \\ slash / tab \t newline \n nul \u{0} bell \u{7} é 日本 🙂 \u{2028}"
+        let outputs = [
+            Output(agentID: "a", agentName: "A", sessionID: "s", parts: []),
+            Output(agentID: awkward, agentName: awkward, sessionID: awkward, title: awkward, parts: [awkward, "", "two"],
+                   metadata: ["trigger": awkward, awkward: "x", "": ""]),
+        ]
+        for output in outputs {
+            let text = StoredOutput.text(output)
+            #expect(try JSONCoding.decode(Output.self, from: text) == output)
+            #expect(try JSONDecoder().decode(Output.self, from: Data(text.utf8)) == output)
+        }
     }
 }

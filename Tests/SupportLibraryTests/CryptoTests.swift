@@ -24,6 +24,35 @@ struct CryptoTests {
         #expect(!Base64URL.encode(SecureBytes.random(count: 32)).contains(where: { "+/=".contains($0) }))
     }
 
+    @Test("base64url is RFC 4648's alphabet swapped, without padding, at every length; padding only at the end")
+    func base64URLAgainstFoundation() {
+        for length in 0...70 {
+            let bytes = SecureBytes.random(count: length) + [0xfb, 0xff, 0xfe].prefix(length % 4)
+            let standard = Data(bytes).base64EncodedString()
+            let expected = String(standard.map { $0 == "+" ? "-" : $0 == "/" ? "_" : $0 }.filter { $0 != "=" })
+            #expect(Base64URL.encode(bytes) == expected)
+            #expect(Base64URL.decode(expected) == bytes)
+            // Padded text reads too; the standard alphabet is taken as it always was.
+            #expect(Base64URL.decode(expected + String(repeating: "=", count: (4 - expected.count % 4) % 4)) == bytes)
+            #expect(Base64URL.decode(standard) == bytes)
+        }
+        #expect(Base64URL.decode("-_-_") == [0xfb, 0xff, 0xbf])
+        #expect(Base64URL.decode("") == [])
+        for bad in ["a=bc", "ab=c", "a", "ab c", "ab\u{00e9}c", "a*bc"] {
+            #expect(Base64URL.decode(bad) == nil, "\(bad)")
+        }
+        // Whatever the text, the same answer as the string-replacing decoder it replaced (Foundation's quirks too).
+        func replacing(_ text: String) -> [UInt8]? {
+            var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+            guard !s.contains("=") || text.hasSuffix("=") else { return nil }
+            while s.count % 4 != 0 { s += "=" }
+            return Data(base64Encoded: s).map { Array($0) }
+        }
+        for text in ["====", "=", "AA==", "AA=", "A===", "AAA=", "-_==", "ab+/", "a b", "\u{0}AAA", "AAAA\n", "Zm9v\u{00e9}", "+/+/", "Zg", "Zm8"] {
+            #expect(Base64URL.decode(text) == replacing(text), "\(text.debugDescription)")
+        }
+    }
+
     @Test("random bytes differ and comparisons are by value")
     func randomAndCompare() {
         #expect(SecureBytes.random(count: 32) != SecureBytes.random(count: 32))
@@ -48,6 +77,8 @@ struct SealingTests {
         #expect("89ab".contains(Array(early)[19]))
         #expect(early.hasPrefix("018bcfe5-6800"))  // 1,700,000,000,000 ms in the first 48 bits
         #expect(early < late)
+        let hex = TimeOrderedID.uuidHex(now: Date(timeIntervalSince1970: 1_700_000_000))
+        #expect(hex.count == 32 && hex.hasPrefix("018bcfe56800") && Hex.decode(hex)?.count == 16)
     }
 
     @Test("a secret written by SecretFile is readable by its owner only, and reads back; an impossible path is refused")
