@@ -14,8 +14,15 @@ static struct MHD_Response *page;
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *connection, const char *url, const char *method, const char *version,
                               const char *upload_data, size_t *upload_data_size, void **state) {
-  (void)cls; (void)url; (void)version; (void)upload_data; (void)upload_data_size; (void)state;
+  (void)cls; (void)url; (void)version; (void)upload_data; (void)upload_data_size;
   if (strcmp(method, "GET") != 0) return MHD_NO;
+  // The first call brings the headers alone; answering then makes libmicrohttpd close the connection (it cannot
+  // know no body follows), so the page goes out on the second call, as the gateway's does.
+  static int headers_read;
+  if (*state == NULL) {
+    *state = &headers_read;
+    return MHD_YES;
+  }
   return MHD_queue_response(connection, MHD_HTTP_OK, page);
 }
 

@@ -72,7 +72,8 @@ def wakeups(data, directory, suffix):
         ax.annotate(f"{p['ratio']:.2f}", (i + offsets[2], p["dispatcher"]["per_second"]), ha="center", va="bottom", fontsize=9)
     ax.set_xticks(list(x), [f"{p['connections']} conn × 100 streams" for p in points])
     ax.set(ylabel="wake-ups (requests) per second", title="Wake-ups to the nghttpd APNs stand-in")
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, 1.3 * max(p["h2load"]["per_second"] for p in points))  # room for the legend above the bars
+    ax.legend(fontsize=8, loc="upper left")
     return _save(fig, directory, "wakeups", suffix)
 
 
