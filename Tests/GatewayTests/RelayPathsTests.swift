@@ -49,6 +49,7 @@ struct RelayPathsTests {
             let (token, endpoint) = try await pairPhone(gw)
             // The pairing took two of loopback's three; the rest goes now.
             while try await gw.request("GET", "/health", key: .none).status != 429 {}
+            let limited = ContinuousClock.now
             let phone = client(nil, token: token, relay: endpoint)
             for _ in 0..<5 {
                 guard case .answered(let answer, .relay) = await phone.send(method: "GET", path: "/api/v1/mobile/deliveries") else {
@@ -56,7 +57,12 @@ struct RelayPathsTests {
                 }
                 #expect(answer.status == 200)
             }
-            #expect(try await gw.request("GET", "/health", key: .none).status == 429)
+            // Loopback is still limited: only the places that came back meanwhile (one every 20 s at 3 a minute; a
+            // loaded machine can take that long for the five) pass before the next 429.
+            let cameBack = Int((ContinuousClock.now - limited) / .seconds(20)) + 1
+            var passed = 0
+            while try await gw.request("GET", "/health", key: .none).status != 429, passed <= cameBack { passed += 1 }
+            #expect(passed <= cameBack, "\(passed) requests passed where \(cameBack) places can have come back")
         }
     }
 
