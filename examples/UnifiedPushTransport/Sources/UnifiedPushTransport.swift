@@ -18,7 +18,9 @@ public final class UnifiedPushTransport: WakeTransport {
 
     public init(allowLoopbackHTTP: Bool = false) {
         self.allowLoopbackHTTP = allowLoopbackHTTP
-        client = HTTP2Client()
+        // Distributors often answer over HTTP/1.1 (a self-hosted ntfy), where each send in flight needs its own
+        // connection: a pool, so a burst of wake-ups does not wait in one line behind one connection.
+        client = HTTP2Client(configuration: HTTP2ClientConfiguration(maximumConnectionsPerHost: HTTP2ClientConfiguration.pooledConnectionsPerHost))
     }
 
     public func canWake(_ target: WakeTarget) -> Bool {
