@@ -23,6 +23,11 @@ FULL = "--full" in sys.argv[1:]
 QUICK = "--quick" in sys.argv[1:] and not FULL
 
 
+# The HTTP server's threads, given to the gateway (SOULACY_HTTP_THREADS; this is its default) and to the C server
+# beside it, so both run the same count.
+HTTP_THREADS = max(4, os.cpu_count() or 1)
+
+
 def scaled(n, quick):
     return quick if QUICK else n
 
@@ -255,7 +260,8 @@ try:
     gw_out = open(os.path.join(work, "gw.out"), "w+")
     # wrk sends far more than the default 600 requests a minute from loopback: the limit is off for the benchmark.
     gateway = subprocess.Popen([os.path.join(BIN, "soulacy"), "serve", "--config", config, "--data", data, "--listen", f"127.0.0.1:{port}"],
-                               stdout=gw_out, stderr=subprocess.DEVNULL, env=dict(os.environ, SOULACY_RATE_LIMIT_PER_MINUTE="0"))
+                               stdout=gw_out, stderr=subprocess.DEVNULL,
+                               env=dict(os.environ, SOULACY_RATE_LIMIT_PER_MINUTE="0", SOULACY_HTTP_THREADS=str(HTTP_THREADS)))
     procs.append(gateway)
     for _ in range(100):
         gw_out.seek(0)
@@ -293,10 +299,10 @@ http {{ access_log off; server {{ listen 127.0.0.1:{nginx_port}; root {docroot};
     theirs = wrk(f"http://127.0.0.1:{nginx_port}/deliveries.json")
     their_steady = wrk(f"http://127.0.0.1:{nginx_port}/deliveries.json", connections=23, paced=True)
     # libmicrohttpd's own ceiling: the same page from memory by a C server in the gateway's mode (mhd_reference.c),
-    # with the gateway's default thread count.
+    # with the gateway's thread count.
     mhd_port = free_port()
     mhd = subprocess.Popen([os.path.join(ROOT, ".build/mhd-reference"), str(mhd_port), os.path.join(docroot, "deliveries.json"),
-                            str(max(4, os.cpu_count() or 1))], stdout=subprocess.PIPE)
+                            str(HTTP_THREADS)], stdout=subprocess.PIPE)
     procs.append(mhd)
     mhd.stdout.readline()
     library = wrk(f"http://127.0.0.1:{mhd_port}/api/v1/mobile/deliveries")
