@@ -93,12 +93,16 @@ struct MobileRoutesAcrossNodesTests {
         let fixture = try await PostgresEngineFixture.make(migrations: PostgresMobileSchema.migrations)
         let a = try await Node(url: fixture.database.url), b = try await Node(url: fixture.database.url)
         defer { a.inbox.stopFollowing(); b.inbox.stopFollowing() }
+        let unheard = b.inbox.inboxGenerations.generation(of: "alice")
         let registered = await a.call("POST", "/api/v1/mobile/devices", body: ["id": "alice-phone", "name": "Alice's phone", "platform": "ios"])
         #expect(registered.status == 201, "\(registered)")
         let cached = await eventually { await b.call("GET", "/api/v1/mobile/devices").json["devices"]?.arrayValue?.count == 1 }
         #expect(cached)
-        // The registration's own announcement heard before B caches the page.
-        try await Task.sleep(for: .milliseconds(300))
+        // The registration's own announcement heard before B caches the page: waited for, not slept for (a loaded
+        // machine once took longer than 300 ms to carry the NOTIFY, and B rightly re-read after it).
+        let heard = await eventually { b.inbox.inboxGenerations.generation(of: "alice") != unheard }
+        #expect(heard, "B never heard the registration on A")
+        let settled = b.inbox.inboxGenerations.generation(of: "alice")
         let empty = await b.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"])
         #expect(empty.json["deliveries"]?.arrayValue?.isEmpty == true, "\(empty)")
 
@@ -113,6 +117,7 @@ struct MobileRoutesAcrossNodesTests {
         }
         // While C's connection is open, B has no reason to look again: its cached page (empty) is what it serves.
         try await Task.sleep(for: .seconds(2))
+        #expect(b.inbox.inboxGenerations.generation(of: "alice") == settled, "B's pages went stale for another reason than C; this test proves nothing")
         let stale = await b.call("GET", "/api/v1/mobile/deliveries", query: ["device_id": "alice-phone"])
         #expect(stale.json["deliveries"]?.arrayValue?.isEmpty == true, "B re-read without a reason; this test proves nothing: \(stale)")
         // C's connections close (its process is gone): B's pages are stale within its poll interval.
