@@ -213,6 +213,8 @@ struct InboxTests {
                     if accepted { receipts.insert([line.id, device]) }
                 }
                 try check("round \(round)")
+                let counts = try Self.countsAgree(store.database)
+                #expect(counts.kept == counts.counted, "round \(round): \(counts)")
                 if round == 1 {
                     // The owner's iPad goes; its id comes back as Priya's.
                     #expect(try store.devices.deleteDevice(id: "owner-ipad", subject: "owner"))
@@ -224,6 +226,60 @@ struct InboxTests {
                 }
             }
         }
+    }
+
+    /// The counts `mobile.12-line-counts` keeps, beside the same counts taken from the rows.
+    static func countsAgree(_ database: DatabasePool) throws -> (kept: [String], counted: [String]) {
+        try database.read { db in
+            let kept = try db.query("SELECT destination_kind || '|' || destination_value || '|' || destination_subject || '=' || lines AS c FROM mobile_line_counts WHERE lines <> 0 ORDER BY c")
+                + db.query("SELECT 'receipts|' || device_id || '=' || receipts AS c FROM mobile_receipt_counts WHERE receipts <> 0 ORDER BY c")
+            let counted = try db.query("""
+                SELECT k || '=' || COUNT(*) AS c FROM (
+                    SELECT destination_kind || '|' || destination_value || '|' || (CASE destination_kind WHEN 'device' THEN COALESCE(destination_subject, '') ELSE '' END) AS k
+                    FROM mobile_deliveries WHERE agent_id <> 'system')
+                GROUP BY k ORDER BY c
+                """) + db.query("SELECT 'receipts|' || device_id || '=' || COUNT(*) AS c FROM mobile_receipts GROUP BY device_id ORDER BY c")
+            return (kept.compactMap { $0.string("c") }, counted.compactMap { $0.string("c") })
+        }
+    }
+
+    @Test("the inbox's kept counts equal the rows' own counts after inserts, receipts, a removed device, and rows changed or deleted by hand (as a later migration might)")
+    func keptCounts() throws {
+        let database = try DatabasePool(path: TestGateway.makeTemporaryDirectory() + "/counts.db")
+        try database.migrate(MobileSchema.migrations)
+        let store = try MobileStore(database: database)
+        for (id, subject) in [("phone", "owner"), ("tablet", "owner"), ("priya-phone", "priya")] {
+            try store.devices.register(try DeviceRegistration(json: JSONObject(["id": .string(id)])), subject: subject)
+        }
+        var stored: [String] = []
+        for (n, to) in ["all", "user:owner", "device:phone", "device:tablet", "user:priya", "device:priya-phone", "device:nobody", "all"].enumerated() {
+            for agent in ["echo", "system"] {
+                let line = try store.insertDelivery(Output(agentID: agent, agentName: "A", sessionID: "s", parts: ["\(n)"]), destination: try Destination(parsing: to))
+                stored.append(line.id)
+            }
+        }
+        for (line, device, subject) in [(stored[0], "phone", "owner"), (stored[2], "phone", "owner"), (stored[4], "phone", "owner"), (stored[0], "tablet", "owner")] {
+            #expect(try store.markRead(deliveryID: line, deviceID: device, subject: subject))
+        }
+        var now = try Self.countsAgree(database)
+        #expect(now.kept == now.counted && !now.kept.isEmpty, "\(now)")
+        #expect(try store.deliveries(subject: "owner", deviceID: "phone", before: nil, limit: 5).unreadCount == 4 - 3)
+
+        #expect(try store.devices.deleteDevice(id: "tablet", subject: "owner"))
+        now = try Self.countsAgree(database)
+        #expect(now.kept == now.counted, "after removing the tablet: \(now)")
+
+        try database.transaction { db in
+            try db.run("UPDATE mobile_deliveries SET destination_kind = 'user', destination_value = 'owner', destination = 'user:owner', destination_subject = 'owner' WHERE id = ?", stored[8])
+            try db.run("UPDATE mobile_deliveries SET agent_id = 'system' WHERE id = ?", stored[6])
+            try db.run("UPDATE mobile_deliveries SET agent_id = 'echo' WHERE id = ?", stored[7])
+            try db.run("DELETE FROM mobile_deliveries WHERE id IN (?, ?)", stored[0], stored[9])
+        }
+        now = try Self.countsAgree(database)
+        #expect(now.kept == now.counted, "after rows changed by hand: \(now)")
+        // The page's own lines and its unread count agree with what is stored (the cascade took the line's receipt).
+        let page = try store.deliveries(subject: "owner", deviceID: "phone", before: nil, limit: 20)
+        #expect(page.items.map(\.id) == [stored[14], stored[8], stored[4], stored[2]] && page.unreadCount == 2, "\(page.items.map(\.id)) \(page.unreadCount)")
     }
 
     @Test("a write for one person leaves another's cached page in use; a write for them is seen at once")

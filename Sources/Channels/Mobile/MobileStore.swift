@@ -232,7 +232,7 @@ public final class MobileStore: Sendable {
                 ORDER BY d.seq DESC LIMIT ?
                 """, arguments: readArgs + newest.flatMap(\.args) + [limit + 1])
             let items = rows.prefix(limit).map(Self.delivery)
-            return (Array(items), try Self.unreadCount(of: kinds, subject: subject, deviceID: deviceID, in: db), rows.count > limit)
+            return (Array(items), try Self.unreadCount(subject: subject, deviceID: deviceID, in: db), rows.count > limit)
         }
     }
 
@@ -254,13 +254,22 @@ public final class MobileStore: Sendable {
         }
     }
 
-    /// Lines visible minus lines read. Both are counts along an index: receipts exist only for lines their
-    /// device could see, and a line's visibility to a device never changes while both exist.
-    private static func unreadCount(of kinds: [LineKind], subject: String, deviceID: String?, in db: Connection) throws -> Int {
-        let visible = try db.query("SELECT " + kinds.map { "(SELECT COUNT(*) FROM mobile_deliveries WHERE \($0.sql))" }.joined(separator: " + ") + " AS n",
-                                   arguments: kinds.flatMap(\.args)).first?.int("n") ?? 0
+    /// Lines visible minus lines read, both read from the counts the schema's triggers keep (`mobile.12-line-counts`):
+    /// a few key lookups, whatever the size of the person's history. Receipts exist only for lines their device could
+    /// see, and a line's visibility to a device never changes while both exist. A person's count over all their
+    /// phones still counts distinct lines read along an index.
+    private static func unreadCount(subject: String, deviceID: String?, in db: Connection) throws -> Int {
+        let devices = deviceID == nil
+            ? (sql: "destination_value IN (SELECT id FROM mobile_devices WHERE subject = ?)", args: [subject] as [any SQLiteBindable])
+            : (sql: "destination_value = ?", args: [deviceID!] as [any SQLiteBindable])
+        // One primary-key lookup per kind of line.
+        let visible = try db.query("""
+            SELECT COALESCE((SELECT lines FROM mobile_line_counts WHERE destination_kind = 'all' AND destination_value = '' AND destination_subject = ''), 0)
+                 + COALESCE((SELECT lines FROM mobile_line_counts WHERE destination_kind = 'user' AND destination_value = ? AND destination_subject = ''), 0)
+                 + COALESCE((SELECT SUM(lines) FROM mobile_line_counts WHERE destination_kind = 'device' AND \(devices.sql) AND destination_subject = ?), 0) AS n
+            """, arguments: [subject] + devices.args + [subject]).first?.int("n") ?? 0
         let read = try (deviceID.map {
-            try db.query("SELECT COUNT(*) AS n FROM mobile_receipts WHERE device_id = ?", $0)
+            try db.query("SELECT receipts AS n FROM mobile_receipt_counts WHERE device_id = ?", $0)
         } ?? db.query("SELECT COUNT(DISTINCT delivery_id) AS n FROM mobile_receipts WHERE device_id IN (SELECT id FROM mobile_devices WHERE subject = ?)", subject))
             .first?.int("n") ?? 0
         return max(0, Int(visible - read))
@@ -279,7 +288,8 @@ public final class MobileStore: Sendable {
     }
 
     // The one place that says who sees a line: one condition per kind of destination, each an index range
-    // of mobile_deliveries_visible. The System agent is filtered here, at the boundary.
+    // of mobile_deliveries_visible. The System agent is filtered here, at the boundary. (The triggers of
+    // mobile.12-line-counts count lines by the same keys, for the unread count.)
     typealias LineKind = (sql: String, args: [any SQLiteBindable])
 
     static func lineKinds(subject: String, deviceID: String?) -> [LineKind] {

@@ -44,8 +44,9 @@ public enum GatewayMigrationStore {
         }
     }
 
-    /// SQLite's own bookkeeping and the migrations list: never copied (PostgreSQL keeps its own).
-    static let bookkeeping: Set<String> = ["sqlite_sequence", "schema_migrations", "soulacy_migrations"]
+    /// SQLite's own bookkeeping, the migrations list and the inbox's counts that SQLite's triggers keep (derived from
+    /// rows that are copied): never copied (PostgreSQL keeps its own or counts the rows).
+    static let bookkeeping: Set<String> = ["sqlite_sequence", "schema_migrations", "soulacy_migrations", "mobile_line_counts", "mobile_receipt_counts"]
 
     /// Copies `sqlitePath` into the database at `url` (migrated to this binary's schema first). The SQLite file is
     /// read in one snapshot and never written; stop the gateway first, or lines written after the snapshot stay behind.
