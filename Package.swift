@@ -151,7 +151,7 @@ let package = Package(
 
         // MARK: Tests
         .target(name: "GatewayTestSupport", dependencies: ["Agents", "Approvals", "Memory", "RelayCarriage", "Household", "Gateway", "GatewayHTTP", "ChannelDelivery", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity", "PostgreSQL", "RelayMailbox"], path: "Tests/GatewayTestSupport"),
-        .testTarget(name: "SupportLibraryTests", dependencies: ["Storage", "GatewayTestSupport", "Metrics", "Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity"], path: "Tests/SupportLibraryTests"),
+        .testTarget(name: "SupportLibraryTests", dependencies: ["Storage", "GatewayTestSupport", "Metrics", "Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity", "Subprocess"], path: "Tests/SupportLibraryTests"),
         // Test targets follow the modules: agents, the mobile channel, the transports; GatewayTests holds what crosses them.
         .testTarget(name: "AgentsTests", dependencies: ["Storage", "Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),
         .testTarget(name: "MobileTests", dependencies: ["Mobile", "MobileHTTP", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "SQLite"],

@@ -1,34 +1,36 @@
-import Dispatch
+internal import CProcessShims
 import Foundation
 import Glibc
 import Synchronization
 
-/// Waits for a non-blocking descriptor to become readable or writable, through a dispatch source that is armed
-/// only while someone waits (a level-triggered source left armed would fire without end).
+/// Waits for a non-blocking descriptor to become readable or writable: a one-shot registration with the process's
+/// `ReadinessMonitor`, armed only while someone waits. Not a dispatch source: libdispatch's epoll bookkeeping on
+/// Linux breaks under sources armed and torn down from many threads (a clean-clone CI run crashed the test process
+/// with "Source finalized twice" in `_dispatch_source_refs_finalize_unregistration`; swift-corelibs-libdispatch
+/// #949, and swift-subprocess moved to its own epoll for the same reason).
 final class DescriptorReadiness: @unchecked Sendable {
-    // @unchecked: the dispatch source is thread-safe; `state` guards our bookkeeping of its suspension.
+    // @unchecked: `state` guards everything that changes; `fd` and `token` never do.
     private struct State {
-        var suspended = true  // an inactive source counts as suspended: its first resume activates it
+        var registered = false  // known to the monitor's epoll (one-shot: disarmed after each event)
         var cancelled = false
         var waiter: CheckedContinuation<Void, Never>?
     }
-    private let source: any DispatchSourceProtocol
+    private let fd: Int32
+    private let events: UInt32
+    private let token: UInt64
+    private let onCancel: @Sendable () -> Void
     private let state = Mutex(State())
 
     init(fd: Int32, writing: Bool, onCancel: @escaping @Sendable () -> Void) {
-        let queue = DispatchQueue(label: "soulacy.subprocess.fd\(fd)")
-        source = writing ? DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-                         : DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [weak self] in self?.fired() }
-        source.setCancelHandler(handler: onCancel)
+        self.fd = fd
+        events = (writing ? EPOLLOUT.rawValue : EPOLLIN.rawValue) | EPOLLONESHOT.rawValue
+        token = ReadinessMonitor.shared.newToken()
+        self.onCancel = onCancel
     }
 
-    private func fired() {
+    /// The monitor saw the descriptor ready (or hung up, or in error): the waiter, if any, tries again.
+    fileprivate func fired() {
         let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
-            if !s.suspended {
-                source.suspend()
-                s.suspended = true
-            }
             defer { s.waiter = nil }
             return s.waiter
         }
@@ -42,10 +44,12 @@ final class DescriptorReadiness: @unchecked Sendable {
                 let now = state.withLock { s -> Bool in
                     if s.cancelled || Task.isCancelled { return true }
                     s.waiter = continuation
-                    if s.suspended {
-                        s.suspended = false
-                        source.resume()
+                    // Armed under the lock, so `cancel()` never closes the descriptor between the check and the arming.
+                    guard ReadinessMonitor.shared.arm(self, fd: fd, events: events, token: token, registered: s.registered) else {
+                        s.waiter = nil
+                        return true  // not pollable: the caller's next read or write tells what is wrong
                     }
+                    s.registered = true
                     return false
                 }
                 if now { continuation.resume() }
@@ -59,20 +63,77 @@ final class DescriptorReadiness: @unchecked Sendable {
         }
     }
 
-    /// Stops the source for good; its cancel handler (which closes the descriptor) runs once it is resumed.
+    /// Stops for good: the descriptor leaves the monitor, then `onCancel` (which closes it) runs, once.
     func cancel() {
         let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
             guard !s.cancelled else { return nil }
             s.cancelled = true
-            source.cancel()
-            if s.suspended {
-                s.suspended = false
-                source.resume()
-            }
+            ReadinessMonitor.shared.forget(fd: fd, token: token, registered: s.registered)
+            s.registered = false
+            onCancel()
             defer { s.waiter = nil }
             return s.waiter
         }
         waiter?.resume()
+    }
+
+    deinit {
+        // An owner that never cancelled: the descriptor still leaves the monitor before it can be reused.
+        cancel()
+    }
+}
+
+/// One epoll instance and one thread for the process's pipes. Each wait arms its descriptor once
+/// (`EPOLLONESHOT`) with a token that is never reused, so an event that arrives after its descriptor was forgotten
+/// (and the number reused) finds no one and is dropped.
+final class ReadinessMonitor: Sendable {
+    static let shared = ReadinessMonitor()
+
+    private let epoll: Int32
+    private let nextToken = Atomic<UInt64>(1)
+    // The readiness objects armed now, by token: held until their event or their cancel.
+    private let armed = Mutex<[UInt64: DescriptorReadiness]>([:])
+
+    private init() {
+        epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        let thread = Thread { [self] in run() }
+        thread.name = "soulacy-pipes"
+        thread.start()
+    }
+
+    func newToken() -> UInt64 { nextToken.add(1, ordering: .relaxed).oldValue }
+
+    /// Arms `fd` for one event; false if epoll refuses it (a descriptor that cannot be polled).
+    func arm(_ readiness: DescriptorReadiness, fd: Int32, events: UInt32, token: UInt64, registered: Bool) -> Bool {
+        armed.withLock { $0[token] = readiness }
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = token
+        var result = epoll_ctl(epoll, registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &event)
+        if result != 0 && errno == EEXIST { result = epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &event) }
+        if result != 0 { armed.withLock { _ = $0.removeValue(forKey: token) } }
+        return result == 0
+    }
+
+    /// Takes `fd` out of the epoll set (before it is closed) and drops its token.
+    func forget(fd: Int32, token: UInt64, registered: Bool) {
+        if registered {
+            var event = epoll_event()
+            _ = epoll_ctl(epoll, EPOLL_CTL_DEL, fd, &event)
+        }
+        armed.withLock { _ = $0.removeValue(forKey: token) }
+    }
+
+    private func run() {
+        var events = [epoll_event](repeating: epoll_event(), count: 64)
+        while true {
+            let count = epoll_wait(epoll, &events, Int32(events.count), -1)
+            if count < 0 { continue }  // EINTR
+            for index in 0..<Int(count) {
+                let token = events[index].data.u64
+                armed.withLock { $0.removeValue(forKey: token) }?.fired()
+            }
+        }
     }
 }
 

@@ -1,7 +1,9 @@
-// GNU extensions the Swift Glibc module hides: pipe2(O_CLOEXEC), posix_spawn_file_actions_addchdir_np and _addclosefrom_np.
+// GNU extensions the Swift Glibc module hides: pipe2(O_CLOEXEC), posix_spawn_file_actions_addchdir_np and _addclosefrom_np;
+// and epoll, which it does not include (the pipes' readiness monitor).
 #ifndef SOULACY_CPROCESSSHIMS_H
 #define SOULACY_CPROCESSSHIMS_H
 #include <spawn.h>
+#include <sys/epoll.h>
 
 /* pipe2(O_CLOEXEC) and posix_spawn_file_actions_addchdir_np are GNU extensions the Swift Glibc module hides. */
 int soulacy_pipe_cloexec(int fds[2]);
