@@ -39,6 +39,7 @@ final class DescriptorReadiness: @unchecked Sendable {
 
     /// Returns when the descriptor is ready, the task is cancelled, or `cancel()` was called.
     func wait() async {
+        var unarmed = false
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let now = state.withLock { s -> Bool in
@@ -47,7 +48,8 @@ final class DescriptorReadiness: @unchecked Sendable {
                     // Armed under the lock, so `cancel()` never closes the descriptor between the check and the arming.
                     guard ReadinessMonitor.shared.arm(self, fd: fd, events: events, token: token, registered: s.registered) else {
                         s.waiter = nil
-                        return true  // not pollable: the caller's next read or write tells what is wrong
+                        unarmed = true
+                        return true
                     }
                     s.registered = true
                     return false
@@ -61,6 +63,9 @@ final class DescriptorReadiness: @unchecked Sendable {
             }
             waiter?.resume()
         }
+        // epoll refused the descriptor (none left to make the monitor's, say): the caller polls every 10 ms
+        // rather than spinning.
+        if unarmed { try? await Task.sleep(for: .milliseconds(10)) }
     }
 
     /// Stops for good: the descriptor leaves the monitor, then `onCancel` (which closes it) runs, once.
@@ -128,7 +133,10 @@ final class ReadinessMonitor: Sendable {
         var events = [epoll_event](repeating: epoll_event(), count: 64)
         while true {
             let count = epoll_wait(epoll, &events, Int32(events.count), -1)
-            if count < 0 { continue }  // EINTR
+            if count < 0 {
+                if errno == EINTR { continue }
+                return  // no epoll (its creation failed): every arm fails too, and waiters poll
+            }
             for index in 0..<Int(count) {
                 let token = events[index].data.u64
                 armed.withLock { $0.removeValue(forKey: token) }?.fired()
