@@ -21,6 +21,13 @@ public enum JSONNesting {
     /// typed decoding) must still never meet a document too deep. Garbage is not judged here; the parser that
     /// follows refuses it.
     public static func scan(_ bytes: some Collection<UInt8>, maximumDepth: Int = maximumDepth) -> Problem? {
+        // Over contiguous bytes (an array, Data, a string's UTF-8) the loop runs on a buffer: called from another
+        // module this function is not specialized, and a generic iterator's step for every byte cost more than the scan.
+        if let found = bytes.withContiguousStorageIfAvailable({ scan(buffer: $0, maximumDepth: maximumDepth) }) { return found }
+        return Array(bytes).withUnsafeBufferPointer { scan(buffer: $0, maximumDepth: maximumDepth) }
+    }
+
+    private static func scan(buffer bytes: UnsafeBufferPointer<UInt8>, maximumDepth: Int) -> Problem? {
         var inString = false, escaped = false
         var depth = 0
         var lastSignificant: UInt8 = 0

@@ -36,6 +36,21 @@ struct JSONNestingTests {
         #expect(throws: JSONFieldError.self) { try JSONValue.parse(Array(#"{"a":[1,2,],"b":1}"#.utf8)) }
     }
 
+    @Test("the scan answers alike over an array, Data, a slice, a string's UTF-8 and bytes that are not contiguous")
+    func scanOverEveryCollection() {
+        let documents: [([UInt8], JSONNesting.Problem?)] = [
+            (Self.arrays(65), .tooDeep(offset: 64)), (Self.objects(64), nil), (Array(#"{"a":[1,],"b":"]"}"#.utf8), .trailingComma(offset: 7)),
+        ]
+        for (bytes, expected) in documents {
+            let text = String(decoding: bytes, as: UTF8.self)
+            #expect(JSONNesting.scan(bytes) == expected)
+            #expect(JSONNesting.scan(Data(bytes)) == expected)
+            #expect(JSONNesting.scan((Array("  ".utf8) + bytes)[2...]) == expected)
+            #expect(JSONNesting.scan(text.utf8) == expected)
+            #expect(JSONNesting.scan(bytes.lazy.map { $0 }) == expected, "a collection without contiguous storage")
+        }
+    }
+
     @Test("typed decoding of a service's answer, a relay envelope or a stored column refuses the same depth")
     func typedDecoding() throws {
         struct Answer: Decodable { let error: JSONValue? }
