@@ -1,5 +1,10 @@
 internal import COpenSSL
 
+/// SHA-256, fetched from OpenSSL's default provider once. `EVP_sha256()` names the algorithm without an
+/// implementation, and OpenSSL 3 then fetches one on every call, under a lock: over half of a short hash's time
+/// (each API request hashes its bearer key). A fetched method is immutable and may be shared by every thread.
+private nonisolated(unsafe) let sha256Method: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
+
 /// SHA-256 and HMAC-SHA256 through OpenSSL's EVP interface.
 public enum SHA256 {
     public static func hash<Bytes: Sequence>(_ data: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
@@ -7,7 +12,7 @@ public enum SHA256 {
         var output = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
         input.withUnsafeBytes { inBuf in
-            _ = EVP_Digest(inBuf.baseAddress, inBuf.count, &output, &length, EVP_sha256(), nil)
+            _ = EVP_Digest(inBuf.baseAddress, inBuf.count, &output, &length, sha256Method, nil)
         }
         return output
     }

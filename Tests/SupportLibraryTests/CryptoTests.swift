@@ -13,6 +13,20 @@ struct CryptoTests {
                 == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
     }
 
+    @Test("SHA-256 through the once-fetched method: the empty and two-block vectors, and from many threads at once")
+    func sha256SharedMethod() async {
+        #expect(Hex.encode(SHA256.hash([UInt8]())) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        let twoBlocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"
+        #expect(Hex.encode(SHA256.hash(twoBlocks)) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+        let wrong = await withTaskGroup(of: Int.self) { group in
+            for _ in 0..<8 {
+                group.addTask { (0..<2_000).filter { _ in Hex.encode(SHA256.hash("abc")) != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" }.count }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(wrong == 0)
+    }
+
     @Test("hex and base64url round-trip and reject bad input")
     func encodings() {
         let bytes: [UInt8] = [0, 1, 0xfe, 0xff, 0x7f]
