@@ -78,18 +78,6 @@ public struct PendingChannelSend: Sendable, Equatable {
     public static func newID() -> String { "chs_" + TimeOrderedID.uuidHex() }
 }
 
-/// A send's output as the outbox stores it: Output's Codable shape (its decoder reads it back), written directly,
-/// since JSONEncoder was a tenth of the CPU of writing a send.
-public enum StoredOutput {
-    public static func text(_ output: Output) -> String {
-        JSONValue.object([
-            "agentID": .string(output.agentID), "agentName": .string(output.agentName), "sessionID": .string(output.sessionID),
-            "title": .string(output.title), "parts": .array(output.parts.map(JSONValue.string)),
-            "metadata": .object(output.metadata.mapValues(JSONValue.string)),
-        ]).serialized()
-    }
-}
-
 /// The channel hand-off's tables (the outbox, the disabled endpoints), applied once by the composition root with
 /// every module's migrations.
 public enum ChannelOutboxSchema {
@@ -133,6 +121,12 @@ public enum ChannelOutboxSchema {
         // How many times each send was claimed: a settle names its claim, so a holder whose lease was taken over
         // never settles the row its successor holds.
         Migration("channels.4-claims", "ALTER TABLE channel_outbox ADD COLUMN claims INTEGER NOT NULL DEFAULT 0"),
+        // The claim's order (next_attempt_at, id) from the index itself: without `id` in it, every claim sorted all
+        // the due rows to take the first few, so a backlog made each claim slower (O(due) a claim, not O(limit)).
+        Migration("channels.5-due-order", """
+            DROP INDEX channel_outbox_due;
+            CREATE INDEX channel_outbox_due ON channel_outbox (state, next_attempt_at, id);
+            """),
     ]
 }
 
@@ -207,7 +201,7 @@ public struct SQLiteChannelOutbox: ChannelOutbox {
     /// key beside the database was replaced) reads as `DestinationSeal.unreadable`, which every channel refuses, so
     /// the send ends rejected rather than going to a channel's default.
     private func entry(_ row: Row) -> ChannelOutboxEntry? {
-        guard let id = row.string("id"), let json = row.string("output"), let output = try? JSONCoding.decode(Output.self, from: json) else { return nil }
+        guard let id = row.string("id"), let text = row.string("output"), let output = StoredOutput.output(from: text) else { return nil }
         let stored = row.string("destination") ?? ""
         let destination = destinationSeal.map { (try? $0.open(stored)) ?? DestinationSeal.unreadable } ?? stored
         return ChannelOutboxEntry(id: id, runID: row.string("run_id"), subject: row.string("subject") ?? "", channel: row.string("channel") ?? "",

@@ -68,7 +68,7 @@ public struct PostgresChannelOutbox: ChannelOutbox {
 
     /// A row as the lane sees it: its destination opened, or `DestinationSeal.unreadable` under another key.
     private func entry(_ row: PostgresRow) -> ChannelOutboxEntry? {
-        guard let id = row.string("id"), let json = row.string("output"), let output = try? JSONCoding.decode(Output.self, from: json) else { return nil }
+        guard let id = row.string("id"), let text = row.string("output"), let output = StoredOutput.output(from: text) else { return nil }
         let stored = row.string("destination") ?? ""
         let destination = destinationSeal.map { (try? $0.open(stored)) ?? DestinationSeal.unreadable } ?? stored
         return ChannelOutboxEntry(id: id, runID: row.string("run_id"), subject: row.string("subject") ?? "", channel: row.string("channel") ?? "",

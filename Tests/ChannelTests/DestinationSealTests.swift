@@ -79,22 +79,3 @@ struct DestinationSealTests {
         #expect(settled.state == .rejected && settled.lastReason?.contains("sealed under another key") == true, "\(settled)")
     }
 }
-
-/// A send's output at rest: written directly in Output's Codable shape, read back by its decoder.
-@Suite("Stored outputs")
-struct StoredOutputTests {
-    @Test("every field reads back through Output's decoder, escapes and all")
-    func roundTrip() throws {
-        let awkward = "quote \" backslash \\ slash / tab \t newline \n nul \u{0} bell \u{7} é 日本 🙂 \u{2028}"
-        let outputs = [
-            Output(agentID: "a", agentName: "A", sessionID: "s", parts: []),
-            Output(agentID: awkward, agentName: awkward, sessionID: awkward, title: awkward, parts: [awkward, "", "two"],
-                   metadata: ["trigger": awkward, awkward: "x", "": ""]),
-        ]
-        for output in outputs {
-            let text = StoredOutput.text(output)
-            #expect(try JSONCoding.decode(Output.self, from: text) == output)
-            #expect(try JSONDecoder().decode(Output.self, from: Data(text.utf8)) == output)
-        }
-    }
-}

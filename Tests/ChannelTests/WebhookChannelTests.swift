@@ -373,6 +373,27 @@ struct WebhookChannelTests {
         #expect(refusal(any, "https:///nohost") != nil)
         let onlyNamed = try channel(["endpoints": .map(["alerts": .string("https://a.example.com/x")])])
         #expect(refusal(onlyNamed, "")?.contains("name one of its endpoints: alerts") == true)
+        // Whitespace around `to` (a YAML block scalar's newline, a non-breaking space) is not part of the name.
+        for padded in [" alerts", "alerts\n", "\talerts ", "\u{A0}alerts\u{2028}"] { #expect(refusal(onlyNamed, padded) == nil, "\(padded)") }
+        #expect(refusal(onlyNamed, " \n ")?.contains("name one of its endpoints: alerts") == true)
+        #expect(refusal(onlyNamed, "alerts.")?.contains("not a named endpoint") == true)
+    }
+
+    @Test("a delivery id that cannot be a webhook-id (a dot, a space, a control or non-ASCII character, empty) fails without a request")
+    func unusableIDs() async throws {
+        let secret = WebhookReceiverStandIn.makeSecret()
+        let receiver = try await WebhookReceiverStandIn.start(secrets: [secret])
+        defer { receiver.stop() }
+        let webhook = try channel(["url": .string(receiver.url("/hooks/a")), "secret": .string(secret), "ca_file": .string(receiver.caFile)])
+        for id in ["dlv.1", "dlv 1", "dlv\t1", "dlvé", "", "dlv\u{7F}"] {
+            guard case .failed(let reason) = await webhook.attempt(send(id)) else {
+                Issue.record("\(id.debugDescription) was not refused")
+                continue
+            }
+            #expect(reason.contains("cannot be a webhook-id"), "\(reason)")
+        }
+        #expect(try await receiver.deliveries().isEmpty)
+        #expect(await webhook.attempt(send("dlv_~!#$%&'*+-/=?^_`{|}")) == .delivered(remoteID: nil))
     }
 
     @Test("an ad-hoc URL's token never reaches a reason, even when the receiver quotes the URL back")

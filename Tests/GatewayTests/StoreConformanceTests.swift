@@ -832,6 +832,14 @@ struct StoreConformanceTests {
         #expect(failures.isEmpty, "\(failures)")
     }
 
+    @Test("the endpoints channels disabled, through the snapshot channel attempts read", arguments: Engine.allCases)
+    func endpointStatesThroughSnapshot(engine: Engine) async throws {
+        let fixture = try await engine.fixture()
+        let snapshot = EndpointStateSnapshot(try engine.endpointStateStore(fixture))
+        let failures = await EndpointStateStoreConformance(engine: engine.rawValue, store: snapshot).run()
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
     @Test("the idempotency log", arguments: Engine.allCases)
     func idempotency(engine: Engine) async throws {
         let fixture = try await engine.fixture()

@@ -27,6 +27,31 @@ struct CryptoTests {
         #expect(wrong == 0)
     }
 
+    @Test("HMAC-SHA256 through the shared context: RFC 4231 vectors (a key longer than a block too), an empty key, and from many threads at once")
+    func hmacSharedContext() async {
+        let key = [UInt8](repeating: 0x0b, count: 20)
+        let caseOne = "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+        #expect(Hex.encode(HMACSHA256.authenticate(Array("Hi There".utf8), key: key)) == caseOne)
+        #expect(Hex.encode(HMACSHA256.authenticate(Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8),
+                                                   key: [UInt8](repeating: 0xaa, count: 131)))
+                == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+        #expect(Hex.encode(HMACSHA256.authenticate([], key: [])) == "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad")
+        let wrong = await withTaskGroup(of: Int.self) { group in
+            for task in 0..<8 {
+                group.addTask {
+                    // Alternating keys, so a context that kept an earlier key would show.
+                    (0..<2_000).filter { n in
+                        (n + task) % 2 == 0 ? Hex.encode(HMACSHA256.authenticate(Array("Hi There".utf8), key: key)) != caseOne
+                            : Hex.encode(HMACSHA256.authenticate(Array("what do ya want for nothing?".utf8), key: Array("Jefe".utf8)))
+                                != "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+                    }.count
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(wrong == 0)
+    }
+
     @Test("hex and base64url round-trip and reject bad input")
     func encodings() {
         let bytes: [UInt8] = [0, 1, 0xfe, 0xff, 0x7f]

@@ -26,6 +26,7 @@ public enum HTTPOutcome {
 
     /// Up to `limit` bytes of a body as text, for a reason line when the service gave no structured message.
     public static func excerpt(_ body: [UInt8], limit: Int = 300) -> String? {
+        guard !body.isEmpty else { return nil }  // most answers (a 204, a 200 without a body): no string to build
         let text = String(decoding: body.prefix(limit), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         return text.isEmpty ? nil : text
     }

@@ -101,7 +101,7 @@ public final class WebhookChannel: EndpointDisablingChannel {
             return .retry(after: nil, reason: scrubber.scrub("cannot read whether endpoint \(target.display) is disabled: \(error)"))
         }
         // The id is signed between dots (Standard Webhooks asks that it hold none) and travels in a header.
-        guard !send.id.isEmpty, !send.id.contains("."), send.id.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
+        guard !send.id.isEmpty, send.id.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: ".") }) else {
             return .failed(reason: "the delivery id '\(send.id)' cannot be a webhook-id (it must be printable ASCII without dots or spaces)")
         }
         let output = send.output
@@ -145,7 +145,7 @@ public final class WebhookChannel: EndpointDisablingChannel {
 
     /// Where `to` sends, and with which secrets and headers.
     func target(for destination: String) throws(DestinationError) -> WebhookTarget {
-        let to = destination.trimmingCharacters(in: .whitespacesAndNewlines)
+        let to = Self.trimmed(destination)
         if to.isEmpty {
             guard let single = configuration.single else {
                 let names = configuration.endpoints.keys.sorted()
@@ -173,6 +173,16 @@ public final class WebhookChannel: EndpointDisablingChannel {
             throw .invalid("channels.\(name): refusing \(url.display): link-local and cloud-metadata addresses are never a webhook destination")
         }
         return WebhookTarget(adHoc: url, secrets: configuration.adHocSecrets, channel: name)
+    }
+
+    /// `text` without surrounding whitespace and newlines. Most destinations (an endpoint's name) have none, and
+    /// Foundation's trimming builds a new string either way, on every attempt.
+    static func trimmed(_ text: String) -> String {
+        // Printable ASCII other than a space at both ends: nothing to trim.
+        guard let first = text.utf8.first, let last = text.utf8.last, (0x21..<0x7F).contains(first), (0x21..<0x7F).contains(last) else {
+            return text.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        return text
     }
 
     /// The body bytes and their type: the JSON event, or the original's `template` as plain text.

@@ -336,8 +336,9 @@ public final class Gateway: Sendable {
         let transports = try Self.wakeTransports(options: options, log: log)
         channelOutbox = stores.channelOutbox
         let mobileStorage = stores.mobile
-        // The endpoints channels disabled: each attempt reads them, and the console's health page lists them.
-        let endpointStates = stores.endpointStates
+        // The endpoints channels disabled: each attempt reads them (through a snapshot a second old at most; another
+        // gateway's 410 shows within that), and the console's health page lists them.
+        let endpointStates = EndpointStateSnapshot(stores.endpointStates)
         channelDispatcher = ChannelDispatcher(lane: ChannelLane(outbox: channelOutbox, channels: outbound, clock: options.clock, policy: options.retryPolicy, log: log.component("channels"),
                                                                   endpoints: endpointStates, metrics: metrics.channels),
                                               clock: options.clock, log: log, lease: settings.outboxLease)
