@@ -237,4 +237,40 @@ struct OutboxEncodingTests {
         let plain = WakeSignal.delivery(id: "dlv_2", agentID: "a")
         #expect(try JSONDecoder().decode(WakeSignal.self, from: Data(try OutboxText.encode(plain).utf8)) == plain)
     }
+
+    @Test("the claim reads what the outbox writes directly, as JSONDecoder reads it; other JSON goes to the decoder")
+    func canonicalReading() throws {
+        var random = SystemRandomNumberGenerator()
+        let words = ["a", "\"", "\\", "/", "\n", "\u{1}", "é", "😀", "{", ":", ","]
+        func text() -> String { (0..<Int.random(in: 0...6, using: &random)).map { _ in words.randomElement(using: &random)! }.joined() }
+        let expiries: [Date?] = [nil, Date(timeIntervalSince1970: 1_800_000_000), Date(timeIntervalSince1970: 1_800_000_000.123456),
+                                 Date(timeIntervalSinceReferenceDate: -1.5), Date(timeIntervalSinceReferenceDate: 1e17), Date(timeIntervalSinceReferenceDate: 3e-7)]
+        for expiresAt in expiries {
+            for _ in 0..<100 {
+                let signal = WakeSignal(kind: [.alert, .background, .liveActivity].randomElement(using: &random)!, category: WakeSignal.Category(rawValue: text()),
+                                        title: text(), body: text(), deepLink: text(), threadID: text(), timeSensitive: Bool.random(using: &random),
+                                        deliveryID: Bool.random(using: &random) ? text() : nil, extra: Dictionary((0..<3).map { _ in (text(), text()) }, uniquingKeysWith: { a, _ in a }),
+                                        priority: Bool.random(using: &random) ? .high : .low, expiresAt: expiresAt,
+                                        collapseID: Bool.random(using: &random) ? text() : nil)
+                let stored = try OutboxText.encode(signal)
+                #expect(OutboxText.canonicalSignal(from: stored) == signal, "\(stored)")
+                #expect(try JSONDecoder().decode(WakeSignal.self, from: Data(stored.utf8)) == signal)
+            }
+        }
+        // Written by JSONEncoder (an earlier version's rows): the decoder reads it.
+        let plain = WakeSignal.delivery(id: "dlv/3", agentID: "a")
+        let encoded = String(decoding: try JSONEncoder().encode(plain), as: UTF8.self)
+        #expect(OutboxText.canonicalSignal(from: encoded) == nil && OutboxText.decode(encoded) == plain)
+        // Neither reads a priority or kind WakeSignal does not know, a key twice, or a document cut short.
+        let good = try OutboxText.encode(plain)
+        #expect(OutboxText.canonicalSignal(from: good) == plain)
+        for bad in [good.replacingOccurrences(of: "\"priority\":10", with: "\"priority\":7"),
+                    good.replacingOccurrences(of: "\"priority\":10", with: "\"priority\":10.5"),
+                    good.replacingOccurrences(of: "\"kind\":\"alert\"", with: "\"kind\":\"loud\""),
+                    good.replacingOccurrences(of: "\"body\":", with: "\"title\":\"x\",\"body\":"),
+                    good.replacingOccurrences(of: "\"timeSensitive\":false", with: "\"timeSensitive\":fals"),
+                    good.replacingOccurrences(of: "\"priority\":10", with: "\"priority\":-"), String(good.dropLast())] {
+            #expect(bad != good && OutboxText.canonicalSignal(from: bad) == nil, "\(bad)")
+        }
+    }
 }
