@@ -11,9 +11,8 @@ import Testing
 struct ChannelOutboxClaimTests {
     @Test("2,000 sends made at one instant are claimed ten at a time in id order (the order made, to the millisecond), each once")
     func order() async throws {
-        let database = try DatabasePool(path: TestGateway.makeTemporaryDirectory() + "/soulacy.db", readerCount: 1)
+        let database = try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/soulacy.db")
         defer { database.close() }
-        try database.migrate(ChannelOutboxSchema.migrations)
         let outbox = SQLiteChannelOutbox(database: database)
         let now = Date()
         let output = Output(agentID: "a", agentName: "A", sessionID: "s", parts: ["p"])
@@ -31,9 +30,8 @@ struct ChannelOutboxClaimTests {
 
     @Test("the claim's selection reads the due index in order: no sort of the due rows")
     func plan() throws {
-        let database = try DatabasePool(path: TestGateway.makeTemporaryDirectory() + "/soulacy.db", readerCount: 1)
+        let database = try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/soulacy.db")
         defer { database.close() }
-        try database.migrate(ChannelOutboxSchema.migrations)
         // The selection inside SQLiteChannelOutbox.claimDue, as it runs there.
         let plan = try database.read { db in
             try db.query("""

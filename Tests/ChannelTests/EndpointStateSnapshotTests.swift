@@ -16,9 +16,8 @@ struct EndpointStateSnapshotTests {
 
     @Test("a change made here shows at once; one made by another process on the same database within the snapshot's age")
     func freshness() async throws {
-        let database = try DatabasePool(path: TestGateway.makeTemporaryDirectory() + "/soulacy.db", readerCount: 2)
+        let database = try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/soulacy.db")
         defer { database.close() }
-        try database.migrate(ChannelOutboxSchema.migrations)
         let elsewhere = SQLiteEndpointStateStore(database: database)
         let snapshot = EndpointStateSnapshot(SQLiteEndpointStateStore(database: database), maximumAge: .seconds(2))
 

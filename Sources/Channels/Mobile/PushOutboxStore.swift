@@ -113,7 +113,7 @@ public struct SQLitePushOutbox: PushOutbox {
     /// Adds one wake-up per device, inside the caller's transaction (the one that writes the inbox line).
     /// The signal as stored: its wake id lives in its own column, so one encoding serves every device.
     /// Written directly in WakeSignal's Codable shape (JSONEncoder is the costliest step of a delivery otherwise);
-    /// `JSONDecoder` reads it back as a `WakeSignal`.
+    /// `OutboxText.decode` reads it back (directly, or through `JSONDecoder` for any other shape).
     static func encode(_ signal: WakeSignal) throws -> String {
         var fields: [String: JSONValue] = [
             "kind": .string(signal.kind.rawValue), "category": .string(signal.category.rawValue), "title": .string(signal.title),
