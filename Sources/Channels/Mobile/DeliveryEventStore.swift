@@ -187,18 +187,15 @@ public struct DeliveryEventStore: Sendable {
         return result
     }
 
-    /// A device's latest wake-up attempt (for any line or none) and its latest token rejection.
+    /// A device's latest wake-up attempt (for any line or none) and its latest token rejection: two key lookups
+    /// through `mobile_device_last_wakes` (migration `mobile.13-device-last-wakes`), whatever the history.
     public func wakeSummary(deviceID: String) throws -> (lastAttempt: DeliveryEvent?, lastRejection: DeliveryEvent?) {
-        // The index's own condition is repeated word for word: SQLite uses a partial index only for a query whose
-        // WHERE contains it.
         try database.read { db in
             let attempt = try db.query("""
-                SELECT * FROM mobile_delivery_events WHERE device_id = ? AND kind IN ('attempt', 'token_rejected') AND kind = 'attempt'
-                ORDER BY id DESC LIMIT 1
+                SELECT e.* FROM mobile_device_last_wakes w JOIN mobile_delivery_events e ON e.id = w.attempt_id WHERE w.device_id = ?
                 """, deviceID).first.flatMap(Self.event)
             let rejection = try db.query("""
-                SELECT * FROM mobile_delivery_events WHERE device_id = ? AND kind IN ('attempt', 'token_rejected') AND kind = 'token_rejected'
-                ORDER BY id DESC LIMIT 1
+                SELECT e.* FROM mobile_device_last_wakes w JOIN mobile_delivery_events e ON e.id = w.rejection_id WHERE w.device_id = ?
                 """, deviceID).first.flatMap(Self.event)
             return (attempt, rejection)
         }

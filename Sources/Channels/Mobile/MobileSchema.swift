@@ -274,5 +274,31 @@ public enum MobileSchema {
                 UPDATE mobile_receipt_counts SET receipts = receipts - 1 WHERE device_id = OLD.device_id;
             END;
             """),
+        // Each phone's latest wake-up attempt and token rejection, for the console's device list, kept by triggers
+        // as the steps are written. It replaces a partial index on the steps by device: with many phones, each
+        // settle landed in a leaf page of its own in that index, so a commit of 100 settles wrote about 100 of its
+        // pages to the WAL, more the longer the history (after 100,000 settles over 1,000 phones, 6.2 KB of WAL a
+        // settle with the index, 1.7 KB with this table). Steps are never updated or deleted, so inserts suffice.
+        Migration("mobile.13-device-last-wakes", """
+            CREATE TABLE mobile_device_last_wakes (
+                device_id TEXT PRIMARY KEY,
+                attempt_id INTEGER,
+                rejection_id INTEGER
+            ) WITHOUT ROWID;
+            INSERT INTO mobile_device_last_wakes (device_id, attempt_id, rejection_id)
+                SELECT device_id, MAX(CASE kind WHEN 'attempt' THEN id END), MAX(CASE kind WHEN 'token_rejected' THEN id END)
+                FROM mobile_delivery_events WHERE kind IN ('attempt', 'token_rejected') AND device_id IS NOT NULL GROUP BY device_id;
+            CREATE TRIGGER mobile_device_wake_attempted AFTER INSERT ON mobile_delivery_events
+                WHEN NEW.kind = 'attempt' AND NEW.device_id IS NOT NULL BEGIN
+                INSERT INTO mobile_device_last_wakes (device_id, attempt_id) VALUES (NEW.device_id, NEW.id)
+                    ON CONFLICT (device_id) DO UPDATE SET attempt_id = excluded.attempt_id;
+            END;
+            CREATE TRIGGER mobile_device_token_rejected AFTER INSERT ON mobile_delivery_events
+                WHEN NEW.kind = 'token_rejected' AND NEW.device_id IS NOT NULL BEGIN
+                INSERT INTO mobile_device_last_wakes (device_id, rejection_id) VALUES (NEW.device_id, NEW.id)
+                    ON CONFLICT (device_id) DO UPDATE SET rejection_id = excluded.rejection_id;
+            END;
+            DROP INDEX mobile_delivery_events_wakes_by_device;
+            """),
     ]
 }
