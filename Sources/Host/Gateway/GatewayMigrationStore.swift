@@ -44,9 +44,10 @@ public enum GatewayMigrationStore {
         }
     }
 
-    /// SQLite's own bookkeeping, the migrations list and the inbox's counts that SQLite's triggers keep (derived from
-    /// rows that are copied): never copied (PostgreSQL keeps its own or counts the rows).
-    static let bookkeeping: Set<String> = ["sqlite_sequence", "schema_migrations", "soulacy_migrations", "mobile_line_counts", "mobile_receipt_counts"]
+    /// SQLite's own bookkeeping, the migrations list, and what SQLite's triggers keep from rows that are copied (the
+    /// inbox's counts, each phone's latest wake-up): never copied (PostgreSQL keeps its own or reads the rows).
+    static let bookkeeping: Set<String> = ["sqlite_sequence", "schema_migrations", "soulacy_migrations", "mobile_line_counts", "mobile_receipt_counts",
+                                           "mobile_device_last_wakes"]
 
     /// Copies `sqlitePath` into the database at `url` (migrated to this binary's schema first). The SQLite file is
     /// read in one snapshot and never written; stop the gateway first, or lines written after the snapshot stay behind.
