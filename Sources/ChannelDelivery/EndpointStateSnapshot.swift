@@ -11,6 +11,8 @@ import Synchronization
 public final class EndpointStateSnapshot: EndpointStateStore {
     public let store: any EndpointStateStore
     public let maximumAge: Duration
+    /// The clock the snapshot's age is read from; a test passes one it moves itself.
+    private let now: @Sendable () -> ContinuousClock.Instant
 
     private struct Held {
         var records: [String: DisabledEndpoint]
@@ -27,9 +29,11 @@ public final class EndpointStateSnapshot: EndpointStateStore {
 
     private let state = Mutex(State())
 
-    public init(_ store: any EndpointStateStore, maximumAge: Duration = .seconds(1)) {
+    public init(_ store: any EndpointStateStore, maximumAge: Duration = .seconds(1),
+                now: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }) {
         self.store = store
         self.maximumAge = maximumAge
+        self.now = now
     }
 
     public func disabled(channel: String, endpoint: String) async throws -> DisabledEndpoint? {
@@ -58,7 +62,7 @@ public final class EndpointStateSnapshot: EndpointStateStore {
     }
 
     private func records(of channel: String) async throws -> [String: DisabledEndpoint] {
-        let now = ContinuousClock.now
+        let now = self.now()
         let lookup = state.withLock { s -> Lookup in
             if let held = s.held[channel], now - held.readAt < maximumAge { return .fresh(held.records) }
             if let reading = s.reading[channel] { return .wait(reading) }

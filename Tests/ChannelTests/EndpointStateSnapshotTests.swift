@@ -3,6 +3,7 @@ import ChannelDelivery
 import Foundation
 import GatewayTestSupport
 import SQLite
+import Synchronization
 import Testing
 
 /// The snapshot every channel attempt reads its endpoint's state through: this process's changes at once, another
@@ -19,7 +20,9 @@ struct EndpointStateSnapshotTests {
         let database = try migratedDatabase(TestGateway.makeTemporaryDirectory() + "/soulacy.db")
         defer { database.close() }
         let elsewhere = SQLiteEndpointStateStore(database: database)
-        let snapshot = EndpointStateSnapshot(SQLiteEndpointStateStore(database: database), maximumAge: .seconds(2))
+        // The snapshot's age is read from a clock the test moves, so a loaded machine cannot age it early.
+        let clock = SteppedClock()
+        let snapshot = EndpointStateSnapshot(SQLiteEndpointStateStore(database: database), maximumAge: .seconds(2), now: clock.now)
 
         #expect(try await snapshot.disabled(channel: "webhook", endpoint: "endpoint:a") == nil)
         try await snapshot.disable(Self.record("endpoint:a"))
@@ -31,7 +34,9 @@ struct EndpointStateSnapshotTests {
         try await elsewhere.disable(Self.record("endpoint:b"))
         #expect(try await snapshot.disabled(channel: "webhook", endpoint: "endpoint:b") == nil)
         #expect(try await snapshot.disabled(channel: "webhook").map(\.endpoint) == ["endpoint:b"])
-        try await Task.sleep(for: .milliseconds(2_200))
+        clock.advance(by: .milliseconds(1_999))
+        #expect(try await snapshot.disabled(channel: "webhook", endpoint: "endpoint:b") == nil)
+        clock.advance(by: .milliseconds(1))
         #expect(try await snapshot.disabled(channel: "webhook", endpoint: "endpoint:b") == Self.record("endpoint:b"))
         // A channel's snapshot is its own: another channel's record of the same endpoint name is not this one's.
         #expect(try await snapshot.disabled(channel: "hooks2", endpoint: "endpoint:b") == nil)
@@ -39,7 +44,7 @@ struct EndpointStateSnapshotTests {
         // Many attempts reading at once after the snapshot aged all get the answer of the database as it is.
         try await elsewhere.enable(channel: "webhook", endpoint: "endpoint:b")
         try await elsewhere.disable(Self.record("endpoint:c"))
-        try await Task.sleep(for: .milliseconds(2_200))
+        clock.advance(by: .seconds(2))
         let answers = try await withThrowingTaskGroup(of: [String?].self) { group in
             for _ in 0..<64 {
                 group.addTask {
@@ -50,6 +55,14 @@ struct EndpointStateSnapshotTests {
             return try await group.reduce(into: [[String?]]()) { $0.append($1) }
         }
         #expect(answers.count == 64 && answers.allSatisfy { $0 == [nil, "endpoint:c"] }, "\(Set(answers.map { "\($0)" }))")
+    }
+
+    /// A monotonic clock that moves only when the test says.
+    final class SteppedClock: Sendable {
+        private let start = ContinuousClock.now
+        private let offset = Mutex(Duration.zero)
+        var now: @Sendable () -> ContinuousClock.Instant { { [self] in start.advanced(by: offset.withLock { $0 }) } }
+        func advance(by step: Duration) { offset.withLock { $0 += step } }
     }
 
     @Test("a read that fails is the attempt's error, and the next attempt reads again")
