@@ -66,25 +66,25 @@ struct AgentFilesTests {
             try write(dir + "/shout/SOUL.yaml", "id: shout\nenabled: true\nrunner: {command: [/bin/sh, -c, 'tr a-z A-Z']}\n")
             // Polled every 250 ms and taken once it holds still for one poll: about half a second (no timed
             // assertion here; a loaded CI machine may take longer, and the watch is not a benchmark).
-            #expect(try await eventually(timeout: .seconds(5)) { try await agentIDs(gw) == ["echo", "shout"] })
+            #expect(try await eventually(timeout: .seconds(30)) { try await agentIDs(gw) == ["echo", "shout"] })
             #expect(try await gw.runAgent("shout", input: "hi")["status"] == "succeeded")
             // Saved with a change: the next run uses it.
             try write(dir + "/echo/SOUL.yaml", "id: echo\nname: Echo two\nenabled: true\nrunner: {command: [/bin/cat]}\n")
-            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "echo")?.name == "Echo two" })
+            #expect(await eventually(timeout: .seconds(30)) { gw.gateway.config.agent(id: "echo")?.name == "Echo two" })
             // A save that no longer loads: the previous version keeps running.
             try write(dir + "/echo/SOUL.yaml", "id: echo\nname: [broken\n")
             // The watcher read the broken save and kept what it had.
-            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.catalog.lastReload?.keptPrevious == [dir + "/echo/SOUL.yaml"] })
+            #expect(await eventually(timeout: .seconds(30)) { gw.gateway.catalog.lastReload?.keptPrevious == [dir + "/echo/SOUL.yaml"] })
             #expect(gw.gateway.config.agent(id: "echo")?.name == "Echo two")
             #expect(try await gw.runAgent("echo", input: "still here")["status"] == "succeeded")
             // Switched off, then deleted.
             try write(dir + "/shout/SOUL.yaml", "id: shout\nenabled: false\nrunner: {command: [/bin/cat]}\n")
-            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout")?.enabled == false })
+            #expect(await eventually(timeout: .seconds(30)) { gw.gateway.config.agent(id: "shout")?.enabled == false })
             let refused = try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"])
             #expect(refused.status == 409 && refused.errorCode == "agent_disabled")
             #expect(try await agentIDs(gw) == ["echo", "shout"], "a disabled agent is listed (enabled false), as both originals list it")
             try FileManager.default.removeItem(atPath: dir + "/shout")
-            #expect(await eventually(timeout: .seconds(3)) { gw.gateway.config.agent(id: "shout") == nil })
+            #expect(await eventually(timeout: .seconds(30)) { gw.gateway.config.agent(id: "shout") == nil })
             #expect(try await agentIDs(gw) == ["echo"], "a deleted agent is gone from the list")
             #expect(try await gw.request("POST", "/api/v1/agents/shout/run", json: ["input": "x"]).status == 404)
         }
@@ -102,7 +102,7 @@ struct AgentFilesTests {
             try await gw.registerDevice(id: "phone", key: nil)
             #expect(await gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == Self.date("2026-03-10T08:00:00Z"))
             try write(dir + "/tick.yaml", agent("30 9 * * *"))
-            #expect(await eventually(timeout: .seconds(3)) {
+            #expect(await eventually(timeout: .seconds(30)) {
                 await gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == Self.date("2026-03-10T09:30:00Z")
             })
             try await Task.sleep(for: .milliseconds(200))
@@ -112,7 +112,7 @@ struct AgentFilesTests {
             clock.advance(to: Self.date("2026-03-10T09:30:00Z"))
             #expect(try await eventually { try await inbox(gw).count == 1 })
             try FileManager.default.removeItem(atPath: dir + "/tick.yaml")
-            #expect(await eventually(timeout: .seconds(3)) { await gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == nil })
+            #expect(await eventually(timeout: .seconds(30)) { await gw.gateway.scheduler.nextFires(after: clock.now())["tick"] == nil })
             clock.advance(to: Self.date("2026-03-11T09:30:00Z"))
             try await Task.sleep(for: .milliseconds(300))
             #expect(try await inbox(gw).count == 1, "a deleted agent no longer fires")
@@ -136,9 +136,9 @@ struct AgentFilesTests {
         let unchanged = try await ids()
         #expect(unchanged == ["one"], "with polling off, nothing changes until the signal")
         kill(process.pid, SIGHUP)
-        #expect(try await eventually(timeout: .seconds(3)) { try await ids() == ["two"] })
+        #expect(try await eventually(timeout: .seconds(30)) { try await ids() == ["two"] })
         // The log line is written after the catalog swaps in, by a batched writer: wait for it rather than race it.
-        #expect(await eventually(timeout: .seconds(3)) { process.output.contains("agents reloaded: added two; removed one") })
+        #expect(await eventually(timeout: .seconds(30)) { process.output.contains("agents reloaded: added two; removed one") })
     }
 
     @Test("a one-shot whose instant has passed fires once at start, and never again after a restart")

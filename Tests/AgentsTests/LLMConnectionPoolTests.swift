@@ -36,12 +36,12 @@ struct LLMConnectionPoolTests {
         environment["OLLAMA_HOST"] = "127.0.0.1:\(llm.controlPort)"  // the plain HTTP/1.1 port, as Ollama serves
         let providers = LLMProviders(environment: environment)    // one shared client, as the gateway has
         try await llm.script([["text": "slow", "hold": true], ["text": "fast"]])
-        let held = Task { try await runner("held", providers: providers).run(request("held", timeout: .seconds(15))) }
+        let held = Task { try await runner("held", providers: providers).run(request("held", timeout: .seconds(120))) }
         try await awaitRequests(llm, 1)
-        let started = ContinuousClock.now
-        let second = try await runner("quick", providers: providers).run(request("quick", timeout: .seconds(5)))
+        // The held call is answered only once this one is done: that this one ends at all is the point, so no bound
+        // on its time a loaded machine could break.
+        let second = try await runner("quick", providers: providers).run(request("quick", timeout: .seconds(60)))
         #expect(second.reply == "fast")
-        #expect(ContinuousClock.now - started < .seconds(3))
         let requests = try await llm.requests()
         #expect(requests.count == 2 && requests.allSatisfy { $0["scheme"] == "http" && $0["http_version"] == "1.1" }, "\(requests.map { $0["http_version"] ?? .null })")
         try await llm.control("POST", "/control/release")

@@ -58,14 +58,19 @@ struct ScheduleDeliveryTests {
     @Test("a fire while the previous run is still going is skipped: runs never overlap")
     func noOverlap() async throws {
         let clock = ManualClock(Self.date("2026-03-10T06:59:30Z"))
-        let slow = "[\"/bin/sh\", \"-c\", \"sleep 1.5; echo slow done\"]"
+        // The run goes on until the test opens the gate, so the second fire meets it running however slow the machine.
+        let gate = TestGateway.makeTemporaryDirectory() + "/open"
+        let slow = "[\"/bin/sh\", \"-c\", \"while [ ! -e \(gate) ]; do sleep 0.05; done; echo slow done\"]"
         try await withTestGateway(config: Self.config(cron: "* * * * *", command: slow), clock: clock) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             #expect(await eventually { clock.sleeperCount >= 1 })
             clock.advance(to: Self.date("2026-03-10T07:00:00Z"))
             #expect(await eventually { await gw.gateway.runs.isRunning("brief") })
             #expect(await eventually { clock.sleeperCount >= 1 })
-            clock.advance(to: Self.date("2026-03-10T07:01:00Z"))  // fires while the first run sleeps
+            clock.advance(to: Self.date("2026-03-10T07:01:00Z"))  // fires while the first run waits at the gate
+            let skipped = "soulacy_cron_fires_total{outcome=\"skipped_running\"} 1"
+            #expect(await eventually(timeout: .seconds(30)) { (try? await gw.request("GET", "/metrics").text.contains(skipped)) == true })
+            #expect(FileManager.default.createFile(atPath: gate, contents: nil))
             #expect(await eventually(timeout: .seconds(30)) { await !gw.gateway.runs.isRunning("brief") })
             let runs = try gw.gateway.database.read { db in try db.query("SELECT COUNT(*) AS n FROM runs WHERE agent_id = 'brief'").first?.int("n") }
             #expect(runs == 1)

@@ -109,12 +109,14 @@ struct IncomingWebhookChannelTests {
     func teamsRefusals() async throws {
         let standIn = try await IncomingWebhookStandIn.start(arguments: ["--teams-per-second", "0"])
         defer { standIn.stop() }
-        let channel = try teams(["webhook_url": .string(standIn.teamsURL), "ca_file": .string(standIn.caFile), "timeout_seconds": .number(1)])
+        // The short timeout only where the hang is: an answered request must not lose a race with a loaded machine.
+        let channel = try teams(["webhook_url": .string(standIn.teamsURL), "ca_file": .string(standIn.caFile), "timeout_seconds": .number(30)])
+        let impatient = try teams(["webhook_url": .string(standIn.teamsURL), "ca_file": .string(standIn.caFile), "timeout_seconds": .number(1)])
         try await standIn.script([["status": 429], ["status": 500], ["hang": true]])
         guard case .retry(_, let throttled) = await channel.attempt(send(output())) else { Issue.record("429 is worth a retry"); return }
         #expect(throttled.contains("Teams answered 429"))
         guard case .retry = await channel.attempt(send(output())) else { Issue.record("500 is worth a retry"); return }
-        guard case .retry(nil, let hung) = await channel.attempt(send(output())) else { Issue.record("a timeout is worth a retry"); return }
+        guard case .retry(nil, let hung) = await impatient.attempt(send(output())) else { Issue.record("a timeout is worth a retry"); return }
         #expect(hung.contains("could not reach Teams"))
         try await standIn.delete(teams: IncomingWebhookStandIn.teamsPath)
         let gone = await channel.attempt(send(output()))
@@ -181,7 +183,8 @@ struct IncomingWebhookChannelTests {
         let wrongToken = "wrong-token-0000000000000000000000000000"
         let badKey = try googleChat(["webhook_url": .string(standIn.googleChatURL(key: wrongKey)), "ca_file": .string(standIn.caFile)])
         let badToken = try googleChat(["webhook_url": .string(standIn.googleChatURL(token: wrongToken)), "ca_file": .string(standIn.caFile)])
-        let good = try googleChat(["webhook_url": .string(standIn.googleChatURL()), "ca_file": .string(standIn.caFile), "timeout_seconds": .number(1)])
+        let good = try googleChat(["webhook_url": .string(standIn.googleChatURL()), "ca_file": .string(standIn.caFile), "timeout_seconds": .number(30)])
+        let impatient = try googleChat(["webhook_url": .string(standIn.googleChatURL()), "ca_file": .string(standIn.caFile), "timeout_seconds": .number(1)])
         var reasons: [String] = []
         let keyOutcome = await badKey.attempt(send(output()))
         #expect(keyOutcome == .rejected(reason: "Google Chat answered 400: INVALID_ARGUMENT: API key not valid. Please pass a valid API key."))
@@ -194,7 +197,7 @@ struct IncomingWebhookChannelTests {
         #expect(exhausted == "Google Chat answered 429: RESOURCE_EXHAUSTED: Resource has been exhausted (e.g. check quota).")
         guard case .retry(_, let unavailable) = await good.attempt(send(output())) else { Issue.record("503 is worth a retry"); return }
         #expect(unavailable.contains("UNAVAILABLE"))
-        guard case .retry(nil, let hung) = await good.attempt(send(output())) else { Issue.record("a timeout is worth a retry"); return }
+        guard case .retry(nil, let hung) = await impatient.attempt(send(output())) else { Issue.record("a timeout is worth a retry"); return }
         reasons += [exhausted, unavailable, hung]
         try await standIn.delete(google: IncomingWebhookStandIn.googleSpace)
         guard case .rejected(let notFound) = await good.attempt(send(output())) else { Issue.record("a deleted space is final"); return }

@@ -153,7 +153,7 @@ struct SlackChannelTests {
         try await standIn.script([["hang": true]])
         let started = ContinuousClock.now
         let hung = await slack.attempt(send("hi"))
-        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(ContinuousClock.now - started < .seconds(30))
         #expect(ChatTestKit.isRetry(hung))
         #expect(ChatTestKit.reason(hung)?.hasPrefix("could not reach Slack") == true)
         try await standIn.reset()

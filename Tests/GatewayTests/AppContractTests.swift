@@ -273,16 +273,22 @@ struct AppContractTests {
             let sent = try await llm.requests().last?["body"]?["messages"]?.arrayValue?.map { "\($0["role"]?.stringValue ?? ""): \($0["content"]?.stringValue ?? "")" } ?? []
             #expect(sent == ["user: I am Ana", "assistant: Nice to meet you, Ana.", "user: Who am I?"], "\(sent)")
         }
+        // The first run waits at a gate the test opens last; every later one (the chat's) goes straight through. So the
+        // run is still going when the second run and the chat ask, however slow the machine.
+        let directory = TestGateway.makeTemporaryDirectory()
         let busy = """
             agents:
               - id: slow
-                runner: {command: ["/bin/sh", "-c", "sleep 2; echo done"]}
+                runner: {command: ["/bin/sh", "-c", "if mkdir \(directory)/first 2>/dev/null; then while [ ! -e \(directory)/open ]; do sleep 0.05; done; fi; echo done"]}
             """
         try await withTestGateway(config: busy) { (gw) async throws in
             _ = try await gw.request("POST", "/api/v1/agents/slow/run", json: [:])
+            #expect(await eventually { FileManager.default.fileExists(atPath: directory + "/first") })
             #expect(try await gw.request("POST", "/api/v1/agents/slow/run", json: [:]).status == 409, "runs of one agent never overlap")
             let chat = try await gw.request("POST", "/api/v1/chat", json: ["agent_id": "slow", "text": "hi"])
             #expect(chat.status == 200 && chat.json["reply"] == "done", "a chat does not wait for the agent's other run")
+            #expect(FileManager.default.createFile(atPath: directory + "/open", contents: nil))
+            await gw.gateway.runs.waitForAll()
         }
     }
 }

@@ -220,7 +220,7 @@ struct DefectRegressionTests {
         let run = try await process.call("GET", "/api/v1/runs/\(id)?wait=true", key: admin)
         #expect(run.json["status"] == "failed" && run.json["error"]?.stringValue?.contains(canary) == true)
         // The log writer batches: wait for the line rather than race it.
-        #expect(await eventually(timeout: .seconds(3)) { process.output.contains("exited with status 3") })
+        #expect(await eventually(timeout: .seconds(30)) { process.output.contains("exited with status 3") })
         #expect(!process.output.contains(canary))
     }
 
@@ -385,7 +385,8 @@ struct DefectRegressionTests {
 
     @Test("one stalled wake-up does not hold back the others: they settle while it waits")
     func stalledPush() async throws {
-        let transport = StallingTransport(stalledDevice: "stuck", stall: .seconds(12))
+        // Stalled well past the test's end, so "not sent yet" below cannot be outrun by a slow machine.
+        let transport = StallingTransport(stalledDevice: "stuck", stall: .seconds(300))
         let directory = TestGateway.makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = try MobileStore(database: try migratedDatabase(directory + "/soulacy.db"))
@@ -400,7 +401,7 @@ struct DefectRegressionTests {
         try await Task.sleep(for: .milliseconds(300))
         // While "stuck" is still waiting, a second delivery goes out to the other phones.
         _ = try await channel.deliver(Output(agentID: "brief", agentName: "Brief", sessionID: "s", parts: ["two"]), to: "device:a")
-        let quick = await eventually(timeout: .seconds(8)) { transport.sent.filter { $0 == "a" }.count == 2 && transport.sent.contains("b") }
+        let quick = await eventually(timeout: .seconds(30)) { transport.sent.filter { $0 == "a" }.count == 2 && transport.sent.contains("b") }
         #expect(quick)
         #expect(!transport.sent.contains("stuck"))
     }

@@ -105,7 +105,8 @@ struct MetricsScrapeTests {
             // Histogram buckets are cumulative: everything is under +Inf, and a quick /bin/cat under 10 s.
             #expect(try await prometheus.waitFor("soulacy_run_duration_seconds_bucket{outcome=\"succeeded\",le=\"+Inf\"}") { $0.1 >= 3 })
             #expect(try await prometheus.waitFor("soulacy_run_duration_seconds_bucket{outcome=\"succeeded\",le=\"10\"}") { $0.1 >= 3 })
-            #expect(try await prometheus.waitFor("rate(soulacy_runs_total{outcome=\"succeeded\"}[30s])") { $0.1 > 0 }, "a rate over the scrapes")
+            // A window of minutes: the runs above stay in it however long a loaded machine took over the waits before.
+            #expect(try await prometheus.waitFor("rate(soulacy_runs_total{outcome=\"succeeded\"}[10m])") { $0.1 > 0 }, "a rate over the scrapes")
             #expect(try await prometheus.waitFor("soulacy_outbox_pending{lane=\"push\"}"))
             #expect(try await prometheus.waitFor("soulacy_build_info") { $0.0["version"] == GatewayVersion.current })
             #expect(try await prometheus.waitFor("process_resident_memory_bytes") { $0.1 > 1_000_000 })

@@ -137,14 +137,15 @@ struct SharedPortTests {
 
         // A client that connects and says nothing is let go after the limit (the original's 10 s; 1 s here).
         let quick = try sharedPortServer(firstByteSeconds: 1)
-        let silent = try #require(RawHTTP.connect(port: quick.port, timeout: 5))
+        let silent = try #require(RawHTTP.connect(port: quick.port, timeout: 30))
         defer { close(silent) }
         let start = ContinuousClock.now
         let closed = await onOwnThread {
             var byte: UInt8 = 0
             return recv(silent, &byte, 1, 0) == 0
         }
-        #expect(closed && ContinuousClock.now - start < .seconds(4))
+        // Well under the 10 s default, with room for a loaded machine's stall.
+        #expect(closed && ContinuousClock.now - start < .seconds(8))
         await quick.stop()
     }
 }

@@ -104,7 +104,8 @@ struct RelayPathsTests {
         var paths = GatewayPaths(relay: relay)
         if let gw, let port = gw.gateway.lanPort { paths.lan = ("https://127.0.0.1:\(port)", lanPin ?? gw.gateway.tlsPin!) }
         paths.tailnet = gw.map { $0.baseURL } ?? "http://127.0.0.1:\(freePort())"
-        return GatewayClient(paths: paths, token: token, probeTimeout: .seconds(1), readBack: readBack)
+        // A path that answers must not lose its probe to a loaded machine's stall; closed ports are refused at once.
+        return GatewayClient(paths: paths, token: token, probeTimeout: .seconds(10), readBack: readBack)
     }
 
     @Test("the Wi-Fi listener is HTTPS with a pinned key: the right pin connects, a wrong one is refused; both pairing links carry the one pin")
@@ -125,12 +126,12 @@ struct RelayPathsTests {
             let point = try await runProgram("/bin/sh", ["-c", "printf '%s' \"$0\" | openssl x509 -pubkey -noout | openssl ec -pubin -outform DER 2>/dev/null | tail -c 65 | openssl dgst -sha256 -r", pem])
             #expect(point.output.hasPrefix(pin), "\(point.output)")
             let key = try await gw.mintKey(subject: "owner", role: "operator")
-            let good = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", fingerprint)), token: key, probeTimeout: .seconds(2))
+            let good = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", fingerprint)), token: key, probeTimeout: .seconds(10))
             #expect(await good.probe() == .lan)
             guard case .answered(let answer, .lan) = await good.send(method: "GET", path: "/api/v1/mobile/deliveries") else { Issue.record("no answer over the Wi-Fi"); return }
             #expect(answer.status == 200)
             let wrongPin = String(fingerprint.reversed())
-            let bad = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", wrongPin)), token: key, probeTimeout: .seconds(2))
+            let bad = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", wrongPin)), token: key, probeTimeout: .seconds(10))
             #expect(await bad.probe() == nil)
             guard case .unreachable = await bad.send(method: "GET", path: "/api/v1/mobile/deliveries") else { Issue.record("a wrong pin connected"); return }
             // The door: a browser Origin is refused; a POST without an Idempotency-Key is 422.
@@ -232,8 +233,8 @@ struct RelayPathsTests {
     func replayAcrossPaths() async throws {
         try await withRelayGateway { relay, gw in
             let (token, endpoint) = try await pairPhone(gw)
-            let lan = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", gw.gateway.tlsPin!)), token: token, probeTimeout: .seconds(2))
-            let tailnet = GatewayClient(paths: GatewayPaths(tailnet: gw.baseURL), token: token, probeTimeout: .seconds(2))
+            let lan = GatewayClient(paths: GatewayPaths(lan: ("https://127.0.0.1:\(gw.gateway.lanPort!)", gw.gateway.tlsPin!)), token: token, probeTimeout: .seconds(10))
+            let tailnet = GatewayClient(paths: GatewayPaths(tailnet: gw.baseURL), token: token, probeTimeout: .seconds(10))
             let viaRelay = client(nil, token: token, relay: endpoint)
             let doors: [(InboxPath, GatewayClient)] = [(.lan, lan), (.tailnet, tailnet), (.relay, viaRelay)]
             let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]]

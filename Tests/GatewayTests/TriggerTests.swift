@@ -132,11 +132,15 @@ struct TriggerTests {
 
     @Test("a fire while the agent runs is 409")
     func alreadyRunning() async throws {
-        try await withTestGateway(config: Self.config(cooldown: "0s", command: "[\"/bin/sh\", \"-c\", \"sleep 1; echo hi\"]"), environment: ["HOOK_SECRET": Self.hookSecret], mode: .router) { (gw) async throws in
+        // The run goes on until the test opens the gate, so the second fire meets it running however slow the machine.
+        let gate = TestGateway.makeTemporaryDirectory() + "/open"
+        let command = "[\"/bin/sh\", \"-c\", \"while [ ! -e \(gate) ]; do sleep 0.05; done; echo hi\"]"
+        try await withTestGateway(config: Self.config(cooldown: "0s", command: command), environment: ["HOOK_SECRET": Self.hookSecret], mode: .router) { (gw) async throws in
             try await gw.registerDevice(id: "phone", key: nil)
             #expect(try await fire(gw, ["event": "enter", "device_id": "phone"]).status == 202)
             let busy = try await fire(gw, ["event": "enter", "device_id": "phone"])
             #expect(busy.status == 409 && busy.errorCode == "already_running")
+            #expect(FileManager.default.createFile(atPath: gate, contents: nil))
             await gw.gateway.runs.waitForAll()
         }
     }

@@ -21,14 +21,27 @@ while time.time() < deadline and not served:
     except OSError:
         time.sleep(0.2)
 time.sleep(wait)
-still_open = 0
-for s in slow:
-    s.setblocking(False)
-    try:
-        if s.recv(1) != b"":
+
+
+def open_count():
+    still_open = 0
+    for s in slow:
+        s.setblocking(False)
+        try:
+            if s.recv(1) != b"":
+                still_open += 1
+        except BlockingIOError:
             still_open += 1
-    except BlockingIOError:
-        still_open += 1
-    except OSError:
-        pass
+        except OSError:
+            pass
+    return still_open
+
+
+# The server closes them at its deadline; a loaded machine may run its timer late, so look again for a while
+# (a server that never closes them still fails).
+still_open = open_count()
+give_up = time.time() + 30
+while still_open and time.time() < give_up:
+    time.sleep(0.2)
+    still_open = open_count()
 print(f"served={served} open_after={still_open}")

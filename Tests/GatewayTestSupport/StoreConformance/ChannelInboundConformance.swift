@@ -78,12 +78,16 @@ public struct ChannelInboundConformance: Sendable {
             // With other nodes on the database, one polls a channel at a time; a lease that ran out passes on.
             if let other = otherNodes.first {
                 let polled = "poll-\(UUID().uuidString.prefix(8))"
-                let first = try await store.holdPoll(channel: polled, node: "node-a", lease: .seconds(1))
-                let refused = try await other.holdPoll(channel: polled, node: "node-b", lease: .seconds(1))
-                let renewed = try await store.holdPoll(channel: polled, node: "node-a", lease: .seconds(1))
-                let elsewhere = try await other.holdPoll(channel: polled + "-other", node: "node-b", lease: .seconds(1))
+                // Leases long enough that no stall of a loaded machine lets one run out while the checks need it held.
+                let first = try await store.holdPoll(channel: polled, node: "node-a", lease: .seconds(30))
+                let refused = try await other.holdPoll(channel: polled, node: "node-b", lease: .seconds(30))
+                let renewed = try await store.holdPoll(channel: polled, node: "node-a", lease: .seconds(30))
+                let elsewhere = try await other.holdPoll(channel: polled + "-other", node: "node-b", lease: .seconds(30))
                 check("one poller", first && !refused && renewed && elsewhere,
                       "a: \(first), b while a holds: \(refused), a again: \(renewed), b on another channel: \(elsewhere)")
+                // The holder's renewal sets the lease anew, shorter too; then it runs out.
+                let shortened = try await store.holdPoll(channel: polled, node: "node-a", lease: .seconds(1))
+                check("one poller", shortened, "a could not renew its own lease")
                 try await Task.sleep(for: .milliseconds(1300))
                 let takenOver = try await other.holdPoll(channel: polled, node: "node-b", lease: .seconds(30))
                 let lost = try await store.holdPoll(channel: polled, node: "node-a", lease: .seconds(1))
