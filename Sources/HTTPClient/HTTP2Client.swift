@@ -10,14 +10,22 @@ public struct ClientRequest: Sendable {
     public var headers: [(String, String)]
     public var body: [UInt8]
     public var timeout: Duration
+    /// The most body bytes an answer may have, streamed or whole: a server that sends more is cut off, and the
+    /// request fails saying so, rather than the process holding whatever it sends for the whole timeout.
+    public var maximumResponseBytes: Int
 
-    public init(method: String = "POST", url: String, headers: [(String, String)] = [], body: [UInt8] = [], timeout: Duration = .seconds(15)) {
+    public init(method: String = "POST", url: String, headers: [(String, String)] = [], body: [UInt8] = [], timeout: Duration = .seconds(15),
+                maximumResponseBytes: Int = ClientRequest.defaultMaximumResponseBytes) {
         self.method = method
         self.url = url
         self.headers = headers
         self.body = body
         self.timeout = timeout
+        self.maximumResponseBytes = maximumResponseBytes
     }
+
+    /// 32 MiB: far above any answer the services here give (an LLM's whole reply, a Graph API page).
+    public static let defaultMaximumResponseBytes = 32 * 1024 * 1024
 }
 
 public struct ClientResponse: Sendable {
@@ -114,6 +122,10 @@ final class Transfer: @unchecked Sendable {
     var status = 0
     var headers: [String: String] = [:]
     var body: [UInt8] = []
+    /// Body bytes received so far, streamed or kept.
+    var received = 0
+    /// The answer passed `request.maximumResponseBytes`, and the transfer was cut off.
+    var tooLarge = false
     var headerList: UnsafeMutablePointer<curl_slist>?
     var easy: UnsafeMutableRawPointer?
     let onBody: (@Sendable ([UInt8]) -> Void)?
@@ -257,6 +269,14 @@ final class CurlEngine: @unchecked Sendable {
         return next
     }
 
+    /// A timeout as libcurl's milliseconds, at most a million seconds (longer is "no limit" to anyone waiting), so
+    /// no caller's duration can overflow the count.
+    static func milliseconds(_ timeout: Duration) -> Int {
+        let (seconds, attoseconds) = timeout.components
+        guard seconds >= 0 else { return 1 }
+        return seconds >= 1_000_000 ? 1_000_000_000 : Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
+    }
+
     private func start(_ transfer: Transfer) {
         if transfer.plain, inFlight[transfer.origin, default: 0] >= configuration.maximumConnectionsPerHost {
             waiting[transfer.origin, default: []].append(transfer)
@@ -279,8 +299,8 @@ final class CurlEngine: @unchecked Sendable {
             soulacy_curl_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1)
         }
         soulacy_curl_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        soulacy_curl_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(r.timeout.components.seconds * 1000 + r.timeout.components.attoseconds / 1_000_000_000_000_000))
-        soulacy_curl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.connectTimeout.components.seconds * 1000))
+        soulacy_curl_setopt_long(easy, CURLOPT_TIMEOUT_MS, Self.milliseconds(r.timeout))
+        soulacy_curl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(configuration.connectTimeout))
         soulacy_curl_setopt_ptr(easy, CURLOPT_CUSTOMREQUEST, r.method)
         if let ca = configuration.caFile { soulacy_curl_setopt_ptr(easy, CURLOPT_CAINFO, ca) }
         if let pin { soulacy_curl_pin_public_key(easy, pin) }
@@ -300,6 +320,12 @@ final class CurlEngine: @unchecked Sendable {
             let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
             let n = size * count
             guard let data else { return n }
+            transfer.received += n
+            if transfer.received > transfer.request.maximumResponseBytes {
+                // Returning short of n makes libcurl end the transfer with CURLE_WRITE_ERROR.
+                transfer.tooLarge = true
+                return 0
+            }
             data.withMemoryRebound(to: UInt8.self, capacity: n) { bytes in
                 let chunk = UnsafeBufferPointer(start: bytes, count: n)
                 if let onBody = transfer.onBody {
@@ -374,6 +400,9 @@ final class CurlEngine: @unchecked Sendable {
             // Never sent: say so, rather than pass a queue's wait off as the server's slowness.
             let message = "no connection to \(transfer.origin) came free within \(transfer.request.timeout) (all \(configuration.maximumConnectionsPerHost) in use); the request was never sent"
             transfer.continuation.resume(returning: .failure(ClientTransportError(code: Int32(code.rawValue), description: message, neverSent: true)))
+        } else if transfer.tooLarge {
+            let message = "the answer was larger than \(transfer.request.maximumResponseBytes) bytes and was cut off"
+            transfer.continuation.resume(returning: .failure(ClientTransportError(code: Int32(code.rawValue), description: message)))
         } else {
             let message = String(cString: curl_easy_strerror(code))
             transfer.continuation.resume(returning: .failure(ClientTransportError(code: Int32(code.rawValue), description: message)))

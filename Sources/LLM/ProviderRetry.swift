@@ -37,15 +37,20 @@ public struct ProviderRetryPolicy: Sendable, Equatable {
 
     /// How long the provider asks for: `retry-after-ms` (milliseconds; OpenAI's SDKs and Azure OpenAI send and
     /// honour it), else `Retry-After` as seconds or as an HTTP date (RFC 9110 §10.2.3; Anthropic sends seconds).
+    /// A wait longer than a day is a day (past any run's deadline anyway): `Duration` traps on a count it cannot hold,
+    /// and a header is the provider's (or a proxy's) to write.
     public static func requestedWait(_ headers: [String: String], now: Date = Date()) -> Duration? {
+        func wait(milliseconds: Double) -> Duration { .milliseconds(min(milliseconds, longestWaitMilliseconds)) }
         if let text = headers["retry-after-ms"], let ms = Double(text.trimmingCharacters(in: .whitespaces)), ms >= 0, ms.isFinite {
-            return .milliseconds(ms)
+            return wait(milliseconds: ms)
         }
         guard let text = headers["retry-after"]?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
-        if let seconds = Double(text), seconds >= 0, seconds.isFinite { return .milliseconds(seconds * 1000) }
+        if let seconds = Double(text), seconds >= 0, seconds.isFinite { return wait(milliseconds: seconds * 1000) }
         guard let date = httpDate(text) else { return nil }
-        return .milliseconds(max(0, date.timeIntervalSince(now)) * 1000)
+        return wait(milliseconds: max(0, date.timeIntervalSince(now)) * 1000)
     }
+
+    static let longestWaitMilliseconds: Double = 86_400_000
 
     /// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), and the two obsolete forms RFC 9110 asks a recipient to read.
     static func httpDate(_ text: String) -> Date? {

@@ -136,7 +136,7 @@ public struct DeviceNodesAPI: Sendable {
         }
     }
 
-    nonisolated(unsafe) static let rfc3339Pattern = /(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(?:(Z)|([+-])(\d{2}):(\d{2}))/
+    nonisolated(unsafe) static let rfc3339Pattern = /([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?(?:(Z)|([+-])([0-9]{2}):([0-9]{2}))/
 
     /// An RFC 3339 time as Go's time.Parse(RFC3339) reads it: any offset up to ±23:59 (Foundation's ISO 8601 parser
     /// refuses some, such as +23:46), up to nine fraction digits.
@@ -149,7 +149,9 @@ public struct DeviceNodesAPI: Sendable {
         calendar.timeZone = TimeZone(identifier: "UTC")!
         guard let date = calendar.date(from: DateComponents(year: year, month: month, day: day, hour: hour, minute: minute, second: second)),
               calendar.component(.day, from: date) == day else { return nil }
-        return date.addingTimeInterval((m.7.flatMap { Double("0" + $0) } ?? 0) - Double(offset))
+        let instant = date.addingTimeInterval((m.7.flatMap { Double("0" + $0) } ?? 0) - Double(offset))
+        // An offset may carry year 0000 or 9999 past what a timestamp can be written as (Go's encoder refuses it too).
+        return JSONValue.writableDates.contains(instant) ? instant : nil
     }
 
     @Sendable func get(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {

@@ -43,14 +43,23 @@ public enum YAMLParser {
 }
 
 private struct TreeBuilder {
-    enum Open {
-        case mapping(Mark, anchor: String?, pairs: [(key: YAMLNode, value: YAMLNode)], pendingKey: YAMLNode?)
-        case sequence(Mark, anchor: String?, items: [YAMLNode])
+    /// A mapping or sequence being read, mutated in place on the stack (appending is amortised O(1), and a
+    /// mapping's keys are a set: a flat document of a million nodes is read in linear time).
+    struct Open {
+        let mark: Mark
+        let anchor: String?
+        let isMapping: Bool
+        var items: [YAMLNode] = []
+        var pairs: [(key: YAMLNode, value: YAMLNode)] = []
+        var pendingKey: YAMLNode?
+        var keys: Set<String> = []
+        /// How many nodes it stands for with aliases expanded, itself included.
+        var size = 1
+        /// Its levels of mappings and sequences, itself included, aliases' trees counted at their full depth.
+        var height = 1
     }
     var stack: [Open] = []
-    /// Expanded node counts: of each open collection (parallel to `stack`) and of each anchored node.
-    var openSizes: [Int] = []
-    var anchors: [String: (node: YAMLNode, size: Int)] = [:]
+    var anchors: [String: (node: YAMLNode, size: Int, height: Int)] = [:]
     var expandedNodes = 0
     var document: YAMLNode?
     var documentsSeen = 0
@@ -78,64 +87,65 @@ private struct TreeBuilder {
                 || style == YAML_LITERAL_SCALAR_STYLE || style == YAML_FOLDED_SCALAR_STYLE
             let value = s.value.map { String(decoding: UnsafeBufferPointer(start: $0, count: s.length), as: UTF8.self) } ?? ""
             let node = YAMLNode.scalar(.init(value: value, isQuoted: quoted, tag: Self.string(s.tag), mark: mark))
-            if let anchor = Self.string(s.anchor) { anchors[anchor] = (node, 1) }
-            try add(node, size: 1, expanding: 1, at: mark)
+            if let anchor = Self.string(s.anchor) { anchors[anchor] = (node, 1, 0) }
+            try add(node, size: 1, height: 0, expanding: 1, at: mark)
         case YAML_ALIAS_EVENT:
             let name = Self.string(event.data.alias.anchor) ?? ""
             guard let anchored = anchors[name] else {
                 throw YAMLSyntaxError(message: "unknown alias *\(name)", mark: mark)
             }
-            try add(anchored.node, size: anchored.size, expanding: anchored.size, at: mark)
+            try add(anchored.node, size: anchored.size, height: anchored.height, expanding: anchored.size, at: mark)
         case YAML_SEQUENCE_START_EVENT, YAML_MAPPING_START_EVENT:
-            guard stack.count < YAMLParser.maximumDepth else {
-                throw YAMLSyntaxError(message: "nested more than \(YAMLParser.maximumDepth) levels deep (mappings and sequences); \(YAMLParser.maximumDepth) is the limit", mark: mark)
-            }
+            guard stack.count < YAMLParser.maximumDepth else { throw Self.tooDeep(at: mark) }
             if event.type == YAML_SEQUENCE_START_EVENT {
-                stack.append(.sequence(mark, anchor: Self.string(event.data.sequence_start.anchor), items: []))
+                stack.append(Open(mark: mark, anchor: Self.string(event.data.sequence_start.anchor), isMapping: false))
             } else {
-                stack.append(.mapping(mark, anchor: Self.string(event.data.mapping_start.anchor), pairs: [], pendingKey: nil))
+                stack.append(Open(mark: mark, anchor: Self.string(event.data.mapping_start.anchor), isMapping: true))
             }
-            openSizes.append(1)
         case YAML_SEQUENCE_END_EVENT, YAML_MAPPING_END_EVENT:
-            guard let open = stack.popLast(), let size = openSizes.popLast() else { break }
-            let node: YAMLNode
-            let anchor: String?
-            switch open {
-            case let .sequence(m, a, items): node = .sequence(items, m); anchor = a
-            case let .mapping(m, a, pairs, _): node = .mapping(pairs, m); anchor = a
-            }
-            if let anchor { anchors[anchor] = (node, size) }
-            try add(node, size: size, expanding: 1, at: mark)
+            guard let open = stack.popLast() else { break }
+            let node: YAMLNode = open.isMapping ? .mapping(open.pairs, open.mark) : .sequence(open.items, open.mark)
+            if let anchor = open.anchor { anchors[anchor] = (node, open.size, open.height) }
+            try add(node, size: open.size, height: open.height, expanding: 1, at: mark)
         default:
             break
         }
         return false
     }
 
+    static func tooDeep(at mark: Mark) -> YAMLSyntaxError {
+        YAMLSyntaxError(message: "nested more than \(YAMLParser.maximumDepth) levels deep (mappings and sequences, aliases counted where they are used); \(YAMLParser.maximumDepth) is the limit", mark: mark)
+    }
+
     /// `size` is how many nodes `node` stands for with its aliases expanded (its parent grows by that much);
     /// `expanding` is how many of them are new to the document: 1 for a node read here, all of them for an alias.
-    mutating func add(_ node: YAMLNode, size: Int, expanding: Int, at mark: Mark) throws(YAMLSyntaxError) {
+    /// `height` is its levels of collections: an alias puts its whole tree where it is used, so the depth limit
+    /// counts it there (every reader of the tree recurses once per level).
+    mutating func add(_ node: YAMLNode, size: Int, height: Int, expanding: Int, at mark: Mark) throws(YAMLSyntaxError) {
         expandedNodes += expanding
         guard expandedNodes <= YAMLParser.maximumExpandedNodes else {
             throw YAMLSyntaxError(message: "the document's aliases expand to more than \(YAMLParser.maximumExpandedNodes) nodes", mark: mark)
         }
-        if !openSizes.isEmpty { openSizes[openSizes.count - 1] += size }
-        guard let top = stack.popLast() else {
+        guard stack.count + height <= YAMLParser.maximumDepth else { throw Self.tooDeep(at: mark) }
+        guard !stack.isEmpty else {
             document = node
             return
         }
-        switch top {
-        case let .sequence(m, a, items):
-            stack.append(.sequence(m, anchor: a, items: items + [node]))
-        case let .mapping(m, a, pairs, pendingKey):
-            if let key = pendingKey {
-                stack.append(.mapping(m, anchor: a, pairs: pairs + [(key: key, value: node)], pendingKey: nil))
-            } else {
-                if let text = node.scalarValue, pairs.contains(where: { $0.key.scalarValue == text }) {
-                    throw YAMLSyntaxError(message: "duplicate key '\(text)'", mark: node.mark)
-                }
-                stack.append(.mapping(m, anchor: a, pairs: pairs, pendingKey: node))
+        let top = stack.count - 1
+        stack[top].size += size
+        stack[top].height = max(stack[top].height, height + 1)
+        guard stack[top].isMapping else {
+            stack[top].items.append(node)
+            return
+        }
+        if let key = stack[top].pendingKey {
+            stack[top].pairs.append((key: key, value: node))
+            stack[top].pendingKey = nil
+        } else {
+            if let text = node.scalarValue, !stack[top].keys.insert(text).inserted {
+                throw YAMLSyntaxError(message: "duplicate key '\(text)'", mark: node.mark)
             }
+            stack[top].pendingKey = node
         }
     }
 }

@@ -156,6 +156,10 @@ struct LLMRetryTests {
         #expect(ProviderRetryPolicy.requestedWait(["retry-after-ms": "250", "retry-after": "1"], now: now) == .milliseconds(250))
         #expect(ProviderRetryPolicy.requestedWait(["retry-after": "soon"], now: now) == nil)
         #expect(ProviderRetryPolicy.requestedWait([:], now: now) == nil)
+        // A wait no Duration can hold (it trapped) is a day: past any run's deadline, so the run ends with the answer.
+        #expect(ProviderRetryPolicy.requestedWait(["retry-after": "1e21"], now: now) == .seconds(86_400))
+        #expect(ProviderRetryPolicy.requestedWait(["retry-after-ms": "1e24"], now: now) == .seconds(86_400))
+        #expect(ProviderRetryPolicy.requestedWait(["retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"], now: now) == .seconds(86_400))
     }
 
     @Test("through the gateway, each retry is one of the run's events on GET /api/v1/runs/:id, with the status and the wait, never the prompt")

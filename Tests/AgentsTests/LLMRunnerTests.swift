@@ -252,6 +252,22 @@ struct LLMRunnerTests {
         }
     }
 
+    @Test("a model's wait_seconds of 1e300 is clamped to the tool's 25 s, not a trap; the tool answers and the run goes on")
+    func hugeToolNumber() async throws {
+        let llm = try await LLMStandIn.start()
+        defer { llm.stop() }
+        try await llm.script([
+            ["tool_calls": [["name": "mobile.command_status", "arguments": ["device_id": "phone", "command_id": "cmd_none", "wait_seconds": 1e300]]]],
+            ["text": "No such command."],
+        ])
+        let file = Self.agent("status", provider: "ollama", extra: "builtins: [mobile.command_status]")
+        try await withTestGateway(config: file, environment: llm.environment) { (gw) async throws in
+            #expect(try await chat(gw, "status", "is it done?").json["reply"] == "No such command.")
+            let last = try await llm.requests().last?["body"]?["messages"]?.arrayValue?.last
+            #expect(last?["role"] == "tool" && last?["content"]?.stringValue?.hasPrefix("error:") == true, "\(String(describing: last))")
+        }
+    }
+
     @Test("streaming: each provider's stream arrives piece by piece and adds up to the reply", arguments: ["openai", "ollama", "anthropic"])
     func streaming(provider: String) async throws {
         let llm = try await LLMStandIn.start()

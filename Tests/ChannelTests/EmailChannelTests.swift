@@ -169,6 +169,14 @@ struct EmailChannelTests {
         #expect(await channel.attempt(Self.send(id: "scripted", attempt: 2)) == .delivered(remoteID: "<scripted@soulacy>"))
     }
 
+    @Test("UIDs past 32 bits (a broken server's) are no message, so the next UID cannot overflow; the rest come lowest first, a batch at a time")
+    func uidsInRange() {
+        let answer = Array("* SEARCH 7 18446744073709551615 4294967296 3 4294967295 12\r\nA1 OK SEARCH completed\r\n".utf8)
+        #expect(IMAPPoller.newUIDs(in: answer, from: 4) == [7, 12, 4_294_967_295])
+        let many = Array(("* SEARCH " + (1...40).map(String.init).joined(separator: " ") + "\r\n").utf8)
+        #expect(IMAPPoller.newUIDs(in: many, from: 1) == Array(1...25))
+    }
+
     @Test("no server listening, or one that never answers in time: try again")
     func unreachable() async throws {
         let standIn = try await SMTPStandIn.start()

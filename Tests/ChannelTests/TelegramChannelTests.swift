@@ -227,6 +227,22 @@ struct TelegramChannelTests {
         }
     }
 
+    @Test("an update_id at Int64's end (a broken or hostile Bot API server) saturates the cursor instead of trapping")
+    func updateIDAtTheEnd() async throws {
+        let answer = #"{"ok":true,"result":[{"update_id":9223372036854775807,"message":{"message_id":1,"date":1,"chat":{"id":5,"type":"private"},"from":{"id":5,"is_bot":false,"first_name":"A"},"text":"hi"}}]}"#
+        let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0),
+                                immediate: { _ in HTTPResponse(status: 200, headers: [("content-type", "application/json")], body: Array(answer.utf8)) }) { _ in
+            HTTPResponse(status: 200, headers: [("content-type", "application/json")], body: Array(answer.utf8))
+        }
+        try server.start()
+        defer { Task { await server.stop() } }
+        let settings = ChannelSettings(kind: "telegram", values: ["enabled": .bool(true), "token": .string(Self.token), "agent_id": "assistant",
+                                                                  "api_url": .string("http://127.0.0.1:\(server.port)")])
+        let poller = try #require(try TelegramChannelFactory().bots(settings).first?.poller)
+        let batch = try await poller.poll(after: "9223372036854775806", timeout: .zero)
+        #expect(batch.cursor == "9223372036854775807")
+    }
+
     @Test("a single token is the channel `telegram`; its poller exists only with agent_id and not outbound_only")
     func singleBot() throws {
         let factory = TelegramChannelFactory()

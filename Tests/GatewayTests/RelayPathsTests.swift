@@ -186,6 +186,16 @@ struct RelayPathsTests {
                 return await phone.relayRecords().contains { $0.fields["body"] == Self.secretText }
             })
             #expect(relay.storedBytes().range(of: Data(Self.secretText.utf8)) == nil)
+            // A command with an empty path (it once trapped the gateway's carriage) is answered as the router answers
+            // an empty path (the root's page); the carriage goes on.
+            for path in ["", "?", "?a=b"] {
+                guard case .answered(let odd, .relay) = await phone.send(method: "GET", path: path) else { Issue.record("no answer for '\(path)'"); return }
+                #expect(odd.status == 200 && String(decoding: odd.body, as: UTF8.self).contains("<html"), "'\(path)': \(odd.status)")
+            }
+            guard case .answered(let again, .relay) = await phone.send(method: "GET", path: "/api/v1/mobile/deliveries?device_id=phone") else {
+                Issue.record("no answer through the relay after the empty paths"); return
+            }
+            #expect(again.status == 200)
         }
     }
 

@@ -30,6 +30,62 @@ struct YAMLTests {
         #expect(try YAMLParser.parse("") == nil)
     }
 
+    static func items(_ node: YAMLNode?) -> [YAMLNode]? {
+        if case .sequence(let items, _)? = node { return items }
+        return nil
+    }
+
+    /// `name: &name` wrapping `inner` (an alias, or a scalar) in `levels` flow sequences.
+    static func nested(_ name: String, _ inner: String, levels: Int) -> String {
+        "\(name): &\(name) " + String(repeating: "[", count: levels) + inner + String(repeating: "]", count: levels) + "\n"
+    }
+
+    @Test("an alias counts at its full depth where it is used: chains past 64 levels are refused, up to 64 are read")
+    func aliasDepth() throws {
+        // Each anchor wraps the one before in 10 more levels: the file is at most 11 deep as written.
+        func chain(_ links: Int) -> String {
+            var text = Self.nested("a0", "1", levels: 10)
+            for n in 1..<links { text += Self.nested("a\(n)", "*a\(n - 1)", levels: 10) }
+            return text
+        }
+        // 6 links: 60 levels under the root mapping, 61 in all.
+        let read = try #require(try YAMLParser.parse(chain(6)))
+        var node = try #require(read.mappingEntries?.last?.value)
+        var depth = 1
+        while let inner = Self.items(node)?.first { node = inner; depth += 1 }
+        #expect(depth == 61 && node.scalarValue == "1")
+        do {
+            _ = try YAMLParser.parse(chain(7))
+            Issue.record("71 levels through aliases were read")
+        } catch {
+            #expect(error.message.contains("64 levels") && error.mark.line == 7, "\(error)")
+        }
+        // 180 links of 60 levels (about 11,000 levels once expanded, far under the node limit): refused, not walked.
+        var long = Self.nested("b0", "1", levels: 60)
+        for n in 1..<180 { long += Self.nested("b\(n)", "*b\(n - 1)", levels: 60) }
+        #expect(throws: YAMLSyntaxError.self) { try YAMLParser.parse(long) }
+        // A whole anchored mapping used at the top level keeps its own depth.
+        let mapping = try #require(try YAMLParser.parse("base: &b {x: {y: [1]}}\ncopy: *b\n"))
+        #expect((mapping.mappingEntries?[1].value.mappingEntries?.first?.value.mappingEntries?.first?.value).flatMap { Self.items($0)?.first?.scalarValue } == "1")
+    }
+
+    @Test("a flat list or mapping of hundreds of thousands of nodes is read whole, and a duplicate key at its end is still found")
+    func wideDocuments() throws {
+        let count = 300_000
+        let list = try #require(try YAMLParser.parse("[" + (0..<count).map(String.init).joined(separator: ",") + "]"))
+        #expect(Self.items(list)?.count == count && Self.items(list)?.last?.scalarValue == String(count - 1))
+        var keys = (0..<100_000).map { "k\($0): \($0)" }
+        let mapping = try #require(try YAMLParser.parse(keys.joined(separator: "\n")))
+        #expect(mapping.mappingEntries?.count == 100_000 && mapping.mappingEntries?.last?.value.scalarValue == "99999")
+        keys.append("k5: again")
+        do {
+            _ = try YAMLParser.parse(keys.joined(separator: "\n"))
+            Issue.record("a duplicate key was read")
+        } catch {
+            #expect(error.message == "duplicate key 'k5'" && error.mark.line == 100_001, "\(error)")
+        }
+    }
+
     @Test("syntax errors carry libyaml's message and position")
     func syntaxError() {
         do {

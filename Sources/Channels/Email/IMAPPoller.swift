@@ -88,7 +88,7 @@ public struct IMAPPoller: InboundPoller {
                 return .success(InboundBatch(messages: [], cursor: Cursor(uidValidity: uidValidity, nextUID: uidNext).text))
             }
             // `n:*` also matches the highest UID when it is below n (RFC 3501 §6.4.8): only UIDs from the cursor on count.
-            let uids = Self.searchResults(searched.body).filter { $0 >= cursor.nextUID }.sorted().prefix(Self.batchLimit)
+            let uids = Self.newUIDs(in: searched.body, from: cursor.nextUID)
             var messages: [InboundMessage] = []
             var next = cursor.nextUID
             for uid in uids {
@@ -154,6 +154,12 @@ public struct IMAPPoller: InboundPoller {
     }
 
     /// The numbers of `* SEARCH 2 84 882` lines.
+    /// The UIDs a SEARCH answered from `nextUID` on, lowest first, at most a batch. A UID is a 32-bit number
+    /// (RFC 3501 §2.3.1.1): a larger one from a broken server is no message (and its successor cannot overflow).
+    public static func newUIDs(in body: [UInt8], from nextUID: UInt64) -> [UInt64] {
+        Array(searchResults(body).filter { $0 >= nextUID && $0 <= UInt64(UInt32.max) }.sorted().prefix(batchLimit))
+    }
+
     static func searchResults(_ body: [UInt8]) -> [UInt64] {
         String(decoding: body, as: UTF8.self).split(whereSeparator: \.isNewline).flatMap { line -> [UInt64] in
             let words = line.split(separator: " ")

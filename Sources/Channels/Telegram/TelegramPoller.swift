@@ -95,7 +95,8 @@ public final class TelegramPoller: InboundPoller {
         var messages: [InboundMessage] = []
         var next = offset
         for update in updates {
-            next = max(next ?? 0, update.update_id + 1)
+            // Saturating: the id is the server's to write, and a wrapped one must not trap.
+            next = max(next ?? 0, update.update_id == .max ? .max : update.update_id + 1)
             if let message = inbound(update) { messages.append(message) }
         }
         return InboundBatch(messages: messages, cursor: next.map(String.init))

@@ -284,7 +284,9 @@ public enum DurationText {
 
     public static func parse(_ text: String) -> Duration? {
         var rest = Substring(text.trimmingCharacters(in: .whitespaces))
-        if let seconds = Int(rest), seconds >= 0 { return .seconds(seconds) }
+        // A bare number of seconds within the same bound as the unit forms (about 291 years): every user of a
+        // duration may then count it in milliseconds or nanoseconds without overflow.
+        if let seconds = Int(rest) { return (0..<9_200_000_000).contains(seconds) ? .seconds(seconds) : nil }
         var sign = 1.0
         if let first = rest.first, first == "-" || first == "+" {
             sign = first == "-" ? -1 : 1

@@ -671,8 +671,9 @@ public struct SoulConfigLoader {
     /// A YAML timestamp as Soulacy's decoder reads one: RFC 3339; unquoted also `2026-6-1 9:00:00` (UTC) or a bare date.
     public static func timestamp(_ text: String, quoted: Bool) -> Date? {
         let t = text.trimmingCharacters(in: .whitespaces)
-        let rfc = /(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})/
-        let loose = /(\d{4})-(\d{1,2})-(\d{1,2})(?:(?:[Tt]|[ \t]+)(\d{1,2}):(\d{2}):(\d{2})(\.\d+)?(?:[ \t]*([Zz]|[+-]\d{1,2}(?::\d{2})?))?)?/
+        // ASCII digits only: a regex's \d is any Unicode digit, which Int(_:) does not read.
+        let rfc = /([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})/
+        let loose = /([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})(?:(?:[Tt]|[ \t]+)([0-9]{1,2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?(?:[ \t]*([Zz]|[+-][0-9]{1,2}(?::[0-9]{2})?))?)?/
         var parts: (Int, Int, Int, Int, Int, Int, Double, Int)?
         func offset(_ zone: Substring?) -> Int? {
             guard let zone, !zone.isEmpty, zone != "Z", zone != "z" else { return 0 }
@@ -693,7 +694,9 @@ public struct SoulConfigLoader {
         calendar.timeZone = TimeZone(identifier: "UTC")!
         guard let date = calendar.date(from: DateComponents(year: p.0, month: p.1, day: p.2, hour: p.3, minute: p.4, second: p.5)),
               calendar.component(.day, from: date) == p.2 else { return nil }
-        return date.addingTimeInterval(p.6 - Double(p.7))
+        let instant = date.addingTimeInterval(p.6 - Double(p.7))
+        // An offset may carry year 0000 or 9999 past what a timestamp can be written as.
+        return JSONValue.writableDates.contains(instant) ? instant : nil
     }
 
     /// `channel` and `to`: a channel this gateway lacks is a warning (its runs record it), a bad `to` for one it has is an error.

@@ -79,7 +79,9 @@ public enum PhoneTools {
             guard let deviceID = arguments["device_id"]?.stringValue, let commandID = arguments["command_id"]?.stringValue else {
                 return "error: device_id and command_id are required"
             }
-            let wait = min(max(Int(arguments["wait_seconds"]?.numberValue ?? 0), 0), 25)
+            // Clamped as a Double: Int(_:) traps on a number the model made up past Int's range (1e300) or on NaN.
+            let asked = arguments["wait_seconds"]?.numberValue ?? 0
+            let wait = asked.isNaN ? 0 : Int(min(max(asked, 0), 25))
             do {
                 return try JSONCoding.text(DeviceNodes.CommandView(try await nodes.waitForOutcome(id: commandID, deviceID: deviceID, subject: run.subject, wait: .seconds(wait))))
             } catch {

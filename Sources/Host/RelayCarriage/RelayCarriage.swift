@@ -243,7 +243,8 @@ public actor RelayCarriage {
             return
         } catch { opened = nil }
         if let command = opened, command.id == id, let principal = await self.keys.principal(keyID: device) {
-            let parts = command.path.split(separator: "?", maxSplits: 1)
+            // Empty pieces kept: an empty path ("" or "?x") is a path the router does not know, not a missing element.
+            let parts = command.path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
             var query: [String: String] = [:]
             if parts.count == 2 {
                 for pair in parts[1].split(separator: "&") {
