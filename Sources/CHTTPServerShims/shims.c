@@ -87,7 +87,7 @@ struct MHD_Daemon *soulacy_mhd_start(unsigned int flags, uint16_t port,
     if (o->notify_connection)
         items[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)o->notify_connection, o->notify_connection_cls };
     items[n++] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
-    return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
+    return MHD_start_daemon(flags, port, o->accept_policy, o->accept_policy_cls, handler, handler_cls,
                             MHD_OPTION_ARRAY, items, MHD_OPTION_END);
 }
 

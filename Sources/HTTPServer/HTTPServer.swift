@@ -148,7 +148,8 @@ public final class HTTPServer: Sendable {
                                 connection_memory_limit: configuration.connectionMemoryBytes,
                                 bind_address: shared ? nil : sa, https_key_pem: key, https_cert_pem: cert,
                                 per_ip_connection_limit: UInt32(configuration.perAddressConnectionLimit),
-                                strict_for_client: 0, notify_connection: connectionNotified, notify_connection_cls: context)
+                                strict_for_client: 0, notify_connection: connectionNotified, notify_connection_cls: context,
+                                accept_policy: acceptPolicy, accept_policy_cls: context)
                             return soulacy_mhd_start(flags, shared ? 0 : configuration.port, accessHandler, context, requestCompleted, context, &options)
                         }
                     }
@@ -176,11 +177,11 @@ public final class HTTPServer: Sendable {
     public func stop(drainTimeout: Duration = .seconds(10)) async {
         let running = daemons.withLock { $0 }
         guard !running.isEmpty else { return }
-        if let listener = sharedPort.withLock({ $0 }) {
-            listener.stopAccepting()
-        } else {
-            for d in running { _ = MHD_quiesce_daemon(OpaquePointer(bitPattern: d)) }
-        }
+        // Not MHD_quiesce_daemon: on an epoll daemon with its own threads it races the workers' own removal of the
+        // listening socket and can MHD_PANIC (an open libmicrohttpd defect; seen as an abort in our CI). New
+        // connections are closed as they are accepted instead; MHD_stop_daemon closes the socket after the drain.
+        for core in cores { core.accepting.store(false, ordering: .releasing) }
+        if let listener = sharedPort.withLock({ $0 }) { listener.stopAccepting() }
         let deadline = ContinuousClock.now + drainTimeout
         while cores.contains(where: { $0.inFlight.load(ordering: .acquiring) > 0 }), ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(10))
@@ -250,6 +251,8 @@ final class ServerCore: Sendable {
     let immediate: (@Sendable (HTTPRequest) -> HTTPResponse?)?
     let maximumBodyBytes: Int
     let inFlight = Atomic<Int>(0)
+    /// False once the server is stopping: a connection accepted from then on is closed at once.
+    let accepting = Atomic<Bool>(true)
     let receiveDeadlines: ReceiveDeadlines
     let isSecure: Bool
     let handlerExecutor: (any TaskExecutor)?
@@ -329,6 +332,12 @@ final class ReceiveDeadlines: Sendable {
 /// The deadline entry of a connection (nil when deadlines are off), kept in MHD's socket context.
 private func deadlineEntry(_ connection: OpaquePointer?) -> ReceiveDeadlines.Entry? {
     soulacy_mhd_socket_context(connection).map { Unmanaged<ReceiveDeadlines.Entry>.fromOpaque($0).takeUnretainedValue() }
+}
+
+/// Refuses connections once the server is stopping (the drain then only waits for requests already taken).
+private let acceptPolicy: MHD_AcceptPolicyCallback = { cls, _, _ in
+    guard let cls else { return MHD_Result.YES }
+    return Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().accepting.load(ordering: .acquiring) ? MHD_Result.YES : MHD_Result.NO
 }
 
 private let connectionNotified: MHD_NotifyConnectionCallback = { cls, connection, socketContext, code in

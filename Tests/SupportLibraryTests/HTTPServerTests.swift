@@ -4,6 +4,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import APIKit
+import GatewayTestSupport
 import Identity
 import SQLite
 import Synchronization
@@ -54,25 +55,49 @@ struct HTTPServerTests {
         await server.stop()
     }
 
-    @Test("stop drains handlers in flight before closing")
+    @Test("stop drains handlers in flight before closing; a connection made during the drain gets no answer, and after it the port refuses")
     func gracefulStop() async throws {
-        let started = StartFlag()
+        let started = StartFlag(), released = StartFlag()
         var router = Router()
+        router.add(.GET, "/fast", access: .open) { _ in .json(["fast": true]) }
         router.add(.GET, "/slow", access: .open) { _ in
             started.set()
-            try await Task.sleep(for: .milliseconds(400))
+            while !released.isSet { try await Task.sleep(for: .milliseconds(5)) }
             return .json(["done": true])
         }
         let frozen = router
-        let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0)) { await frozen.handle($0) }
+        // A pool of threads, as the gateway runs it: stopping must not race the workers (MHD_quiesce_daemon did, and
+        // libmicrohttpd aborted the process now and then).
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.threadPoolSize = 4
+        let server = HTTPServer(configuration: configuration) { await frozen.handle($0) }
         try server.start()
         let port = server.port
         let pending = Task { try await get(port, "/slow") }
         while !started.isSet { try await Task.sleep(for: .milliseconds(5)) }
-        await server.stop()
+        let stopping = Task { await server.stop() }
+        // Once the drain has begun (the task may not have started yet: answered until then), a new connection is
+        // closed as it is accepted, while the slow request is still in flight.
+        var late = "not tried"
+        for _ in 0..<600 {
+            late = await RawHTTP.exchange(port: port, Array("GET /fast HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), halfClose: false)
+            if late.isEmpty { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(late.isEmpty, "a connection during the drain was answered: \(late.prefix(40))")
+        released.set()
+        await stopping.value
         let (status, text, _) = try await pending.value
         #expect(status == 200)
         #expect(text == #"{"done":true}"#)
+        #expect(RawHTTP.connect(port: port, timeout: 1) == nil, "stopped: the port refuses")
+        // Stops in a row, over and over, with pools of workers: none aborts the process.
+        for _ in 0..<20 {
+            let again = HTTPServer(configuration: configuration) { _ in .json(["ok": true]) }
+            try again.start()
+            _ = await RawHTTP.exchange(port: again.port, Array("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), halfClose: false)
+            await again.stop()
+        }
     }
 
     @Test("handlers run on the given executor's threads, before and after they suspend (a database's own threads, not the cooperative pool)")

@@ -20,6 +20,8 @@ struct soulacy_mhd_options {
     int strict_for_client;                   /* MHD_OPTION_STRICT_FOR_CLIENT */
     MHD_NotifyConnectionCallback notify_connection;  /* NULL: none */
     void *notify_connection_cls;
+    MHD_AcceptPolicyCallback accept_policy;  /* NULL: accept all */
+    void *accept_policy_cls;
 };
 
 /* The socket of a connection (for shutting down one that takes too long to send its request). */
