@@ -13,6 +13,8 @@ import Synchronization
 public enum RunStartError: Error, Sendable, Equatable, CustomStringConvertible {
     case unknownAgent(String)
     case alreadyRunning(agentID: String, runID: String)
+    /// As many conversations are running as the gateway (or this person) may have at once: try again shortly.
+    case busy(limit: Int, perPerson: Bool)
     /// `enabled: false`, or parked by a validation error.
     case disabled(agentID: String, reason: String?)
     /// This scheduled fire was run already (by another gateway on the same database).
@@ -23,6 +25,9 @@ public enum RunStartError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unknownAgent(let id): return "no agent '\(id)' in SOUL.yaml"
         case let .disabled(id, reason): return "agent '\(id)' is disabled" + (reason.map { ": \($0)" } ?? " (enabled: false in its file)")
         case let .alreadyRunning(agentID, runID): return "agent '\(agentID)' is already running (run \(runID)); its runs never overlap"
+        case let .busy(limit, perPerson):
+            return perPerson ? "\(limit) conversations of yours are running; try again when one has finished"
+                             : "\(limit) conversations are running on this gateway; try again when one has finished"
         case let .alreadyFired(agentID, at): return "agent '\(agentID)': the fire of \(at.formatted(.iso8601)) was run already"
         }
     }
@@ -134,6 +139,14 @@ public actor AgentRuns {
     private var starting: [String: String] = [:]
     /// Chat runs: a conversation may go on while the agent's scheduled run does (they never block each other).
     private var chatRuns: [String: Task<RunRecord, Never>] = [:]
+    /// Conversations running or being recorded, by person and in all: any key, and anyone who may message a
+    /// channel's bot, starts one per message, each a process or a model call, so they are bounded.
+    private var chatsByPerson: [String: Int] = [:]
+    private var chatsTotal = 0
+    private var chatSubjects: [String: String] = [:]
+    /// At most this many conversations at once on this gateway, and per person; a start past either is `.busy`.
+    public nonisolated let maximumChats: Int
+    public nonisolated let maximumChatsPerPerson: Int
     /// Runs that just finished, so a caller that starts and then waits never misses a fast run.
     private var recent: [String: RunRecord] = [:]
     private var recentOrder: [String] = []
@@ -142,8 +155,11 @@ public actor AgentRuns {
                 credentials: RunCredentials = RunCredentials(), progress: (any RunProgressObserver)? = nil, alerts: (any DeviceAlerts)? = nil,
                 outbound: OutboundChannelRegistry = OutboundChannelRegistry(), channelOutbox: (any ChannelOutbox)? = nil,
                 defaultOutputs: [String: DefaultOutput] = [:],
-                sendsRecorded: @escaping @Sendable () -> Void = {}, metrics: AgentMetrics? = nil, makeRunner: @escaping RunnerFactory) {
+                sendsRecorded: @escaping @Sendable () -> Void = {}, metrics: AgentMetrics? = nil,
+                maximumChats: Int = 64, maximumChatsPerPerson: Int = 8, makeRunner: @escaping RunnerFactory) {
         self.metrics = metrics
+        self.maximumChats = maximumChats
+        self.maximumChatsPerPerson = maximumChatsPerPerson
         router = OutputRouter(defaults: defaultOutputs, isRegistered: { [channels, outbound] name in channels.has(name) || outbound.has(name) })
         self.credentials = credentials
         self.alerts = alerts
@@ -178,6 +194,13 @@ public actor AgentRuns {
         guard let agent = catalog.agent(id: agentID) else { throw .unknownAgent(agentID) }
         guard agent.isOn else { throw .disabled(agentID: agentID, reason: agent.disabledReason) }
         if chat == nil, let current = running[agentID]?.runID ?? starting[agentID] { throw .alreadyRunning(agentID: agentID, runID: current) }
+        if chat != nil {
+            // Reserved before the first suspension, so starts interleaving on the actor cannot all pass.
+            guard chatsTotal < maximumChats else { throw .busy(limit: maximumChats, perPerson: false) }
+            guard chatsByPerson[subject, default: 0] < maximumChatsPerPerson else { throw .busy(limit: maximumChatsPerPerson, perPerson: true) }
+            chatsTotal += 1
+            chatsByPerson[subject, default: 0] += 1
+        }
         let runID = chat?.runID ?? namedRun ?? AgentRuns.newRunID()
         let sessionID = chat?.sessionID ?? namedSession ?? "ses_" + Hex.encode(SecureBytes.random(count: 10))
         var record = RunRecord(id: runID, agentID: agentID, sessionID: sessionID, trigger: trigger, status: .running, startedAt: clock.now())
@@ -211,6 +234,7 @@ public actor AgentRuns {
         }
         if chat == nil { starting[agentID] = nil }
         if !begun {
+            if chat != nil { releaseChat(subject: subject) }
             activityRuns[sessionID] = nil
             credentials.revoke(credential)
             throw .alreadyFired(agentID: agentID, at: fire?.at ?? record.startedAt)
@@ -227,7 +251,13 @@ public actor AgentRuns {
                 return finished
             }
         }
-        if chat == nil { running[agentID] = (runID, task) } else { chatRuns[runID] = task }
+        // Registered before the run's task can begin (it runs on this actor, and nothing here suspends since).
+        if chat == nil {
+            running[agentID] = (runID, task)
+        } else {
+            chatRuns[runID] = task
+            chatSubjects[runID] = subject
+        }
         return started
     }
 
@@ -264,9 +294,16 @@ public actor AgentRuns {
         for task in chatRuns.values { _ = await task.value }
     }
 
+    private func releaseChat(subject: String) {
+        chatsTotal -= 1
+        chatsByPerson[subject, default: 1] -= 1
+        if chatsByPerson[subject] == 0 { chatsByPerson[subject] = nil }
+    }
+
     private func finished(_ record: RunRecord) {
         if running[record.agentID]?.runID == record.id { running[record.agentID] = nil }
         chatRuns[record.id] = nil
+        if let subject = chatSubjects.removeValue(forKey: record.id) { releaseChat(subject: subject) }
         confirmListeners[record.id] = nil
         activityRuns[record.sessionID] = nil
         recent[record.id] = record

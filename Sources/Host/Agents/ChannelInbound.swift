@@ -94,16 +94,30 @@ public struct ChannelInbound: Sendable {
         }
     }
 
+    static let busyRetryDelay: Duration = .seconds(1)
+
     /// One message's run: a conversation in the chat's session, whose reply goes back to that chat.
     func start(_ message: TakenMessage, agentID: String) async {
         let session = "\(message.channel)-\(message.replyTo)"
-        do {
-            try await runs.start(agentID: agentID, input: message.text, trigger: .channel,
-                                 output: .to(RunDestination(channel: message.channel, to: message.replyTo)),
-                                 chat: ChatContext(sessionID: session), runID: message.runID)
-            log.info("inbound: a message on \(message.channel) started run \(message.runID) of \(agentID)")
-        } catch {
-            log.warning("inbound: a message on \(message.channel) could not start \(agentID): \(error)")
+        // While as many conversations run as the gateway allows, the message waits (and the poll with it: no more
+        // is taken meanwhile), rather than being dropped or starting one more process.
+        var waited = false
+        while !Task.isCancelled {
+            do {
+                try await runs.start(agentID: agentID, input: message.text, trigger: .channel,
+                                     output: .to(RunDestination(channel: message.channel, to: message.replyTo)),
+                                     chat: ChatContext(sessionID: session), runID: message.runID)
+                log.info("inbound: a message on \(message.channel) started run \(message.runID) of \(agentID)")
+                return
+            } catch {
+                guard case .busy = error else {
+                    log.warning("inbound: a message on \(message.channel) could not start \(agentID): \(error)")
+                    return
+                }
+                if !waited { log.info("inbound: a message on \(message.channel) waits: \(error)") }
+                waited = true
+                try? await Task.sleep(for: Self.busyRetryDelay)
+            }
         }
     }
 }

@@ -235,12 +235,13 @@ public enum GatewayVersion {
 }
 
 extension APIError {
-    /// A run that could not start: a missing agent is 404, a running or disabled one 409.
+    /// A run that could not start: a missing agent is 404, a running or disabled one 409, too many conversations 429.
     static func runRefused(_ error: RunStartError) -> APIError {
         switch error {
         case .unknownAgent: return .notFound(error.description)
         case .alreadyRunning, .alreadyFired: return .conflict(error.description, code: "already_running")
         case .disabled: return .conflict(error.description, code: "agent_disabled")
+        case .busy: return APIError(status: 429, code: "busy", message: error.description)
         }
     }
 }
