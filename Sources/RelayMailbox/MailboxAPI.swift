@@ -13,11 +13,23 @@ public struct MailboxAPI: Sendable {
     public let maximumItemBytes: Int
     /// Wakes phones for new items when the relay has APNs credentials; the push carries only a sealed payload.
     public let push: (any WakeTransport)?
+    /// The SHA-256 of the enrollment token a gateway must present to make a mailbox; nil lets anyone make one
+    /// (a relay on a private network). A relay on the internet sets it: mailboxes are storage for whoever has one.
+    let enrollTokenSHA256: [UInt8]?
+    /// Items waiting for one phone: past this an append is refused (507) until the phone reads and acknowledges.
+    public let maximumPendingItems: Int
+    /// A page of items is at most this many bytes of ciphertext, as items may be large (at least one item).
+    public static let pageBytes = 4 << 20
+    /// A phone's id in a mailbox.
+    public static let maximumDeviceIDLength = 128
 
-    public init(store: any MailboxStore, maximumItemBytes: Int = 256 * 1024, push: (any WakeTransport)? = nil) {
+    public init(store: any MailboxStore, maximumItemBytes: Int = 256 * 1024, push: (any WakeTransport)? = nil, enrollToken: String? = nil,
+                maximumPendingItems: Int = 1000) {
         self.store = store
         self.maximumItemBytes = maximumItemBytes
         self.push = push
+        self.enrollTokenSHA256 = enrollToken.map { SHA256.hash($0) }
+        self.maximumPendingItems = maximumPendingItems
     }
 
     public var router: Router {
@@ -115,6 +127,11 @@ public struct MailboxAPI: Sendable {
     }
 
     @Sendable func createMailbox(_ request: HTTPRequest) async throws -> HTTPResponse {
+        if let expected = enrollTokenSHA256 {
+            guard let presented = Self.bearer(request), SecureBytes.constantTimeEqual(SHA256.hash(presented), expected) else {
+                throw APIError.unauthorized("this relay makes mailboxes only for gateways with its enrollment token (SOULACY_RELAY_MAILBOX_TOKEN)")
+            }
+        }
         let body = try request.decode(SecretHash.self)
         let id = try await store.createMailbox(secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"))
         return .json(["mailbox_id": id], status: 201)
@@ -122,9 +139,10 @@ public struct MailboxAPI: Sendable {
 
     @Sendable func putDevice(_ request: HTTPRequest) async throws -> HTTPResponse {
         let mailbox = try await requireGateway(request)
+        let device = try request.parameter("dev").limited(to: Self.maximumDeviceIDLength, field: "device")
         let body = try request.decode(SecretHash.self)
         let cursor = Int64(try body.cursor.wholeNumber(in: Self.sequenceRange, field: "cursor") ?? 0)
-        try await store.putDevice(mailbox: mailbox, device: request.parameter("dev"), secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"), cursor: cursor)
+        try await store.putDevice(mailbox: mailbox, device: device, secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"), cursor: cursor)
         return .noContent
     }
 
@@ -144,6 +162,11 @@ public struct MailboxAPI: Sendable {
         let kindText = body.kind ?? MailboxItemKind.record.rawValue
         guard let kind = MailboxItemKind(rawValue: kindText) else { throw APIError.invalidField("kind", "must be \"record\" or \"result\", got \"\(kindText)\"") }
         let seq = try body.seq.wholeNumber(in: Self.sequenceRange, field: "seq").map(Int64.init)
+        // A phone that stays away does not make the relay's disk the gateway's backlog: the gateway keeps its own
+        // lines and tries again once the phone has read these.
+        guard try await store.pendingItems(mailbox: mailbox, device: device, upTo: maximumPendingItems) < maximumPendingItems else {
+            throw APIError(status: 507, code: "mailbox_full", message: "ciphertext: \(maximumPendingItems) items already wait for this phone", field: "ciphertext")
+        }
         let tooLarge = ciphertext.utf8.count > maximumItemBytes
         let item = NewMailboxItem(ciphertext: tooLarge ? nil : ciphertext, tooLarge: tooLarge, kind: kind, seq: seq)
         // The carriage may have been turned off since the check: then nothing was stored.
@@ -156,7 +179,9 @@ public struct MailboxAPI: Sendable {
     @Sendable func items(_ request: HTTPRequest) async throws -> HTTPResponse {
         let (mailbox, device) = try await requirePhone(request)
         guard let after = Int64(request.query["after"] ?? "0"), after >= 0 else { throw APIError.invalidField("after", "must be a sequence number") }
-        let list = try await store.items(mailbox: mailbox, device: device, after: after).map { item in
+        // Items may each be as large as the relay allows: a page holds what fits in `pageBytes` (the phone asks again).
+        let limit = min(200, max(1, Self.pageBytes / max(1, maximumItemBytes)))
+        let list = try await store.items(mailbox: mailbox, device: device, after: after, limit: limit).map { item in
             item.tooLarge ? MailboxItemPage.Item(n: item.n, tooLarge: true) : MailboxItemPage.Item(n: item.n, ciphertext: item.ciphertext ?? "")
         }
         return .json(MailboxItemPage(items: list, inboxOnline: try await store.isOnline(mailbox: mailbox)))

@@ -33,6 +33,8 @@ public protocol MailboxStore: Sendable {
     func appendItem(mailbox: String, device: String, _ item: NewMailboxItem) async throws -> Int64?
     /// Up to `limit` items numbered after `after`, in order.
     func items(mailbox: String, device: String, after: Int64, limit: Int) async throws -> [MailboxItem]
+    /// How many items wait for the phone, counted up to `limit` (the check before an append need not count more).
+    func pendingItems(mailbox: String, device: String, upTo limit: Int) async throws -> Int
     /// Acknowledged items (by item number) are gone for good; the cursor only moves forward.
     func ack(mailbox: String, device: String, through: Int64) async throws
     /// A cursor ack: the phone has the gateway's records up to store sequence `seq` (read over another path, say).

@@ -140,6 +140,13 @@ public struct PostgresMailboxStore: MailboxStore {
         }
     }
 
+    public func pendingItems(mailbox: String, device: String, upTo limit: Int) async throws -> Int {
+        try await pool.withConnection { db in
+            Int(try db.query("SELECT COUNT(*) AS n FROM (SELECT 1 FROM mailbox_items WHERE mailbox_id = $1 AND device_id = $2 LIMIT $3) AS pending",
+                             bytes(mailbox), bytes(device), limit).first?.int("n") ?? 0)
+        }
+    }
+
     public func appendItem(mailbox: String, device: String, _ item: NewMailboxItem) async throws -> Int64? {
         try await pool.transaction { db in
             // The phone's row is locked until commit: two relays appending at once number one after the other.

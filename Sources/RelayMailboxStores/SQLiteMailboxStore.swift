@@ -161,6 +161,13 @@ public final class SQLiteMailboxStore: MailboxStore {
         }
     }
 
+    public func pendingItems(mailbox: String, device: String, upTo limit: Int) async throws -> Int {
+        try await database.asyncRead { db in
+            Int(try db.query("SELECT COUNT(*) AS n FROM (SELECT 1 FROM mailbox_items WHERE mailbox_id = ? AND device_id = ? LIMIT ?)",
+                             mailbox, device, limit).first?.int("n") ?? 0)
+        }
+    }
+
     public func ack(mailbox: String, device: String, recordsThroughSeq seq: Int64) async throws {
         try await database.asyncTransaction { db in
             try db.run("DELETE FROM mailbox_items WHERE mailbox_id = ? AND device_id = ? AND kind = 'record' AND seq IS NOT NULL AND seq <= ?",

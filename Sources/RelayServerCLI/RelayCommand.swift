@@ -28,7 +28,8 @@ struct RelayCommand {
         guard args.isEmpty, options["data"] != nil || databaseURL != nil else {
             FileHandle.standardError.write(Data("""
                 usage: soulacy-relay (--data DIR | --database-url postgres://…) [--listen ADDR:PORT] [--max-item-bytes N] [--database-pool-size N] [--tls-cert PEM --tls-key PEM]
-                (SOULACY_RELAY_DATABASE_URL may stand for --database-url)
+                (SOULACY_RELAY_DATABASE_URL may stand for --database-url; SOULACY_RELAY_ENROLL_TOKEN, when set, is the
+                token a gateway must present to make a mailbox: its SOULACY_RELAY_MAILBOX_TOKEN)
 
                 """.utf8))
             exit(64)
@@ -75,7 +76,14 @@ struct RelayCommand {
                 configuration.handlerExecutor = sqlite.database.executor
                 store = sqlite
             }
-            let api = MailboxAPI(store: store, maximumItemBytes: Int(options["max-item-bytes"] ?? "") ?? 256 * 1024, push: push)
+            // A secret: from the environment (a service's EnvironmentFile), never the process list, never printed.
+            let enrollToken = ProcessInfo.processInfo.environment["SOULACY_RELAY_ENROLL_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+            if enrollToken == nil, !["127.0.0.1", "::1", "[::1]", "localhost"].contains(String(listen[..<colon])) {
+                let warning = "soulacy-relay: warning: anyone who reaches \(listen) can make a mailbox and store items in it; set "
+                    + "SOULACY_RELAY_ENROLL_TOKEN (and the gateways' SOULACY_RELAY_MAILBOX_TOKEN) to keep mailboxes for your gateways\n"
+                FileHandle.standardError.write(Data(warning.utf8))
+            }
+            let api = MailboxAPI(store: store, maximumItemBytes: Int(options["max-item-bytes"] ?? "") ?? 256 * 1024, push: push, enrollToken: enrollToken)
             let server = Responder(router: api.router).server(configuration)
             try server.start()
             print("soulacy-relay is listening on \(tls == nil ? "http" : "https")://\(String(listen[..<colon])):\(server.port)")

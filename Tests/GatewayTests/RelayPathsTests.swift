@@ -199,6 +199,34 @@ struct RelayPathsTests {
         }
     }
 
+    @Test("a relay with an enrollment token makes a mailbox for the gateway that presents it, and for no other")
+    func enrollmentToken() async throws {
+        let relay = RelayServerProcess()
+        try await relay.start(environment: ["SOULACY_RELAY_ENROLL_TOKEN": "enroll-7c21"])
+        defer { relay.stop() }
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url, "SOULACY_RELAY_MAILBOX_TOKEN": "enroll-7c21"], lan: true) { gw in
+            let (token, endpoint) = try await pairPhone(gw)
+            _ = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone"], key: .some(token))
+            let phone = GatewayClient(paths: GatewayPaths(tailnet: "http://127.0.0.1:\(freePort())", relay: endpoint), token: token, probeTimeout: .seconds(10))
+            guard case .answered(let answer, .relay) = await phone.send(method: "GET", path: "/api/v1/mobile/deliveries?device_id=phone") else {
+                Issue.record("no answer through the relay"); return
+            }
+            #expect(answer.status == 200)
+        }
+        // A gateway without the token gets no mailbox: its phone pairs, without a relay path, and the token never shows.
+        try await withTestGateway(environment: ["SOULACY_RELAY_MAILBOX_URL": relay.url], lan: true) { gw in
+            let code = try #require(try await gw.request("POST", "/api/v1/pairing/tokens").json["code"]?.stringValue)
+            let pinned = HTTP2Client(configuration: HTTP2ClientConfiguration(pinnedPublicKeySHA256: Hex.decode(gw.gateway.tlsPin!)))
+            let answer = try await pinned.send(ClientRequest(method: "POST", url: "https://127.0.0.1:\(gw.gateway.lanPort!)/api/v1/pairing/redeem",
+                                                             headers: [("content-type", "application/json")],
+                                                             body: JSONValue.object(["code": .string(code), "name": "Phone"]).serializedBytes()))
+            let redeemed = try JSONValue.parse(answer.body)
+            #expect(redeemed["token"]?.stringValue != nil && redeemed["relay"] == nil, "\(answer.status) \(redeemed)")
+        }
+        let log = (try? String(contentsOfFile: relay.directory + "/relay.log", encoding: .utf8)) ?? ""
+        #expect(!log.contains("enroll-7c21"))
+    }
+
     @Test("the mailbox serves HTTPS when given a certificate: gateway and phone reach it with their trust, plain HTTP does not")
     func relayOverTLS() async throws {
         let relay = RelayServerProcess(tls: true)

@@ -490,7 +490,7 @@ public final class Gateway: Sendable {
             } catch {
                 throw .storage("cannot open the relay tables: \(error)")
             }
-            carriage = RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, store: store, node: node,
+            carriage = RelayCarriage(url: relayURL, caFile: settings.relayMailboxCAFile, enrollToken: settings.relayMailboxToken, store: store, node: node,
                                      mobile: mobileStorage.inbox, keys: keys, log: log) { request, principal, secret in
                 await idempotency.answer(request, principal: principal, sealingSecret: secret) { await routerCopy.handle($0, authenticated: principal) }
             }

@@ -30,6 +30,9 @@ public struct GatewaySettings: Sendable, Equatable {
     public var databaseMaximumBytes: Int?
     /// `SOULACY_RELAY_MAILBOX_URL`, `SOULACY_RELAY_MAILBOX_CA_FILE`: the end-to-end encrypted relay mailbox.
     public var relayMailboxURL: String?
+    /// `SOULACY_RELAY_MAILBOX_TOKEN`: the relay's enrollment token (its `SOULACY_RELAY_ENROLL_TOKEN`), presented once,
+    /// to make this gateway's mailbox; never logged.
+    public var relayMailboxToken: String?
     public var relayMailboxCAFile: String?
     /// `SOULACY_AGENT_WATCH`: poll the agent files for changes (default on; `off` leaves reloads to SIGHUP).
     public var watchAgentFiles = true
@@ -111,6 +114,7 @@ public struct GatewaySettings: Sendable, Equatable {
         settings.databaseMaximumBytes = try positive("SOULACY_DB_MAX_MB", unit: "megabytes").map { $0 * 1_048_576 }
         settings.relayMailboxURL = try url("SOULACY_RELAY_MAILBOX_URL")
         settings.relayMailboxCAFile = value("SOULACY_RELAY_MAILBOX_CA_FILE")
+        settings.relayMailboxToken = value("SOULACY_RELAY_MAILBOX_TOKEN")
         settings.watchAgentFiles = try switchValue("SOULACY_AGENT_WATCH", default: true)
         settings.killAfterEffect = value("SOULACY_FAULT_KILL_AFTER_EFFECT") == "1"
         if let node = value("SOULACY_NODE_ID") {

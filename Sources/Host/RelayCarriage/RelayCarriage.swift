@@ -32,6 +32,8 @@ public actor RelayCarriage {
 
     nonisolated let url: String
     let store: any RelayCarriageStore
+    /// The relay's enrollment token, presented only to make the mailbox.
+    let enrollToken: String?
     /// This gateway process's name among the nodes on one database: only the node holding the carriage runs rounds.
     nonisolated let node: String
     /// How long a carriage lasts unless renewed (each round renews it): what a dead carrier's phones wait at most.
@@ -46,9 +48,10 @@ public actor RelayCarriage {
 
     /// `store` keeps the phones' pairing secrets and the mailbox's bearer sealed; `node` names this process among the
     /// gateway's nodes on one database.
-    public init(url: String, caFile: String?, store: any RelayCarriageStore, node: String = "local", carriageLease: Duration = .seconds(10),
+    public init(url: String, caFile: String?, enrollToken: String? = nil, store: any RelayCarriageStore, node: String = "local", carriageLease: Duration = .seconds(10),
                 mobile: any Inbox, keys: any APIKeyStore, log: Log, apply: @escaping @Sendable (HTTPRequest, Principal, [UInt8]) async -> HTTPResponse) {
         self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
+        self.enrollToken = enrollToken
         self.store = store
         self.node = node
         self.carriageLease = carriageLease
@@ -88,8 +91,11 @@ public actor RelayCarriage {
 
     private func createMailbox() async throws -> (id: String, bearer: String) {
         let bearer = Base64URL.encode(SecureBytes.random(count: 32))
-        let (status, body) = try await call("POST", "/v1/mailboxes", bearer: nil, json: ["secret_sha256": .string(Hex.encode(SHA256.hash(bearer)))])
-        guard status == 201, let id = body["mailbox_id"]?.stringValue else { throw RelayRefusal(message: "the relay refused to make a mailbox (\(status))") }
+        let (status, body) = try await call("POST", "/v1/mailboxes", bearer: enrollToken, json: ["secret_sha256": .string(Hex.encode(SHA256.hash(bearer)))])
+        guard status == 201, let id = body["mailbox_id"]?.stringValue else {
+            let hint = status != 401 ? "" : enrollToken == nil ? ": it asks for an enrollment token (SOULACY_RELAY_MAILBOX_TOKEN)" : ": SOULACY_RELAY_MAILBOX_TOKEN is not its token"
+            throw RelayRefusal(message: "the relay refused to make a mailbox (\(status))\(hint)")
+        }
         // Another node may have saved its mailbox first: every node uses the one kept.
         let kept = try await store.saveMailbox(url: url, RelayMailboxAccess(id: id, bearer: bearer))
         if kept.id != id { _ = try? await call("DELETE", "/v1/mailboxes/\(id)", bearer: bearer) }
