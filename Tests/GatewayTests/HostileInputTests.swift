@@ -91,6 +91,21 @@ struct HostileInputTests {
         #expect(patient.status == 200)
     }
 
+    @Test("a mutating call's path past 512 bytes is logged as its hash: the same call replays, another long path with the key is refused")
+    func longPathsInTheIdempotencyLog() async throws {
+        try await withTestGateway(mode: .router) { (gw) async throws in
+            let long = "/api/v1/mobile/devices/" + String(repeating: "d", count: 20_000)
+            let first = try await gw.request("DELETE", long, headers: ["Idempotency-Key": "long-1"])
+            let again = try await gw.request("DELETE", long, headers: ["Idempotency-Key": "long-1"])
+            #expect(again.status == first.status && again.body == first.body && again.headers["idempotent-replayed"] == "true", "\(first.status) \(again.status)")
+            let other = try await gw.request("DELETE", long + "e", headers: ["Idempotency-Key": "long-1"])
+            #expect(other.status == 409 && other.errorCode == "idempotency_key_reused" && !other.text.contains(String(repeating: "d", count: 600)), "\(other.status)")
+            // What the log keeps for it is the hash, not the 20 KB path.
+            let kept = try gw.gateway.database.read { db in try db.query("SELECT path FROM idempotency_log").compactMap { $0.string("path") } }
+            #expect(kept.allSatisfy { $0.utf8.count <= 512 } && kept.contains { $0.hasPrefix("sha256:") }, "\(kept.map { $0.prefix(40) })")
+        }
+    }
+
     final class Counter: Sendable {
         private let total = Mutex(0)
         func add(_ n: Int) { total.withLock { $0 += n } }

@@ -105,7 +105,7 @@ public final class IdempotencyLog: Sendable {
             return await replay(stored, of: request, caller: principal, sealingKeys: [sealingKey, legacyKey].compactMap { $0 })
         }
         let now = clock.now()
-        let (method, path) = (request.method, request.path)
+        let (method, path) = (request.method, Self.loggedPath(request.path))
         let hook = store.appliedHook(scope: scope, key: key, method: method, path: path, at: now) { answer in
             Self.stored(answer, method: method, path: path, sealingKey: sealingKey)
         }
@@ -122,6 +122,12 @@ public final class IdempotencyLog: Sendable {
         return response
     }
 
+    /// The path as a line keeps it: itself up to 512 bytes, else its SHA-256 (a caller's 30 KB path would otherwise
+    /// be kept for a month per key). A retry's path is compared the same way.
+    static func loggedPath(_ path: String) -> String {
+        path.utf8.count <= 512 ? path : "sha256:" + Hex.encode(SHA256.hash(path))
+    }
+
     /// An answer as the log keeps it: sealed under the caller's key when there is one (else only its status).
     static func stored(_ answer: CommitHook.Answer, method: String, path: String, sealingKey: [UInt8]?) -> IdempotencyLine {
         guard let sealingKey, let box = try? SealedBox.seal(answer.body, key: sealingKey, header: sealHeader) else {
@@ -131,7 +137,7 @@ public final class IdempotencyLog: Sendable {
     }
 
     private func replay(_ stored: IdempotencyLine, of request: HTTPRequest, caller: Principal, sealingKeys: [[UInt8]]) async -> HTTPResponse {
-        guard stored.method == request.method, stored.path == request.path else {
+        guard stored.method == request.method, stored.path == Self.loggedPath(request.path) else {
             return APIError.conflict("Idempotency-Key: this key was used for \(stored.method) \(stored.path); use a new key for a new intent",
                                      code: "idempotency_key_reused").response
         }
