@@ -45,8 +45,21 @@ public struct MobileAPI: Sendable {
         ]
     }
 
+    /// Phones one person may register: each delivery to them writes a row and queues a wake-up per phone, so an
+    /// unbounded count is a cost any key could multiply.
+    public static let maximumDevicesPerPerson = 50
+
+    /// Refuses a new device (409 `too_many_devices`, naming `field`) when the person has `maximumDevicesPerPerson`;
+    /// an update of one of theirs always passes.
+    public static func ensureRoom(forDevice id: String, subject: String, in devices: any DeviceRegistry, field: String) async throws {
+        guard try await devices.device(id: id) == nil, try await devices.list(subject: subject).count >= maximumDevicesPerPerson else { return }
+        throw APIError(status: 409, code: "too_many_devices",
+                       message: "\(maximumDevicesPerPerson) devices are registered to you; remove one (DELETE /api/v1/mobile/devices/:id) first", field: field)
+    }
+
     @Sendable func registerDevice(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {
         let registration = try DeviceRegistration(json: JSONObject(body: request.body))
+        try await Self.ensureRoom(forDevice: registration.id, subject: caller.subject, in: storage.devices, field: "id")
         return try await storage.transactions.answer { session in
             let created: Bool
             do {

@@ -112,3 +112,24 @@ struct HostileInputTests {
         var value: Int { total.withLock { $0 } }
     }
 }
+
+/// Each delivery to a person writes a row and queues a wake-up per phone of theirs: a key cannot multiply that.
+@Suite("Devices per person")
+struct DevicesPerPersonTests {
+    @Test("a person registers at most 50 devices (409 too_many_devices naming id); updating one of them, or removing one, still works; another person is not counted")
+    func bounded() async throws {
+        try await withTestGateway(mode: .router) { (gw) async throws in
+            for n in 0..<50 {
+                #expect(try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": .string("phone-\(n)")]).status == 201)
+            }
+            let refused = try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone-50"])
+            #expect(refused.status == 409 && refused.errorCode == "too_many_devices" && refused.errorField == "id", "\(refused.status) \(refused.text)")
+            #expect(try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone-7", "name": "Renamed"]).status == 201)
+            let ben = try await gw.mintKey(subject: "ben", role: "operator")
+            #expect(try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "ben-phone"], key: .some(ben)).status == 201)
+            #expect(try await gw.request("DELETE", "/api/v1/mobile/devices/phone-0").status == 204)
+            #expect(try await gw.request("POST", "/api/v1/mobile/devices", json: ["id": "phone-50"]).status == 201)
+            #expect(try await gw.request("GET", "/api/v1/mobile/devices").json["devices"]?.arrayValue?.count == 50)
+        }
+    }
+}

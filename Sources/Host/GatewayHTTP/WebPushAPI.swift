@@ -3,6 +3,7 @@ import Foundation
 import Identity
 import JSON
 import Mobile
+import MobileHTTP
 import WebPush
 
 /// Browser notifications (docs/console-api.md §"Browser notifications"): the console reads the gateway's VAPID
@@ -46,6 +47,7 @@ public struct WebPushAPI: Sendable {
         let name = try Self.name(try body.optionalString("name"))
         let deviceID = transport.deviceID(for: subscription)
         let registration = DeviceRegistration(browserID: deviceID, name: name, sealedSubscription: try transport.seal(subscription, deviceID: deviceID))
+        try await MobileAPI.ensureRoom(forDevice: deviceID, subject: caller.subject, in: mobile.devices, field: "endpoint")
         return try await mobile.transactions.answer { session in
             do {
                 _ = try mobile.devices.register(registration, subject: caller.subject, keyID: caller.keyID, in: session)
