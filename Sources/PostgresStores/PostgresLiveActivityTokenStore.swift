@@ -22,6 +22,11 @@ public struct PostgresLiveActivityTokenStore: LiveActivityTokenStore {
             INSERT INTO mobile_live_activities (device_id, session_id, agent_id, token, environment, created_at) VALUES ($1, $2, $3, $4, $5, $6)
             ON CONFLICT (device_id, session_id) DO UPDATE SET token = excluded.token, environment = excluded.environment, agent_id = excluded.agent_id
             """, deviceID, sessionID, agentID, token, environment.rawValue, now.postgresMillis)
+        // A phone keeps its newest tokens only: a session id is the caller's to choose, so they are not kept without end.
+        _ = try session.postgresConnection().run("""
+            DELETE FROM mobile_live_activities WHERE device_id = $1 AND session_id NOT IN
+                (SELECT session_id FROM mobile_live_activities WHERE device_id = $1 ORDER BY created_at DESC, session_id DESC LIMIT $2)
+            """, deviceID, liveActivityTokensPerDevice)
     }
 
     public func targets(sessionID: String, subject: String) async throws -> [WakeTarget] {

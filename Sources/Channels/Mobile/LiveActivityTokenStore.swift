@@ -15,7 +15,7 @@ public protocol LiveActivityTokenStore: Sendable {
     var transactions: any TransactionalStorage { get }
 
     /// Keeps `token` as the device's update token for the run's session, inside the caller's transaction; a later
-    /// token for the same device and session replaces it.
+    /// token for the same device and session replaces it; the device keeps its `liveActivityTokensPerDevice` newest.
     func register(deviceID: String, sessionID: String, agentID: String, token: String, environment: WakeTarget.Environment, now: Date,
                   in session: any StorageSession) throws
     /// Where updates for a session go: each reported activity token, on an iOS device `subject` owns.
@@ -23,6 +23,10 @@ public protocol LiveActivityTokenStore: Sendable {
     /// Where a push-to-start goes: every iOS phone of `subject` that sent a start token (the feature is on).
     func startTargets(subject: String) async throws -> [WakeTarget]
 }
+
+/// Live Activity tokens one phone keeps, its newest (a phone shows a handful of activities at once, and a session id
+/// is the caller's to choose, so every engine drops the oldest past it).
+public let liveActivityTokensPerDevice = 64
 
 extension LiveActivityTokenStore {
     /// Keeps a device's token in a transaction of its own.

@@ -19,6 +19,11 @@ public struct SQLiteLiveActivityTokenStore: LiveActivityTokenStore {
             INSERT INTO mobile_live_activities (device_id, session_id, agent_id, token, environment, created_at) VALUES (?, ?, ?, ?, ?, ?)
             ON CONFLICT (device_id, session_id) DO UPDATE SET token = excluded.token, environment = excluded.environment, agent_id = excluded.agent_id
             """, deviceID, sessionID, agentID, token, environment.rawValue, now.sqliteMillis)
+        // A phone keeps its newest tokens only: a session id is the caller's to choose, so they are not kept without end.
+        try session.sqliteConnection().run("""
+            DELETE FROM mobile_live_activities WHERE device_id = ? AND session_id NOT IN
+                (SELECT session_id FROM mobile_live_activities WHERE device_id = ? ORDER BY created_at DESC, session_id DESC LIMIT ?)
+            """, deviceID, deviceID, liveActivityTokensPerDevice)
     }
 
     public func targets(sessionID: String, subject: String) async throws -> [WakeTarget] {

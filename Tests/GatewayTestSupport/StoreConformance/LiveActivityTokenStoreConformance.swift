@@ -70,6 +70,19 @@ public struct LiveActivityTokenStoreConformance: Sendable {
             let bobStarts = try await tokens.startTargets(subject: "bob")
             check("push-to-start", bobStarts.isEmpty, "bob has no iOS phone, start targets: \(bobStarts)")
 
+            // A phone keeps its newest tokens: 70 older sessions (a second apart, before ses_1's token) leave ses_1 and
+            // the newest of them within the bound.
+            let count = 70, room = liveActivityTokensPerDevice - 1
+            for n in 0..<count {
+                try await tokens.register(deviceID: "alice-pad", sessionID: "ses_old_\(n)", agentID: "brief", token: Self.hex("0c"), environment: .production,
+                                          now: now.addingTimeInterval(Double(n - 1000)))
+            }
+            var keptSessions: [Int] = []
+            for n in 0..<count where try await !tokens.targets(sessionID: "ses_old_\(n)", subject: "alice").isEmpty { keptSessions.append(n) }
+            check("newest tokens per device", keptSessions == Array((count - room)..<count), "sessions still targeted after \(count): \(keptSessions)")
+            let stillBoth = try await tokens.targets(sessionID: "ses_1", subject: "alice")
+            check("newest tokens per device", Set(stillBoth.map(\.deviceID)) == ["alice-phone", "alice-pad"], "ses_1 after the old sessions: \(stillBoth)")
+
             // With the caller's effect, or not at all.
             try await fixture.storage.withTransaction { session in
                 try fixture.writeEffect("live-activity", in: session)
