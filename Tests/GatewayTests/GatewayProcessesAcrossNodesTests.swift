@@ -40,7 +40,7 @@ struct GatewayProcessesAcrossNodesTests {
         let directory = TestGateway.makeTemporaryDirectory()
         let nodes = try ["node-a", "node-b", "node-c"].map { node in
             try GatewayProcess(directory: directory, config: Self.config, environment: apns.environment.merging([
-                "SOULACY_DATABASE_URL": database.url, "SOULACY_NODE_ID": node, "SOULACY_OUTBOX_LEASE_SECONDS": "10",
+                "SOULACY_DATABASE_URL": database.url, "SOULACY_NODE_ID": node, "SOULACY_OUTBOX_LEASE_SECONDS": "3",
                 "SOULACY_LONG_POLL_SECONDS": "20", "SOULACY_TLS": "off", "SOULACY_AGENT_WATCH": "off"]) { $1 })
         }
         defer { for node in nodes { node.kill9() } }
@@ -114,8 +114,7 @@ struct GatewayProcessesAcrossNodesTests {
         let read = try await c.call("GET", "/api/v1/mobile/deliveries/\(sample)?device_id=owner-phone", key: key)
         #expect(read.status == 200, "\(read)")
 
-        // Every wake-up is sent: B's claimed rows pass to A and C once its 10 s lease has run out (long enough that
-        // the count of B's claims above is read before A or C may take them, however loaded the machine).
+        // Every wake-up is sent: B's claimed rows pass to A and C once its 3 s lease has run out.
         let settled = await eventually(timeout: .seconds(60)) {
             (try? await query("SELECT count(*) AS n FROM mobile_push_outbox WHERE state <> 'sent'").first?.int("n")) == 0
         }
