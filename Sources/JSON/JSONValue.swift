@@ -144,11 +144,12 @@ extension JSONValue {
     /// The instants a timestamp can be written as: RFC 3339's four-digit years, 0000 to 9999. Parsers refuse the
     /// rest; the writer clamps anything else (a date computed past them) rather than trap.
     public static let writableDates = Date(timeIntervalSince1970: -62_167_219_200)...Date(timeIntervalSince1970: 253_402_300_799.999)
+    /// The same instants in milliseconds, as the writer clamps them (computed once, not per timestamp written).
+    static let writableMilliseconds = (writableDates.lowerBound.timeIntervalSince1970 * 1000)...(writableDates.upperBound.timeIntervalSince1970 * 1000)
 
     static func writeISO8601(_ date: Date, into out: inout [UInt8]) {
         let given = date.timeIntervalSince1970 * 1000
-        let bounds = (writableDates.lowerBound.timeIntervalSince1970 * 1000)...(writableDates.upperBound.timeIntervalSince1970 * 1000)
-        let millisTotal = Int64((given.isNaN ? 0 : min(max(given, bounds.lowerBound), bounds.upperBound)).rounded(.down))
+        let millisTotal = Int64((given.isNaN ? 0 : min(max(given, writableMilliseconds.lowerBound), writableMilliseconds.upperBound)).rounded(.down))
         var seconds = time_t(millisTotal >= 0 ? millisTotal / 1000 : (millisTotal - 999) / 1000)
         let millis = Int((millisTotal % 1000 + 1000) % 1000)
         var parts = tm()

@@ -56,10 +56,15 @@ public struct MailboxAPI: Sendable {
         return String(header.dropFirst(7))
     }
 
+    /// Whether the request's bearer hashes to `expected` (compared in constant time); false without either.
+    static func presents(_ request: HTTPRequest, secretSHA256 expected: [UInt8]?) -> Bool {
+        guard let presented = bearer(request), let expected else { return false }
+        return SecureBytes.constantTimeEqual(SHA256.hash(presented), expected)
+    }
+
     private func requireGateway(_ request: HTTPRequest) async throws -> String {
         let mailbox = request.parameter("mb")
-        guard let presented = Self.bearer(request), let expected = try await store.mailboxSecret(mailbox),
-              SecureBytes.constantTimeEqual(SHA256.hash(presented), expected) else {
+        guard Self.presents(request, secretSHA256: try await store.mailboxSecret(mailbox)) else {
             throw APIError.unauthorized("not this mailbox's bearer")
         }
         return mailbox
@@ -67,8 +72,7 @@ public struct MailboxAPI: Sendable {
 
     private func requirePhone(_ request: HTTPRequest) async throws -> (String, String) {
         let mailbox = request.parameter("mb"), device = request.parameter("dev")
-        guard let presented = Self.bearer(request), let expected = try await store.deviceSecret(mailbox: mailbox, device: device),
-              SecureBytes.constantTimeEqual(SHA256.hash(presented), expected) else {
+        guard Self.presents(request, secretSHA256: try await store.deviceSecret(mailbox: mailbox, device: device)) else {
             throw APIError.unauthorized("not this phone's bearer")
         }
         return (mailbox, device)
@@ -127,10 +131,8 @@ public struct MailboxAPI: Sendable {
     }
 
     @Sendable func createMailbox(_ request: HTTPRequest) async throws -> HTTPResponse {
-        if let expected = enrollTokenSHA256 {
-            guard let presented = Self.bearer(request), SecureBytes.constantTimeEqual(SHA256.hash(presented), expected) else {
-                throw APIError.unauthorized("this relay makes mailboxes only for gateways with its enrollment token (SOULACY_RELAY_MAILBOX_TOKEN)")
-            }
+        if enrollTokenSHA256 != nil, !Self.presents(request, secretSHA256: enrollTokenSHA256) {
+            throw APIError.unauthorized("this relay makes mailboxes only for gateways with its enrollment token (SOULACY_RELAY_MAILBOX_TOKEN)")
         }
         let body = try request.decode(SecretHash.self)
         let id = try await store.createMailbox(secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"))

@@ -282,11 +282,14 @@ public enum DurationText {
         ("ns", 1e-9), ("us", 1e-6), ("\u{00B5}s", 1e-6), ("\u{03BC}s", 1e-6), ("ms", 1e-3), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400),
     ]
 
+    /// Durations are shorter than this many seconds (about 291 years), so their nanoseconds fit an Int64.
+    static let maximumSeconds: Double = 9.2e9
+
     public static func parse(_ text: String) -> Duration? {
         var rest = Substring(text.trimmingCharacters(in: .whitespaces))
-        // A bare number of seconds within the same bound as the unit forms (about 291 years): every user of a
-        // duration may then count it in milliseconds or nanoseconds without overflow.
-        if let seconds = Int(rest) { return (0..<9_200_000_000).contains(seconds) ? .seconds(seconds) : nil }
+        // A bare number of seconds within the same bound as the unit forms: every user of a duration may then count
+        // it in milliseconds or nanoseconds without overflow.
+        if let seconds = Int(rest) { return (0..<Int(maximumSeconds)).contains(seconds) ? .seconds(seconds) : nil }
         var sign = 1.0
         if let first = rest.first, first == "-" || first == "+" {
             sign = first == "-" ? -1 : 1
@@ -302,7 +305,7 @@ public enum DurationText {
             rest = rest.dropFirst(unit.0.count)
             total += value * unit.1
         }
-        guard total.isFinite, abs(total) < 9.2e9 else { return nil }
+        guard total.isFinite, abs(total) < maximumSeconds else { return nil }
         let nanoseconds = Int64((total * 1e9).rounded())
         return .nanoseconds(Int64(sign) * nanoseconds)
     }
