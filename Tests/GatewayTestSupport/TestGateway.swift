@@ -112,10 +112,12 @@ public final class TestGateway: Sendable {
         await gateway.stop()
     }
 
-    /// Sends a request; `key` nil sends no Authorization header, the default sends the admin key.
+    /// Sends a request; `key` nil sends no Authorization header, the default sends the admin key. `address`: the
+    /// client address the request comes from (in-process gateways only; a socket's is the loopback's).
     public func request(_ method: String, _ path: String, json: JSONValue? = nil, body: [UInt8]? = nil,
-                        key: String?? = .some(nil), headers: [String: String] = [:]) async throws -> TestResponse {
-        if mode == .router { return await answerInProcess(method, path, json: json, body: body, key: key, headers: headers) }
+                        key: String?? = .some(nil), headers: [String: String] = [:], from address: String? = nil) async throws -> TestResponse {
+        precondition(address == nil || mode == .router, "a chosen client address needs withTestGateway(mode: .router)")
+        if mode == .router { return await answerInProcess(method, path, json: json, body: body, key: key, headers: headers, from: address ?? "127.0.0.1") }
         var request = URLRequest(url: URL(string: baseURL + path)!)
         request.httpMethod = method
         let token: String? = switch key {
@@ -140,7 +142,8 @@ public final class TestGateway: Sendable {
 
     /// The request as libmicrohttpd would hand it over (path and query decoded, header names lower-cased), through
     /// the main listener's admission, its server-thread answer and else its task, as `Responder.server` does.
-    func answerInProcess(_ method: String, _ target: String, json: JSONValue?, body: [UInt8]?, key: String??, headers: [String: String]) async -> TestResponse {
+    func answerInProcess(_ method: String, _ target: String, json: JSONValue?, body: [UInt8]?, key: String??, headers: [String: String],
+                         from address: String) async -> TestResponse {
         let (path, query) = Self.split(target)
         var lowered: [String: String] = ["host": Self.routerHost, "user-agent": "soulacy-tests", "accept": "*/*"]
         let token: String? = switch key {
@@ -158,7 +161,7 @@ public final class TestGateway: Sendable {
         }
         if !bytes.isEmpty { lowered["content-length"] = String(bytes.count) }
         for (name, value) in headers { lowered[name.lowercased()] = value }
-        let request = HTTPRequest(method: method, path: path, query: query, headers: lowered, body: bytes, remoteAddress: "127.0.0.1")
+        let request = HTTPRequest(method: method, path: path, query: query, headers: lowered, body: bytes, remoteAddress: address)
         let responder = gateway.api
         let answer: HTTPResponse
         let limit = gateway.options.maximumBodyBytes

@@ -114,14 +114,20 @@ struct ConsoleSessionTests {
         }
     }
 
-    @Test("wrong keys and codes are rate limited as pairing redemption is; a sign-in from another site's page is refused")
+    @Test("wrong keys and codes are limited per client, each on its own count; a sign-in from another site's page is refused")
     func rateLimitedAndSameOrigin() async throws {
         try await withTestGateway(mode: .router) { (gw) async throws in
+            let right = try await gw.gateway.consoleSessions.createCode(subject: "owner", role: .viewer)
             for attempt in 0..<5 {
                 #expect(try await signIn(gw, ["code": .string(String(format: "%06d", attempt))]).0.status == 401)
             }
-            let limited = try await signIn(gw, ["api_key": .string(gw.adminKey)]).0
+            let limited = try await signIn(gw, ["code": .string(right.code)]).0
             #expect(limited.status == 429 && limited.errorCode == "too_many_attempts" && limited.headers["retry-after"] != nil)
+            // Keys are counted apart: a 256-bit key is not found by guessing codes, nor the other way round.
+            #expect(try await signIn(gw, ["api_key": .string(gw.adminKey)]).0.status == 200)
+            for _ in 0..<5 { #expect(try await signIn(gw, ["api_key": "sk_wrong"]).0.status == 401) }
+            let keyLimited = try await signIn(gw, ["api_key": .string(gw.adminKey)]).0
+            #expect(keyLimited.status == 429 && keyLimited.errorCode == "too_many_attempts")
         }
         try await withTestGateway(mode: .router) { (gw) async throws in
             let foreign = try await gw.request("POST", "/api/v1/console/session", json: ["api_key": .string(gw.adminKey)], key: .none,

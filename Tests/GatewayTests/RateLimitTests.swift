@@ -78,6 +78,17 @@ struct RateLimitTests {
         }
     }
 
+    @Test("an IPv6 client is counted per /64: its other addresses share the allowance, another /64 has its own")
+    func ipv6PerSlash64() async throws {
+        try await withTestGateway(environment: ["SOULACY_RATE_LIMIT_PER_MINUTE": "3"], mode: .router) { (gw) async throws in
+            for host in 1...3 { #expect(try await gw.request("GET", "/health", key: .none, from: "2001:db8:5:5::\(host)").status == 200) }
+            let sameNetwork = try await gw.request("GET", "/health", key: .none, from: "2001:db8:5:5:1234:5678:9abc:def0")
+            #expect(sameNetwork.status == 429 && sameNetwork.errorCode == "rate_limited")
+            #expect(try await gw.request("GET", "/health", key: .none, from: "2001:db8:5:6::1").status == 200)
+            #expect(try await gw.request("GET", "/health", key: .none, from: "192.0.2.1").status == 200)
+        }
+    }
+
     @Test("SOULACY_RATE_LIMIT_PER_MINUTE is the original's 600 by default, 0 turns it off; bad values name their variable")
     func settings() throws {
         #expect(try GatewaySettings.fromEnvironment([:]).rateLimitPerMinute == 600)

@@ -412,9 +412,11 @@ public final class Gateway: Sendable {
         gatewayAPI.nodeID = node
         router.add(gatewayAPI.routes)
         // The web console's sign-in; its codes are kept under a key beside the database, never in it.
+        // Who a request comes from, the same for the rate limit and the counts of wrong codes and keys.
+        let clients = ClientAddresses(trustedProxies: settings.trustedProxies)
         let consoleSessions = stores.consoleSessions
         self.consoleSessions = consoleSessions
-        let consoleSession = ConsoleSessionAPI(sessions: consoleSessions, keys: keys)
+        let consoleSession = ConsoleSessionAPI(sessions: consoleSessions, keys: keys, clients: clients)
         router.add(consoleSession.routes)
         router.add(APIKeysAPI(keys: keys, mobile: mobileStorage, revoking: { keyID, session in
             // A revoked key's console sessions end in its revocation's transaction (a key revoked below the API has
@@ -441,7 +443,7 @@ public final class Gateway: Sendable {
         let pinnedLink = self.pinnedLink
         let linkHost = LocalAddresses.linkHost(for: options.host)
         self.linkHost = linkHost
-        router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStorage, limiter: PairingRateLimiter(),
+        router.add(HouseholdAPI(household: household, keys: keys, mobile: mobileStorage, clients: clients,
                                 gatewayURL: { publicURL ?? "http://\(linkHost):\(port.value.load(ordering: .relaxed))" },
                                 pinned: { pinnedLink.value }, mainPortPin: options.autoTLS ? identity?.pin : nil, enroll: { keyID, subject in try? await carriageBox.value?.enroll(keyID: keyID, subject: subject) },
                                 relayConfigured: { carriageBox.value != nil }).routes)
@@ -470,7 +472,7 @@ public final class Gateway: Sendable {
         let requestLog: [any Middleware] = [AccessLogMiddleware(log: settings.accessLog ? log : nil, metrics: options.metrics)]
         // One allowance per client address across both listeners; in-process answers (the relay carriage) are not counted.
         let rateLimit: [any Middleware] = settings.rateLimitPerMinute > 0
-            ? [RateLimitMiddleware(limiter: RequestRateLimiter(perMinute: settings.rateLimitPerMinute, clock: options.clock), trustedProxies: settings.trustedProxies)]
+            ? [RateLimitMiddleware(limiter: RequestRateLimiter(perMinute: settings.rateLimitPerMinute, clock: options.clock), clients: clients)]
             : []
         // Authentication before idempotency: the log is scoped by the caller.
         let api = Responder(router: routerCopy, middleware: requestLog + rateLimit + [bearer, consoleSession.authentication, idempotent])

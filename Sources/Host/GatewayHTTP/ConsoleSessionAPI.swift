@@ -12,13 +12,20 @@ public struct ConsoleSessionAPI: Sendable {
 
     let sessions: any ConsoleSessionStore
     let keys: any APIKeyStore
-    /// Wrong keys and codes, counted as pairing redemption counts wrong pairing codes.
-    let limiter: PairingRateLimiter
+    /// Wrong API keys, per client only: a 256-bit key is not found by any number of clients.
+    let keyGuesses: GuessingLimiter
+    /// Wrong one-time codes, per client and all together: six digits could be found by many clients at once, so
+    /// past the ceiling code sign-in waits for everyone, while key sign-in and pairing stay open.
+    let codeGuesses: GuessingLimiter
+    let clients: ClientAddresses
 
-    public init(sessions: any ConsoleSessionStore, keys: any APIKeyStore, limiter: PairingRateLimiter = PairingRateLimiter()) {
+    public init(sessions: any ConsoleSessionStore, keys: any APIKeyStore, clients: ClientAddresses = ClientAddresses(),
+                keyGuesses: GuessingLimiter = GuessingLimiter(), codeGuesses: GuessingLimiter = GuessingLimiter(ceiling: 30)) {
         self.sessions = sessions
         self.keys = keys
-        self.limiter = limiter
+        self.clients = clients
+        self.keyGuesses = keyGuesses
+        self.codeGuesses = codeGuesses
     }
 
     public var routes: [Route] {
@@ -58,12 +65,7 @@ public struct ConsoleSessionAPI: Sendable {
         if let origin = request.header("origin"), origin.lowercased() != Self.ownOrigin(request) {
             throw APIError.csrfFailed("Origin \(origin.prefix(200)) is not this gateway's own")
         }
-        let address = request.remoteAddress
-        if let wait = limiter.retryAfter(address: address) {
-            var error = APIError(status: 429, code: "too_many_attempts", message: "too many wrong keys or codes; try again in \(wait) s")
-            error.extraHeaders["Retry-After"] = String(wait)
-            throw error
-        }
+        let client = clients.allowanceKey(of: request)
         let body = try request.decode(SignIn.self)
         let issued: IssuedConsoleSession
         switch (try body.apiKey.limited(to: 200, field: "api_key"), try body.code.limited(to: 64, field: "code")) {
@@ -72,22 +74,32 @@ public struct ConsoleSessionAPI: Sendable {
         case (.some, .some):
             throw APIError.invalidField("code", "send api_key or code, not both")
         case (.some(let key), nil):
+            try Self.admit(client, keyGuesses, what: "wrong keys")
             guard let principal = await keys.authenticate(key.trimmingCharacters(in: .whitespaces)) else {
-                limiter.recordFailure(address: address)
+                keyGuesses.recordFailure(client: client)
                 throw APIError.unauthorized("the API key is unknown or has been revoked")
             }
             issued = try await sessions.signIn(key: principal)
         case (nil, .some(let code)):
+            try Self.admit(client, codeGuesses, what: "wrong codes")
             do {
                 issued = try await sessions.signIn(code: code)
             } catch let error as ConsoleCodeError {
-                limiter.recordFailure(address: address)
+                codeGuesses.recordFailure(client: client)
                 throw APIError(status: 401, code: error.code, message: error.description)
             }
         }
         var answer = HTTPResponse.json(SessionView(issued.session))
         answer.headers.append(("Set-Cookie", Self.cookie(issued.token, request)))
         return answer
+    }
+
+    /// 429 `too_many_attempts` with `Retry-After` while `client` (or everyone, past a ceiling) must wait.
+    static func admit(_ client: String, _ limiter: GuessingLimiter, what: String) throws(APIError) {
+        guard let wait = limiter.retryAfter(client: client) else { return }
+        var error = APIError(status: 429, code: "too_many_attempts", message: "too many \(what); try again in \(wait) s")
+        error.extraHeaders["Retry-After"] = String(wait)
+        throw error
     }
 
     @Sendable func current(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {

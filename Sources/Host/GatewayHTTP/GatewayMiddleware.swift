@@ -90,18 +90,19 @@ public struct StorageFailureResponder: Sendable {
 /// The original's per-address limit (`SOULACY_RATE_LIMIT_PER_MINUTE`, 600 by default): past it a client address
 /// gets 429 `{"error": "rate limit exceeded"}` (with this gateway's `code: rate_limited`) and `Retry-After`, the
 /// whole seconds until its next request would pass. Counted once per request a listener receives, loopback
-/// included; behind a reverse proxy the client is read from `X-Forwarded-For` only when the peer is a trusted proxy.
+/// included, per `ClientAddresses.allowanceKey` (an IPv6 client's /64); behind a reverse proxy the client is read
+/// from `X-Forwarded-For` only when the peer is a trusted proxy.
 public struct RateLimitMiddleware: Middleware {
     let limiter: RequestRateLimiter
-    let trustedProxies: Set<String>
+    let clients: ClientAddresses
 
-    public init(limiter: RequestRateLimiter, trustedProxies: [String] = []) {
+    public init(limiter: RequestRateLimiter, clients: ClientAddresses = ClientAddresses()) {
         self.limiter = limiter
-        self.trustedProxies = Set(trustedProxies.map(Self.normalized))
+        self.clients = clients
     }
 
     public func admit(_ request: HTTPRequest) -> HTTPResponse? {
-        guard case .limited(let retryAfter) = limiter.take(address: clientAddress(of: request)) else { return nil }
+        guard case .limited(let retryAfter) = limiter.take(address: clients.allowanceKey(of: request)) else { return nil }
         var refusal = APIError(status: 429, code: "rate_limited", message: "rate limit exceeded")
         refusal.extraHeaders["Retry-After"] = String(retryAfter)
         return refusal.response
@@ -112,26 +113,6 @@ public struct RateLimitMiddleware: Middleware {
     }
 
     public func screen(_ request: HTTPRequest, context: inout RequestContext) -> Screening { .pass }
-
-    /// The peer, or behind a trusted proxy the right-most `X-Forwarded-For` entry that is not itself a trusted proxy
-    /// (entries further left are whatever the client chose to send).
-    func clientAddress(of request: HTTPRequest) -> String {
-        let peer = Self.normalized(request.remoteAddress)
-        guard !trustedProxies.isEmpty, trustedProxies.contains(peer), let forwarded = request.header("x-forwarded-for") else { return peer }
-        var client = peer
-        for entry in forwarded.split(separator: ",").reversed() {
-            let address = Self.normalized(entry.trimmingCharacters(in: .whitespaces))
-            guard !address.isEmpty, address.utf8.count <= 64 else { break }
-            client = address
-            if !trustedProxies.contains(address) { break }
-        }
-        return client
-    }
-
-    /// An IPv4 client of a dual-stack listener is the same client as over IPv4.
-    static func normalized(_ address: String) -> String {
-        address.hasPrefix("::ffff:") && address.contains(".") ? String(address.dropFirst(7)) : address
-    }
 }
 
 /// Requests per client address as a token bucket (GCRA): `perMinute` may come at once, then one every

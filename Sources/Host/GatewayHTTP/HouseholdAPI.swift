@@ -15,7 +15,10 @@ public struct HouseholdAPI: Sendable {
     let household: any HouseholdStore
     let keys: any APIKeyStore
     let mobile: MobileStorage
-    let limiter: PairingRateLimiter
+    /// Wrong pairing codes, per client only: 80 random bits live 10 minutes, and no number of clients finds one,
+    /// so a ceiling over everyone would only let anyone shut pairing for the household.
+    let limiter: GuessingLimiter
+    let clients: ClientAddresses
     /// The address a pairing link sends the phone to.
     let gatewayURL: @Sendable () -> String
     /// The LAN listener's address and certificate pin, when it is on.
@@ -28,11 +31,12 @@ public struct HouseholdAPI: Sendable {
     /// Whether a relay mailbox is configured (the redeem answer then says how to get onto it).
     var relayConfigured: @Sendable () -> Bool = { false }
 
-    public init(household: any HouseholdStore, keys: any APIKeyStore, mobile: MobileStorage, limiter: PairingRateLimiter, gatewayURL: @escaping @Sendable () -> String, pinned: @escaping @Sendable () -> (address: String, pin: String)?, mainPortPin: String?, enroll: @escaping @Sendable (String, String) async -> RelayCarriage.Enrollment?, relayConfigured: @escaping @Sendable () -> Bool = { false }) {
+    public init(household: any HouseholdStore, keys: any APIKeyStore, mobile: MobileStorage, limiter: GuessingLimiter = GuessingLimiter(), clients: ClientAddresses = ClientAddresses(), gatewayURL: @escaping @Sendable () -> String, pinned: @escaping @Sendable () -> (address: String, pin: String)?, mainPortPin: String?, enroll: @escaping @Sendable (String, String) async -> RelayCarriage.Enrollment?, relayConfigured: @escaping @Sendable () -> Bool = { false }) {
         self.household = household
         self.keys = keys
         self.mobile = mobile
         self.limiter = limiter
+        self.clients = clients
         self.gatewayURL = gatewayURL
         self.pinned = pinned
         self.mainPortPin = mainPortPin
@@ -161,12 +165,8 @@ public struct HouseholdAPI: Sendable {
     }
 
     @Sendable func redeem(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let address = request.remoteAddress
-        if let wait = limiter.retryAfter(address: address) {
-            var error = APIError(status: 429, code: "too_many_attempts", message: "too many wrong pairing codes; try again in \(wait) s")
-            error.extraHeaders["Retry-After"] = String(wait)
-            throw error
-        }
+        let client = clients.allowanceKey(of: request)
+        try ConsoleSessionAPI.admit(client, limiter, what: "wrong pairing codes")
         let body = try request.decode(RedeemRequest.self)
         let code = SchemaWhitespace.trim(try body.code.limited(to: 64, field: "code") ?? "")
         guard !code.isEmpty else { throw APIError(status: 400, code: "missing_field", message: "code is required", field: "code") }
@@ -185,7 +185,7 @@ public struct HouseholdAPI: Sendable {
             }
             return .json(answer)
         } catch let error as PairingError {
-            limiter.recordFailure(address: address)
+            limiter.recordFailure(client: client)
             // The original's answer for any code that does not pair: 401 {paired: false, reason}; `error` and `code`
             // say the same for clients that read this gateway's error shape.
             let reason = "invalid or expired pairing code"
