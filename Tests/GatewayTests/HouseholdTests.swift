@@ -1,6 +1,7 @@
 import Foundation
 import Gateway
 import GatewayTestSupport
+import Household
 import APIKit
 import Identity
 import Testing
@@ -98,6 +99,29 @@ struct HouseholdTests {
             #expect(limited.status == 429 && limited.errorCode == "too_many_attempts")
             #expect(Int(limited.headers["retry-after"] ?? "") ?? 0 > 0)
             #expect(try await redeem(gw, code).status == 429)
+        }
+    }
+
+    @Test("a person pairs at most 100 active keys: the next redemption is 409 too_many_keys naming code, the code stays unused, no guess is counted")
+    func keysPerPerson() async throws {
+        try await withTestGateway(mode: .router) { (gw) async throws in
+            let viewer = try await gw.mintKey(subject: "vee", role: "viewer")
+            // The viewer's own key is one of the hundred.
+            for _ in 1..<PairingCodes.maximumKeysPerPerson {
+                let (code, _) = try await pair(gw, as: viewer)
+                #expect(try await redeem(gw, code).status == 200)
+            }
+            let (code, _) = try await pair(gw, as: viewer)
+            for _ in 0..<6 {
+                let refused = try await redeem(gw, code)
+                #expect(refused.status == 409 && refused.errorCode == "too_many_keys" && refused.errorField == "code", "\(refused.text)")
+            }
+            let keys = try await gw.request("GET", "/admin/api-keys").json["keys"]?.arrayValue ?? []
+            let mine = keys.filter { $0["subject"] == "vee" && $0["revoked_at"] == .null }
+            #expect(mine.count == PairingCodes.maximumKeysPerPerson)
+            let some = try #require(mine.last?["id"]?.stringValue)
+            #expect(try await gw.request("DELETE", "/admin/api-keys/\(some)").status == 204)
+            #expect(try await redeem(gw, code).status == 200)
         }
     }
 

@@ -184,6 +184,8 @@ public struct HouseholdAPI: Sendable {
                 answer.relay = RelayPlace(url: relay.url, mailboxID: relay.mailboxID, deviceID: relay.deviceID, secret: Base64URL.encode(relay.secret))
             }
             return .json(answer)
+        } catch PairingError.tooManyKeys {
+            throw APIError(status: 409, code: "too_many_keys", message: PairingError.tooManyKeys.description, field: "code")
         } catch let error as PairingError {
             limiter.recordFailure(client: client)
             // The original's answer for any code that does not pair: 401 {paired: false, reason}; `error` and `code`
@@ -193,6 +195,7 @@ public struct HouseholdAPI: Sendable {
             case .unknownCode: "pairing_code_unknown"
             case .expired: "pairing_code_expired"
             case .alreadyUsed: "pairing_code_used"
+            case .tooManyKeys: "too_many_keys"
             }
             return .json(NotPaired(reason: reason, error: "\(reason): \(error)", code: detail), status: 401)
         }

@@ -24,9 +24,13 @@ public enum PairingError: Error, Sendable, Equatable, CustomStringConvertible {
     case unknownCode
     case expired
     case alreadyUsed
+    /// The person already holds `PairingCodes.maximumKeysPerPerson` active keys; the code stays unused.
+    case tooManyKeys
 
     public var description: String {
         switch self {
+        case .tooManyKeys: return "this person already has \(PairingCodes.maximumKeysPerPerson) active keys; revoke one (DELETE /admin/api-keys/:id) before pairing another device"
+
         case .unknownCode: return "this pairing code is not known; check it or create a new one"
         case .expired: return "this pairing code has expired (codes live 2 minutes); create a new one"
         case .alreadyUsed: return "this pairing code has already been used; each code pairs one device"
@@ -39,6 +43,9 @@ public enum PairingError: Error, Sendable, Equatable, CustomStringConvertible {
 public enum PairingCodes {
     /// Two minutes, as the original.
     public static let lifetime: TimeInterval = 120
+    /// Active keys one person may hold: each pairing mints one, and a person may pair themselves again and again,
+    /// so without a bound any viewer could grow the key table (and every key list) without end.
+    public static let maximumKeysPerPerson = 100
     /// Old codes are kept this long after they expire, for the record, then dropped.
     public static let keptAfterExpiry: TimeInterval = 86_400
 

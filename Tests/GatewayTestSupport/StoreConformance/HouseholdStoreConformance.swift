@@ -8,7 +8,8 @@ import Storage
 /// name slugs the same the next free one, and members are read back by subject; a code pairs once, as its person
 /// and role, with a managed key minted by the code's maker, until it expires; of 20 concurrent redemptions exactly
 /// one mints a key; unknown, used and expired codes give their errors; a code or a redemption whose transaction
-/// rolls back leaves nothing (the code stays usable); no code or minted token is at rest in the clear. Returns the
+/// rolls back leaves nothing (the code stays usable); a person holds at most `PairingCodes.maximumKeysPerPerson`
+/// active keys (past it a code is refused and stays unused); no code or minted token is at rest in the clear. Returns the
 /// broken rules (empty: conformant).
 ///
 /// `keys` is the key store `store` mints through, on the same database.
@@ -156,6 +157,25 @@ public struct HouseholdStoreConformance: Sendable {
             if winners.count == 1, let token = winners.first {
                 let winner = await keys.authenticate(token)
                 check("one of concurrent redemptions", winner?.subject == other && winner?.role == .viewer, "the winner's key: \(String(describing: winner))")
+            }
+
+            // A bounded number of active keys per person: past it a code is refused and stays unused; a revoked key
+            // frees its place.
+            let busy = try await store.subject(forName: "Busy")
+            for n in 0..<PairingCodes.maximumKeysPerPerson {
+                let code = try await store.createOffer(subject: busy, name: "Busy", role: .viewer, createdBy: nil, madeBy: busy)
+                let answer = await redemption(code.code)
+                if answer != "paired busy as viewer" { check("keys per person", false, "pairing number \(n + 1): \(answer)"); break }
+            }
+            let overflow = try await store.createOffer(subject: busy, name: "Busy", role: .viewer, createdBy: nil, madeBy: busy)
+            let refused = await redemption(overflow.code)
+            check("keys per person", refused == "\(PairingError.tooManyKeys)", "pairing past \(PairingCodes.maximumKeysPerPerson) active keys: \(refused)")
+            let held = try await keys.list(subject: busy).filter { $0.revokedAt == nil }
+            check("keys per person", held.count == PairingCodes.maximumKeysPerPerson, "\(held.count) active keys after the refusal")
+            if let first = held.first {
+                _ = try await keys.revoke(id: first.id, subject: nil, storage: storage)
+                let freed = await redemption(overflow.code)
+                check("keys per person", freed == "paired busy as viewer", "the refused code after a key was revoked: \(freed)")
             }
         } catch {
             failures.append(ConformanceFailure(rule: "no errors", detail: "\(fixture.engine): \(error)"))
