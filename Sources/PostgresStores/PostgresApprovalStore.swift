@@ -96,6 +96,11 @@ public struct PostgresApprovalStore: ApprovalStore {
         try await pool.withConnection { db in try db.query("SELECT * FROM approvals WHERE call_id = $1", callID).first.map(Self.approval) }
     }
 
+    public func pendingCount(subject: String, at now: Date, in session: any StorageSession) throws -> Int {
+        try session.postgresConnection().query("SELECT COUNT(*) AS n FROM approvals WHERE subject = $1 AND state = 'pending' AND expires_at > $2",
+                                               subject, now.postgresMillis).first?.int("n").map(Int.init) ?? 0
+    }
+
     public func approvals(subject: String, pendingAt: Date?) async throws -> [Approval] {
         try await pool.withConnection { db in
             if let pendingAt {

@@ -57,6 +57,11 @@ public struct SQLiteApprovalStore: ApprovalStore {
         try await database.asyncRead { db in try db.query("SELECT * FROM approvals WHERE call_id = ?", callID).first.map(Self.approval) }
     }
 
+    public func pendingCount(subject: String, at now: Date, in session: any StorageSession) throws -> Int {
+        try session.sqliteConnection().query("SELECT COUNT(*) AS n FROM approvals WHERE subject = ? AND state = 'pending' AND expires_at > ?",
+                                             subject, now.sqliteMillis).first?.int("n").map(Int.init) ?? 0
+    }
+
     public func approvals(subject: String, pendingAt: Date?) async throws -> [Approval] {
         try await database.asyncRead { db in
             try db.query("SELECT * FROM approvals WHERE subject = ? \(pendingAt == nil ? "" : "AND state = 'pending' AND expires_at > ?") ORDER BY created_at DESC LIMIT 200",

@@ -38,6 +38,26 @@ struct ApprovalsTests {
         }
     }
 
+    @Test("a person has at most 100 approvals waiting: the next ask is 409 too_many_pending_approvals, a known call id still answers, a decision frees a place")
+    func pendingPerPerson() async throws {
+        try await withTestGateway(mode: .router) { (gw) async throws in
+            for n in 0..<100 {
+                let asked = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "call_id": .string("call_\(n)"), "wait": false])
+                #expect(asked.status == 201, "ask \(n): \(asked.text)")
+            }
+            let refused = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "call_id": "call_more", "wait": false])
+            #expect(refused.status == 409 && refused.errorCode == "too_many_pending_approvals", "\(refused.text)")
+            #expect(try await gw.request("GET", "/api/v1/approvals/call_more").status == 404)
+            let again = try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "call_id": "call_7", "wait": false])
+            #expect(again.status == 201 && again.json["call_id"] == "call_7", "\(again.text)")
+            // Another person's count is their own.
+            let priya = try await gw.mintKey(subject: "priya", role: "operator")
+            #expect(try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "wait": false], key: .some(priya)).status == 201)
+            #expect(try await gw.request("POST", "/api/v1/approvals/call_3/deny", json: [:]).status == 200)
+            #expect(try await gw.request("POST", "/api/v1/approvals", json: ["agent_id": "echo", "tool": "t", "call_id": "call_more", "wait": false]).status == 201)
+        }
+    }
+
     @Test("a bad ask is refused naming its first wrong field, in the order the fields are documented")
     func askRefusalsInOrder() async throws {
         try await withTestGateway(mode: .router) { (gw) async throws in

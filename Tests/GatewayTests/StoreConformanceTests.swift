@@ -294,6 +294,7 @@ struct StoreConformanceTests {
             func approval(callID: String, in session: any StorageSession) throws -> Approval? { try real.approval(callID: callID, in: session) }
             func approval(callID: String) async throws -> Approval? { try await real.approval(callID: callID) }
             func approvals(subject: String, pendingAt: Date?) async throws -> [Approval] { try await real.approvals(subject: subject, pendingAt: pendingAt) }
+            func pendingCount(subject: String, at now: Date, in session: any StorageSession) throws -> Int { try real.pendingCount(subject: subject, at: now, in: session) }
             func otherWriters() async throws -> ApprovalHints? { nil }
         }
         let fixture = try await Engine.sqlite.fixture()

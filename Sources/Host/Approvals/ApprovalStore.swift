@@ -15,6 +15,8 @@ public protocol ApprovalStore: Sendable {
     func expire(callID: String, at now: Date, in session: any StorageSession) throws -> Approval.State
     func approval(callID: String, in session: any StorageSession) throws -> Approval?
     func approval(callID: String) async throws -> Approval?
+    /// How many of the person's approvals are pending and unexpired at `now`, read in the caller's transaction.
+    func pendingCount(subject: String, at now: Date, in session: any StorageSession) throws -> Int
     /// Newest first, at most 200; with `pendingAt`, only those still pending then.
     func approvals(subject: String, pendingAt: Date?) async throws -> [Approval]
     /// Hints of decisions other processes take on the same database, so waiters parked here hear of them; nil when

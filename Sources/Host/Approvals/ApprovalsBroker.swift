@@ -43,9 +43,13 @@ public struct Approval: Sendable, Equatable {
 public enum ApprovalError: Error, Sendable, Equatable, CustomStringConvertible {
     case notFound(String)
     case duplicateCall(String)
+    /// The person already has `ApprovalsBroker.maximumPendingPerPerson` approvals waiting.
+    case tooManyPending
 
     public var description: String {
         switch self {
+        case .tooManyPending: return "\(ApprovalsBroker.maximumPendingPerPerson) approvals are already waiting for this person; decide some, or let them expire, first"
+
         case .notFound: return "call_id not found — it may have already been resolved or timed out"
         case .duplicateCall(let id): return "call_id \(id) was already asked about by another person or run"
         }
@@ -86,6 +90,10 @@ public actor ApprovalsBroker {
                    priority: .high, expiresAt: approval.expiresAt, collapseID: approval.callID)
     }
 
+    /// Approvals one person may have waiting: each wakes every phone of theirs and holds up to 64 KiB of arguments for
+    /// up to an hour, so an unbounded number is a cost any operator key, or a looping agent, could multiply.
+    public static let maximumPendingPerPerson = 100
+
     public static func newCallID() -> String { "call_" + Hex.encode(SecureBytes.random(count: 10)) }
 
     /// Records a request in the caller's transaction and wakes the person's phones. Asking again with the same call
@@ -95,6 +103,11 @@ public actor ApprovalsBroker {
         let now = clock.now()
         let id = callID ?? Self.newCallID()
         let expires = now.addingTimeInterval(timeout ?? defaultTimeout)
+        // Asking again with a known call id returns it whatever the count; only a new request is refused.
+        if try store.pendingCount(subject: subject, at: now, in: session) >= Self.maximumPendingPerPerson,
+           try callID.flatMap({ try store.approval(callID: $0, in: session) }) == nil {
+            throw ApprovalError.tooManyPending
+        }
         let (approval, created) = try store.insertIfNew(Approval(callID: id, subject: subject, agentID: agentID, agentName: agentName,
                                                                 sessionID: sessionID, tool: tool, arguments: arguments, state: .pending,
                                                                 createdAt: now, expiresAt: expires), in: session)

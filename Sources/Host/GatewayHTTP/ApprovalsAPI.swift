@@ -94,6 +94,8 @@ public struct ApprovalsAPI: Sendable {
             do {
                 return try broker.open(callID: callID, subject: caller.subject, agentID: agentID, agentName: agent.name, sessionID: sessionID,
                                        tool: tool, arguments: arguments, timeout: timeout, in: session)
+            } catch ApprovalError.tooManyPending {
+                throw APIError(status: 409, code: "too_many_pending_approvals", message: ApprovalError.tooManyPending.description)
             } catch let error as ApprovalError {
                 throw APIError.conflict(error.description, code: "call_id_taken")
             }

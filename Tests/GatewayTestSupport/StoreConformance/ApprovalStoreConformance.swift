@@ -96,6 +96,10 @@ public struct ApprovalStoreConformance: Sendable {
             _ = try await insert(request("call_\(tag)_bob", subject: "bob"))
             let pending = try await store.approvals(subject: "alice", pendingAt: later).map(\.callID)
             check("pending list", pending == [kept.callID], "pending: \(pending)")
+            let counted = try await storage.withTransaction { try store.pendingCount(subject: "alice", at: later, in: $0) }
+            // `kept` expires 601 s after the start: from then on nothing of alice's is waiting.
+            let countedAfter = try await storage.withTransaction { try store.pendingCount(subject: "alice", at: start.addingTimeInterval(601), in: $0) }
+            check("pending count", counted == 1 && countedAfter == 0, "alice's pending, unexpired approvals counted \(counted), then \(countedAfter) once expired")
             let all = try await store.approvals(subject: "alice", pendingAt: nil).map(\.callID)
             check("full list", all == [kept.callID, asked.callID, short.callID], "all, newest first: \(all)")
 
