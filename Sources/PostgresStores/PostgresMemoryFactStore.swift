@@ -89,6 +89,7 @@ public struct PostgresMemoryFactStore: MemoryFactStore {
                     in session: any StorageSession) throws -> MemoryFact {
         let db = try session.postgresConnection()
         try Self.lockFeed(subject: subject, in: db)
+        guard try db.query("SELECT COUNT(*) AS n FROM memory_facts WHERE subject = $1", subject).first?.int("n") ?? 0 < MemoryFacts.maximumFactsPerPerson else { throw MemoryFactError.tooManyFacts }
         let fact = MemoryFact.new(content, subject: subject, source: source, category: category, agentID: agentID, expiresAt: expiresAt, now: clock.now())
         try db.run("""
             INSERT INTO memory_facts (id, subject, text, source, created_at, category, agent_id, status, expires_at, updated_at)
@@ -107,6 +108,11 @@ public struct PostgresMemoryFactStore: MemoryFactStore {
         try db.run("UPDATE memory_facts SET text = $1, category = $2, agent_id = $3, expires_at = $4, updated_at = $5 WHERE id = $6",
                    fact.content, fact.category, fact.agentID, fact.expiresAt?.postgresMillis, now.postgresMillis, id)
         try Self.record("updated", fact: fact, actor: actor ?? subject, at: now, in: db)
+        // Only edits lengthen a fact's history; its newest changes are kept (the feed reads the last one alone).
+        try db.run("""
+            DELETE FROM memory_fact_changes WHERE fact_id = $1 AND cursor <= (
+                SELECT cursor FROM memory_fact_changes WHERE fact_id = $1 ORDER BY cursor DESC LIMIT 1 OFFSET $2)
+            """, fact.id, Int64(MemoryFacts.historyPerFact))
         return fact
     }
 

@@ -41,6 +41,7 @@ public final class SQLiteMemoryFactStore: MemoryFactStore {
     public func add(_ content: String, subject: String, source: String, category: String, agentID: String, expiresAt: Date?,
                     in session: any StorageSession) throws -> MemoryFact {
         let db = try session.sqliteConnection()
+        guard try db.query("SELECT COUNT(*) AS n FROM memory_facts WHERE subject = ?", subject).first?.int("n") ?? 0 < MemoryFacts.maximumFactsPerPerson else { throw MemoryFactError.tooManyFacts }
         let fact = MemoryFact.new(content, subject: subject, source: source, category: category, agentID: agentID, expiresAt: expiresAt, now: clock.now())
         try db.run("""
             INSERT INTO memory_facts (id, subject, text, source, created_at, category, agent_id, status, expires_at, updated_at)
@@ -58,6 +59,11 @@ public final class SQLiteMemoryFactStore: MemoryFactStore {
         try db.run("UPDATE memory_facts SET text = ?, category = ?, agent_id = ?, expires_at = ?, updated_at = ? WHERE id = ?",
                    fact.content, fact.category, fact.agentID, fact.expiresAt?.sqliteMillis, now.sqliteMillis, id)
         try Self.record("updated", fact: fact, actor: actor ?? subject, at: now, in: db)
+        // Only edits lengthen a fact's history; its newest changes are kept (the feed reads the last one alone).
+        try db.run("""
+            DELETE FROM memory_fact_changes WHERE fact_id = ? AND cursor <= (
+                SELECT cursor FROM memory_fact_changes WHERE fact_id = ? ORDER BY cursor DESC LIMIT 1 OFFSET ?)
+            """, fact.id, fact.id, Int64(MemoryFacts.historyPerFact))
         return fact
     }
 

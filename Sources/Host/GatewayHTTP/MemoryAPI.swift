@@ -121,7 +121,12 @@ public struct MemoryAPI: Sendable {
         let expires = try body.expiresAt.limited(to: 64, field: "expires_at").flatMap { $0.isEmpty ? nil : $0 }.map(Self.expiry)
         let source = try body.source.limited(to: 40, field: "source") ?? "manual"
         return try await memory.transactions.answer { session in
-            let fact = try memory.add(content, subject: caller.subject, source: source, category: category, agentID: agentID, expiresAt: expires, in: session)
+            let fact: MemoryFact
+            do {
+                fact = try memory.add(content, subject: caller.subject, source: source, category: category, agentID: agentID, expiresAt: expires, in: session)
+            } catch MemoryFactError.tooManyFacts {
+                throw APIError(status: 409, code: "too_many_facts", message: MemoryFactError.tooManyFacts.description, field: field)
+            }
             return .json(Added(fact: FactView(fact), id: fact.id, text: fact.content, createdAt: Timestamp(fact.createdAt)), status: 201)
         }
     }

@@ -8,6 +8,11 @@ public enum MemoryFacts {
     public static let builtInCategories = ["preference", "identity", "constraint", "entity"]
     /// How many facts, at most, go into a model's system message.
     public static let promptFacts = 5
+    /// Facts one person may keep (any status): each is a row and a change, so an unbounded number is a disk any
+    /// operator key could fill.
+    public static let maximumFactsPerPerson = 5_000
+    /// A fact's history keeps its newest changes only; edits beyond it drop the oldest (the feed needs only the last).
+    public static let historyPerFact = 100
     /// The statuses a fact can have; `counts` answers each of them.
     public static let statuses = ["active", "superseded", "retracted"]
 
@@ -29,11 +34,14 @@ public enum MemoryFactError: Error, Sendable, Equatable, CustomStringConvertible
     case invalidCursor(Int64)
     /// A page of fewer than one change.
     case invalidLimit(Int)
+    /// The person already keeps `MemoryFacts.maximumFactsPerPerson` facts.
+    case tooManyFacts
 
     public var description: String {
         switch self {
         case .invalidCursor(let cursor): "memory facts: the feed cursor \(cursor) is negative; cursors start at 0"
         case .invalidLimit(let limit): "memory facts: a feed page of \(limit) changes; a page holds at least 1"
+        case .tooManyFacts: "memory facts: \(MemoryFacts.maximumFactsPerPerson) facts are kept for you already; forget some first"
         }
     }
 }

@@ -9,7 +9,8 @@ import Storage
 /// forgets one agent's facts or all and leaves tombstones; counts cover every status; a fact's history lists its
 /// changes in order with their actors; writes join the caller's transaction (committing with its other effects,
 /// undone when it throws); and facts added by many tasks at once each appear in the feed exactly once, under distinct
-/// increasing cursors. Returns the broken rules (empty: conformant).
+/// increasing cursors; a fact's history keeps its newest `MemoryFacts.historyPerFact` changes and a person at most
+/// `MemoryFacts.maximumFactsPerPerson` facts. Returns the broken rules (empty: conformant).
 public struct MemoryFactStoreConformance: Sendable {
     public let fixture: any StorageEngineFixture
     public let store: any MemoryFactStore
@@ -203,6 +204,38 @@ public struct MemoryFactStoreConformance: Sendable {
                   "\(racedFeed.count) entries, \(Set(racedFeed.map(\.factID)).intersection(raced).count) of 24 facts")
             check("concurrent adds each once in the feed", zip(racedFeed, racedFeed.dropFirst()).allSatisfy { $0.cursor < $1.cursor },
                   "cursors \(racedFeed.map(\.cursor))")
+
+            // Bounds: a fact's history keeps its newest changes, and a person keeps a bounded number of facts.
+            let fay = person("fay")
+            let longEdited = try await store.add("Edit 0", subject: fay, source: "manual", category: "preference", agentID: "", expiresAt: nil)
+            try await fixture.storage.withTransaction { session in
+                for n in 1...(MemoryFacts.historyPerFact + 20) {
+                    _ = try store.update(id: longEdited.id, subject: fay, MemoryFactEdit(content: "Edit \(n)"), actor: nil, in: session)
+                }
+            }
+            let trimmed = try await store.history(id: longEdited.id, subject: fay)
+            check("history bounded", trimmed.count <= MemoryFacts.historyPerFact + 1 && trimmed.last?.content == "Edit \(MemoryFacts.historyPerFact + 20)",
+                  "after \(MemoryFacts.historyPerFact + 20) edits the history holds \(trimmed.count) changes, the last \(trimmed.last?.content ?? "none")")
+            let fayFeed = try await feed(fay)
+            check("history bounded", fayFeed.count == 1 && fayFeed.first?.fact?.content == "Edit \(MemoryFacts.historyPerFact + 20)",
+                  "the feed after the edits: \(fayFeed.map { $0.fact?.content ?? $0.event })")
+            try await fixture.storage.withTransaction { session in
+                for n in 1..<MemoryFacts.maximumFactsPerPerson {
+                    _ = try store.add("Fact \(n)", subject: fay, source: "manual", category: "preference", agentID: "", expiresAt: nil, in: session)
+                }
+            }
+            do {
+                _ = try await store.add("One too many", subject: fay, source: "manual", category: "preference", agentID: "", expiresAt: nil)
+                check("facts per person bounded", false, "a fact past \(MemoryFacts.maximumFactsPerPerson) was kept")
+            } catch let error as MemoryFactError {
+                check("facts per person bounded", error == .tooManyFacts, "refused with \(error)")
+            }
+            let other = try? await store.add("Someone else's", subject: person("gus"), source: "manual", category: "preference", agentID: "", expiresAt: nil)
+            check("facts per person bounded", other != nil, "another person could not add a fact")
+            if try await store.delete(id: longEdited.id, subject: fay) {
+                let after = try? await store.add("Room again", subject: fay, source: "manual", category: "preference", agentID: "", expiresAt: nil)
+                check("facts per person bounded", after != nil, "no fact could be added after one was forgotten")
+            }
         } catch {
             failures.append(ConformanceFailure(rule: "no errors", detail: "\(fixture.engine): \(error)"))
         }
