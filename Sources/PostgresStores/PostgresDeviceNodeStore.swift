@@ -129,4 +129,10 @@ public struct PostgresDeviceNodeStore: DeviceNodeStore {
                 """, at.postgresMillis, deviceID, id)
         }
     }
+
+    public func removeSettled(before: Date) async throws -> Int {
+        try await pool.transaction { db in
+            try db.run("DELETE FROM mobile_node_commands WHERE expires_at < $1 AND COALESCE(completed_at, 0) < $1", before.postgresMillis)
+        }
+    }
 }

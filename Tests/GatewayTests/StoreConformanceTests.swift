@@ -512,6 +512,7 @@ struct StoreConformanceTests {
                                                    status.rawValue, resultJSON, error, at.sqliteMillis, deviceID, id) == 1
             }
             func expire(id: String, deviceID: String, at: Date) async throws { try await real.expire(id: id, deviceID: deviceID, at: at) }
+            func removeSettled(before: Date) async throws -> Int { try await real.removeSettled(before: before) }
         }
         let fixture = try await Engine.sqlite.fixture()
         let (inbox, devices, outbox, _) = try Engine.sqlite.inboxes(fixture)

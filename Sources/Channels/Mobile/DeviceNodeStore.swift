@@ -36,4 +36,7 @@ public protocol DeviceNodeStore: Sendable {
                 in session: any StorageSession) throws -> Bool
     /// A command still queued or running at its expiry is settled as expired.
     func expire(id: String, deviceID: String, at: Date) async throws
+    /// Removes commands whose expiry and settlement (if any) are both before `before`, results included (up to
+    /// 1 MiB each): nobody waits on them any more. Returns how many went.
+    func removeSettled(before: Date) async throws -> Int
 }

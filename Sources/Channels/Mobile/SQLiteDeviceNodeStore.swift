@@ -121,4 +121,10 @@ public struct SQLiteDeviceNodeStore: DeviceNodeStore {
                 """, at.sqliteMillis, deviceID, id)
         }
     }
+
+    public func removeSettled(before: Date) async throws -> Int {
+        try await database.asyncTransaction { db in
+            try db.run("DELETE FROM mobile_node_commands WHERE expires_at < ? AND COALESCE(completed_at, 0) < ?", before.sqliteMillis, before.sqliteMillis)
+        }
+    }
 }

@@ -2,30 +2,35 @@ import ChannelAPI
 import Foundation
 import Mobile
 
-/// Bookkeeping that would otherwise grow without end: wake-ups settled a week ago and idempotency answers
-/// older than a month. Inbox lines, approvals, runs and facts are the household's history and are kept.
+/// Bookkeeping that would otherwise grow without end: wake-ups settled a week ago, idempotency answers older than a
+/// month, and phone commands (with results of up to 1 MiB) that expired and settled a month ago. Inbox lines,
+/// approvals, runs and facts are the household's history and are kept.
 public struct Housekeeping: Sendable {
     /// How long a settled wake-up stays visible in a line's `wake_ups`.
     public static let settledWakeUpLifetime: TimeInterval = 7 * 86_400
     /// How long a replayed Idempotency-Key still gets the first answer: longer than a phone holds a send.
     public static let idempotencyLifetime: TimeInterval = 30 * 86_400
+    /// How long a phone command stays readable after its expiry and its outcome.
+    public static let commandLifetime: TimeInterval = 30 * 86_400
     public static let interval: TimeInterval = 3_600
 
     let outbox: any PushOutbox
     let idempotency: IdempotencyLog
+    let commands: any DeviceNodeStore
     let clock: any WallClock
     let log: Log
 
     /// One sweep; returns what it removed.
     @discardableResult
-    public func sweep() async throws -> (wakeUps: Int, idempotencyAnswers: Int) {
+    public func sweep() async throws -> (wakeUps: Int, idempotencyAnswers: Int, commands: Int) {
         let now = clock.now()
         let wakeUps = try await outbox.removeSettled(before: now.addingTimeInterval(-Self.settledWakeUpLifetime))
         let answers = try await idempotency.forget(before: now.addingTimeInterval(-Self.idempotencyLifetime))
-        if wakeUps + answers > 0 {
-            log.info("housekeeping: removed \(wakeUps) settled wake-up(s) and \(answers) old idempotency answer(s)")
+        let commands = try await commands.removeSettled(before: now.addingTimeInterval(-Self.commandLifetime))
+        if wakeUps + answers + commands > 0 {
+            log.info("housekeeping: removed \(wakeUps) settled wake-up(s), \(answers) old idempotency answer(s) and \(commands) old phone command(s)")
         }
-        return (wakeUps, answers)
+        return (wakeUps, answers, commands)
     }
 
     /// Sweeps at start and then every hour, until cancelled. The pause is real time, not the gateway's clock:

@@ -164,6 +164,14 @@ public struct DeviceNodeStoreConformance: Sendable {
             let kept = try await nodes.command(id: "cmd_1", deviceID: "alice-phone", subject: "alice")
             check("expiry settles what is open", q0.status == .expired && q0.completedAt != nil && kept.status == .failed, "q0: \(q0.status), cmd_1: \(kept.status)")
 
+            // Housekeeping removes what expired and settled before a time, nothing newer.
+            let removed = try await store.removeSettled(before: now - 30)
+            let oldAfter = try await store.command(id: "old", deviceID: "alice-tablet", subject: "alice")
+            let q1After = try await store.command(id: "q1", deviceID: "alice-tablet", subject: "alice")
+            let settledAfter = try await store.command(id: "cmd_1", deviceID: "alice-phone", subject: "alice")
+            check("old commands removed", removed == 1 && oldAfter == nil && q1After != nil && settledAfter != nil,
+                  "removed \(removed); old: \(String(describing: oldAfter?.status)), q1: \(String(describing: q1After?.status)), cmd_1: \(String(describing: settledAfter?.status))")
+
             // A removed device takes its node and its open commands with it.
             _ = try await devices.deleteDevice(id: "alice-phone", subject: "alice")
             try await register(Self.node("alice-phone", subject: "alice"))
