@@ -16,7 +16,8 @@ public struct MailboxAPI: Sendable {
     /// The SHA-256 of the enrollment token a gateway must present to make a mailbox; nil lets anyone make one
     /// (a relay on a private network). A relay on the internet sets it: mailboxes are storage for whoever has one.
     let enrollTokenSHA256: [UInt8]?
-    /// Items waiting for one phone: past this an append is refused (507) until the phone reads and acknowledges.
+    /// Items waiting for one phone, and commands one phone holds for the gateway: past this an append is refused
+    /// (507) until the phone reads and acknowledges, or the gateway applies what is held.
     public let maximumPendingItems: Int
     /// A page of items is at most this many bytes of ciphertext, as items may be large (at least one item).
     public static let pageBytes = 4 << 20
@@ -217,6 +218,11 @@ public struct MailboxAPI: Sendable {
         let ciphertext = body.ciphertext
         guard ciphertext.utf8.count <= maximumItemBytes else {
             throw APIError(status: 413, code: "too_large", message: "ciphertext: commands are at most \(maximumItemBytes) bytes", field: "ciphertext")
+        }
+        // A phone's held sends wait for its gateway; past the bound the phone keeps them itself and sends them later.
+        guard try await store.heldCommandCount(mailbox: mailbox, device: device, upTo: maximumPendingItems) < maximumPendingItems else {
+            throw APIError(status: 507, code: "mailbox_full", message: "ciphertext: \(maximumPendingItems) commands from this phone already wait for the gateway",
+                           field: "ciphertext")
         }
         let queued = try await store.holdCommand(mailbox: mailbox, device: device, id: id, ciphertext: ciphertext)
         return .json(Queued(queued: queued, inboxOnline: try await store.isOnline(mailbox: mailbox)), status: queued ? 202 : 200)

@@ -43,6 +43,8 @@ public protocol MailboxStore: Sendable {
 
     /// Holds a command for the gateway; false when a command with this id is already held for this phone.
     func holdCommand(mailbox: String, device: String, id: String, ciphertext: String) async throws -> Bool
+    /// How many commands are held for one phone, counting no further than `limit`.
+    func heldCommandCount(mailbox: String, device: String, upTo limit: Int) async throws -> Int
     /// Up to 100 held commands, oldest first.
     func heldCommands(mailbox: String) async throws -> [HeldMailboxCommand]
     /// A held command stays until the gateway reports it applied.

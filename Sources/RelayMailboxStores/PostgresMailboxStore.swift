@@ -186,6 +186,13 @@ public struct PostgresMailboxStore: MailboxStore {
         }
     }
 
+    public func heldCommandCount(mailbox: String, device: String, upTo limit: Int) async throws -> Int {
+        try await pool.withConnection { db in
+            Int(try db.query("SELECT COUNT(*) AS n FROM (SELECT 1 FROM mailbox_commands WHERE mailbox_id = $1 AND device_id = $2 LIMIT $3) AS held",
+                             bytes(mailbox), bytes(device), limit).first?.int("n") ?? 0)
+        }
+    }
+
     public func holdCommand(mailbox: String, device: String, id: String, ciphertext: String) async throws -> Bool {
         try await pool.withConnection { db in
             try db.run("""

@@ -189,6 +189,13 @@ public final class SQLiteMailboxStore: MailboxStore {
         }
     }
 
+    public func heldCommandCount(mailbox: String, device: String, upTo limit: Int) async throws -> Int {
+        try await database.asyncRead { db in
+            Int(try db.query("SELECT COUNT(*) AS n FROM (SELECT 1 FROM mailbox_commands WHERE mailbox_id = ? AND device_id = ? LIMIT ?)",
+                             mailbox, device, limit).first?.int("n") ?? 0)
+        }
+    }
+
     public func heldCommands(mailbox: String) async throws -> [HeldMailboxCommand] {
         try await database.asyncRead { db in
             try db.query("SELECT device_id, id, ciphertext FROM mailbox_commands WHERE mailbox_id = ? ORDER BY received_at, id LIMIT 100", mailbox)

@@ -22,7 +22,7 @@ struct RelayMailboxLimitsTests {
 
     static func hash(_ secret: String) -> JSONValue { .string(Hex.encode(SHA256.hash(secret))) }
 
-    @Test("with an enrollment token only a gateway presenting it makes a mailbox; a phone's queue is bounded, then 507 until it reads; ids and pages are bounded")
+    @Test("with an enrollment token only a gateway presenting it makes a mailbox; a phone's queue and its held sends are bounded, then 507 until read or applied; ids and pages are bounded")
     func limits() async throws {
         let store = try SQLiteMailboxStore(path: TestGateway.makeTemporaryDirectory() + "/relay.db")
         defer { store.close() }
@@ -55,6 +55,17 @@ struct RelayMailboxLimitsTests {
         #expect(await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/devices/phone/ack", bearer: "phone", json: ["through": 8]).status == 204)
         let room = await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/devices/phone/items", bearer: "gw", json: ["ciphertext": "x", "seq": 21])
         #expect(room.status == 201, "after the phone read 8: \(room.status)")
+
+        // The phone's held sends are bounded the same way, until the gateway applies them.
+        for n in 1...20 {
+            let held = await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/devices/phone/commands", bearer: "phone", json: ["id": .string("cmd-\(n)"), "ciphertext": "sealed"])
+            #expect(held.status == 202, "command \(n): \(held.status)")
+        }
+        let tooMany = await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/devices/phone/commands", bearer: "phone", json: ["id": "cmd-21", "ciphertext": "sealed"])
+        let refusal = try JSONValue.parse(tooMany.body)
+        #expect(tooMany.status == 507 && refusal["code"] == "mailbox_full" && refusal["field"] == "ciphertext", "\(tooMany.status) \(refusal)")
+        #expect(await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/commands/phone/cmd-1/applied", bearer: "gw").status == 204)
+        #expect(await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/devices/phone/commands", bearer: "phone", json: ["id": "cmd-21", "ciphertext": "sealed"]).status == 202)
 
         // Without a token (a relay on a private network) anyone makes one, as before.
         let open = MailboxAPI(store: store).router

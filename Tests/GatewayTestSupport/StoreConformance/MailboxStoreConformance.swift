@@ -88,6 +88,9 @@ public struct MailboxStoreConformance: Sendable {
             let held = try await store.heldCommands(mailbox: box)
             check("commands", held == [HeldMailboxCommand(device: "phone", id: "cmd-1", ciphertext: "c1"), HeldMailboxCommand(device: "phone", id: "cmd-0", ciphertext: "c0")],
                   "held commands, oldest first: \(held.map(\.id))")
+            let counts = [try await store.heldCommandCount(mailbox: box, device: "phone", upTo: 10), try await store.heldCommandCount(mailbox: box, device: "phone", upTo: 1),
+                          try await store.heldCommandCount(mailbox: box, device: "other", upTo: 10)]
+            check("commands", counts == [2, 1, 0], "held commands counted (up to 10, up to 1, another phone's): \(counts)")
             try await store.applied(mailbox: box, device: "phone", id: "cmd-1")
             check("commands", try await store.heldCommands(mailbox: box).map(\.id) == ["cmd-0"], "an applied command is still held")
 
