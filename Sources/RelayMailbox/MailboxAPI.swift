@@ -19,13 +19,18 @@ public struct MailboxAPI: Sendable {
     /// Items waiting for one phone, and commands one phone holds for the gateway: past this an append is refused
     /// (507) until the phone reads and acknowledges, or the gateway applies what is held.
     public let maximumPendingItems: Int
+    /// Wake-ups each mailbox may ask this relay to send: its push credentials serve every gateway, and a service
+    /// that throttles one sender throttles them all.
+    let pushes: RequestRateLimiter
     /// A page of items is at most this many bytes of ciphertext, as items may be large (at least one item).
     public static let pageBytes = 4 << 20
     /// A phone's id in a mailbox.
     public static let maximumDeviceIDLength = 128
 
+    /// `pushesPerMinute`: wake-ups one mailbox may send a minute (all of them at once, then one every 60/N s).
     public init(store: any MailboxStore, maximumItemBytes: Int = 256 * 1024, push: (any WakeTransport)? = nil, enrollToken: String? = nil,
-                maximumPendingItems: Int = 1000) {
+                maximumPendingItems: Int = 1000, pushesPerMinute: Int = 600) {
+        self.pushes = RequestRateLimiter(perMinute: pushesPerMinute)
         self.store = store
         self.maximumItemBytes = maximumItemBytes
         self.push = push
@@ -252,6 +257,11 @@ public struct MailboxAPI: Sendable {
     /// cut to fit 4 KB by dropping the payload first. Nothing is sent while the phone's relay is off.
     @Sendable func sendPush(_ request: HTTPRequest) async throws -> HTTPResponse {
         let mailbox = try await requireGateway(request)
+        if case .limited(let retryAfter) = pushes.take(key: mailbox) {
+            var refusal = APIError(status: 429, code: "rate_limited", message: "this mailbox sent \(pushes.perMinute) wake-ups in the last minute; try again in \(retryAfter) s")
+            refusal.extraHeaders["Retry-After"] = String(retryAfter)
+            throw refusal
+        }
         let body = try request.decode(Push.self)
         let device = try body.deviceID.limited(to: 200, field: "device_id")
         let collapse = try body.collapseID.limited(to: 64, field: "collapse_id")

@@ -1,3 +1,4 @@
+import APIKit
 import ChannelTesting
 import Dispatch
 import Foundation
@@ -106,22 +107,22 @@ struct RateLimitTests {
     func boundedAndThreadSafe() async throws {
         let clock = ManualClock(Date())
         let limiter = RequestRateLimiter(perMinute: 5, capacity: 100, clock: clock)
-        for n in 0..<10_000 { _ = limiter.take(address: "10.0.\(n / 256).\(n % 256)") }
-        #expect(limiter.trackedAddresses == 100)
+        for n in 0..<10_000 { _ = limiter.take(key: "10.0.\(n / 256).\(n % 256)") }
+        #expect(limiter.trackedKeys == 100)
         // A minute later every allowance is whole again: the table empties as requests come.
         clock.advance(by: .seconds(61))
-        for _ in 0..<60 { _ = limiter.take(address: "192.0.2.1") }
-        #expect(limiter.trackedAddresses == 1)
+        for _ in 0..<60 { _ = limiter.take(key: "192.0.2.1") }
+        #expect(limiter.trackedKeys == 1)
 
         let shared = RequestRateLimiter(perMinute: 100, clock: clock)
         let allowed = await onOwnThread {
             let count = Atomic<Int>(0)
             DispatchQueue.concurrentPerform(iterations: 1_000) { _ in
-                if shared.take(address: "192.0.2.9") == .allowed { count.add(1, ordering: .relaxed) }
+                if shared.take(key: "192.0.2.9") == .allowed { count.add(1, ordering: .relaxed) }
             }
             return count.load(ordering: .relaxed)
         }
         #expect(allowed == 100)
-        #expect(shared.take(address: "192.0.2.9") == .limited(retryAfter: 1))
+        #expect(shared.take(key: "192.0.2.9") == .limited(retryAfter: 1))
     }
 }

@@ -67,6 +67,17 @@ struct RelayMailboxLimitsTests {
         #expect(await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/commands/phone/cmd-1/applied", bearer: "gw").status == 204)
         #expect(await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/devices/phone/commands", bearer: "phone", json: ["id": "cmd-21", "ciphertext": "sealed"]).status == 202)
 
+        // Wake-ups are paced per mailbox: the relay's push credentials serve every gateway.
+        let paced = MailboxAPI(store: store, pushesPerMinute: 3).router
+        for _ in 0..<3 {
+            let sent = await Self.call(paced, "POST", "/v1/mailboxes/\(mailbox)/push", bearer: "gw", json: ["device_id": "phone"])
+            #expect(sent.status == 200, "\(sent.status) \(String(decoding: sent.body, as: UTF8.self))")
+        }
+        let throttled = await Self.call(paced, "POST", "/v1/mailboxes/\(mailbox)/push", bearer: "gw", json: ["device_id": "phone"])
+        let throttledAnswer = try JSONValue.parse(throttled.body)
+        #expect(throttled.status == 429 && throttledAnswer["code"] == "rate_limited", "\(throttled.status)")
+        #expect(throttled.headers.first { $0.0.lowercased() == "retry-after" }.map { Int($0.1) ?? 0 } ?? 0 > 0)
+
         // Without a token (a relay on a private network) anyone makes one, as before.
         let open = MailboxAPI(store: store).router
         #expect(await Self.call(open, "POST", "/v1/mailboxes", json: ["secret_sha256": Self.hash("gw2")]).status == 201)
