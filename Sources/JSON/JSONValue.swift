@@ -147,7 +147,8 @@ extension JSONValue {
     /// The same instants in milliseconds, as the writer clamps them (computed once, not per timestamp written).
     static let writableMilliseconds = (writableDates.lowerBound.timeIntervalSince1970 * 1000)...(writableDates.upperBound.timeIntervalSince1970 * 1000)
 
-    static func writeISO8601(_ date: Date, into out: inout [UInt8]) {
+    /// `date` as `iso8601(_:)` formats it, appended to `out` without quotes.
+    public static func writeISO8601(_ date: Date, into out: inout [UInt8]) {
         let given = date.timeIntervalSince1970 * 1000
         let millisTotal = Int64((given.isNaN ? 0 : min(max(given, writableMilliseconds.lowerBound), writableMilliseconds.upperBound)).rounded(.down))
         var seconds = time_t(millisTotal >= 0 ? millisTotal / 1000 : (millisTotal - 999) / 1000)

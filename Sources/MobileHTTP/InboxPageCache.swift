@@ -57,10 +57,10 @@ public final class InboxPageCache: Sendable {
     }
 
     /// Keeps `body` as the page for `key` at `generation` (unless it alone would take a quarter of the budget);
-    /// returns the page with its validator either way.
+    /// returns the page with its validator either way. `etag`: a strong validator of `body` (by default a hash of it).
     @discardableResult
-    public func store(_ body: [UInt8], deliveryIDs: [String] = [], for key: Key, generation: UInt64) -> Page {
-        let page = Page(generation: generation, body: body, etag: "\"" + Hex.encode(Array(SHA256.hash(body).prefix(16))) + "\"",
+    public func store(_ body: [UInt8], etag: String? = nil, deliveryIDs: [String] = [], for key: Key, generation: UInt64) -> Page {
+        let page = Page(generation: generation, body: body, etag: etag ?? "\"" + Hex.encode(Array(SHA256.hash(body).prefix(16))) + "\"",
                         deliveryIDs: deliveryIDs, fetchNote: FetchNote())
         guard body.count <= budgetBytes / 4 else { return page }
         state.withLock { state in

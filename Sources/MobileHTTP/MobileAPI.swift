@@ -14,6 +14,7 @@ public struct MobileAPI: Sendable {
     let channel: MobileChannel
     let liveActivities: LiveActivityPublisher?
     let inboxPages = InboxPageCache()
+    let inboxLines = InboxLineCache()
 
     public init(storage: MobileStorage, channel: MobileChannel, liveActivities: LiveActivityPublisher? = nil) {
         self.storage = storage
@@ -125,8 +126,8 @@ public struct MobileAPI: Sendable {
         let (cached, generation) = cachedPage(key)
         let page = try cached ?? {
             if let deviceID = key.deviceID { try inbox.checkOwnershipNow(of: deviceID, subject: caller.subject) }
-            let rendered = Self.render(try inbox.deliveriesNow(subject: caller.subject, deviceID: key.deviceID, before: key.cursor, limit: key.limit))
-            return inboxPages.store(rendered.body, deliveryIDs: rendered.ids, for: key, generation: generation)
+            let rendered = render(try inbox.deliveriesNow(subject: caller.subject, deviceID: key.deviceID, before: key.cursor, limit: key.limit))
+            return inboxPages.store(rendered.body, etag: rendered.etag, deliveryIDs: rendered.ids, for: key, generation: generation)
         }()
         return respond(request, page: page, key: key)
     }
@@ -137,24 +138,43 @@ public struct MobileAPI: Sendable {
         let (cached, generation) = cachedPage(key)
         if let cached { return respond(request, page: cached, key: key) }
         let deviceID = try await ownDevice(key.deviceID, caller: caller)
-        let rendered = Self.render(try await storage.inbox.deliveries(subject: caller.subject, deviceID: deviceID, before: key.cursor, limit: key.limit))
-        return respond(request, page: inboxPages.store(rendered.body, deliveryIDs: rendered.ids, for: key, generation: generation), key: key)
+        let rendered = render(try await storage.inbox.deliveries(subject: caller.subject, deviceID: deviceID, before: key.cursor, limit: key.limit))
+        return respond(request, page: inboxPages.store(rendered.body, etag: rendered.etag, deliveryIDs: rendered.ids, for: key, generation: generation), key: key)
     }
 
-    private static func render(_ page: InboxPage) -> (body: [UInt8], ids: [String]) {
-        // The inbox is the hottest route: written straight to bytes, keys sorted as everywhere else.
-        var out = JSONWriter(capacity: 512 * max(1, page.items.count))
-        out.beginObject()
-        out.key("deliveries")
-        out.beginArray()
-        for delivery in page.items { DeliveryView.listItem(delivery).write(into: &out) }
-        out.endArray()
-        out.key("next_cursor")
-        if page.hasMore, let last = page.items.last { out.string(String(last.seq)) } else { out.null() }
-        out.key("unread_count")
-        out.number(Int64(page.unreadCount))
-        out.endObject()
-        return (out.bytes, page.items.map(\.id))
+    /// The page's body, bytes as `JSONWriter` would write them (keys sorted), from each line's kept fragments with
+    /// the reader's read state between; and its validator: a SHA-256 over each line's digest and read state and the
+    /// page's own fields, which names these bytes as surely as a hash of all of them.
+    func render(_ page: InboxPage) -> (body: [UInt8], etag: String, ids: [String]) {
+        let lines = page.items.map(inboxLines.line(for:))
+        var body: [UInt8] = []
+        body.reserveCapacity(64 + lines.reduce(0) { $0 + $1.bytes + 48 })
+        var validated: [UInt8] = []
+        validated.reserveCapacity(16 + lines.count * 80)
+        body.append(contentsOf: #"{"deliveries":["#.utf8)
+        for (index, (line, delivery)) in zip(lines, page.items).enumerated() {
+            if index > 0 { body.append(UInt8(ascii: ",")) }
+            body += line.head
+            let readState = body.count
+            DeliveryView.writeReadState(delivery.readAt, into: &body)
+            validated += line.digest
+            validated.append(UInt8(body.count - readState))
+            validated += body[readState...]
+            body += line.tail
+        }
+        let fields = body.count
+        body.append(contentsOf: #"],"next_cursor":"#.utf8)
+        if page.hasMore, let last = page.items.last {
+            JSONValue.writeString(String(last.seq), into: &body)
+        } else {
+            body.append(contentsOf: "null".utf8)
+        }
+        body.append(contentsOf: #","unread_count":"#.utf8)
+        body.append(contentsOf: String(page.unreadCount).utf8)
+        body.append(UInt8(ascii: "}"))
+        validated += body[fields...]
+        let etag = "\"" + Hex.encode(Array(SHA256.hash(validated).prefix(16))) + "\""
+        return (body, etag, page.items.map(\.id))
     }
 
     @Sendable func getDelivery(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {

@@ -83,6 +83,15 @@ struct InboxTests {
             let read = try await gw.request("GET", path)
             #expect(read.json["unread_count"] == 1)
             #expect(read.json["deliveries"]?.arrayValue?.last?["read"] == true)
+            let readTag = try #require(read.headers["etag"])
+            #expect(readTag != grown.headers["etag"])
+            // A write that leaves this page as it was (a line for the person's other phone) has it rendered again
+            // from its kept lines: the same bytes, so the same validator, and the phone's copy still answers 304.
+            try await gw.registerDevice(id: "tablet", key: nil, token: String(repeating: "0c", count: 32))
+            #expect(try await gw.request("POST", "/api/v1/channels/mobile/test", json: ["to": "device:tablet", "body": "tablet only"]).status == 201)
+            let rerendered = try await gw.request("GET", path)
+            #expect(rerendered.body == read.body && rerendered.headers["etag"] == readTag)
+            #expect(try await gw.request("GET", path, headers: ["If-None-Match": readTag]).status == 304)
 
             // The owner's page is cached, yet another person still cannot read it by naming the device.
             #expect(try await gw.request("GET", path, key: .some(priya)).status == 403)
@@ -378,6 +387,23 @@ struct InboxTests {
         var count = 0
         #expect(try bumped { count = try store.devices.removeDevices(registeredByKey: "key-p") } == ["priya"])
         #expect(count == 1)
+    }
+
+    @Test("kept lines stay within their byte budget, the oldest forgotten first; a line too large is made each time, not kept")
+    func lineCacheBudget() {
+        let cache = InboxLineCache(budgetBytes: 16_384, largestKept: 2_048)
+        func line(_ n: Int, body: String = "a result") -> Delivery {
+            Delivery(seq: Int64(n), id: "dlv_\(n)", destination: .user("owner"), agentID: "brief", agentName: "Brief", sessionID: "s", title: "t",
+                     body: body, partsJSON: "[]", metadataJSON: "{}", createdAt: Date(timeIntervalSince1970: 1_790_000_000), readAt: nil)
+        }
+        let first = cache.line(for: line(0))
+        #expect(cache.line(for: line(0)).digest == first.digest && cache.held.lines == 1)
+        for n in 1...500 { _ = cache.line(for: line(n)) }
+        #expect(cache.held.bytes <= 16_384 && cache.held.lines < 500)
+        let large = cache.line(for: line(999, body: String(repeating: "x", count: 4_000)))
+        #expect(large.bytes > 2_048 && cache.held.bytes <= 16_384)
+        // Another body under the same id is another line (an id is met once per database; a digest follows the bytes).
+        #expect(InboxLineCache().line(for: line(1, body: "other")).digest != InboxLineCache().line(for: line(1)).digest)
     }
 
     @Test("the page cache keeps to its byte budget: stale generations go first, oversized pages are not kept")

@@ -116,6 +116,13 @@ struct DeliveryViewTests {
                     let encoded = try JSONCoding.encoder.encode(view)
                     #expect(writer.bytes == Array(encoded), "\(String(decoding: writer.bytes, as: UTF8.self))\n\(String(decoding: encoded, as: UTF8.self))")
                 }
+                // The list's kept fragments with the read state between them are the same list item.
+                let line = Self.delivery(body: body, readAt: readAt)
+                let (head, tail) = DeliveryView.listFragments(line)
+                var spliced = head
+                DeliveryView.writeReadState(line.readAt, into: &spliced)
+                spliced += tail
+                #expect(spliced == Array(try JSONCoding.encoder.encode(DeliveryView.listItem(line))), "\(String(decoding: spliced, as: UTF8.self))")
             }
         }
     }

@@ -52,6 +52,40 @@ public struct DeliveryView: Sendable, Encodable {
         try container.encode(delivery.title, forKey: .title)
     }
 
+    /// The list item's JSON around its read state, for a renderer that keeps lines (they never change once written):
+    /// `head` runs from `{` through the presentation, `tail` from `session_id` to `}`, and
+    /// `writeReadState(_:into:)` goes between them for the reader at hand. The three together are `write(into:)`'s
+    /// bytes for a list item, a test holds them so.
+    public static func listFragments(_ d: Delivery) -> (head: [UInt8], tail: [UInt8]) {
+        var out = JSONWriter(capacity: 256 + d.body.utf8.count * 2 + d.partsJSON.utf8.count + d.metadataJSON.utf8.count)
+        out.beginObject()
+        out.key("agent_id"); out.string(d.agentID)
+        out.key("agent_name"); out.string(d.agentName)
+        out.key("body"); out.string(d.body)
+        out.key("created_at"); out.timestamp(d.createdAt)
+        out.key("destination"); out.string(d.destination.description)
+        out.key("id"); out.string(d.id)
+        out.key("metadata"); out.raw(d.metadataJSON)
+        out.key("parts"); out.raw(d.partsJSON)
+        if let json = presentations.json(id: d.id, body: d.body) {
+            out.key("presentation"); out.raw(json)
+        }
+        var tail = Array(#","session_id":"#.utf8)
+        JSONValue.writeString(d.sessionID, into: &tail)
+        tail.append(contentsOf: #","title":"#.utf8)
+        JSONValue.writeString(d.title, into: &tail)
+        tail.append(UInt8(ascii: "}"))
+        return (out.bytes, tail)
+    }
+
+    /// A list item's read state as it follows the head: `,"read":false`, or `,"read":true,"read_at":"…"`.
+    public static func writeReadState(_ readAt: Date?, into out: inout [UInt8]) {
+        guard let readAt else { out.append(contentsOf: #","read":false"#.utf8); return }
+        out.append(contentsOf: #","read":true,"read_at":""#.utf8)
+        JSONValue.writeISO8601(readAt, into: &out)
+        out.append(UInt8(ascii: "\""))
+    }
+
     /// Lines never change, so each line's presentation is worked out once and kept (as JSON) for every page that
     /// shows it again; a bounded number, the oldest forgotten first.
     private static let presentations = PresentationCache(capacity: 20_000)
