@@ -89,7 +89,8 @@ public struct PostgresMemoryFactStore: MemoryFactStore {
                     in session: any StorageSession) throws -> MemoryFact {
         let db = try session.postgresConnection()
         try Self.lockFeed(subject: subject, in: db)
-        guard try db.query("SELECT COUNT(*) AS n FROM memory_facts WHERE subject = $1", subject).first?.int("n") ?? 0 < MemoryFacts.maximumFactsPerPerson else { throw MemoryFactError.tooManyFacts }
+        let kept = try db.query("SELECT COUNT(*) AS n FROM memory_facts WHERE subject = $1", subject).first?.int("n") ?? 0
+        guard kept < MemoryFacts.maximumFactsPerPerson else { throw MemoryFactError.tooManyFacts }
         let fact = MemoryFact.new(content, subject: subject, source: source, category: category, agentID: agentID, expiresAt: expiresAt, now: clock.now())
         try db.run("""
             INSERT INTO memory_facts (id, subject, text, source, created_at, category, agent_id, status, expires_at, updated_at)

@@ -41,7 +41,8 @@ public final class SQLiteMemoryFactStore: MemoryFactStore {
     public func add(_ content: String, subject: String, source: String, category: String, agentID: String, expiresAt: Date?,
                     in session: any StorageSession) throws -> MemoryFact {
         let db = try session.sqliteConnection()
-        guard try db.query("SELECT COUNT(*) AS n FROM memory_facts WHERE subject = ?", subject).first?.int("n") ?? 0 < MemoryFacts.maximumFactsPerPerson else { throw MemoryFactError.tooManyFacts }
+        let kept = try db.query("SELECT COUNT(*) AS n FROM memory_facts WHERE subject = ?", subject).first?.int("n") ?? 0
+        guard kept < MemoryFacts.maximumFactsPerPerson else { throw MemoryFactError.tooManyFacts }
         let fact = MemoryFact.new(content, subject: subject, source: source, category: category, agentID: agentID, expiresAt: expiresAt, now: clock.now())
         try db.run("""
             INSERT INTO memory_facts (id, subject, text, source, created_at, category, agent_id, status, expires_at, updated_at)

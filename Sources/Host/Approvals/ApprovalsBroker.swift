@@ -49,7 +49,6 @@ public enum ApprovalError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .tooManyPending: return "\(ApprovalsBroker.maximumPendingPerPerson) approvals are already waiting for this person; decide some, or let them expire, first"
-
         case .notFound: return "call_id not found — it may have already been resolved or timed out"
         case .duplicateCall(let id): return "call_id \(id) was already asked about by another person or run"
         }

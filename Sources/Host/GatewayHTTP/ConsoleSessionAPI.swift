@@ -74,14 +74,14 @@ public struct ConsoleSessionAPI: Sendable {
         case (.some, .some):
             throw APIError.invalidField("code", "send api_key or code, not both")
         case (.some(let key), nil):
-            try Self.admit(client, keyGuesses, what: "wrong keys")
+            try keyGuesses.admit(client, guessing: "wrong keys")
             guard let principal = await keys.authenticate(key.trimmingCharacters(in: .whitespaces)) else {
                 keyGuesses.recordFailure(client: client)
                 throw APIError.unauthorized("the API key is unknown or has been revoked")
             }
             issued = try await sessions.signIn(key: principal)
         case (nil, .some(let code)):
-            try Self.admit(client, codeGuesses, what: "wrong codes")
+            try codeGuesses.admit(client, guessing: "wrong codes")
             do {
                 issued = try await sessions.signIn(code: code)
             } catch let error as ConsoleCodeError {
@@ -92,14 +92,6 @@ public struct ConsoleSessionAPI: Sendable {
         var answer = HTTPResponse.json(SessionView(issued.session))
         answer.headers.append(("Set-Cookie", Self.cookie(issued.token, request)))
         return answer
-    }
-
-    /// 429 `too_many_attempts` with `Retry-After` while `client` (or everyone, past a ceiling) must wait.
-    static func admit(_ client: String, _ limiter: GuessingLimiter, what: String) throws(APIError) {
-        guard let wait = limiter.retryAfter(client: client) else { return }
-        var error = APIError(status: 429, code: "too_many_attempts", message: "too many \(what); try again in \(wait) s")
-        error.extraHeaders["Retry-After"] = String(wait)
-        throw error
     }
 
     @Sendable func current(_ request: HTTPRequest, caller: Principal) async throws -> HTTPResponse {

@@ -1,3 +1,4 @@
+import APIKit
 import Foundation
 import Synchronization
 
@@ -44,6 +45,15 @@ public final class GuessingLimiter: Sendable {
             }
             return nil
         }
+    }
+
+    /// Refuses with 429 `too_many_attempts` and `Retry-After` while `client` (or everyone, past the ceiling) must
+    /// wait; `what` names the guesses in the message ("wrong pairing codes").
+    public func admit(_ client: String, guessing what: String) throws(APIError) {
+        guard let wait = retryAfter(client: client) else { return }
+        var error = APIError(status: 429, code: "too_many_attempts", message: "too many \(what); try again in \(wait) s")
+        error.extraHeaders["Retry-After"] = String(wait)
+        throw error
     }
 
     public func recordFailure(client: String, now: Date = Date()) {

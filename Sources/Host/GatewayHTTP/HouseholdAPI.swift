@@ -166,7 +166,7 @@ public struct HouseholdAPI: Sendable {
 
     @Sendable func redeem(_ request: HTTPRequest) async throws -> HTTPResponse {
         let client = clients.allowanceKey(of: request)
-        try ConsoleSessionAPI.admit(client, limiter, what: "wrong pairing codes")
+        try limiter.admit(client, guessing: "wrong pairing codes")
         let body = try request.decode(RedeemRequest.self)
         let code = SchemaWhitespace.trim(try body.code.limited(to: 64, field: "code") ?? "")
         guard !code.isEmpty else { throw APIError(status: 400, code: "missing_field", message: "code is required", field: "code") }
