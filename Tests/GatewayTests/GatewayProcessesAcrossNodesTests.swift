@@ -96,11 +96,11 @@ struct GatewayProcessesAcrossNodesTests {
             }
         }
         #expect(await eventually(timeout: .seconds(60)) { acknowledged.all.count >= 30 }, "\(acknowledged.all.count) acknowledged")
-        let bPID = b.pid
-        b.kill9()
-        // What B had claimed and not settled when it died: no other node may take it before the lease runs out.
+        // What B has claimed and not settled just before it dies (APNs answers after a second, so it holds some),
+        // read first: read after the kill, a stall past the 3 s lease would find the rows already taken over.
         let heldByB = try await query("SELECT count(*) AS n FROM mobile_push_outbox WHERE state = 'pending' AND lease_owner LIKE $1",
-                                      ["%|\(bPID)|%"]).first?.int("n") ?? 0
+                                      ["%|\(b.pid)|%"]).first?.int("n") ?? 0
+        b.kill9()
         await burst.value
         let acked = acknowledged.all
         #expect(acked.count >= 60, "only \(acked.count) lines were acknowledged by the two nodes left")
