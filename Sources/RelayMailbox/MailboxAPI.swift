@@ -26,10 +26,13 @@ public struct MailboxAPI: Sendable {
     public static let pageBytes = 4 << 20
     /// A phone's id in a mailbox.
     public static let maximumDeviceIDLength = 128
+    /// Phones one mailbox may hold: a household's, with room to spare (a gateway allows 50 per person), 1,000 by default.
+    public let maximumDevices: Int
 
     /// `pushesPerMinute`: wake-ups one mailbox may send a minute (all of them at once, then one every 60/N s).
     public init(store: any MailboxStore, maximumItemBytes: Int = 256 * 1024, push: (any WakeTransport)? = nil, enrollToken: String? = nil,
-                maximumPendingItems: Int = 1000, pushesPerMinute: Int = 600) {
+                maximumPendingItems: Int = 1000, pushesPerMinute: Int = 600, maximumDevices: Int = 1_000) {
+        self.maximumDevices = maximumDevices
         self.pushes = RequestRateLimiter(perMinute: pushesPerMinute)
         self.store = store
         self.maximumItemBytes = maximumItemBytes
@@ -150,6 +153,10 @@ public struct MailboxAPI: Sendable {
         let device = try request.parameter("dev").limited(to: Self.maximumDeviceIDLength, field: "device")
         let body = try request.decode(SecretHash.self)
         let cursor = Int64(try body.cursor.wholeNumber(in: Self.sequenceRange, field: "cursor") ?? 0)
+        if try await store.deviceSecret(mailbox: mailbox, device: device) == nil,
+           try await store.deviceCount(mailbox: mailbox, upTo: maximumDevices) >= maximumDevices {
+            throw APIError(status: 507, code: "mailbox_full", message: "device: this mailbox holds \(maximumDevices) phones already; remove one first", field: "device")
+        }
         try await store.putDevice(mailbox: mailbox, device: device, secretSHA256: try Self.hash(body.secretSHA256, field: "secret_sha256"), cursor: cursor)
         return .noContent
     }

@@ -20,6 +20,8 @@ public protocol MailboxStore: Sendable {
     /// Puts a phone in the mailbox (or changes its bearer), its items numbered after `cursor`.
     func putDevice(mailbox: String, device: String, secretSHA256: [UInt8], cursor: Int64) async throws
     func deleteDevice(mailbox: String, device: String) async throws
+    /// How many phones the mailbox holds, counting no further than `limit`.
+    func deviceCount(mailbox: String, upTo limit: Int) async throws -> Int
     func setAPNs(mailbox: String, device: String, token: MailboxAPNsToken) async throws
     func apns(mailbox: String, device: String) async throws -> MailboxAPNsToken?
     /// False for a phone that turned the relay off, or one not in the mailbox.

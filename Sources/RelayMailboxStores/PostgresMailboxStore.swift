@@ -95,6 +95,13 @@ public struct PostgresMailboxStore: MailboxStore {
         }
     }
 
+    public func deviceCount(mailbox: String, upTo limit: Int) async throws -> Int {
+        try await pool.withConnection { db in
+            Int(try db.query("SELECT COUNT(*) AS n FROM (SELECT 1 FROM mailbox_devices WHERE mailbox_id = $1 LIMIT $2) AS phones",
+                             bytes(mailbox), limit).first?.int("n") ?? 0)
+        }
+    }
+
     public func setAPNs(mailbox: String, device: String, token: MailboxAPNsToken) async throws {
         try await pool.withConnection { db in
             _ = try db.run("""

@@ -99,6 +99,12 @@ public final class SQLiteMailboxStore: MailboxStore {
         }
     }
 
+    public func deviceCount(mailbox: String, upTo limit: Int) async throws -> Int {
+        try await database.asyncRead { db in
+            Int(try db.query("SELECT COUNT(*) AS n FROM (SELECT 1 FROM mailbox_devices WHERE mailbox_id = ? LIMIT ?)", mailbox, limit).first?.int("n") ?? 0)
+        }
+    }
+
     public func setAPNs(mailbox: String, device: String, token: MailboxAPNsToken) async throws {
         try await database.asyncTransaction { db in
             try db.run("INSERT OR REPLACE INTO mailbox_apns (mailbox_id, device_id, token, environment) VALUES (?, ?, ?, ?)",

@@ -67,6 +67,18 @@ struct RelayMailboxLimitsTests {
         #expect(await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/commands/phone/cmd-1/applied", bearer: "gw").status == 204)
         #expect(await Self.call(router, "POST", "/v1/mailboxes/\(mailbox)/devices/phone/commands", bearer: "phone", json: ["id": "cmd-21", "ciphertext": "sealed"]).status == 202)
 
+        // A mailbox holds a bounded number of phones; a phone already in it may always change its bearer.
+        let few = MailboxAPI(store: store, maximumDevices: 3).router
+        for phone in ["phone-2", "phone-3"] {
+            #expect(await Self.call(few, "PUT", "/v1/mailboxes/\(mailbox)/devices/\(phone)", bearer: "gw", json: ["secret_sha256": Self.hash(phone)]).status == 204)
+        }
+        let crowded = await Self.call(few, "PUT", "/v1/mailboxes/\(mailbox)/devices/phone-4", bearer: "gw", json: ["secret_sha256": Self.hash("phone-4")])
+        let crowdedAnswer = try JSONValue.parse(crowded.body)
+        #expect(crowded.status == 507 && crowdedAnswer["code"] == "mailbox_full" && crowdedAnswer["field"] == "device", "\(crowded.status) \(crowdedAnswer)")
+        #expect(await Self.call(few, "PUT", "/v1/mailboxes/\(mailbox)/devices/phone-3", bearer: "gw", json: ["secret_sha256": Self.hash("phone-3b")]).status == 204)
+        #expect(await Self.call(few, "DELETE", "/v1/mailboxes/\(mailbox)/devices/phone-3", bearer: "gw").status == 204)
+        #expect(await Self.call(few, "PUT", "/v1/mailboxes/\(mailbox)/devices/phone-4", bearer: "gw", json: ["secret_sha256": Self.hash("phone-4")]).status == 204)
+
         // Wake-ups are paced per mailbox: the relay's push credentials serve every gateway.
         let paced = MailboxAPI(store: store, pushesPerMinute: 3).router
         for _ in 0..<3 {

@@ -91,6 +91,8 @@ public struct MailboxStoreConformance: Sendable {
             let counts = [try await store.heldCommandCount(mailbox: box, device: "phone", upTo: 10), try await store.heldCommandCount(mailbox: box, device: "phone", upTo: 1),
                           try await store.heldCommandCount(mailbox: box, device: "other", upTo: 10)]
             check("commands", counts == [2, 1, 0], "held commands counted (up to 10, up to 1, another phone's): \(counts)")
+            let phones = [try await store.deviceCount(mailbox: box, upTo: 100), try await store.deviceCount(mailbox: box, upTo: 1)]
+            check("phones counted", phones[1] == 1 && phones[0] >= 1 && phones[0] < 100, "phones in the mailbox counted (up to 100, up to 1): \(phones)")
             try await store.applied(mailbox: box, device: "phone", id: "cmd-1")
             check("commands", try await store.heldCommands(mailbox: box).map(\.id) == ["cmd-0"], "an applied command is still held")
 
