@@ -59,17 +59,7 @@ public struct DeliveryView: Sendable, Encodable {
     public static func listFragments(_ d: Delivery) -> (head: [UInt8], tail: [UInt8]) {
         var out = JSONWriter(capacity: 256 + d.body.utf8.count * 2 + d.partsJSON.utf8.count + d.metadataJSON.utf8.count)
         out.beginObject()
-        out.key("agent_id"); out.string(d.agentID)
-        out.key("agent_name"); out.string(d.agentName)
-        out.key("body"); out.string(d.body)
-        out.key("created_at"); out.timestamp(d.createdAt)
-        out.key("destination"); out.string(d.destination.description)
-        out.key("id"); out.string(d.id)
-        out.key("metadata"); out.raw(d.metadataJSON)
-        out.key("parts"); out.raw(d.partsJSON)
-        if let json = presentations.json(id: d.id, body: d.body) {
-            out.key("presentation"); out.raw(json)
-        }
+        writeHead(d, presentation: true, into: &out)
         var tail = Array(#","session_id":"#.utf8)
         JSONValue.writeString(d.sessionID, into: &tail)
         tail.append(contentsOf: #","title":"#.utf8)
@@ -129,10 +119,8 @@ public struct DeliveryView: Sendable, Encodable {
         }
     }
 
-    /// The same JSON written straight to bytes, keys sorted as `JSONCoding.encoder` sorts them.
-    public func write(into out: inout JSONWriter) {
-        let d = delivery
-        out.beginObject()
+    /// The keys before the read state, in an object `out` has begun: the line's own fields, then its presentation.
+    private static func writeHead(_ d: Delivery, presentation: Bool, into out: inout JSONWriter) {
         out.key("agent_id"); out.string(d.agentID)
         out.key("agent_name"); out.string(d.agentName)
         out.key("body"); out.string(d.body)
@@ -141,9 +129,16 @@ public struct DeliveryView: Sendable, Encodable {
         out.key("id"); out.string(d.id)
         out.key("metadata"); out.raw(d.metadataJSON)
         out.key("parts"); out.raw(d.partsJSON)
-        if includesPresentation, let json = Self.presentations.json(id: d.id, body: d.body) {
+        if presentation, let json = presentations.json(id: d.id, body: d.body) {
             out.key("presentation"); out.raw(json)
         }
+    }
+
+    /// The same JSON written straight to bytes, keys sorted as `JSONCoding.encoder` sorts them.
+    public func write(into out: inout JSONWriter) {
+        let d = delivery
+        out.beginObject()
+        Self.writeHead(d, presentation: includesPresentation, into: &out)
         if hasReadState {
             out.key("read"); out.bool(d.readAt != nil)
             if let readAt = d.readAt { out.key("read_at"); out.timestamp(readAt) }
