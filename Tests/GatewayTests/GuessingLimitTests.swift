@@ -30,6 +30,16 @@ struct GuessingLimitTests {
         #expect(ClientAddresses.allowanceKey(String(repeating: ":", count: 10_000)).count == 10_000)
         let request = HTTPRequest(method: "GET", path: "/", remoteAddress: "::ffff:198.51.100.4")
         #expect(ClientAddresses().allowanceKey(of: request) == "198.51.100.4")
+        // Behind a trusted proxy: a port the proxy added is not part of the client, and an entry that is no address
+        // leaves the last one believed.
+        let proxy = ClientAddresses(trustedProxies: ["10.0.0.1"])
+        func forwarded(_ value: String) -> String {
+            proxy.allowanceKey(of: HTTPRequest(method: "GET", path: "/", headers: ["x-forwarded-for": value], remoteAddress: "10.0.0.1"))
+        }
+        #expect(forwarded("192.0.2.7:5678") == "192.0.2.7" && forwarded("192.0.2.7:1") == forwarded("192.0.2.7:2"))
+        #expect(forwarded("[2001:db8:9:9::1]:443") == "2001:db8:9:9::/64")
+        #expect(forwarded("not-an-address") == "10.0.0.1" && forwarded("198.51.100.1, junk") == "10.0.0.1")
+        #expect(forwarded("198.51.100.1, 192.0.2.8") == "192.0.2.8")
     }
 
     @Test("wrong pairing codes from many clients never lock out pairing: a fresh client's right code pairs after 60 wrong ones from 12 others")
@@ -72,6 +82,23 @@ struct GuessingLimitTests {
             let offer = try await gw.request("POST", "/api/v1/pairing/tokens", json: ["name": "Sam", "role": "viewer"])
             let code = try #require(offer.json["code"]?.stringValue)
             #expect(try await redeem(gw, code, from: "198.51.100.9").status == 200)
+        }
+    }
+
+    @Test("guesses sent at once are counted as they arrive: of 40 wrong codes from one client in parallel, 5 are checked and the rest wait; a right one is forgiven")
+    func parallelGuesses() async throws {
+        try await withTestGateway(mode: .router) { (gw) async throws in
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for n in 0..<40 {
+                    group.addTask { try await signIn(gw, ["code": .string(String(format: "%06d", n))], from: "192.0.2.50").status }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == 401 }.count == 5 && statuses.filter { $0 == 429 }.count == 35, "\(statuses.sorted())")
+            // Right answers do not count: a client that signs in with its key ten times is never held back.
+            for _ in 0..<10 { #expect(try await signIn(gw, ["api_key": .string(gw.adminKey)], from: "192.0.2.51").status == 200) }
+            for _ in 0..<4 { #expect(try await signIn(gw, ["api_key": "sk_wrong"], from: "192.0.2.51").status == 401) }
+            #expect(try await signIn(gw, ["api_key": .string(gw.adminKey)], from: "192.0.2.51").status == 200)
         }
     }
 

@@ -27,12 +27,30 @@ public struct ClientAddresses: Sendable {
         guard !trustedProxies.isEmpty, trustedProxies.contains(peer), let forwarded = request.header("x-forwarded-for") else { return peer }
         var client = peer
         for entry in forwarded.split(separator: ",").reversed() {
-            let address = Self.normalized(entry.trimmingCharacters(in: .whitespaces))
-            guard !address.isEmpty, address.utf8.count <= 64 else { break }
+            // An entry that is no address (a name, garbage) ends the walk: the last one believed is the client.
+            guard let address = Self.address(entry.trimmingCharacters(in: .whitespaces)) else { break }
             client = address
             if !trustedProxies.contains(address) { break }
         }
         return client
+    }
+
+    /// An `X-Forwarded-For` entry as an address, without the port some proxies add (`192.0.2.7:5678`,
+    /// `[2001:db8::1]:443`); nil for anything that is not an IP address.
+    static func address(_ entry: String) -> String? {
+        guard !entry.isEmpty, entry.utf8.count <= 64 else { return nil }
+        var text = entry
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            text = String(text[text.index(after: text.startIndex)..<close])
+        } else if text.contains("."), let colon = text.firstIndex(of: ":"), text.filter({ $0 == ":" }).count == 1 {
+            text = String(text[..<colon])
+        }
+        text = normalized(text)
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        let bare = text.split(separator: "%", maxSplits: 1).first.map(String.init) ?? text
+        guard inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, bare, &v6) == 1 else { return nil }
+        return text
     }
 
     /// An IPv4 client of a dual-stack listener is the same client as over IPv4.

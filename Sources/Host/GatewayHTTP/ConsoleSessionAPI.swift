@@ -74,18 +74,18 @@ public struct ConsoleSessionAPI: Sendable {
         case (.some, .some):
             throw APIError.invalidField("code", "send api_key or code, not both")
         case (.some(let key), nil):
-            try keyGuesses.admit(client, guessing: "wrong keys")
+            let guess = try keyGuesses.admit(client, guessing: "wrong keys")
             guard let principal = await keys.authenticate(key.trimmingCharacters(in: .whitespaces)) else {
-                keyGuesses.recordFailure(client: client)
                 throw APIError.unauthorized("the API key is unknown or has been revoked")
             }
+            keyGuesses.forgive(guess)
             issued = try await sessions.signIn(key: principal)
         case (nil, .some(let code)):
-            try codeGuesses.admit(client, guessing: "wrong codes")
+            let guess = try codeGuesses.admit(client, guessing: "wrong codes")
             do {
                 issued = try await sessions.signIn(code: code)
+                codeGuesses.forgive(guess)
             } catch let error as ConsoleCodeError {
-                codeGuesses.recordFailure(client: client)
                 throw APIError(status: 401, code: error.code, message: error.description)
             }
         }

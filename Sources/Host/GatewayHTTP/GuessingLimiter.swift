@@ -32,40 +32,68 @@ public final class GuessingLimiter: Sendable {
         self.capacity = capacity
     }
 
-    /// Whole seconds `client` must wait before guessing again, or nil when it may guess now.
-    public func retryAfter(client: String, now: Date = Date()) -> Int? {
-        state.withLock { state in
-            if let mine = state.byClient[client] {
-                let recent = mine.filter { now.timeIntervalSince($0) < window }
-                if recent.count >= perClient, let oldest = recent.first { return wait(since: oldest, now: now) }
-            }
-            if let ceiling {
-                state.all.removeAll { now.timeIntervalSince($0) >= window }
-                if state.all.count >= ceiling, let oldest = state.all.first { return wait(since: oldest, now: now) }
-            }
-            return nil
-        }
+    /// A guess counted before it was checked: `forgive` it once it proved right.
+    public struct Guess: Sendable {
+        let client: String
+        let at: Date
     }
 
-    /// Refuses with 429 `too_many_attempts` and `Retry-After` while `client` (or everyone, past the ceiling) must
-    /// wait; `what` names the guesses in the message ("wrong pairing codes").
-    public func admit(_ client: String, guessing what: String) throws(APIError) {
-        guard let wait = retryAfter(client: client) else { return }
-        var error = APIError(status: 429, code: "too_many_attempts", message: "too many \(what); try again in \(wait) s")
-        error.extraHeaders["Retry-After"] = String(wait)
+    /// Whole seconds `client` must wait before guessing again, or nil when it may guess now.
+    public func retryAfter(client: String, now: Date = Date()) -> Int? {
+        state.withLock { state in wait(&state, client: client, now: now) }
+    }
+
+    /// Counts a guess of `client` before it is checked, or refuses with 429 `too_many_attempts` and `Retry-After`
+    /// while the client (or everyone, past the ceiling) must wait; `what` names the guesses in the message ("wrong
+    /// pairing codes"). Counted first, so guesses sent at once cannot all pass while none is known wrong yet.
+    public func admit(_ client: String, guessing what: String, now: Date = Date()) throws(APIError) -> Guess {
+        let refusal: Int? = state.withLock { state in
+            if let wait = wait(&state, client: client, now: now) { return wait }
+            record(&state, client: client, now: now)
+            return nil
+        }
+        guard let refusal else { return Guess(client: client, at: now) }
+        var error = APIError(status: 429, code: "too_many_attempts", message: "too many \(what); try again in \(refusal) s")
+        error.extraHeaders["Retry-After"] = String(refusal)
         throw error
     }
 
-    public func recordFailure(client: String, now: Date = Date()) {
+    /// Takes back a guess that was right: it does not count against anyone.
+    public func forgive(_ guess: Guess) {
         state.withLock { state in
-            if state.byClient[client] == nil, state.byClient.count >= capacity { forgetStalest(&state, now: now) }
-            var mine = state.byClient[client, default: []].filter { now.timeIntervalSince($0) < window }
-            mine.append(now)
-            state.byClient[client] = Array(mine.suffix(perClient))
-            if let ceiling {
-                state.all.append(now)
-                if state.all.count > ceiling { state.all.removeFirst(state.all.count - ceiling) }
+            if var mine = state.byClient[guess.client], let index = mine.lastIndex(of: guess.at) {
+                mine.remove(at: index)
+                state.byClient[guess.client] = mine.isEmpty ? nil : mine
             }
+            if let index = state.all.lastIndex(of: guess.at) { state.all.remove(at: index) }
+        }
+    }
+
+    /// Counts a wrong guess that was not admitted first.
+    public func recordFailure(client: String, now: Date = Date()) {
+        state.withLock { state in record(&state, client: client, now: now) }
+    }
+
+    private func wait(_ state: inout State, client: String, now: Date) -> Int? {
+        if let mine = state.byClient[client] {
+            let recent = mine.filter { now.timeIntervalSince($0) < window }
+            if recent.count >= perClient, let oldest = recent.first { return wait(since: oldest, now: now) }
+        }
+        if let ceiling {
+            state.all.removeAll { now.timeIntervalSince($0) >= window }
+            if state.all.count >= ceiling, let oldest = state.all.first { return wait(since: oldest, now: now) }
+        }
+        return nil
+    }
+
+    private func record(_ state: inout State, client: String, now: Date) {
+        if state.byClient[client] == nil, state.byClient.count >= capacity { forgetStalest(&state, now: now) }
+        var mine = state.byClient[client, default: []].filter { now.timeIntervalSince($0) < window }
+        mine.append(now)
+        state.byClient[client] = Array(mine.suffix(perClient))
+        if let ceiling {
+            state.all.append(now)
+            if state.all.count > ceiling { state.all.removeFirst(state.all.count - ceiling) }
         }
     }
 

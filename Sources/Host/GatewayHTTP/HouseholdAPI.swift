@@ -166,13 +166,14 @@ public struct HouseholdAPI: Sendable {
 
     @Sendable func redeem(_ request: HTTPRequest) async throws -> HTTPResponse {
         let client = clients.allowanceKey(of: request)
-        try limiter.admit(client, guessing: "wrong pairing codes")
         let body = try request.decode(RedeemRequest.self)
         let code = SchemaWhitespace.trim(try body.code.limited(to: 64, field: "code") ?? "")
         guard !code.isEmpty else { throw APIError(status: 400, code: "missing_field", message: "code is required", field: "code") }
         let deviceName = try body.name.limited(to: 200, field: "name") ?? "Paired device"
+        let guess = try limiter.admit(client, guessing: "wrong pairing codes")
         do {
             let minted = try await household.redeem(code: code, deviceName: deviceName)
+            limiter.forgive(guess)
             let displayName = try await household.displayName(subject: minted.key.subject) ?? ""
             var answer = Paired(token: minted.token, keyID: minted.key.id, subject: minted.key.subject, role: minted.key.role.rawValue,
                                 scopes: Self.scopes(for: minted.key.role), displayName: displayName, fingerprint: pinned()?.pin ?? "")
@@ -185,9 +186,9 @@ public struct HouseholdAPI: Sendable {
             }
             return .json(answer)
         } catch PairingError.tooManyKeys {
+            limiter.forgive(guess)
             throw APIError(status: 409, code: "too_many_keys", message: PairingError.tooManyKeys.description, field: "code")
         } catch let error as PairingError {
-            limiter.recordFailure(client: client)
             // The original's answer for any code that does not pair: 401 {paired: false, reason}; `error` and `code`
             // say the same for clients that read this gateway's error shape.
             let reason = "invalid or expired pairing code"
