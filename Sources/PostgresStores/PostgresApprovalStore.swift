@@ -26,6 +26,8 @@ public struct PostgresApprovalStore: ApprovalStore {
             );
             CREATE INDEX approvals_by_subject ON approvals (subject, state, created_at);
             """),
+        // The count of a person's waiting approvals before each ask, from the index alone (see SQLite's approvals.2).
+        PostgresMigration(module: "approvals", version: 2, sql: "CREATE INDEX approvals_waiting ON approvals (subject, state, expires_at);"),
     ]
 
     /// The NOTIFY channel decisions are announced on.

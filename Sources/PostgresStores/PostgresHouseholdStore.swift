@@ -83,8 +83,8 @@ public final class PostgresHouseholdStore: HouseholdStore {
         let subject = row.string("subject") ?? Principal.ownerSubject
         // Counted in the redeeming transaction; refusing rolls it back, so the code stays unused. Two redemptions for
         // one person at once may both pass at the bound's edge: it bounds growth, not an exact count.
-        let active = try db.query("SELECT COUNT(*) AS n FROM api_keys WHERE subject IN ($1, $2) AND revoked_at IS NULL",
-                                  subject, APIKeyTokens.storedSubjects(of: subject)).first?.int("n") ?? 0
+        let active = try db.query("SELECT COUNT(*) AS n FROM api_keys WHERE subject IN ($1, $2) AND (revoked_at IS NULL OR created_at > $3)",
+                                  subject, APIKeyTokens.storedSubjects(of: subject), now.addingTimeInterval(-PairingCodes.keyWindow).postgresMillis).first?.int("n") ?? 0
         guard active < PairingCodes.maximumKeysPerPerson else { throw PairingError.tooManyKeys }
         let minted = try keys.mint(name: deviceName, subject: subject, role: role, kind: .managed,
                                    mintedBy: row.string("created_by_subject"), in: session)

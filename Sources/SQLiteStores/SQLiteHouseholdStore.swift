@@ -56,8 +56,8 @@ public final class SQLiteHouseholdStore: HouseholdStore {
         let role = row.string("role").flatMap(Role.init(rawValue:)) ?? .viewer
         let subject = row.string("subject") ?? Principal.ownerSubject
         // Counted in the redeeming transaction; refusing rolls it back, so the code stays unused.
-        let active = try db.query("SELECT COUNT(*) AS n FROM api_keys WHERE subject IN (?, ?) AND revoked_at IS NULL",
-                                  subject, APIKeyTokens.storedSubjects(of: subject)).first?.int("n") ?? 0
+        let active = try db.query("SELECT COUNT(*) AS n FROM api_keys WHERE subject IN (?, ?) AND (revoked_at IS NULL OR created_at > ?)",
+                                  subject, APIKeyTokens.storedSubjects(of: subject), now.addingTimeInterval(-PairingCodes.keyWindow).sqliteMillis).first?.int("n") ?? 0
         guard active < PairingCodes.maximumKeysPerPerson else { throw PairingError.tooManyKeys }
         let minted = try keys.mint(name: deviceName, subject: subject, role: role, kind: .managed,
                                    mintedBy: row.string("created_by_subject"), in: session)

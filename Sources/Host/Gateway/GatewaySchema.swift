@@ -209,6 +209,9 @@ public enum GatewaySchema {
                 PRIMARY KEY (agent_id, fire_at)
             );
             """),
+        // A person's waiting approvals counted before each ask from the index alone: an approval nobody waited on
+        // stays `pending` past its expiry, and the count must not read those rows (nor their arguments).
+        Migration("approvals.2-pending-by-expiry", "CREATE INDEX approvals_waiting ON approvals (subject, state, expires_at);"),
     ]
 
     /// The whole database of a gateway: the mobile channel's tables, then the gateway's. A duplicate id is an error

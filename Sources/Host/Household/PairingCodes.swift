@@ -29,7 +29,7 @@ public enum PairingError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .tooManyKeys: return "this person already has \(PairingCodes.maximumKeysPerPerson) active keys; revoke one (DELETE /admin/api-keys/:id) before pairing another device"
+        case .tooManyKeys: return "this person holds \(PairingCodes.maximumKeysPerPerson) keys that are active or were made in the last day; revoke keys no longer used (DELETE /admin/api-keys/:id): a revoked key stops counting a day after it was made"
 
         case .unknownCode: return "this pairing code is not known; check it or create a new one"
         case .expired: return "this pairing code has expired (codes live 2 minutes); create a new one"
@@ -43,9 +43,12 @@ public enum PairingError: Error, Sendable, Equatable, CustomStringConvertible {
 public enum PairingCodes {
     /// Two minutes, as the original.
     public static let lifetime: TimeInterval = 120
-    /// Active keys one person may hold: each pairing mints one, and a person may pair themselves again and again,
-    /// so without a bound any viewer could grow the key table (and every key list) without end.
+    /// Keys one person may hold, counting those revoked within `keyWindow`: each pairing mints one, and a person may
+    /// pair themselves (and revoke their keys) again and again, so without a bound any viewer could grow the key table
+    /// (and every key list) without end; with it, by at most this many a day.
     public static let maximumKeysPerPerson = 100
+    /// How long a revoked key still counts against `maximumKeysPerPerson`.
+    public static let keyWindow: TimeInterval = 86_400
     /// Old codes are kept this long after they expire, for the record, then dropped.
     public static let keptAfterExpiry: TimeInterval = 86_400
 
