@@ -150,5 +150,7 @@ public enum PostgresMobileSchema {
         PostgresMigration(module: "mobile", version: 5, sql: """
             CREATE INDEX mobile_deliveries_id_pattern ON mobile_deliveries (id text_pattern_ops);
             """),
+        // Housekeeping finds phone commands long expired along an index (see SQLite's mobile.14).
+        PostgresMigration(module: "mobile", version: 6, sql: "CREATE INDEX mobile_node_commands_by_expiry ON mobile_node_commands (expires_at);"),
     ]
 }

@@ -123,8 +123,17 @@ public struct SQLiteDeviceNodeStore: DeviceNodeStore {
     }
 
     public func removeSettled(before: Date) async throws -> Int {
-        try await database.asyncTransaction { db in
-            try db.run("DELETE FROM mobile_node_commands WHERE expires_at < ? AND COALESCE(completed_at, 0) < ?", before.sqliteMillis, before.sqliteMillis)
+        // In batches, each its own short transaction, so the writer is never held for the whole sweep.
+        var removed = 0
+        while true {
+            let batch = try await database.asyncTransaction { db in
+                try db.run("""
+                    DELETE FROM mobile_node_commands WHERE rowid IN (
+                        SELECT rowid FROM mobile_node_commands WHERE expires_at < ? AND COALESCE(completed_at, 0) < ? LIMIT 5000)
+                    """, before.sqliteMillis, before.sqliteMillis)
+            }
+            removed += batch
+            if batch < 5000 { return removed }
         }
     }
 }
