@@ -150,7 +150,7 @@ let package = Package(
                     path: "examples/channels/NtfyChannel/Tests"),
 
         // MARK: Tests
-        .target(name: "GatewayTestSupport", dependencies: ["Agents", "Approvals", "Memory", "RelayCarriage", "Household", "Gateway", "GatewayHTTP", "ChannelDelivery", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity", "PostgreSQL", "RelayMailbox"], path: "Tests/GatewayTestSupport"),
+        .target(name: "GatewayTestSupport", dependencies: ["CProcessShims", "Agents", "Approvals", "Memory", "RelayCarriage", "Household", "Gateway", "GatewayHTTP", "ChannelDelivery", "Storage", "SQLite", "APNs", "FCM", "Relay", "HTTPClient", "Crypto", "HTTPServer", "APIKit", "Mobile", "ChannelAPI", "ChannelTesting", "Identity", "PostgreSQL", "RelayMailbox"], path: "Tests/GatewayTestSupport"),
         .testTarget(name: "SupportLibraryTests", dependencies: ["Storage", "GatewayTestSupport", "Metrics", "Lifecycle", "SQLite", "YAML", "Crypto", "HTTPServer", "APIKit", "Identity", "Subprocess"], path: "Tests/SupportLibraryTests"),
         // Test targets follow the modules: agents, the mobile channel, the transports; GatewayTests holds what crosses them.
         .testTarget(name: "AgentsTests", dependencies: ["Storage", "Agents", "Gateway", "GatewayTestSupport", "ChannelAPI", "ChannelTesting", "HTTPServer", "APIKit", "LLM", "SQLite"], path: "Tests/AgentsTests"),

@@ -92,7 +92,7 @@ public final class PlaintextSMTPServer: @unchecked Sendable {
     public let port = freePort()
     public let directory = TestGateway.makeTemporaryDirectory()
     public var recordFile: String { directory + "/seen.jsonl" }
-    private var process: Process?
+    private var process: TestProcess?
 
     private static let program = #"""
     import json, sys, threading
@@ -127,7 +127,7 @@ public final class PlaintextSMTPServer: @unchecked Sendable {
         let script = directory + "/plaintext_smtp.py"
         try Self.program.write(toFile: script, atomically: true, encoding: .utf8)
         _ = FileManager.default.createFile(atPath: recordFile, contents: nil)
-        let process = Process()
+        let process = TestProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", script, String(port), recordFile]
         let log = directory + "/server.log"

@@ -11,7 +11,7 @@ public final class GatewayProcess: @unchecked Sendable {
     public let configPath: String
     public private(set) var port: UInt16
     public let environment: [String: String]
-    private var process: Process?
+    private var process: TestProcess?
     private let logPath: String
 
     public init(directory: String, config: String = TestGateway.defaultConfig, environment: [String: String] = [:]) throws {
@@ -63,7 +63,7 @@ public final class GatewayProcess: @unchecked Sendable {
     private func launch() async throws {
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = FileHandle(forWritingAtPath: logPath)!
-        let process = Process()
+        let process = TestProcess()
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.soulacyBinary)
         process.arguments = ["serve", "--config", configPath, "--data", dataDirectory, "--listen", "127.0.0.1:\(port)"]
         // No request limit unless the test sets one: the suite sends far more than 600 a minute from loopback.
@@ -92,6 +92,8 @@ public final class GatewayProcess: @unchecked Sendable {
         guard let process, process.isRunning else { return }
         kill(process.processIdentifier, SIGKILL)
         waitUntilEnded(process.processIdentifier)
+        // Reaped too, not a zombie: a gateway started next on the same data asks whether the old owner still lives.
+        process.waitUntilExit()
         self.process = nil
     }
 

@@ -170,7 +170,7 @@ public final class PostgresCluster: Sendable {
     /// what it printed; a non-zero exit is a failure with that output. `as` runs it as the cluster's owner.
     @discardableResult
     private static func run(_ path: String, _ arguments: [String], in directory: String, as owner: (uid: uid_t, gid: gid_t)? = nil) throws -> String {
-        let process = Process()
+        let process = TestProcess()
         if owner != nil {
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
             process.arguments = ["-u", systemUser, "--", path] + arguments
@@ -203,7 +203,7 @@ public final class PostgresCluster: Sendable {
     /// Waits for the program's end through /proc, not `waitUntilExit()`: Foundation was seen here not to reap a
     /// `runuser` whose grandchild (the postmaster) lives on, and the wait never ended. Foundation's status if it
     /// reaped the child, else the child is reaped here.
-    private static func exitStatus(of process: Process) -> Int32? {
+    private static func exitStatus(of process: TestProcess) -> Int32? {
         let pid = process.processIdentifier
         waitUntilEnded(pid)
         let deadline = ContinuousClock.now + .seconds(2)

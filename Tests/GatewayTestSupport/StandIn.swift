@@ -79,10 +79,10 @@ public func runProgram(_ path: String, _ arguments: [String], environment: [Stri
     try await onOwnThread { try runProgramBlocking(path, arguments, environment: environment) }
 }
 
-/// Starts a Foundation `Process`, one at a time in this test process: swift-corelibs-foundation's `Process.run()`
-/// is not safe to call from several threads at once (a crash in its memcpy was seen here with suites running in
-/// parallel; swift-corelibs-foundation issues 4772, 4795, 4810). Every test start of a program goes through it.
-public func launch(_ process: Process) throws {
+/// Starts a child process, one at a time in this test process (`TestProcess`, posix_spawn: Foundation's
+/// `Process.run()` over-reads its /proc/self/fd buffer on this toolchain and crashed the test process now and then).
+/// Every test start of a program goes through it.
+public func launch(_ process: TestProcess) throws {
     processLaunchLock.lock()
     defer { processLaunchLock.unlock() }
     try process.run()
@@ -93,7 +93,7 @@ private let processLaunchLock = NSLock()
 /// `runProgram` for code already on a thread of its own.
 @discardableResult
 public func runProgramBlocking(_ path: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, output: String) {
-    let process = Process()
+    let process = TestProcess()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
     if let environment { process.environment = sanitizerEnvironment().merging(environment) { $1 } }
@@ -124,7 +124,7 @@ public class StandInProcess: @unchecked Sendable {
     public let directory: String
     let script: String
     let arguments: [String]
-    private var process: Process?
+    private var process: TestProcess?
     private let lock = NSLock()
 
     init(script: String, directory: String, arguments: [String]) {
@@ -147,7 +147,7 @@ public class StandInProcess: @unchecked Sendable {
     }
 
     private func startOnce() async throws {
-        let process = Process()
+        let process = TestProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "\(RepositoryPaths.standIns)/\(script)", "--tls-port", String(tlsPort), "--control-port", String(controlPort),
                              "--cert-dir", directory] + arguments
@@ -208,7 +208,7 @@ public class StandInProcess: @unchecked Sendable {
 
     /// Stops the service (connections drop, its port refuses); recorded requests are lost with it.
     public func stop() {
-        let process = lock.withLock { () -> Process? in defer { self.process = nil }; return self.process }
+        let process = lock.withLock { () -> TestProcess? in defer { self.process = nil }; return self.process }
         guard let process, process.isRunning else { return }
         let pid = process.processIdentifier
         kill(pid, SIGKILL)
@@ -341,7 +341,7 @@ public final class RelayServerProcess: @unchecked Sendable {
     public private(set) var port = freePort()
     private var listenedOnce = false
     public let directory = TestGateway.makeTemporaryDirectory()
-    private var process: Process?
+    private var process: TestProcess?
 
     /// With `tls`, the relay serves HTTPS with a fresh self-signed certificate: `certificatePath` is its trust.
     public let tls: Bool
@@ -369,7 +369,7 @@ public final class RelayServerProcess: @unchecked Sendable {
 
     /// One start, until `/health` answers; a relay that exited or never answered is a failure with its log.
     private func launch(environment: [String: String]) async throws {
-        let process = Process()
+        let process = TestProcess()
         process.executableURL = URL(fileURLWithPath: RepositoryPaths.relayBinary)
         process.environment = ["PATH": "/usr/bin:/bin"].merging(sanitizerEnvironment()) { $1 }.merging(environment) { $1 }
         process.arguments = ["--listen", "127.0.0.1:\(port)", "--max-item-bytes", "65536"]
@@ -424,7 +424,7 @@ public final class RelayServerProcess: @unchecked Sendable {
 /// the next backend in turn, skipping one that refuses.
 public final class TCPFront: @unchecked Sendable {
     public let port = freePort()
-    private let process = Process()
+    private let process = TestProcess()
     public var url: String { "http://127.0.0.1:\(port)" }
 
     public init(backends: [UInt16]) throws {

@@ -28,7 +28,7 @@ struct MetricsScrapeTests {
 
     /// A Prometheus server scraping `target` every second, its data in a temporary directory.
     final class PrometheusServer: @unchecked Sendable {
-        let process = Process()
+        let process = TestProcess()
         let port = freePort()
         let directory = TestGateway.makeTemporaryDirectory()
 

@@ -80,7 +80,7 @@ struct ServiceUnitTests {
         let notify = try NotifySocket()
         defer { notify.close() }
         let data = TestGateway.makeTemporaryDirectory()
-        let relay = Process()
+        let relay = TestProcess()
         relay.executableURL = URL(fileURLWithPath: RepositoryPaths.relayBinary)
         relay.arguments = ["--data", data, "--listen", "127.0.0.1:0"]
         relay.environment = ["PATH": "/usr/bin:/bin", "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"].merging(sanitizerEnvironment()) { $1 }

@@ -161,7 +161,7 @@ struct SealingTests {
         try made.certificatePEM.write(toFile: directory + "/c.pem", atomically: true, encoding: .utf8)
         @Sendable func shell(_ command: String) async throws -> String {
             try await waitedOnOwnThread {
-                let process = Process()
+                let process = TestProcess()
                 process.executableURL = URL(fileURLWithPath: "/bin/sh")
                 process.arguments = ["-c", command]
                 process.currentDirectoryURL = URL(fileURLWithPath: directory)
@@ -191,7 +191,7 @@ struct SigningKeyPEMTests {
         defer { try? FileManager.default.removeItem(atPath: file) }
         // Key generation takes seconds under the sanitizer: it waits on a thread of its own, not Swift's pool.
         try await waitedOnOwnThread {
-            let process = Process()
+            let process = TestProcess()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
             process.arguments = kind == "ec" ? ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", file]
                 : ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:\(kind)", "-out", file]

@@ -9,7 +9,7 @@ struct MetricsTests {
     /// On a thread of its own: a blocked cooperative thread would hold back every other suite of the process.
     func promtool(_ text: String) async throws -> (status: Int32, output: String) {
         try await onOwnThread {
-            let process = Process()
+            let process = TestProcess()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/promtool")
             process.arguments = ["check", "metrics"]
             let input = Pipe(), output = Pipe()
