@@ -44,6 +44,8 @@ public struct PostgresMemoryFactStore: MemoryFactStore {
             CREATE INDEX memory_fact_changes_by_subject ON memory_fact_changes (subject, cursor);
             CREATE INDEX memory_fact_changes_by_fact ON memory_fact_changes (fact_id, cursor);
             """),
+        // Each person's feed floor: the newest cursor whose tombstones housekeeping has compacted away.
+        PostgresMigration(module: "memory", version: 2, sql: "CREATE TABLE memory_feed_floors (subject TEXT PRIMARY KEY, cursor BIGINT NOT NULL);"),
     ]
 
     let pool: PostgresPool
@@ -160,8 +162,14 @@ public struct PostgresMemoryFactStore: MemoryFactStore {
         try MemoryFacts.checkPage(since: since, limit: limit)
         // One snapshot for the whole page: the newest cursor, the changes and the facts they name agree.
         return try await pool.transaction(isolation: .repeatableRead) { db in
-            let latest = try db.query("SELECT COALESCE(MAX(cursor), 0) AS c FROM memory_fact_changes").first?.int("c") ?? 0
+            // The newest cursor ever given, compacted ones included (cursors are never reused).
+            let latest = try db.query("""
+                SELECT GREATEST(COALESCE((SELECT MAX(cursor) FROM memory_fact_changes), 0), COALESCE((SELECT MAX(cursor) FROM memory_feed_floors), 0)) AS c
+                """).first?.int("c") ?? 0
             if since > latest { return .resetToStart }
+            // Tombstones below this person's floor were compacted away: a phone that synced before them starts afresh.
+            let floor = try db.query("SELECT cursor FROM memory_feed_floors WHERE subject = $1", subject).first?.int("cursor") ?? 0
+            if since > 0, since < floor { return .resetToStart }
             // Each fact's latest change after the cursor, in cursor order, with the fact as it is now (none: a tombstone).
             let rows = try db.query("""
                 SELECT c.cursor, c.fact_id, c.event, f.id, f.subject, f.text, f.source, f.created_at, f.category, f.agent_id, f.status,
@@ -178,6 +186,30 @@ public struct PostgresMemoryFactStore: MemoryFactStore {
                                         event: fact == nil ? "deleted" : (row.string("event") ?? "updated"), fact: fact)
             }
             return MemoryFactChanges(changes: changes, nextCursor: changes.last?.cursor ?? since, hasMore: rows.count > limit, reset: false)
+        }
+    }
+
+    public func compactTombstones(before: Date) async throws -> Int {
+        var compacted = 0
+        while true {
+            let batch = try await pool.transaction { db -> Int in
+                let gone = try db.query("""
+                    SELECT subject, fact_id, MAX(cursor) AS c FROM memory_fact_changes c
+                    WHERE event = 'deleted' AND changed_at < $1 AND NOT EXISTS (SELECT 1 FROM memory_facts f WHERE f.id = c.fact_id)
+                    GROUP BY subject, fact_id LIMIT 1000
+                    """, before.postgresMillis)
+                for row in gone {
+                    guard let subject = row.string("subject"), let fact = row.string("fact_id"), let cursor = row.int("c") else { continue }
+                    try db.run("""
+                        INSERT INTO memory_feed_floors (subject, cursor) VALUES ($1, $2)
+                        ON CONFLICT (subject) DO UPDATE SET cursor = GREATEST(memory_feed_floors.cursor, excluded.cursor)
+                        """, subject, cursor)
+                    try db.run("DELETE FROM memory_fact_changes WHERE fact_id = $1", fact)
+                }
+                return gone.count
+            }
+            compacted += batch
+            if batch < 1000 { return compacted }
         }
     }
 

@@ -106,9 +106,15 @@ public final class SQLiteMemoryFactStore: MemoryFactStore {
 
     public func changes(subject: String, since: Int64, limit: Int, agentID: String?) async throws -> MemoryFactChanges {
         try MemoryFacts.checkPage(since: since, limit: limit)
-        return try await database.asyncRead { db in
-            let latest = try db.query("SELECT COALESCE(MAX(cursor), 0) AS c FROM memory_fact_changes").first?.int("c") ?? 0
+        return try await database.asyncRead { db in try db.readTransaction { db in
+            // The newest cursor ever given, compacted ones included (cursors are never reused).
+            let latest = try db.query("""
+                SELECT MAX(COALESCE((SELECT MAX(cursor) FROM memory_fact_changes), 0), COALESCE((SELECT MAX(cursor) FROM memory_feed_floors), 0)) AS c
+                """).first?.int("c") ?? 0
             if since > latest { return .resetToStart }
+            // Tombstones below this person's floor were compacted away: a phone that synced before them starts afresh.
+            let floor = try db.query("SELECT cursor FROM memory_feed_floors WHERE subject = ?", subject).first?.int("cursor") ?? 0
+            if since > 0, since < floor { return .resetToStart }
             // Each fact's latest change after the cursor, in cursor order.
             let rows = try db.query("""
                 SELECT c.cursor, c.fact_id, c.event FROM memory_fact_changes c
@@ -124,6 +130,30 @@ public final class SQLiteMemoryFactStore: MemoryFactStore {
                                                 fact: fact))
             }
             return MemoryFactChanges(changes: changes, nextCursor: changes.last?.cursor ?? since, hasMore: rows.count > limit, reset: false)
+        } }
+    }
+
+    public func compactTombstones(before: Date) async throws -> Int {
+        var compacted = 0
+        while true {
+            let batch = try await database.asyncTransaction { db -> Int in
+                let gone = try db.query("""
+                    SELECT subject, fact_id, MAX(cursor) AS c FROM memory_fact_changes
+                    WHERE event = 'deleted' AND changed_at < ? AND fact_id NOT IN (SELECT id FROM memory_facts)
+                    GROUP BY subject, fact_id LIMIT 1000
+                    """, before.sqliteMillis)
+                for row in gone {
+                    guard let subject = row.string("subject"), let fact = row.string("fact_id"), let cursor = row.int("c") else { continue }
+                    try db.run("""
+                        INSERT INTO memory_feed_floors (subject, cursor) VALUES (?, ?)
+                        ON CONFLICT (subject) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)
+                        """, subject, cursor)
+                    try db.run("DELETE FROM memory_fact_changes WHERE fact_id = ?", fact)
+                }
+                return gone.count
+            }
+            compacted += batch
+            if batch < 1000 { return compacted }
         }
     }
 

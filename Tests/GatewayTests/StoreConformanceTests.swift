@@ -394,6 +394,7 @@ struct StoreConformanceTests {
             }
             func counts(subject: String) async throws -> [String: Int] { try await real.counts(subject: subject).filter { $0.value > 0 } }
             func history(id: String, subject: String) async throws -> [MemoryFactHistoryEvent] { try await real.history(id: id, subject: subject) }
+            func compactTombstones(before: Date) async throws -> Int { try await real.compactTombstones(before: before) }
         }
         let fixture = try await Engine.sqlite.fixture()
         let failures = await MemoryFactStoreConformance(fixture: fixture, store: Tombstoneless(real: try Engine.sqlite.memoryFactStore(fixture))).run()

@@ -123,17 +123,7 @@ public struct SQLiteDeviceNodeStore: DeviceNodeStore {
     }
 
     public func removeSettled(before: Date) async throws -> Int {
-        // In batches, each its own short transaction, so the writer is never held for the whole sweep.
-        var removed = 0
-        while true {
-            let batch = try await database.asyncTransaction { db in
-                try db.run("""
-                    DELETE FROM mobile_node_commands WHERE rowid IN (
-                        SELECT rowid FROM mobile_node_commands WHERE expires_at < ? AND COALESCE(completed_at, 0) < ? LIMIT 5000)
-                    """, before.sqliteMillis, before.sqliteMillis)
-            }
-            removed += batch
-            if batch < 5000 { return removed }
-        }
+        try await database.asyncDeleteInBatches(from: "mobile_node_commands", where: "expires_at < ? AND COALESCE(completed_at, 0) < ?",
+                                                 arguments: [before.sqliteMillis, before.sqliteMillis])
     }
 }

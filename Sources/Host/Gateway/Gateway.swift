@@ -463,7 +463,7 @@ public final class Gateway: Sendable {
         let idempotency = IdempotencyLog(store: stores.idempotency, clock: options.clock, killAfterEffect: settings.killAfterEffect,
                                          resumers: [AgentRuns.interruptedRunResumer(store: runStore), approvalsAPI.resumer, commandsAPI.resumer])
         self.idempotency = idempotency
-        housekeeping = Housekeeping(outbox: mobileStorage.outbox, idempotency: idempotency, commands: stores.deviceNodes, clock: options.clock, log: log)
+        housekeeping = Housekeeping(outbox: mobileStorage.outbox, idempotency: idempotency, commands: stores.deviceNodes, memory: memory, clock: options.clock, log: log)
         // What each listener serves: the routes behind their middleware. Quick reads (the inbox) are answered on the
         // server thread; mutating calls always take the idempotent path.
         let idempotent = IdempotencyMiddleware(log: idempotency)

@@ -212,6 +212,8 @@ public enum GatewaySchema {
         // A person's waiting approvals counted before each ask from the index alone: an approval nobody waited on
         // stays `pending` past its expiry, and the count must not read those rows (nor their arguments).
         Migration("approvals.2-pending-by-expiry", "CREATE INDEX approvals_waiting ON approvals (subject, state, expires_at);"),
+        // Each person's memory feed floor: the newest cursor whose tombstones housekeeping has compacted away.
+        Migration("memory.4-feed-floors", "CREATE TABLE memory_feed_floors (subject TEXT PRIMARY KEY, cursor INTEGER NOT NULL);"),
     ]
 
     /// The whole database of a gateway: the mobile channel's tables, then the gateway's. A duplicate id is an error

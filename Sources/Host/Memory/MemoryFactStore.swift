@@ -38,6 +38,11 @@ public protocol MemoryFactStore: Sendable {
     func counts(subject: String) async throws -> [String: Int]
     /// The fact's changes, oldest first; empty when the person never had it.
     func history(id: String, subject: String) async throws -> [MemoryFactHistoryEvent]
+    /// Forgets every change of facts deleted before `before` (their tombstones included), so adding and forgetting
+    /// facts does not grow the feed for ever. Each person's feed remembers the newest cursor so forgotten: a phone
+    /// whose cursor is below it (it may have missed a tombstone) is answered `resetToStart` and syncs afresh.
+    /// Returns how many facts' changes went.
+    func compactTombstones(before: Date) async throws -> Int
 }
 
 extension MemoryFactStore {

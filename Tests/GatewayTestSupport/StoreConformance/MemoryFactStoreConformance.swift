@@ -205,6 +205,24 @@ public struct MemoryFactStoreConformance: Sendable {
             check("concurrent adds each once in the feed", zip(racedFeed, racedFeed.dropFirst()).allSatisfy { $0.cursor < $1.cursor },
                   "cursors \(racedFeed.map(\.cursor))")
 
+            // Compaction: a fact deleted long ago leaves nothing; a phone whose cursor is below what went starts afresh,
+            // one that saw the tombstone reads on.
+            let gil = person("gil")
+            let keptForGil = try await store.add("Kept", subject: gil, source: "manual", category: "preference", agentID: "", expiresAt: nil)
+            let beforeDelete = try await feed(gil).last?.cursor ?? 0
+            let doomed = try await store.add("Forgotten soon", subject: gil, source: "manual", category: "preference", agentID: "", expiresAt: nil)
+            _ = try await store.delete(id: doomed.id, subject: gil)
+            let sawTombstone = try await feed(gil).last?.cursor ?? 0
+            let compacted = try await store.compactTombstones(before: Date().addingTimeInterval(60))
+            let fresh = try await feed(gil)
+            let stale = try await store.changes(subject: gil, since: beforeDelete, limit: 100, agentID: nil)
+            let current = try await store.changes(subject: gil, since: sawTombstone, limit: 100, agentID: nil)
+            let doomedHistory = try await store.history(id: doomed.id, subject: gil)
+            check("tombstones compacted", compacted >= 1 && fresh.map(\.factID) == [keptForGil.id] && doomedHistory.isEmpty,
+                  "compacted \(compacted); the feed from 0: \(fresh.map { "\($0.factID) \($0.event)" })")
+            check("tombstones compacted", stale.reset && !current.reset && current.changes.isEmpty,
+                  "a cursor before the compacted tombstone reset: \(stale.reset); one after it: reset \(current.reset), \(current.changes.count) changes")
+
             // Bounds: a fact's history keeps its newest changes, and a person keeps a bounded number of facts.
             let fay = person("fay")
             let longEdited = try await store.add("Edit 0", subject: fay, source: "manual", category: "preference", agentID: "", expiresAt: nil)
