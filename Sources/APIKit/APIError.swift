@@ -59,6 +59,13 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func conflict(_ message: String, code: String = "conflict") -> APIError {
         APIError(status: 409, code: code, message: message)
     }
+    /// 429 with `Retry-After`: the whole seconds until the caller may try again.
+    public static func tooManyRequests(_ message: String, code: String, retryAfter seconds: Int) -> APIError {
+        var error = APIError(status: 429, code: code, message: message)
+        error.extraHeaders["Retry-After"] = String(seconds)
+        return error
+    }
+
     public static func `internal`(_ message: String) -> APIError {
         APIError(status: 500, code: "internal_error", message: message)
     }

@@ -1,5 +1,4 @@
 import Mobile
-import Crypto
 import Synchronization
 
 /// Rendered inbox pages, kept until their person's inbox changes. Phones ask for their inbox on every wake-up and
@@ -57,11 +56,10 @@ public final class InboxPageCache: Sendable {
     }
 
     /// Keeps `body` as the page for `key` at `generation` (unless it alone would take a quarter of the budget);
-    /// returns the page with its validator either way. `etag`: a strong validator of `body` (by default a hash of it).
+    /// returns the page with its validator either way. `etag`: a strong validator of `body` (`MobileAPI.render` makes it).
     @discardableResult
-    public func store(_ body: [UInt8], etag: String? = nil, deliveryIDs: [String] = [], for key: Key, generation: UInt64) -> Page {
-        let page = Page(generation: generation, body: body, etag: etag ?? "\"" + Hex.encode(Array(SHA256.hash(body).prefix(16))) + "\"",
-                        deliveryIDs: deliveryIDs, fetchNote: FetchNote())
+    public func store(_ body: [UInt8], etag: String, deliveryIDs: [String] = [], for key: Key, generation: UInt64) -> Page {
+        let page = Page(generation: generation, body: body, etag: etag, deliveryIDs: deliveryIDs, fetchNote: FetchNote())
         guard body.count <= budgetBytes / 4 else { return page }
         state.withLock { state in
             if let old = state.pages.removeValue(forKey: key) { state.bytes -= old.body.count }

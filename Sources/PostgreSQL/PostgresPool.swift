@@ -69,6 +69,20 @@ public final class PostgresPool: Sendable {
         }
     }
 
+    /// Deletes the rows of `table` matching `condition`, a few thousand per transaction, so a large clean-up never
+    /// holds its locks for long (SQLite's `DatabasePool.deleteInBatches`). Returns how many went.
+    @discardableResult
+    public func deleteInBatches(from table: String, where condition: String, arguments: [any PostgresBindable], batchSize: Int = 5000) async throws -> Int {
+        var removed = 0
+        while true {
+            let count = try await transaction { db in
+                try db.run("DELETE FROM \(table) WHERE ctid IN (SELECT ctid FROM \(table) WHERE \(condition) LIMIT \(batchSize))", arguments: arguments)
+            }
+            removed += count
+            if count < batchSize { return removed }
+        }
+    }
+
     /// Sends a notification to every connection listening on `channel` (`pg_notify`, both values as parameters).
     /// Here it is its own statement; `PostgresConnection.notify` sends one with a transaction's writes.
     public func notify(channel: String, payload: String = "") async throws {

@@ -131,17 +131,7 @@ public struct PostgresDeviceNodeStore: DeviceNodeStore {
     }
 
     public func removeSettled(before: Date) async throws -> Int {
-        // In batches, each its own short transaction.
-        var removed = 0
-        while true {
-            let batch = try await pool.transaction { db in
-                try db.run("""
-                    DELETE FROM mobile_node_commands WHERE ctid IN (
-                        SELECT ctid FROM mobile_node_commands WHERE expires_at < $1 AND COALESCE(completed_at, 0) < $1 LIMIT 5000)
-                    """, before.postgresMillis)
-            }
-            removed += batch
-            if batch < 5000 { return removed }
-        }
+        try await pool.deleteInBatches(from: "mobile_node_commands", where: "expires_at < $1 AND COALESCE(completed_at, 0) < $1",
+                                       arguments: [before.postgresMillis])
     }
 }

@@ -87,17 +87,7 @@ public struct PostgresIdempotencyStore: IdempotencyStore {
     }
 
     public func forget(before cutoff: Date) async throws -> Int {
-        // In batches, so a large clean-up never holds locks for long.
-        var removed = 0
-        while true {
-            let count = try await pool.transaction { db in
-                try db.run("""
-                    DELETE FROM idempotency_log WHERE ctid IN (SELECT ctid FROM idempotency_log WHERE created_at < $1 LIMIT 5000)
-                    """, cutoff.postgresMillis)
-            }
-            removed += count
-            if count < 5000 { return removed }
-        }
+        try await pool.deleteInBatches(from: "idempotency_log", where: "created_at < $1", arguments: [cutoff.postgresMillis])
     }
 
     /// "Applied", inside the effect's transaction, with what the call waits for when it said.

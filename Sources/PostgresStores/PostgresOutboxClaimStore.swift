@@ -36,16 +36,6 @@ enum PostgresOutboxClaims {
     /// Removes the finished rows of `table` older than `cutoff` in batches of short transactions, so claims never
     /// queue behind one long delete; pending rows are never touched.
     static func removeFinished(_ table: String, before cutoff: Date, pool: PostgresPool) async throws -> Int {
-        var removed = 0
-        while true {
-            let count = try await pool.transaction { db in
-                try db.run("""
-                    DELETE FROM \(table) WHERE id IN (
-                        SELECT id FROM \(table) WHERE state <> 'pending' AND finished_at < $1 LIMIT 5000)
-                    """, cutoff.postgresMillis)
-            }
-            removed += count
-            if count < 5000 { return removed }
-        }
+        try await pool.deleteInBatches(from: table, where: "state <> 'pending' AND finished_at < $1", arguments: [cutoff.postgresMillis])
     }
 }

@@ -265,9 +265,8 @@ public struct MailboxAPI: Sendable {
     @Sendable func sendPush(_ request: HTTPRequest) async throws -> HTTPResponse {
         let mailbox = try await requireGateway(request)
         if case .limited(let retryAfter) = pushes.take(key: mailbox) {
-            var refusal = APIError(status: 429, code: "rate_limited", message: "this mailbox sent \(pushes.perMinute) wake-ups in the last minute; try again in \(retryAfter) s")
-            refusal.extraHeaders["Retry-After"] = String(retryAfter)
-            throw refusal
+            throw APIError.tooManyRequests("this mailbox sent \(pushes.perMinute) wake-ups in the last minute; try again in \(retryAfter) s",
+                                           code: "rate_limited", retryAfter: retryAfter)
         }
         let body = try request.decode(Push.self)
         let device = try body.deviceID.limited(to: 200, field: "device_id")

@@ -47,10 +47,16 @@ public struct ClientAddresses: Sendable {
         }
         text = normalized(text)
         var v4 = in_addr()
-        var v6 = in6_addr()
-        let bare = text.split(separator: "%", maxSplits: 1).first.map(String.init) ?? text
-        guard inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, bare, &v6) == 1 else { return nil }
+        guard inet_pton(AF_INET, text, &v4) == 1 || ipv6(text) != nil else { return nil }
         return text
+    }
+
+    /// An IPv6 address parsed by libc, its zone (`fe80::1%eth0`: the interface, not the host) left aside; nil for
+    /// anything else.
+    static func ipv6(_ text: String) -> in6_addr? {
+        let bare = text.split(separator: "%", maxSplits: 1).first.map(String.init) ?? text
+        var parsed = in6_addr()
+        return inet_pton(AF_INET6, bare, &parsed) == 1 ? parsed : nil
     }
 
     /// An IPv4 client of a dual-stack listener is the same client as over IPv4.
@@ -62,11 +68,7 @@ public struct ClientAddresses: Sendable {
     /// a /64 (any home or cloud subscriber) may send from each of its 2^64 addresses at will, and counting them one
     /// by one would give it as many allowances. Anything else (an in-process caller) is its own key.
     public static func allowanceKey(_ address: String) -> String {
-        guard address.contains(":") else { return address }
-        // A zone (`fe80::1%eth0`) names the interface, not the host.
-        let bare = address.split(separator: "%", maxSplits: 1).first.map(String.init) ?? address
-        var parsed = in6_addr()
-        guard inet_pton(AF_INET6, bare, &parsed) == 1 else { return address }
+        guard address.contains(":"), var parsed = ipv6(address) else { return address }
         let bytes = withUnsafeBytes(of: &parsed) { Array($0.prefix(8)) }
         let groups = stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
         return groups.joined(separator: ":") + "::/64"

@@ -103,9 +103,7 @@ public struct RateLimitMiddleware: Middleware {
 
     public func admit(_ request: HTTPRequest) -> HTTPResponse? {
         guard case .limited(let retryAfter) = limiter.take(key: clients.allowanceKey(of: request)) else { return nil }
-        var refusal = APIError(status: 429, code: "rate_limited", message: "rate limit exceeded")
-        refusal.extraHeaders["Retry-After"] = String(retryAfter)
-        return refusal.response
+        return APIError.tooManyRequests("rate limit exceeded", code: "rate_limited", retryAfter: retryAfter).response
     }
 
     public func handle(_ request: HTTPRequest, context: RequestContext, next: NextResponder) async throws -> HTTPResponse {

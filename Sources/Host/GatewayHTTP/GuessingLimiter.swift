@@ -53,9 +53,7 @@ public final class GuessingLimiter: Sendable {
             return nil
         }
         guard let refusal else { return Guess(client: client, at: now) }
-        var error = APIError(status: 429, code: "too_many_attempts", message: "too many \(what); try again in \(refusal) s")
-        error.extraHeaders["Retry-After"] = String(refusal)
-        throw error
+        throw .tooManyRequests("too many \(what); try again in \(refusal) s", code: "too_many_attempts", retryAfter: refusal)
     }
 
     /// Takes back a guess that was right: it does not count against anyone.

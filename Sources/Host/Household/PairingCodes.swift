@@ -24,13 +24,13 @@ public enum PairingError: Error, Sendable, Equatable, CustomStringConvertible {
     case unknownCode
     case expired
     case alreadyUsed
-    /// The person already holds `PairingCodes.maximumKeysPerPerson` active keys; the code stays unused.
+    /// The person holds `PairingCodes.maximumKeysPerPerson` keys active or made within `PairingCodes.keyWindow`;
+    /// the code stays unused.
     case tooManyKeys
 
     public var description: String {
         switch self {
         case .tooManyKeys: return "this person holds \(PairingCodes.maximumKeysPerPerson) keys that are active or were made in the last day; revoke keys no longer used (DELETE /admin/api-keys/:id): a revoked key stops counting a day after it was made"
-
         case .unknownCode: return "this pairing code is not known; check it or create a new one"
         case .expired: return "this pairing code has expired (codes live 2 minutes); create a new one"
         case .alreadyUsed: return "this pairing code has already been used; each code pairs one device"
